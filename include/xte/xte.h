@@ -1,0 +1,8 @@
+/* xte: block-scaled FP8 GEMM and transformer kernels. Umbrella header. */
+#ifndef XTE_XTE_H
+#define XTE_XTE_H
+
+#include "xte/core.h"
+#include "xte/quantize.h"
+
+#endif /* XTE_XTE_H */

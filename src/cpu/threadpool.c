@@ -1,0 +1,215 @@
+#define _POSIX_C_SOURCE 200809L
+/* CPU thread pool sized and pinned from hwloc (XTE_NUM_THREADS overrides). Static partition:
+ * the work split depends only on n and the thread count, never on timing. */
+#include <hwloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/xte_cpu.h"
+#include "xte_internal.h"
+
+#define XTE_POOL_MAX 256
+
+typedef struct pool {
+  pthread_mutex_t mu;
+  pthread_cond_t wake, done;
+  pthread_t tid[XTE_POOL_MAX];
+  int created;  /* workers started (tid 1..created) */
+  int nthreads; /* threads a job uses, caller included */
+  unsigned long gen;
+  int pending;
+  xte_range_fn fn;
+  void *ctx;
+  int64_t n;
+  int job_threads;
+  int per_thread; /* 1: fn(ctx, t, t+1, t) for each thread */
+} pool;
+
+static pool P;
+static pthread_once_t topo_once = PTHREAD_ONCE_INIT;
+static hwloc_topology_t topo;
+static int topo_ok, phys_cores = 1;
+static size_t cache_l1d = 32768, cache_l2 = 524288, cache_l3 = 0;
+static char cpu_name[128] = "unknown";
+static _Thread_local int in_worker;
+
+static void init_topology(void) {
+  hwloc_obj_t o;
+  int i, n;
+  pthread_mutex_init(&P.mu, NULL);
+  pthread_cond_init(&P.wake, NULL);
+  pthread_cond_init(&P.done, NULL);
+  if (hwloc_topology_init(&topo) == 0 && hwloc_topology_load(topo) == 0) {
+    topo_ok = 1;
+    n = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+    phys_cores = n > 0 ? n : 1;
+    o = hwloc_get_obj_by_type(topo, HWLOC_OBJ_L1CACHE, 0);
+    if (o && o->attr) cache_l1d = (size_t)o->attr->cache.size;
+    o = hwloc_get_obj_by_type(topo, HWLOC_OBJ_L2CACHE, 0);
+    if (o && o->attr) cache_l2 = (size_t)o->attr->cache.size;
+    o = hwloc_get_obj_by_type(topo, HWLOC_OBJ_L3CACHE, 0);
+    if (o && o->attr) cache_l3 = (size_t)o->attr->cache.size;
+    o = hwloc_get_obj_by_type(topo, HWLOC_OBJ_PACKAGE, 0);
+    if (o) {
+      const char *m = hwloc_obj_get_info_by_name(o, "CPUModel");
+      if (m) snprintf(cpu_name, sizeof cpu_name, "%s", m);
+    }
+  }
+  {
+    const char *e = getenv("XTE_NUM_THREADS");
+    n = e && *e ? atoi(e) : 0;
+    if (n < 1) n = phys_cores;
+    if (n > XTE_POOL_MAX) n = XTE_POOL_MAX;
+    P.nthreads = n;
+  }
+  (void)i;
+}
+
+static void run_share(int t, int nt, xte_range_fn fn, void *ctx, int64_t n, int per_thread) {
+  if (per_thread) {
+    fn(ctx, t, t + 1, t);
+    return;
+  }
+  {
+    int64_t q = n / nt, r = n % nt;
+    int64_t b = t * q + (t < r ? t : r);
+    int64_t e = b + q + (t < r ? 1 : 0);
+    if (b < e) fn(ctx, b, e, t);
+  }
+}
+
+static void *worker(void *arg) {
+  int me = (int)(intptr_t)arg;
+  unsigned long seen = 0;
+  in_worker = 1;
+  if (topo_ok) {
+    int ncores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+    if (ncores > 0) {
+      hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, me % ncores);
+      if (core) hwloc_set_cpubind(topo, core->cpuset, HWLOC_CPUBIND_THREAD);
+    }
+  }
+  pthread_mutex_lock(&P.mu);
+  for (;;) {
+    while (P.gen == seen) pthread_cond_wait(&P.wake, &P.mu);
+    seen = P.gen;
+    if (me < P.job_threads) {
+      xte_range_fn fn = P.fn;
+      void *ctx = P.ctx;
+      int64_t n = P.n;
+      int nt = P.job_threads, pt = P.per_thread;
+      pthread_mutex_unlock(&P.mu);
+      run_share(me, nt, fn, ctx, n, pt);
+      pthread_mutex_lock(&P.mu);
+      if (--P.pending == 0) pthread_cond_signal(&P.done);
+    }
+  }
+  return NULL;
+}
+
+static pthread_mutex_t job_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int run_job(int64_t n, xte_range_fn fn, void *ctx, int per_thread) {
+  int nt, t;
+  pthread_once(&topo_once, init_topology);
+  nt = P.nthreads;
+  if (!per_thread && n < nt) nt = n > 0 ? (int)n : 1;
+  if (in_worker || nt <= 1) {
+    if (per_thread) {
+      fn(ctx, 0, 1, 0);
+      return 1;
+    }
+    if (n > 0) fn(ctx, 0, n, 0);
+    return 1;
+  }
+  pthread_mutex_lock(&job_mu); /* one job at a time from any caller */
+  pthread_mutex_lock(&P.mu);
+  while (P.created < nt - 1) {
+    int id = P.created + 1;
+    if (pthread_create(&P.tid[id], NULL, worker, (void *)(intptr_t)id) != 0) break;
+    P.created++;
+  }
+  if (P.created < nt - 1) nt = P.created + 1;
+  P.fn = fn;
+  P.ctx = ctx;
+  P.n = n;
+  P.per_thread = per_thread;
+  P.job_threads = nt;
+  P.pending = nt - 1;
+  P.gen++;
+  pthread_cond_broadcast(&P.wake);
+  pthread_mutex_unlock(&P.mu);
+  in_worker = 1;
+  run_share(0, nt, fn, ctx, n, per_thread);
+  in_worker = 0;
+  pthread_mutex_lock(&P.mu);
+  while (P.pending > 0) pthread_cond_wait(&P.done, &P.mu);
+  pthread_mutex_unlock(&P.mu);
+  pthread_mutex_unlock(&job_mu);
+  (void)t;
+  return nt;
+}
+
+void xte_parallel_for(int64_t n, xte_range_fn fn, void *ctx) { run_job(n, fn, ctx, 0); }
+
+int xte_parallel_threads(xte_range_fn fn, void *ctx) { return run_job(0, fn, ctx, 1); }
+
+int xte_cpu_threads(void) {
+  pthread_once(&topo_once, init_topology);
+  return P.nthreads;
+}
+
+xte_status xte_cpu_set_num_threads(int n) {
+  pthread_once(&topo_once, init_topology);
+  if (n < 0 || n > XTE_POOL_MAX)
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "n = %d is outside [0, %d]", n, XTE_POOL_MAX);
+  if (n == 0) {
+    const char *e = getenv("XTE_NUM_THREADS");
+    n = e && *e ? atoi(e) : 0;
+    if (n < 1) n = phys_cores;
+    if (n > XTE_POOL_MAX) n = XTE_POOL_MAX;
+  }
+  pthread_mutex_lock(&job_mu);
+  P.nthreads = n;
+  pthread_mutex_unlock(&job_mu);
+  xte_clear_error();
+  return XTE_SUCCESS;
+}
+
+int xte_cpu_get_num_threads(void) { return xte_cpu_threads(); }
+
+size_t xte_cpu_l1d(void) {
+  pthread_once(&topo_once, init_topology);
+  return cache_l1d;
+}
+size_t xte_cpu_l2(void) {
+  pthread_once(&topo_once, init_topology);
+  return cache_l2;
+}
+size_t xte_cpu_l3(void) {
+  pthread_once(&topo_once, init_topology);
+  return cache_l3;
+}
+
+void *xte_aligned_alloc(size_t bytes) {
+  void *p = NULL;
+  if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
+  return p;
+}
+
+void xte_aligned_free(void *p) { free(p); }
+
+void xte_cpu_fill_info(xte_backend_info *info) {
+  pthread_once(&topo_once, init_topology);
+  xte_cpu_isa_info(info);
+  info->cpu_cores = phys_cores;
+  info->cpu_threads = P.nthreads;
+  info->l1d_bytes = cache_l1d;
+  info->l2_bytes = cache_l2;
+  info->l3_bytes = cache_l3;
+  snprintf(info->cpu_name, sizeof info->cpu_name, "%s", cpu_name);
+}

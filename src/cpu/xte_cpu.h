@@ -1,0 +1,76 @@
+/* CPU backend internals: ISA selection, the thread pool, and the per-ISA kernel table. */
+#ifndef XTE_CPU_H
+#define XTE_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xte/xte.h"
+#include "xte_kernel_args.h"
+
+/* ---------------------------------------------------------------- kernels per ISA
+ * Tiny kernels, BLIS-style: they know nothing of threads, layouts or recipes. Every ISA's
+ * version gives the scalar version's bytes (tests prove it). */
+typedef struct xte_cpu_kernels {
+  xte_cpu_isa isa;
+  /* dst[i] = fp32(src[i]) for an input of kind XTE_NUM_IN_F32 / BF16 / F16 (exact) */
+  void (*load_f32)(const void *src, int in_kind, int64_t n, float *dst);
+  /* max |x[i]| with fmaxf semantics (NaN never wins), starting from 0 */
+  float (*amax)(const float *x, int64_t n);
+  /* acc[c] = max(acc[c], max_r |x[r*ld + c]|) for c < cols */
+  void (*amax_cols)(const float *x, int64_t rows, int64_t cols, int64_t ld, float *acc);
+  /* q[i] = fp8_RNE(x[i] * scale) */
+  void (*quant)(const float *x, int64_t n, float scale, int fmt, int sat, uint8_t *q);
+  /* q[i] = fp8_RNE(x[i] * scale[i]) */
+  void (*quant_vs)(const float *x, int64_t n, const float *scale, int fmt, int sat, uint8_t *q);
+  /* q[i] = fp8_RNE(x[i]) with no scaling */
+  void (*cast_fp8)(const float *x, int64_t n, int fmt, int sat, uint8_t *q);
+  void (*cast_bf16)(const float *x, int64_t n, uint16_t *y);
+  void (*cast_fp16)(const float *x, int64_t n, uint16_t *y);
+  /* dst[c*ldd + r] = src[r*lds + c] */
+  void (*transpose_u8)(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds, uint8_t *dst,
+                       int64_t ldd);
+} xte_cpu_kernels;
+
+extern const xte_cpu_kernels xte_cpu_kernels_scalar;
+extern const xte_cpu_kernels xte_cpu_kernels_avx2;
+#ifdef XTE_HAVE_AVX512
+extern const xte_cpu_kernels xte_cpu_kernels_avx512;
+#endif
+#ifdef XTE_HAVE_SIMDE
+extern const xte_cpu_kernels xte_cpu_kernels_avx512_simde;
+#endif
+
+/* The kernel table of the ISA in use. */
+const xte_cpu_kernels *xte_cpu_kernels_get(void);
+/* The table of one ISA (NULL if not built or not runnable here). */
+const xte_cpu_kernels *xte_cpu_kernels_for(xte_cpu_isa isa);
+
+void xte_cpu_fill_info(xte_backend_info *info);
+void xte_cpu_isa_info(xte_backend_info *info);
+
+/* ---------------------------------------------------------------- thread pool
+ * xte_parallel_for splits [0, n) into contiguous chunks, one per thread (static, so the
+ * partition depends only on n and the thread count), and runs fn(ctx, begin, end, tid).
+ * Nested calls run inline on the caller. */
+typedef void (*xte_range_fn)(void *ctx, int64_t begin, int64_t end, int tid);
+void xte_parallel_for(int64_t n, xte_range_fn fn, void *ctx);
+/* Runs fn(ctx, t, t+1, t) for each thread t of the pool; returns the thread count used. */
+int xte_parallel_threads(xte_range_fn fn, void *ctx);
+int xte_cpu_threads(void);
+
+/* Cache sizes (hwloc) */
+size_t xte_cpu_l1d(void);
+size_t xte_cpu_l2(void);
+size_t xte_cpu_l3(void);
+
+/* 64-byte aligned host memory */
+void *xte_aligned_alloc(size_t bytes);
+void xte_aligned_free(void *p);
+
+/* Drivers */
+xte_status xte_cpu_quantize(const xte_quant_args *a, void *handle);
+xte_status xte_cpu_dequantize(const xte_dequant_args *a, void *handle);
+xte_status xte_cpu_cast(const xte_cast_args *a, void *handle);
+
+#endif /* XTE_CPU_H */

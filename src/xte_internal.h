@@ -1,0 +1,48 @@
+/* Core internals: error recording, backend resolution. Not installed. */
+#ifndef XTE_INTERNAL_H
+#define XTE_INTERNAL_H
+
+#include "xte/xte.h"
+#include "xte_backend.h"
+
+#if defined(__GNUC__)
+#define XTE_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define XTE_PRINTF(a, b)
+#endif
+
+/* Records the message for xte_last_error() and returns status. */
+xte_status xte_set_error(xte_status status, const char *fmt, ...) XTE_PRINTF(2, 3);
+void xte_clear_error(void);
+
+/* Fails with XTE_ERROR_NULL_POINTER naming the argument when p is NULL. */
+#define XTE_CHECK_PTR(p, name)                                                     \
+  do {                                                                             \
+    if ((p) == NULL) return xte_set_error(XTE_ERROR_NULL_POINTER, "%s is NULL", name); \
+  } while (0)
+
+#define XTE_TRY(expr)                  \
+  do {                                 \
+    xte_status xte_try_s_ = (expr);    \
+    if (xte_try_s_ != XTE_SUCCESS) return xte_try_s_; \
+  } while (0)
+
+/* A resolved stream: the backend table and the backend's own handle. */
+typedef struct xte_exec {
+  const xte_backend_ops *ops;
+  xte_backend backend;
+  int device;
+  void *handle;
+} xte_exec;
+
+/* Resolves stream (NULL = default backend) into an exec context; loads plugins on first use. */
+xte_status xte_resolve_stream(xte_stream stream, xte_exec *exec);
+
+/* Tensor helpers: 2-D view [rows, cols] of t, checking rank/shape; ld resolved. */
+xte_status xte_tensor_view2d(const xte_tensor *t, const char *name, int64_t *rows, int64_t *cols,
+                             int64_t *ld);
+
+/* The built-in CPU backend table. */
+const xte_backend_ops *xte_cpu_backend_ops(void);
+
+#endif /* XTE_INTERNAL_H */
