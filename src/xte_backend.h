@@ -34,7 +34,12 @@ typedef struct xte_backend_ops {
   xte_status (*quantize)(const xte_quant_args *args, void *handle);
   xte_status (*dequantize)(const xte_dequant_args *args, void *handle);
   xte_status (*cast)(const xte_cast_args *args, void *handle);
-  void *reserved[32]; /* later capabilities: gemm, attention, moe */
+  /* Capabilities past quantization: each has its own table, declared in its own header
+   * (src/xte_gemm_ops.h, src/xte_attention_ops.h, src/xte_moe_ops.h). NULL: not provided. */
+  const struct xte_gemm_ops *gemm;
+  const struct xte_attention_ops *attention;
+  const struct xte_moe_ops *moe;
+  void *reserved[16];
 } xte_backend_ops;
 
 typedef const xte_backend_ops *(*xte_plugin_get_ops_fn)(int abi);

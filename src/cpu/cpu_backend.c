@@ -1,4 +1,5 @@
 /* The built-in CPU backend table. */
+#include <pthread.h>
 #include <string.h>
 
 #include "cpu/xte_cpu.h"
@@ -38,9 +39,28 @@ static xte_status cpu_fill(void *h, void *dst, int value, size_t bytes) {
 }
 
 static xte_backend_ops cpu_ops = {
-    XTE_PLUGIN_ABI, "cpu",      cpu_init,          cpu_device_count,   NULL,
-    NULL,           NULL,       cpu_sync,          cpu_alloc,          cpu_dealloc,
-    cpu_copy,       cpu_fill,   xte_cpu_quantize,  xte_cpu_dequantize, xte_cpu_cast,
-    {NULL}};
+    .abi = XTE_PLUGIN_ABI,
+    .name = "cpu",
+    .init = cpu_init,
+    .device_count = cpu_device_count,
+    .synchronize = cpu_sync,
+    .alloc = cpu_alloc,
+    .dealloc = cpu_dealloc,
+    .copy = cpu_copy,
+    .fill = cpu_fill,
+    .quantize = xte_cpu_quantize,
+    .dequantize = xte_cpu_dequantize,
+    .cast = xte_cpu_cast,
+};
 
-const xte_backend_ops *xte_cpu_backend_ops(void) { return &cpu_ops; }
+static void fill_capabilities(void) {
+  cpu_ops.gemm = xte_cpu_gemm_ops();
+  cpu_ops.attention = xte_cpu_attention_ops();
+  cpu_ops.moe = xte_cpu_moe_ops();
+}
+
+const xte_backend_ops *xte_cpu_backend_ops(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, fill_capabilities);
+  return &cpu_ops;
+}

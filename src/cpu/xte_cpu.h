@@ -73,4 +73,10 @@ xte_status xte_cpu_quantize(const xte_quant_args *a, void *handle);
 xte_status xte_cpu_dequantize(const xte_dequant_args *a, void *handle);
 xte_status xte_cpu_cast(const xte_cast_args *a, void *handle);
 
+/* Capability tables of the CPU backend (see src/xte_backend.h). Each is defined by its
+ * capability's driver file; a weak fallback in cpu_capabilities.c returns NULL until then. */
+const struct xte_gemm_ops *xte_cpu_gemm_ops(void);
+const struct xte_attention_ops *xte_cpu_attention_ops(void);
+const struct xte_moe_ops *xte_cpu_moe_ops(void);
+
 #endif /* XTE_CPU_H */

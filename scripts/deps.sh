@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs what xte's build and tests need on a Debian machine, skipping what is present.
+set -euo pipefail
+pkgs=(cmake ninja-build pkg-config gcc g++ libhwloc-dev libopenblas-dev libcriterion-dev
+      libbenchmark-dev libsimde-dev python3 python3-venv)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "deps: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
