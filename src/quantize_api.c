@@ -5,8 +5,12 @@
 
 #include "xte_internal.h"
 
-static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-static int64_t rup(int64_t a, int64_t b) { return cdiv(a, b) * b; }
+static int64_t cdiv(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+static int64_t rup(int64_t a, int64_t b) {
+  return cdiv(a, b) * b;
+}
 
 xte_quant_config xte_quant_config_default(void) {
   xte_quant_config c;
@@ -18,18 +22,27 @@ xte_quant_config xte_quant_config_default(void) {
 
 static const char *mode_name(xte_scaling_mode m) {
   switch (m) {
-    case XTE_SCALING_PER_TENSOR: return "per-tensor";
-    case XTE_SCALING_BLOCK_1x128: return "1x128";
-    case XTE_SCALING_BLOCK_128x128: return "128x128";
-    case XTE_SCALING_MXFP8_1x32: return "mxfp8 1x32";
-    default: return "unknown";
+    case XTE_SCALING_PER_TENSOR:
+      return "per-tensor";
+    case XTE_SCALING_BLOCK_1x128:
+      return "1x128";
+    case XTE_SCALING_BLOCK_128x128:
+      return "128x128";
+    case XTE_SCALING_MXFP8_1x32:
+      return "mxfp8 1x32";
+    default:
+      return "unknown";
   }
 }
 
-static int recipe_is_mx(xte_recipe r) { return r == XTE_RECIPE_MX_TE || r == XTE_RECIPE_MX_OCP; }
+static int recipe_is_mx(xte_recipe r) {
+  return r == XTE_RECIPE_MX_TE || r == XTE_RECIPE_MX_OCP;
+}
 
 /* The columnwise copy keeps the [M, K] shape (quantized in Bx1 blocks) for MTFP8 and MX. */
-static int col_transposed(xte_recipe r) { return !(r == XTE_RECIPE_MTFP8 || recipe_is_mx(r)); }
+static int col_transposed(xte_recipe r) {
+  return !(r == XTE_RECIPE_MTFP8 || recipe_is_mx(r));
+}
 
 static xte_status check_mode_recipe(xte_scaling_mode mode, xte_recipe recipe) {
   if ((unsigned)mode >= XTE_SCALING_COUNT)
@@ -50,7 +63,8 @@ static xte_status check_mode_recipe(xte_scaling_mode mode, xte_recipe recipe) {
     case XTE_SCALING_MXFP8_1x32:
       if (recipe_is_mx(recipe)) return XTE_SUCCESS;
       break;
-    default: break;
+    default:
+      break;
   }
   return xte_set_error(XTE_ERROR_UNSUPPORTED, "recipe %d does not define scaling_mode %s",
                        (int)recipe, mode_name(mode));
@@ -125,9 +139,9 @@ static xte_status scale_geom(int64_t M, int64_t K, xte_scaling_mode mode, xte_re
   return XTE_SUCCESS;
 }
 
-xte_status xte_quantize_scale_shape(int64_t M, int64_t K, xte_scaling_mode mode,
-                                    xte_recipe recipe, xte_scale_layout layout, int columnwise,
-                                    int64_t *rows, int64_t *cols) {
+xte_status xte_quantize_scale_shape(int64_t M, int64_t K, xte_scaling_mode mode, xte_recipe recipe,
+                                    xte_scale_layout layout, int columnwise, int64_t *rows,
+                                    int64_t *cols) {
   xte_scale_map m;
   XTE_CHECK_PTR(rows, "rows");
   XTE_CHECK_PTR(cols, "cols");
@@ -139,7 +153,9 @@ xte_status xte_quantize_scale_shape(int64_t M, int64_t K, xte_scaling_mode mode,
   return XTE_SUCCESS;
 }
 
-static int fp8_fmt(xte_dtype d) { return d == XTE_DTYPE_E4M3 ? XTE_FP8_E4M3 : XTE_FP8_E5M2; }
+static int fp8_fmt(xte_dtype d) {
+  return d == XTE_DTYPE_E4M3 ? XTE_FP8_E4M3 : XTE_FP8_E5M2;
+}
 
 /* Checks one output copy (data + scales) of a quantize, resolving its scale map. */
 static xte_status check_copy(const xte_tensor *t, const xte_scale_tensor *s, const char *name,
@@ -165,8 +181,8 @@ static xte_status check_copy(const xte_tensor *t, const xte_scale_tensor *s, con
   if (want_s == XTE_DTYPE_FP32 && ((uintptr_t)s->data % 4) != 0)
     return xte_set_error(XTE_ERROR_ALIGNMENT, "%s.data is not 4-byte aligned", sname);
   if (s->rows < 0 || s->cols < 0 || s->rows * s->cols < need_r * need_c)
-    return xte_set_error(XTE_ERROR_BUFFER_TOO_SMALL, "%s is [%lld, %lld]: need [%lld, %lld]",
-                         sname, (long long)s->rows, (long long)s->cols, (long long)need_r,
+    return xte_set_error(XTE_ERROR_BUFFER_TOO_SMALL, "%s is [%lld, %lld]: need [%lld, %lld]", sname,
+                         (long long)s->rows, (long long)s->cols, (long long)need_r,
                          (long long)need_c);
   if (s->rows != need_r || s->cols != need_c)
     return xte_set_error(XTE_ERROR_SHAPE, "%s is [%lld, %lld]: want [%lld, %lld]", sname,
@@ -178,9 +194,15 @@ static xte_status check_copy(const xte_tensor *t, const xte_scale_tensor *s, con
 
 static xte_status input_kind(const xte_tensor *in, const char *name, int *kind) {
   switch (in->dtype) {
-    case XTE_DTYPE_FP32: *kind = XTE_NUM_IN_F32; break;
-    case XTE_DTYPE_BF16: *kind = XTE_NUM_IN_BF16; break;
-    case XTE_DTYPE_FP16: *kind = XTE_NUM_IN_F16; break;
+    case XTE_DTYPE_FP32:
+      *kind = XTE_NUM_IN_F32;
+      break;
+    case XTE_DTYPE_BF16:
+      *kind = XTE_NUM_IN_BF16;
+      break;
+    case XTE_DTYPE_FP16:
+      *kind = XTE_NUM_IN_F16;
+      break;
     default:
       return xte_set_error(XTE_ERROR_DTYPE, "%s->dtype is %s: want fp32, bf16 or fp16", name,
                            xte_dtype_name(in->dtype));
@@ -287,13 +309,13 @@ xte_status xte_dequantize(const xte_qtensor *input, int columnwise, xte_tensor *
     return xte_set_error(XTE_ERROR_DTYPE, "out->dtype is %s: want fp32, bf16 or fp16",
                          xte_dtype_name(out->dtype));
   if (oR != R || oC != C)
-    return xte_set_error(XTE_ERROR_SHAPE, "out is [%lld, %lld]: want [%lld, %lld]",
-                         (long long)oR, (long long)oC, (long long)R, (long long)C);
+    return xte_set_error(XTE_ERROR_SHAPE, "out is [%lld, %lld]: want [%lld, %lld]", (long long)oR,
+                         (long long)oC, (long long)R, (long long)C);
   tr = columnwise && col_transposed(input->recipe);
   M = tr ? C : R;
   K = tr ? R : C;
-  XTE_TRY(scale_geom(M, K, input->scaling_mode, input->recipe, s->layout, columnwise, &a.s,
-                     &need_r, &need_c));
+  XTE_TRY(scale_geom(M, K, input->scaling_mode, input->recipe, s->layout, columnwise, &a.s, &need_r,
+                     &need_c));
   if (!s->data) return xte_set_error(XTE_ERROR_NULL_POINTER, "input scale_inv data is NULL");
   if (s->dtype != (recipe_is_mx(input->recipe) ? XTE_DTYPE_E8M0 : XTE_DTYPE_FP32))
     return xte_set_error(XTE_ERROR_DTYPE, "input scale_inv dtype %s does not fit recipe %d",
@@ -331,8 +353,8 @@ xte_status xte_dequantize(const xte_qtensor *input, int columnwise, xte_tensor *
 }
 
 static int castable(xte_dtype d) {
-  return d == XTE_DTYPE_FP32 || d == XTE_DTYPE_BF16 || d == XTE_DTYPE_FP16 ||
-         d == XTE_DTYPE_E4M3 || d == XTE_DTYPE_E5M2;
+  return d == XTE_DTYPE_FP32 || d == XTE_DTYPE_BF16 || d == XTE_DTYPE_FP16 || d == XTE_DTYPE_E4M3 ||
+         d == XTE_DTYPE_E5M2;
 }
 
 xte_status xte_cast(const xte_tensor *input, xte_tensor *out, int saturate, xte_stream stream) {

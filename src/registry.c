@@ -80,25 +80,36 @@ static void load_plugin(plugin_slot *s) {
     return;
   }
   s->ndev = ops->device_count();
-  if (s->ndev <= 0) snprintf(s->why, sizeof s->why, "%s loaded, no device found", s->lib);
-  else snprintf(s->why, sizeof s->why, "%s loaded, %d device(s)", s->lib, s->ndev);
+  if (s->ndev <= 0)
+    snprintf(s->why, sizeof s->why, "%s loaded, no device found", s->lib);
+  else
+    snprintf(s->why, sizeof s->why, "%s loaded, %d device(s)", s->lib, s->ndev);
   s->ops = ops;
 }
 
-static void load_cuda(void) { load_plugin(&plugins[XTE_BACKEND_CUDA]); }
-static void load_musa(void) { load_plugin(&plugins[XTE_BACKEND_MUSA]); }
+static void load_cuda(void) {
+  load_plugin(&plugins[XTE_BACKEND_CUDA]);
+}
+static void load_musa(void) {
+  load_plugin(&plugins[XTE_BACKEND_MUSA]);
+}
 
 static plugin_slot *get_plugin(xte_backend b) {
-  if (b == XTE_BACKEND_CUDA) pthread_once(&plugins[b].once, load_cuda);
-  else pthread_once(&plugins[b].once, load_musa);
+  if (b == XTE_BACKEND_CUDA)
+    pthread_once(&plugins[b].once, load_cuda);
+  else
+    pthread_once(&plugins[b].once, load_musa);
   return &plugins[b];
 }
 
 const char *xte_backend_name(xte_backend backend) {
   switch (backend) {
-    case XTE_BACKEND_CPU: return "cpu";
-    case XTE_BACKEND_CUDA: return "cuda";
-    case XTE_BACKEND_MUSA: return "musa";
+    case XTE_BACKEND_CPU:
+      return "cpu";
+    case XTE_BACKEND_CUDA:
+      return "cuda";
+    case XTE_BACKEND_MUSA:
+      return "musa";
   }
   return "unknown";
 }
@@ -129,10 +140,14 @@ static xte_status backend_ops(xte_backend b, int device, const xte_backend_ops *
 static xte_status default_backend(xte_backend *b) {
   *b = XTE_BACKEND_CPU;
   const char *e = getenv("XTE_BACKEND");
-  if (!e || !*e || !strcmp(e, "cpu")) *b = XTE_BACKEND_CPU;
-  else if (!strcmp(e, "cuda")) *b = XTE_BACKEND_CUDA;
-  else if (!strcmp(e, "musa")) *b = XTE_BACKEND_MUSA;
-  else return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "XTE_BACKEND=%s: want cpu, cuda or musa", e);
+  if (!e || !*e || !strcmp(e, "cpu"))
+    *b = XTE_BACKEND_CPU;
+  else if (!strcmp(e, "cuda"))
+    *b = XTE_BACKEND_CUDA;
+  else if (!strcmp(e, "musa"))
+    *b = XTE_BACKEND_MUSA;
+  else
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "XTE_BACKEND=%s: want cpu, cuda or musa", e);
   return XTE_SUCCESS;
 }
 
@@ -268,8 +283,8 @@ xte_status xte_backend_info_string(char *buf, size_t size) {
   XTE_CHECK_PTR(buf, "buf");
   if (size == 0) return xte_set_error(XTE_ERROR_BUFFER_TOO_SMALL, "size is 0");
   XTE_TRY(xte_get_backend_info(&in));
-#define XTE_PUT(...)                                              \
-  do {                                                            \
+#define XTE_PUT(...)                                                     \
+  do {                                                                   \
     if (o < size) o += (size_t)snprintf(buf + o, size - o, __VA_ARGS__); \
   } while (0)
   XTE_PUT("xte %d.%d.%d\n", in.version / 10000, in.version / 100 % 100, in.version % 100);

@@ -14,44 +14,72 @@ xte_status xte_set_error(xte_status status, const char *fmt, ...) {
   return status;
 }
 
-void xte_clear_error(void) { xte_err_msg[0] = '\0'; }
+void xte_clear_error(void) {
+  xte_err_msg[0] = '\0';
+}
 
-const char *xte_last_error(void) { return xte_err_msg; }
+const char *xte_last_error(void) {
+  return xte_err_msg;
+}
 
 const char *xte_status_string(xte_status status) {
   switch (status) {
-    case XTE_SUCCESS: return "XTE_SUCCESS";
-    case XTE_ERROR_INVALID_ARGUMENT: return "XTE_ERROR_INVALID_ARGUMENT";
-    case XTE_ERROR_NULL_POINTER: return "XTE_ERROR_NULL_POINTER";
-    case XTE_ERROR_DTYPE: return "XTE_ERROR_DTYPE";
-    case XTE_ERROR_SHAPE: return "XTE_ERROR_SHAPE";
-    case XTE_ERROR_BUFFER_TOO_SMALL: return "XTE_ERROR_BUFFER_TOO_SMALL";
-    case XTE_ERROR_ALIGNMENT: return "XTE_ERROR_ALIGNMENT";
-    case XTE_ERROR_UNSUPPORTED: return "XTE_ERROR_UNSUPPORTED";
-    case XTE_ERROR_BACKEND_UNAVAILABLE: return "XTE_ERROR_BACKEND_UNAVAILABLE";
-    case XTE_ERROR_DEVICE: return "XTE_ERROR_DEVICE";
-    case XTE_ERROR_OUT_OF_MEMORY: return "XTE_ERROR_OUT_OF_MEMORY";
-    case XTE_ERROR_INTERNAL: return "XTE_ERROR_INTERNAL";
+    case XTE_SUCCESS:
+      return "XTE_SUCCESS";
+    case XTE_ERROR_INVALID_ARGUMENT:
+      return "XTE_ERROR_INVALID_ARGUMENT";
+    case XTE_ERROR_NULL_POINTER:
+      return "XTE_ERROR_NULL_POINTER";
+    case XTE_ERROR_DTYPE:
+      return "XTE_ERROR_DTYPE";
+    case XTE_ERROR_SHAPE:
+      return "XTE_ERROR_SHAPE";
+    case XTE_ERROR_BUFFER_TOO_SMALL:
+      return "XTE_ERROR_BUFFER_TOO_SMALL";
+    case XTE_ERROR_ALIGNMENT:
+      return "XTE_ERROR_ALIGNMENT";
+    case XTE_ERROR_UNSUPPORTED:
+      return "XTE_ERROR_UNSUPPORTED";
+    case XTE_ERROR_BACKEND_UNAVAILABLE:
+      return "XTE_ERROR_BACKEND_UNAVAILABLE";
+    case XTE_ERROR_DEVICE:
+      return "XTE_ERROR_DEVICE";
+    case XTE_ERROR_OUT_OF_MEMORY:
+      return "XTE_ERROR_OUT_OF_MEMORY";
+    case XTE_ERROR_INTERNAL:
+      return "XTE_ERROR_INTERNAL";
   }
   return "XTE_ERROR_UNKNOWN";
 }
 
-int xte_version(void) { return XTE_VERSION; }
+int xte_version(void) {
+  return XTE_VERSION;
+}
 
 size_t xte_dtype_size(xte_dtype dtype) {
   switch (dtype) {
-    case XTE_DTYPE_FP32: case XTE_DTYPE_INT32: return 4;
-    case XTE_DTYPE_FP16: case XTE_DTYPE_BF16: return 2;
-    case XTE_DTYPE_E4M3: case XTE_DTYPE_E5M2: case XTE_DTYPE_E8M0: case XTE_DTYPE_UINT8: return 1;
-    case XTE_DTYPE_INT64: case XTE_DTYPE_FP64: return 8;
-    default: return 0;
+    case XTE_DTYPE_FP32:
+    case XTE_DTYPE_INT32:
+      return 4;
+    case XTE_DTYPE_FP16:
+    case XTE_DTYPE_BF16:
+      return 2;
+    case XTE_DTYPE_E4M3:
+    case XTE_DTYPE_E5M2:
+    case XTE_DTYPE_E8M0:
+    case XTE_DTYPE_UINT8:
+      return 1;
+    case XTE_DTYPE_INT64:
+    case XTE_DTYPE_FP64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
 const char *xte_dtype_name(xte_dtype dtype) {
-  static const char *const names[XTE_DTYPE_COUNT] = {"fp32", "fp16", "bf16",  "e4m3",
-                                                     "e5m2", "e8m0", "int32", "int64",
-                                                     "uint8", "fp64"};
+  static const char *const names[XTE_DTYPE_COUNT] = {"fp32", "fp16",  "bf16",  "e4m3",  "e5m2",
+                                                     "e8m0", "int32", "int64", "uint8", "fp64"};
   if ((unsigned)dtype >= XTE_DTYPE_COUNT) return "unknown";
   return names[dtype];
 }

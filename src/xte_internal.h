@@ -16,14 +16,14 @@ xte_status xte_set_error(xte_status status, const char *fmt, ...) XTE_PRINTF(2, 
 void xte_clear_error(void);
 
 /* Fails with XTE_ERROR_NULL_POINTER naming the argument when p is NULL. */
-#define XTE_CHECK_PTR(p, name)                                                     \
-  do {                                                                             \
+#define XTE_CHECK_PTR(p, name)                                                         \
+  do {                                                                                 \
     if ((p) == NULL) return xte_set_error(XTE_ERROR_NULL_POINTER, "%s is NULL", name); \
   } while (0)
 
-#define XTE_TRY(expr)                  \
-  do {                                 \
-    xte_status xte_try_s_ = (expr);    \
+#define XTE_TRY(expr)                                 \
+  do {                                                \
+    xte_status xte_try_s_ = (expr);                   \
     if (xte_try_s_ != XTE_SUCCESS) return xte_try_s_; \
   } while (0)
 

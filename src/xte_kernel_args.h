@@ -12,13 +12,13 @@
 enum { XTE_SMAP_LINEAR = 0, XTE_SMAP_SWIZZLE = 1 };
 
 typedef struct xte_scale_map {
-  void *data;        /* NULL: this copy is not produced */
-  int kind;          /* XTE_SMAP_* */
-  int e8m0;          /* 1: one E8M0 byte per block; 0: fp32 */
-  int swap;          /* swizzle only: tile coordinates are (gj, gi) */
-  int64_t sr, sc;    /* linear: offset = gi * sr + gj * sc */
-  int64_t tiles_c;   /* swizzle: 128x4 tiles per tile row */
-  int64_t total;     /* elements in the buffer (padding is zero-filled) */
+  void *data;      /* NULL: this copy is not produced */
+  int kind;        /* XTE_SMAP_* */
+  int e8m0;        /* 1: one E8M0 byte per block; 0: fp32 */
+  int swap;        /* swizzle only: tile coordinates are (gj, gi) */
+  int64_t sr, sc;  /* linear: offset = gi * sr + gj * sc */
+  int64_t tiles_c; /* swizzle: 128x4 tiles per tile row */
+  int64_t total;   /* elements in the buffer (padding is zero-filled) */
   int64_t grid_r, grid_c;
 } xte_scale_map;
 
@@ -37,10 +37,10 @@ typedef struct xte_quant_args {
   const void *in;
   int in_kind; /* XTE_NUM_IN_F32 / BF16 / F16 */
   int64_t M, K, ld_in;
-  int fmt;     /* XTE_FP8_E4M3 / E5M2 */
+  int fmt; /* XTE_FP8_E4M3 / E5M2 */
   int saturate;
-  int mode;    /* xte_scaling_mode */
-  int recipe;  /* xte_recipe */
+  int mode;   /* xte_scaling_mode */
+  int recipe; /* xte_recipe */
   float eps;
   int force_pow_2;
   /* rowwise copy [M, K] */
@@ -86,11 +86,16 @@ XTE_HD xte_block_scale xte_quant_block_scale(const xte_quant_args *a, float amax
     case 2: /* TE_BLOCK */
     case 0: /* TE_CURRENT */
       return xte_scale_te(amax, a->fmt, a->eps, a->recipe == 2 ? a->force_pow_2 : 0, a->in_kind);
-    case 3: return xte_scale_deepgemm(amax, a->fmt, 0);
-    case 4: return xte_scale_deepgemm(amax, a->fmt, 1);
-    case 5: return xte_scale_mtfp8(amax, a->fmt);
-    case 6: return xte_scale_mx_te(amax, a->fmt);
-    case 7: return xte_scale_mx_ocp(amax, a->fmt);
+    case 3:
+      return xte_scale_deepgemm(amax, a->fmt, 0);
+    case 4:
+      return xte_scale_deepgemm(amax, a->fmt, 1);
+    case 5:
+      return xte_scale_mtfp8(amax, a->fmt);
+    case 6:
+      return xte_scale_mx_te(amax, a->fmt);
+    case 7:
+      return xte_scale_mx_ocp(amax, a->fmt);
     default: { /* 1: TE_DELAYED */
       xte_block_scale r;
       r.scale = a->given_scale;

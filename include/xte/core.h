@@ -20,13 +20,13 @@ extern "C" {
 /* ------------------------------------------------------------------ status */
 typedef enum xte_status {
   XTE_SUCCESS = 0,
-  XTE_ERROR_INVALID_ARGUMENT = 1, /* a value out of range, an unknown enum */
-  XTE_ERROR_NULL_POINTER = 2,     /* a required pointer is NULL */
-  XTE_ERROR_DTYPE = 3,            /* a dtype the operation does not take */
-  XTE_ERROR_SHAPE = 4,            /* shapes that do not match */
-  XTE_ERROR_BUFFER_TOO_SMALL = 5, /* a scale / workspace buffer smaller than required */
-  XTE_ERROR_ALIGNMENT = 6,        /* a pointer or leading dimension misaligned */
-  XTE_ERROR_UNSUPPORTED = 7,      /* a valid request this build or recipe does not define */
+  XTE_ERROR_INVALID_ARGUMENT = 1,    /* a value out of range, an unknown enum */
+  XTE_ERROR_NULL_POINTER = 2,        /* a required pointer is NULL */
+  XTE_ERROR_DTYPE = 3,               /* a dtype the operation does not take */
+  XTE_ERROR_SHAPE = 4,               /* shapes that do not match */
+  XTE_ERROR_BUFFER_TOO_SMALL = 5,    /* a scale / workspace buffer smaller than required */
+  XTE_ERROR_ALIGNMENT = 6,           /* a pointer or leading dimension misaligned */
+  XTE_ERROR_UNSUPPORTED = 7,         /* a valid request this build or recipe does not define */
   XTE_ERROR_BACKEND_UNAVAILABLE = 8, /* plugin library missing or no device */
   XTE_ERROR_DEVICE = 9,              /* a GPU runtime call failed */
   XTE_ERROR_OUT_OF_MEMORY = 10,
@@ -58,7 +58,7 @@ typedef enum xte_dtype {
   XTE_DTYPE_COUNT
 } xte_dtype;
 
-XTE_API size_t xte_dtype_size(xte_dtype dtype);    /* bytes per element, 0 if unknown */
+XTE_API size_t xte_dtype_size(xte_dtype dtype);      /* bytes per element, 0 if unknown */
 XTE_API const char *xte_dtype_name(xte_dtype dtype); /* "fp32", "e4m3", ... */
 
 /* ------------------------------------------------------------------ tensors */
@@ -96,7 +96,11 @@ static inline xte_tensor xte_tensor_1d(void *data, xte_dtype dtype, int64_t n) {
 }
 
 /* ------------------------------------------------------------------ backends */
-typedef enum xte_backend { XTE_BACKEND_CPU = 0, XTE_BACKEND_CUDA = 1, XTE_BACKEND_MUSA = 2 } xte_backend;
+typedef enum xte_backend {
+  XTE_BACKEND_CPU = 0,
+  XTE_BACKEND_CUDA = 1,
+  XTE_BACKEND_MUSA = 2
+} xte_backend;
 
 XTE_API const char *xte_backend_name(xte_backend backend);
 
@@ -132,11 +136,11 @@ typedef struct xte_gpu_info {
 
 typedef struct xte_backend_info {
   int version;
-  xte_cpu_isa cpu_isa;           /* in use */
-  xte_cpu_isa cpu_isa_best;      /* best the machine supports */
-  unsigned cpu_isa_available;    /* bit i set: ISA i can run */
-  int cpu_cores;                 /* physical cores (hwloc) */
-  int cpu_threads;               /* pool size */
+  xte_cpu_isa cpu_isa;        /* in use */
+  xte_cpu_isa cpu_isa_best;   /* best the machine supports */
+  unsigned cpu_isa_available; /* bit i set: ISA i can run */
+  int cpu_cores;              /* physical cores (hwloc) */
+  int cpu_threads;            /* pool size */
   size_t l1d_bytes, l2_bytes, l3_bytes;
   char cpu_name[128];
   int cuda_plugin_found, musa_plugin_found; /* libxte_cuda.so / libxte_musa.so loaded */

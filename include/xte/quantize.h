@@ -18,14 +18,14 @@ typedef enum xte_scaling_mode {
 
 /* The recipe names the exact arithmetic; it is never implied by the mode. */
 typedef enum xte_recipe {
-  XTE_RECIPE_TE_CURRENT = 0,  /* per-tensor current scaling: scale = fp8_max / amax(tensor) */
-  XTE_RECIPE_TE_DELAYED = 1,  /* per-tensor delayed scaling: scale given in xte_qtensor.scale */
-  XTE_RECIPE_TE_BLOCK = 2,    /* TransformerEngine Float8BlockScaling (1x128, 128x128) */
-  XTE_RECIPE_DEEPGEMM = 3,    /* DeepGEMM per_token / per_block cast (1x128, 128x128) */
+  XTE_RECIPE_TE_CURRENT = 0,     /* per-tensor current scaling: scale = fp8_max / amax(tensor) */
+  XTE_RECIPE_TE_DELAYED = 1,     /* per-tensor delayed scaling: scale given in xte_qtensor.scale */
+  XTE_RECIPE_TE_BLOCK = 2,       /* TransformerEngine Float8BlockScaling (1x128, 128x128) */
+  XTE_RECIPE_DEEPGEMM = 3,       /* DeepGEMM per_token / per_block cast (1x128, 128x128) */
   XTE_RECIPE_DEEPGEMM_UE8M0 = 4, /* same, scale rounded up to a power of two */
-  XTE_RECIPE_MTFP8 = 5,       /* MT-TransformerEngine MTFP8 block scaling (1x128, 128x128) */
-  XTE_RECIPE_MX_TE = 6,       /* MXFP8 as TE / cuBLAS (E8M0 rounded up) */
-  XTE_RECIPE_MX_OCP = 7,      /* MXFP8 as the OCP MX reference (floor(log2 amax) - emax) */
+  XTE_RECIPE_MTFP8 = 5,          /* MT-TransformerEngine MTFP8 block scaling (1x128, 128x128) */
+  XTE_RECIPE_MX_TE = 6,          /* MXFP8 as TE / cuBLAS (E8M0 rounded up) */
+  XTE_RECIPE_MX_OCP = 7,         /* MXFP8 as the OCP MX reference (floor(log2 amax) - emax) */
   XTE_RECIPE_COUNT
 } xte_recipe;
 

@@ -10,7 +10,9 @@ static xte_status cpu_init(const xte_core_services *svc, char *why, size_t why_s
   if (why_size) why[0] = '\0';
   return XTE_SUCCESS;
 }
-static int cpu_device_count(void) { return 1; }
+static int cpu_device_count(void) {
+  return 1;
+}
 static xte_status cpu_sync(void *h) {
   (void)h;
   return XTE_SUCCESS;
@@ -18,7 +20,8 @@ static xte_status cpu_sync(void *h) {
 static xte_status cpu_alloc(int device, size_t bytes, void **ptr) {
   (void)device;
   *ptr = xte_aligned_alloc(bytes);
-  if (!*ptr) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "bytes = %zu: out of host memory", bytes);
+  if (!*ptr)
+    return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "bytes = %zu: out of host memory", bytes);
   return XTE_SUCCESS;
 }
 static xte_status cpu_dealloc(int device, void *ptr) {

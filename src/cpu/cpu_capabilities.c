@@ -3,6 +3,12 @@
  * definitions replace these. */
 #include "cpu/xte_cpu.h"
 
-__attribute__((weak)) const struct xte_gemm_ops *xte_cpu_gemm_ops(void) { return NULL; }
-__attribute__((weak)) const struct xte_attention_ops *xte_cpu_attention_ops(void) { return NULL; }
-__attribute__((weak)) const struct xte_moe_ops *xte_cpu_moe_ops(void) { return NULL; }
+__attribute__((weak)) const struct xte_gemm_ops *xte_cpu_gemm_ops(void) {
+  return NULL;
+}
+__attribute__((weak)) const struct xte_attention_ops *xte_cpu_attention_ops(void) {
+  return NULL;
+}
+__attribute__((weak)) const struct xte_moe_ops *xte_cpu_moe_ops(void) {
+  return NULL;
+}

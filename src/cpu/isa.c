@@ -82,11 +82,16 @@ static void ensure_isa(void) {
 
 const char *xte_cpu_isa_name(xte_cpu_isa isa) {
   switch (isa) {
-    case XTE_CPU_ISA_SCALAR: return "scalar";
-    case XTE_CPU_ISA_AVX2: return "avx2";
-    case XTE_CPU_ISA_AVX512: return "avx512";
-    case XTE_CPU_ISA_AVX512_SIMDE: return "avx512_simde";
-    default: return "unknown";
+    case XTE_CPU_ISA_SCALAR:
+      return "scalar";
+    case XTE_CPU_ISA_AVX2:
+      return "avx2";
+    case XTE_CPU_ISA_AVX512:
+      return "avx512";
+    case XTE_CPU_ISA_AVX512_SIMDE:
+      return "avx512_simde";
+    default:
+      return "unknown";
   }
 }
 
@@ -111,18 +116,24 @@ const xte_cpu_kernels *xte_cpu_kernels_for(xte_cpu_isa isa) {
   ensure_isa();
   if ((unsigned)isa >= XTE_CPU_ISA_COUNT || !(isa_avail & (1u << isa))) return NULL;
   switch (isa) {
-    case XTE_CPU_ISA_AVX2: return &xte_cpu_kernels_avx2;
+    case XTE_CPU_ISA_AVX2:
+      return &xte_cpu_kernels_avx2;
 #ifdef XTE_HAVE_AVX512
-    case XTE_CPU_ISA_AVX512: return &xte_cpu_kernels_avx512;
+    case XTE_CPU_ISA_AVX512:
+      return &xte_cpu_kernels_avx512;
 #endif
 #ifdef XTE_HAVE_SIMDE
-    case XTE_CPU_ISA_AVX512_SIMDE: return &xte_cpu_kernels_avx512_simde;
+    case XTE_CPU_ISA_AVX512_SIMDE:
+      return &xte_cpu_kernels_avx512_simde;
 #endif
-    default: return &xte_cpu_kernels_scalar;
+    default:
+      return &xte_cpu_kernels_scalar;
   }
 }
 
-const xte_cpu_kernels *xte_cpu_kernels_get(void) { return xte_cpu_kernels_for(xte_cpu_get_isa()); }
+const xte_cpu_kernels *xte_cpu_kernels_get(void) {
+  return xte_cpu_kernels_for(xte_cpu_get_isa());
+}
 
 void xte_cpu_isa_info(xte_backend_info *info) {
   ensure_isa();

@@ -18,7 +18,9 @@ typedef struct qctx {
   float partial[256]; /* per-thread amax */
 } qctx;
 
-static size_t in_size(int in_kind) { return in_kind == XTE_NUM_IN_F32 ? 4 : 2; }
+static size_t in_size(int in_kind) {
+  return in_kind == XTE_NUM_IN_F32 ? 4 : 2;
+}
 
 static void quant_tile(qctx *c, int64_t tr, int64_t tc, float *T, uint8_t *Qt, float *acc,
                        float *sv, float *tamax) {
@@ -47,7 +49,8 @@ static void quant_tile(qctx *c, int64_t tr, int64_t tc, float *T, uint8_t *Qt, f
   if (a->row_q) {
     uint8_t *dst = a->row_q + (size_t)r0 * (size_t)a->ld_row_q + (size_t)c0;
     if (one_scale) {
-      for (r = 0; r < nr; r++) k->quant(T + r * TILE, nc, sq.scale, a->fmt, a->saturate, dst + r * a->ld_row_q);
+      for (r = 0; r < nr; r++)
+        k->quant(T + r * TILE, nc, sq.scale, a->fmt, a->saturate, dst + r * a->ld_row_q);
       if (a->square) xte_store_scale(&a->row_s, tr, tc, sq);
     } else {
       const int64_t bw = a->row_bw;
@@ -238,11 +241,21 @@ static void cast_range(void *vctx, int64_t b, int64_t e, int tid) {
       k->load_f32((const char *)a->in + (size_t)i * es, in_kind_of(a->in_dtype), n, buf);
     }
     switch (a->out_dtype) {
-      case XTE_DTYPE_FP32: memcpy((float *)a->out + i, buf, (size_t)n * 4); break;
-      case XTE_DTYPE_BF16: k->cast_bf16(buf, n, (uint16_t *)a->out + i); break;
-      case XTE_DTYPE_FP16: k->cast_fp16(buf, n, (uint16_t *)a->out + i); break;
-      case XTE_DTYPE_E4M3: k->cast_fp8(buf, n, XTE_FP8_E4M3, a->saturate, (uint8_t *)a->out + i); break;
-      default: k->cast_fp8(buf, n, XTE_FP8_E5M2, a->saturate, (uint8_t *)a->out + i); break;
+      case XTE_DTYPE_FP32:
+        memcpy((float *)a->out + i, buf, (size_t)n * 4);
+        break;
+      case XTE_DTYPE_BF16:
+        k->cast_bf16(buf, n, (uint16_t *)a->out + i);
+        break;
+      case XTE_DTYPE_FP16:
+        k->cast_fp16(buf, n, (uint16_t *)a->out + i);
+        break;
+      case XTE_DTYPE_E4M3:
+        k->cast_fp8(buf, n, XTE_FP8_E4M3, a->saturate, (uint8_t *)a->out + i);
+        break;
+      default:
+        k->cast_fp8(buf, n, XTE_FP8_E5M2, a->saturate, (uint8_t *)a->out + i);
+        break;
     }
   }
 }

@@ -154,9 +154,13 @@ static int run_job(int64_t n, xte_range_fn fn, void *ctx, int per_thread) {
   return nt;
 }
 
-void xte_parallel_for(int64_t n, xte_range_fn fn, void *ctx) { run_job(n, fn, ctx, 0); }
+void xte_parallel_for(int64_t n, xte_range_fn fn, void *ctx) {
+  run_job(n, fn, ctx, 0);
+}
 
-int xte_parallel_threads(xte_range_fn fn, void *ctx) { return run_job(0, fn, ctx, 1); }
+int xte_parallel_threads(xte_range_fn fn, void *ctx) {
+  return run_job(0, fn, ctx, 1);
+}
 
 int xte_cpu_threads(void) {
   pthread_once(&topo_once, init_topology);
@@ -180,7 +184,9 @@ xte_status xte_cpu_set_num_threads(int n) {
   return XTE_SUCCESS;
 }
 
-int xte_cpu_get_num_threads(void) { return xte_cpu_threads(); }
+int xte_cpu_get_num_threads(void) {
+  return xte_cpu_threads();
+}
 
 size_t xte_cpu_l1d(void) {
   pthread_once(&topo_once, init_topology);
@@ -201,7 +207,9 @@ void *xte_aligned_alloc(size_t bytes) {
   return p;
 }
 
-void xte_aligned_free(void *p) { free(p); }
+void xte_aligned_free(void *p) {
+  free(p);
+}
 
 void xte_cpu_fill_info(xte_backend_info *info) {
   pthread_once(&topo_once, init_topology);

@@ -44,9 +44,15 @@ XTE_HD float xte_bits_f32(uint32_t u) {
   return v.f;
 }
 
-XTE_HD int xte_f32_isnan(float f) { return (xte_f32_bits(f) & 0x7FFFFFFFu) > 0x7F800000u; }
-XTE_HD int xte_f32_isinf(float f) { return (xte_f32_bits(f) & 0x7FFFFFFFu) == 0x7F800000u; }
-XTE_HD float xte_f32_abs(float f) { return xte_bits_f32(xte_f32_bits(f) & 0x7FFFFFFFu); }
+XTE_HD int xte_f32_isnan(float f) {
+  return (xte_f32_bits(f) & 0x7FFFFFFFu) > 0x7F800000u;
+}
+XTE_HD int xte_f32_isinf(float f) {
+  return (xte_f32_bits(f) & 0x7FFFFFFFu) == 0x7F800000u;
+}
+XTE_HD float xte_f32_abs(float f) {
+  return xte_bits_f32(xte_f32_bits(f) & 0x7FFFFFFFu);
+}
 
 /* fmaxf semantics without libm: a NaN operand never wins; +0 and -0 compare equal. */
 XTE_HD float xte_fmaxf(float a, float b) {
@@ -68,7 +74,9 @@ enum { XTE_FP8_E4M3 = 0, XTE_FP8_E5M2 = 1 };
 XTE_NUM_CONST float XTE_E4M3_MAX = 448.0f;
 XTE_NUM_CONST float XTE_E5M2_MAX = 57344.0f;
 
-XTE_HD float xte_fp8_max(int fmt) { return fmt == XTE_FP8_E4M3 ? 448.0f : 57344.0f; }
+XTE_HD float xte_fp8_max(int fmt) {
+  return fmt == XTE_FP8_E4M3 ? 448.0f : 57344.0f;
+}
 
 /* fp32 -> E4M3 ("fn"), round to nearest even.
  * Normal results: round the fp32 significand to 3 bits in the integer domain (the carry moves
@@ -150,7 +158,9 @@ XTE_HD uint16_t xte_f32_to_bf16(float x) {
   return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
-XTE_HD float xte_bf16_to_f32(uint16_t h) { return xte_bits_f32((uint32_t)h << 16); }
+XTE_HD float xte_bf16_to_f32(uint16_t h) {
+  return xte_bits_f32((uint32_t)h << 16);
+}
 
 /* fp16 -> fp32, exact. */
 XTE_HD float xte_fp16_to_f32(uint16_t h) {
@@ -173,7 +183,7 @@ XTE_HD uint16_t xte_f32_to_fp16(float x) {
   uint32_t a = u & 0x7FFFFFFFu;
   if (a > 0x7F800000u) return (uint16_t)(sign | 0x7E00u | ((a >> 13) & 0x3FFu));
   if (a >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u); /* >= 65520: rounds to inf */
-  if (a >= 0x38800000u) {                                   /* >= 2^-14: normal */
+  if (a >= 0x38800000u) {                                  /* >= 2^-14: normal */
     uint32_t r = (a + 0xFFFu + ((a >> 13) & 1u)) >> 13;
     return (uint16_t)(sign | (r - (112u << 10)));
   }
@@ -206,7 +216,9 @@ XTE_HD uint8_t xte_f32_to_e8m0_ceil(float v) {
 /* ---------------------------------------------------------------- block amax */
 
 /* Running amax update: max |x| with fmaxf semantics (NaN never wins). */
-XTE_HD float xte_amax_update(float acc, float x) { return xte_fmaxf(acc, xte_f32_abs(x)); }
+XTE_HD float xte_amax_update(float acc, float x) {
+  return xte_fmaxf(acc, xte_f32_abs(x));
+}
 
 /* ---------------------------------------------------------------- scale recipes
  * Every recipe maps a block amax (fp32, >= 0, never NaN since NaN never wins the max) to:

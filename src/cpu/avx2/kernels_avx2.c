@@ -8,7 +8,8 @@
 #define V8 __m256i
 
 static inline __m256 abs8(__m256 x) {
-  return _mm256_castsi256_ps(_mm256_and_si256(_mm256_castps_si256(x), _mm256_set1_epi32(0x7FFFFFFF)));
+  return _mm256_castsi256_ps(
+      _mm256_and_si256(_mm256_castps_si256(x), _mm256_set1_epi32(0x7FFFFFFF)));
 }
 
 /* 8 x fp32 -> 8 fp8 codes in the low byte of each int32 lane (same rule as xte_f32_to_e4m3). */
@@ -20,7 +21,8 @@ static inline V8 cvt_e4m3(__m256 x, int sat) {
   V8 ovf = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x43E80000));
   V8 normal = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x3C7FFFFF));
   V8 odd = _mm256_and_si256(_mm256_srli_epi32(a, 20), _mm256_set1_epi32(1));
-  V8 rn = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32(0x7FFFF)), odd), 20);
+  V8 rn =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32(0x7FFFF)), odd), 20);
   V8 nv = _mm256_sub_epi32(rn, _mm256_set1_epi32(120 << 3));
   __m256 y = _mm256_add_ps(_mm256_castsi256_ps(a), _mm256_set1_ps(16384.0f));
   V8 sv = _mm256_sub_epi32(_mm256_castps_si256(y), _mm256_set1_epi32(0x46800000));
@@ -38,7 +40,8 @@ static inline V8 cvt_e5m2(__m256 x, int sat) {
   V8 ovf = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x476FFFFF));
   V8 normal = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x387FFFFF));
   V8 odd = _mm256_and_si256(_mm256_srli_epi32(a, 21), _mm256_set1_epi32(1));
-  V8 rn = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32(0xFFFFF)), odd), 21);
+  V8 rn =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32(0xFFFFF)), odd), 21);
   V8 nv = _mm256_sub_epi32(rn, _mm256_set1_epi32(112 << 2));
   __m256 y = _mm256_add_ps(_mm256_castsi256_ps(a), _mm256_set1_ps(128.0f));
   V8 sv = _mm256_sub_epi32(_mm256_castps_si256(y), _mm256_set1_epi32(0x43000000));
@@ -129,10 +132,12 @@ static void quant(const float *x, int64_t n, float scale, int fmt, int sat, uint
 static void quant_vs(const float *x, int64_t n, const float *sc, int fmt, int sat, uint8_t *q) {
   int64_t i = 0;
   for (; i + 32 <= n; i += 32)
-    store32(q + i, cvt_fp8(_mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(sc + i)), fmt, sat),
-            cvt_fp8(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(sc + i + 8)), fmt, sat),
-            cvt_fp8(_mm256_mul_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(sc + i + 16)), fmt, sat),
-            cvt_fp8(_mm256_mul_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(sc + i + 24)), fmt, sat));
+    store32(
+        q + i, cvt_fp8(_mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(sc + i)), fmt, sat),
+        cvt_fp8(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(sc + i + 8)), fmt, sat),
+        cvt_fp8(_mm256_mul_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(sc + i + 16)), fmt, sat),
+        cvt_fp8(_mm256_mul_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(sc + i + 24)), fmt,
+                sat));
   for (; i < n; i++) q[i] = xte_f32_to_fp8(x[i] * sc[i], fmt, sat);
 }
 
@@ -152,7 +157,8 @@ static inline V8 cvt_bf16(__m256 x) {
   V8 a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
   V8 isnan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000));
   V8 odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  V8 r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), odd), 16);
+  V8 r =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), odd), 16);
   V8 nanv = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
   return _mm256_blendv_epi8(r, nanv, isnan);
 }
@@ -165,7 +171,8 @@ static inline V8 cvt_fp16(__m256 x) {
   V8 ovf = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x477FEFFF));
   V8 normal = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x387FFFFF));
   V8 odd = _mm256_and_si256(_mm256_srli_epi32(a, 13), _mm256_set1_epi32(1));
-  V8 rn = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32(0xFFF)), odd), 13);
+  V8 rn =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32(0xFFF)), odd), 13);
   V8 nv = _mm256_sub_epi32(rn, _mm256_set1_epi32(112 << 10));
   __m256 y = _mm256_add_ps(_mm256_castsi256_ps(a), _mm256_set1_ps(0.5f));
   V8 sv = _mm256_sub_epi32(_mm256_castps_si256(y), _mm256_set1_epi32(0x3F000000));
@@ -232,8 +239,8 @@ static inline void tr16(const uint8_t *s, int64_t lds, uint8_t *d, int64_t ldd) 
   for (i = 0; i < 16; i++) _mm_storeu_si128((__m128i *)(d + i * ldd), r[i]);
 }
 
-static void transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds,
-                         uint8_t *dst, int64_t ldd) {
+static void transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds, uint8_t *dst,
+                         int64_t ldd) {
   int64_t r, c, r16 = rows & ~(int64_t)15, c16 = cols & ~(int64_t)15;
   for (r = 0; r < r16; r += 16)
     for (c = 0; c < c16; c += 16) tr16(src + r * lds + c, lds, dst + c * ldd + r, ldd);
@@ -242,5 +249,5 @@ static void transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t
 }
 
 const xte_cpu_kernels xte_cpu_kernels_avx2 = {
-    XTE_CPU_ISA_AVX2, load_f32, amax, amax_cols, quant, quant_vs, cast_fp8, cast_bf16,
-    cast_fp16, transpose_u8};
+    XTE_CPU_ISA_AVX2, load_f32, amax,      amax_cols, quant,
+    quant_vs,         cast_fp8, cast_bf16, cast_fp16, transpose_u8};

@@ -157,15 +157,16 @@ static void cast_fp16(const float *x, int64_t n, uint16_t *y) {
     r = _mm512_mask_mov_epi32(r, normal, _mm512_sub_epi32(rn, S1(112 << 10)));
     r = _mm512_mask_mov_epi32(r, ovf, S1(0x7C00));
     r = _mm512_mask_mov_epi32(
-        r, isnan, _mm512_or_si512(S1(0x7E00), _mm512_and_si512(_mm512_srli_epi32(a, 13), S1(0x3FF))));
+        r, isnan,
+        _mm512_or_si512(S1(0x7E00), _mm512_and_si512(_mm512_srli_epi32(a, 13), S1(0x3FF))));
     r = _mm512_or_si512(r, sign);
     _mm256_storeu_si256((__m256i *)(y + i), _mm512_cvtepi32_epi16(r));
   }
   for (; i < n; i++) y[i] = xte_f32_to_fp16(x[i]);
 }
 
-static void transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds,
-                         uint8_t *dst, int64_t ldd) {
+static void transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds, uint8_t *dst,
+                         int64_t ldd) {
   int64_t r, c, rb, cb;
   for (rb = 0; rb < rows; rb += 32)
     for (cb = 0; cb < cols; cb += 32)
@@ -173,6 +174,6 @@ static void transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t
         for (r = rb; r < rows && r < rb + 32; r++) dst[c * ldd + r] = src[r * lds + c];
 }
 
-const xte_cpu_kernels XTE_AVX512_TABLE = {
-    XTE_AVX512_ISA, load_f32, amax, amax_cols, quant, quant_vs, cast_fp8, cast_bf16,
-    cast_fp16, transpose_u8};
+const xte_cpu_kernels XTE_AVX512_TABLE = {XTE_AVX512_ISA, load_f32,    amax,     amax_cols,
+                                          quant,          quant_vs,    cast_fp8, cast_bf16,
+                                          cast_fp16,      transpose_u8};

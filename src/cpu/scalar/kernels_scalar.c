@@ -54,13 +54,13 @@ static void cast_fp16(const float *x, int64_t n, uint16_t *y) {
   for (i = 0; i < n; i++) y[i] = xte_f32_to_fp16(x[i]);
 }
 
-static void transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds,
-                         uint8_t *dst, int64_t ldd) {
+static void transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds, uint8_t *dst,
+                         int64_t ldd) {
   int64_t r, c;
   for (r = 0; r < rows; r++)
     for (c = 0; c < cols; c++) dst[c * ldd + r] = src[r * lds + c];
 }
 
 const xte_cpu_kernels xte_cpu_kernels_scalar = {
-    XTE_CPU_ISA_SCALAR, load_f32, amax, amax_cols, quant, quant_vs, cast_fp8, cast_bf16,
-    cast_fp16, transpose_u8};
+    XTE_CPU_ISA_SCALAR, load_f32, amax,      amax_cols, quant,
+    quant_vs,           cast_fp8, cast_bf16, cast_fp16, transpose_u8};
