@@ -290,6 +290,7 @@ xte_status xte_dequantize(const xte_qtensor *input, int columnwise, xte_tensor *
   xte_exec ex;
   const xte_tensor *q;
   const xte_scale_tensor *s;
+  const char *qname, *sname;
   int64_t R, C, ldq, oR, oC, ldo, M, K, need_r, need_c;
   int tr;
   memset(&a, 0, sizeof a);
@@ -300,14 +301,18 @@ xte_status xte_dequantize(const xte_qtensor *input, int columnwise, xte_tensor *
   XTE_TRY(check_mode_recipe(input->scaling_mode, input->recipe));
   q = columnwise ? &input->columnwise : &input->rowwise;
   s = columnwise ? &input->columnwise_scale_inv : &input->rowwise_scale_inv;
-  XTE_TRY(xte_tensor_view2d(q, columnwise ? "input->columnwise" : "input->rowwise", &R, &C, &ldq));
+  qname = columnwise ? "input->columnwise" : "input->rowwise";
+  sname = columnwise ? "input->columnwise_scale_inv" : "input->rowwise_scale_inv";
+  XTE_TRY(xte_tensor_view2d(q, qname, &R, &C, &ldq));
   if (q->dtype != XTE_DTYPE_E4M3 && q->dtype != XTE_DTYPE_E5M2)
-    return xte_set_error(XTE_ERROR_DTYPE, "input copy dtype is %s: want e4m3 or e5m2",
+    return xte_set_error(XTE_ERROR_DTYPE, "%s->dtype is %s: want e4m3 or e5m2", qname,
                          xte_dtype_name(q->dtype));
   XTE_TRY(xte_tensor_view2d(out, "out", &oR, &oC, &ldo));
   if (out->dtype != XTE_DTYPE_FP32 && out->dtype != XTE_DTYPE_BF16 && out->dtype != XTE_DTYPE_FP16)
     return xte_set_error(XTE_ERROR_DTYPE, "out->dtype is %s: want fp32, bf16 or fp16",
                          xte_dtype_name(out->dtype));
+  if ((uintptr_t)out->data % xte_dtype_size(out->dtype))
+    return xte_set_error(XTE_ERROR_ALIGNMENT, "out->data is not aligned to its element size");
   if (oR != R || oC != C)
     return xte_set_error(XTE_ERROR_SHAPE, "out is [%lld, %lld]: want [%lld, %lld]", (long long)oR,
                          (long long)oC, (long long)R, (long long)C);
@@ -316,12 +321,14 @@ xte_status xte_dequantize(const xte_qtensor *input, int columnwise, xte_tensor *
   K = tr ? R : C;
   XTE_TRY(scale_geom(M, K, input->scaling_mode, input->recipe, s->layout, columnwise, &a.s, &need_r,
                      &need_c));
-  if (!s->data) return xte_set_error(XTE_ERROR_NULL_POINTER, "input scale_inv data is NULL");
+  if (!s->data) return xte_set_error(XTE_ERROR_NULL_POINTER, "%s.data is NULL", sname);
   if (s->dtype != (recipe_is_mx(input->recipe) ? XTE_DTYPE_E8M0 : XTE_DTYPE_FP32))
-    return xte_set_error(XTE_ERROR_DTYPE, "input scale_inv dtype %s does not fit recipe %d",
+    return xte_set_error(XTE_ERROR_DTYPE, "%s.dtype %s does not fit recipe %d", sname,
                          xte_dtype_name(s->dtype), (int)input->recipe);
+  if (!recipe_is_mx(input->recipe) && ((uintptr_t)s->data % 4) != 0)
+    return xte_set_error(XTE_ERROR_ALIGNMENT, "%s.data is not 4-byte aligned", sname);
   if (s->rows != need_r || s->cols != need_c)
-    return xte_set_error(XTE_ERROR_SHAPE, "input scale_inv is [%lld, %lld]: want [%lld, %lld]",
+    return xte_set_error(XTE_ERROR_SHAPE, "%s is [%lld, %lld]: want [%lld, %lld]", sname,
                          (long long)s->rows, (long long)s->cols, (long long)need_r,
                          (long long)need_c);
   a.s.data = s->data;

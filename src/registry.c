@@ -190,6 +190,7 @@ xte_status xte_stream_create(xte_backend backend, int device, void *native_strea
 
 xte_status xte_stream_destroy(xte_stream stream) {
   const xte_backend_ops *ops = NULL;
+  xte_clear_error();
   if (!stream) return XTE_SUCCESS;
   if (backend_ops(stream->backend, stream->device, &ops) == XTE_SUCCESS && ops->stream_destroy)
     ops->stream_destroy(stream->handle);
@@ -222,6 +223,7 @@ xte_status xte_malloc(xte_stream stream, size_t bytes, void **ptr) {
 
 xte_status xte_free(xte_stream stream, void *ptr) {
   xte_exec ex;
+  xte_clear_error();
   if (!ptr) return XTE_SUCCESS;
   XTE_TRY(xte_resolve_stream(stream, &ex));
   xte_clear_error();
@@ -231,6 +233,7 @@ xte_status xte_free(xte_stream stream, void *ptr) {
 xte_status xte_memcpy(xte_stream stream, void *dst, const void *src, size_t bytes,
                       xte_memcpy_kind kind) {
   xte_exec ex;
+  xte_clear_error();
   if (bytes == 0) return XTE_SUCCESS;
   XTE_CHECK_PTR(dst, "dst");
   XTE_CHECK_PTR(src, "src");
@@ -244,6 +247,7 @@ xte_status xte_memcpy(xte_stream stream, void *dst, const void *src, size_t byte
 
 xte_status xte_memset(xte_stream stream, void *dst, int value, size_t bytes) {
   xte_exec ex;
+  xte_clear_error();
   if (bytes == 0) return XTE_SUCCESS;
   XTE_CHECK_PTR(dst, "dst");
   XTE_TRY(xte_resolve_stream(stream, &ex));

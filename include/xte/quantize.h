@@ -36,7 +36,8 @@ typedef enum xte_recipe {
  *  COMPACT     row-major [GR, GC].
  *  TE_GEMM     TE's GEMM-ready layout: 1xB blocks -> [GC, roundup(GR,4)] (transposed);
  *              128x128 -> [GR, roundup(GC,4)]; Bx1 columnwise -> [GR, roundup(GC,4)].
- *  DEEPGEMM    1x128 LHS: [GC, roundup(GR,4)] (MN-major); 128x128 RHS: [GR, GC] row-major.
+ *  DEEPGEMM    1x128 LHS: [GC, roundup(GR,4)] (MN-major); 128x128 RHS: [GR, GC] row-major;
+ *              the non-transposed Bx1 columnwise copies (MTFP8): compact [GR, GC].
  *  MX_SWIZZLED cuBLAS 128x4 tiles (E8M0, MX recipes only) over the rowwise grid, or over the
  *              transposed grid [K, ceil(M/32)] for the columnwise copy; padded with zeros to
  *              [roundup(rows,128), roundup(cols,4)].
@@ -69,8 +70,12 @@ typedef struct xte_qtensor {
   xte_scale_tensor columnwise_scale_inv;
   xte_scaling_mode scaling_mode;
   xte_recipe recipe;
-  float *amax;  /* optional output: max |x| of the whole input (fmaxf: NaN never wins) */
-  float *scale; /* per-tensor: delayed -> input scale; current -> optional output scale */
+  /* optional output: max |x| of the whole input (fmaxf: NaN never wins). Lives on the
+   * stream's backend (a device pointer on a GPU stream). */
+  float *amax;
+  /* per-tensor only. TE_DELAYED: the input scale, read on the HOST before the launch.
+   * TE_CURRENT: optional output of the scale used, on the stream's backend. */
+  float *scale;
 } xte_qtensor;
 
 typedef struct xte_quant_config {
@@ -93,7 +98,8 @@ XTE_API xte_status xte_quantize(const xte_tensor *input, xte_qtensor *out,
                                 const xte_quant_config *config, xte_stream stream);
 
 /* Dequantizes the rowwise copy (columnwise = 0) or the columnwise copy into out (fp32 / bf16 /
- * fp16) of the copy's shape: out = fp8_value * scale_inv of its block, rounded RNE. */
+ * fp16) of the copy's shape: the fp32 product fp8_value * scale_inv of its block (RNE), then
+ * converted RNE to out's dtype (two roundings for bf16 / fp16 output). */
 XTE_API xte_status xte_dequantize(const xte_qtensor *input, int columnwise, xte_tensor *out,
                                   xte_stream stream);
 

@@ -4,5 +4,6 @@
 
 #include "xte/core.h"
 #include "xte/quantize.h"
+#include "xte/gemm.h"
 
 #endif /* XTE_XTE_H */

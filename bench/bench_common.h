@@ -1,0 +1,52 @@
+/* Helpers shared by the benchmark suites: buffers, random data, a thread team of the same size
+ * as xte's CPU pool, and the streaming-copy anchor. */
+#ifndef XTE_BENCH_COMMON_H
+#define XTE_BENCH_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xte/xte.h"
+#include "xte_bench.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define XTE_BENCH_MiB ((size_t)1 << 20)
+
+/* Page-aligned (4 KiB; 2 MiB for buffers of 4 MiB and more, with transparent huge pages
+ * advised) host memory, every page touched so no page fault lands in a timed loop. Aborts when
+ * out of memory. */
+void *xte_bench_alloc(size_t bytes);
+void xte_bench_free(void *p);
+
+/* Deterministic random data (splitmix64 from seed). Values are uniform in [-1, 1) times a
+ * magnitude that changes every 128 elements (2^-8 .. 2^8), so block scales differ. */
+void xte_bench_fill_f32(float *x, size_t n, uint64_t seed);
+/* The same values as xte_bench_fill_f32, converted to dtype (fp32 / bf16 / fp16) by xte_cast. */
+void xte_bench_fill(void *x, xte_dtype dtype, size_t n, uint64_t seed);
+
+/* Threads the bench uses for its own parallel anchors: xte's pool size
+ * (xte_cpu_get_num_threads()), so anchors and kernels use the same cores. */
+int xte_bench_threads(void);
+
+/* Runs fn(ctx, t, nt) on nt = xte_bench_threads() threads (the caller is t = 0; the others are
+ * persistent workers pinned to CPU t, woken per call like xte's pool) and waits for all. */
+typedef void (*xte_bench_team_fn)(void *ctx, int t, int nt);
+void xte_bench_team_run(xte_bench_team_fn fn, void *ctx);
+
+/* The streaming-copy anchor: memcpy of src into dst split in nt contiguous parts, one per team
+ * thread (glibc's memcpy streams large copies with non-temporal stores). */
+void xte_bench_parallel_copy(void *dst, const void *src, size_t bytes);
+
+/* A ready-made anchor case: registers "copy/<label>" copying `bytes` from a buffer into another
+ * (both allocated on first run, kept). Rate: 2 x bytes per iteration (read + write).
+ * Returns the case name (static storage) for use as the anchor of other cases. */
+const char *xte_bench_register_copy(const char *label, size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* XTE_BENCH_COMMON_H */

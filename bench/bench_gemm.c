@@ -1,0 +1,179 @@
+/* GEMM suite: xte_gemm in EXACT mode (e4m3, 1x128 activations x 128x128 weights, TE recipe,
+ * TE_GEMM scale layout, bf16 out) next to OpenBLAS dgemm and sgemm on fp64 / fp32 copies of the
+ * same data, all on both cores, for M in {128, 512, 2048} and N x K in {4096 x 7168,
+ * 7168 x 2048, 2112 x 7168} (the Kimi-K2 / DeepSeek-V3 expert and projection shapes); and the
+ * grouped contiguous GEMM, 8 groups x 256 rows at 4096 x 7168, against the single GEMM of the
+ * same FLOPs (M = 2048).
+ *
+ * Anchors: "gemm/dgemm/<M>/<N>x<K>" (OpenBLAS cblas_dgemm, row-major A [M, K] x B [N, K]^T);
+ * sgemm and xte cases name it, the grouped case names the single xte GEMM. Rate: GFLOP/s of
+ * 2 * M * N * K. Large shapes take seconds per iteration: filter (xte bench gemm/.../128/). */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_common.h"
+#include "xte/xte.h"
+#include "xte_bench.h"
+
+enum { KIND_DGEMM = 0, KIND_SGEMM = 1, KIND_XTE = 2, KIND_GROUPED = 3 };
+
+typedef struct gcase {
+  char name[96];
+  int kind;
+  int64_t M, N, K, groups;
+} gcase;
+
+#define NM 3
+#define NNK 3
+static gcase cases[NM * NNK * 3 + 1];
+
+typedef struct qbuf {
+  xte_qtensor q;
+} qbuf;
+
+/* Quantizes x [R, C] (rowwise copy only) with the TE block recipe, TE_GEMM layout. */
+static int quantize(const float *x, int64_t R, int64_t C, xte_scaling_mode mode, qbuf *b) {
+  xte_tensor in = xte_tensor_2d((void *)x, XTE_DTYPE_FP32, R, C);
+  int64_t sr, sc;
+  memset(b, 0, sizeof *b);
+  if (xte_quantize_scale_shape(R, C, mode, XTE_RECIPE_TE_BLOCK, XTE_SCALE_LAYOUT_TE_GEMM, 0, &sr,
+                               &sc) != XTE_SUCCESS)
+    return -1;
+  b->q.scaling_mode = mode;
+  b->q.recipe = XTE_RECIPE_TE_BLOCK;
+  b->q.rowwise = xte_tensor_2d(xte_bench_alloc((size_t)(R * C)), XTE_DTYPE_E4M3, R, C);
+  b->q.rowwise_scale_inv.data = xte_bench_alloc((size_t)(sr * sc) * 4);
+  b->q.rowwise_scale_inv.dtype = XTE_DTYPE_FP32;
+  b->q.rowwise_scale_inv.rows = sr;
+  b->q.rowwise_scale_inv.cols = sc;
+  b->q.rowwise_scale_inv.layout = XTE_SCALE_LAYOUT_TE_GEMM;
+  return xte_quantize(&in, &b->q, NULL, NULL) == XTE_SUCCESS ? 0 : -1;
+}
+
+static void qfree(qbuf *b) {
+  xte_bench_free(b->q.rowwise.data);
+  xte_bench_free(b->q.rowwise_scale_inv.data);
+}
+
+static void fail(xte_bench_state *st, const char *what) {
+  char why[512];
+  snprintf(why, sizeof why, "%s: %s", what, xte_last_error());
+  xte_bench_fail(st, why);
+  while (xte_bench_keep_running(st)) {
+  }
+}
+
+static void run_gemm(xte_bench_state *st, void *arg) {
+  const gcase *c = (const gcase *)arg;
+  const int64_t M = c->M, N = c->N, K = c->K;
+  float *xa = (float *)xte_bench_alloc(sizeof(float) * (size_t)(M * K));
+  float *xb = (float *)xte_bench_alloc(sizeof(float) * (size_t)(N * K));
+  xte_bench_fill_f32(xa, (size_t)(M * K), 1);
+  xte_bench_fill_f32(xb, (size_t)(N * K), 2);
+  if (c->kind == KIND_DGEMM || c->kind == KIND_SGEMM) {
+    void *cc = xte_bench_alloc((size_t)(M * N) * 8);
+    if (c->kind == KIND_DGEMM) {
+      double *a = (double *)xte_bench_alloc(sizeof(double) * (size_t)(M * K));
+      double *b = (double *)xte_bench_alloc(sizeof(double) * (size_t)(N * K));
+      int64_t i;
+      for (i = 0; i < M * K; i++) a[i] = xa[i];
+      for (i = 0; i < N * K; i++) b[i] = xb[i];
+      while (xte_bench_keep_running(st))
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0, a, (int)K,
+                    b, (int)K, 0.0, (double *)cc, (int)N);
+      xte_bench_free(a);
+      xte_bench_free(b);
+    } else {
+      while (xte_bench_keep_running(st))
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, xa,
+                    (int)K, xb, (int)K, 0.0f, (float *)cc, (int)N);
+    }
+    xte_bench_free(cc);
+  } else {
+    qbuf qa, qb;
+    uint16_t *d = (uint16_t *)xte_bench_alloc(sizeof(uint16_t) * (size_t)(M * N));
+    xte_tensor D = xte_tensor_2d(d, XTE_DTYPE_BF16, M, N);
+    int64_t nb = c->kind == KIND_GROUPED ? N * c->groups : N;
+    float *xbb = xb;
+    if (c->kind == KIND_GROUPED) { /* B [G, N, K]: the groups share the values (same FLOPs) */
+      int64_t g;
+      xbb = (float *)xte_bench_alloc(sizeof(float) * (size_t)(nb * K));
+      for (g = 0; g < c->groups; g++) memcpy(xbb + g * N * K, xb, sizeof(float) * (size_t)(N * K));
+    }
+    if (quantize(xa, M, K, XTE_SCALING_BLOCK_1x128, &qa) ||
+        quantize(xbb, nb, K, XTE_SCALING_BLOCK_128x128, &qb)) {
+      fail(st, "xte_quantize");
+    } else if (c->kind == KIND_XTE) {
+      if (xte_gemm(&qa.q, &qb.q, NULL, &D, NULL, NULL) != XTE_SUCCESS) {
+        fail(st, "xte_gemm");
+      } else {
+        while (xte_bench_keep_running(st)) (void)xte_gemm(&qa.q, &qb.q, NULL, &D, NULL, NULL);
+      }
+    } else {
+      int64_t *sizes = (int64_t *)malloc(sizeof(int64_t) * (size_t)c->groups);
+      xte_gemm_groups gr;
+      int64_t g;
+      for (g = 0; g < c->groups; g++) sizes[g] = M / c->groups;
+      memset(&gr, 0, sizeof gr);
+      gr.kind = XTE_GEMM_GROUPED_CONTIGUOUS;
+      gr.num_groups = (int)c->groups;
+      gr.group_sizes = sizes;
+      if (xte_gemm_grouped(&qa.q, &qb.q, NULL, &D, &gr, NULL, NULL) != XTE_SUCCESS) {
+        fail(st, "xte_gemm_grouped");
+      } else {
+        while (xte_bench_keep_running(st))
+          (void)xte_gemm_grouped(&qa.q, &qb.q, NULL, &D, &gr, NULL, NULL);
+      }
+      free(sizes);
+    }
+    if (c->kind == KIND_GROUPED) xte_bench_free(xbb);
+    qfree(&qa);
+    qfree(&qb);
+    xte_bench_free(d);
+  }
+  xte_bench_set_flops(st, 2.0 * (double)M * (double)N * (double)K);
+  xte_bench_free(xa);
+  xte_bench_free(xb);
+}
+
+void xte_bench_suite_gemm(void) {
+  static const int64_t Ms[NM] = {128, 512, 2048};
+  static const int64_t NK[NNK][2] = {{4096, 7168}, {7168, 2048}, {2112, 7168}};
+  static int registered;
+  static char single_2048[96];
+  int n = 0, mi, si;
+  if (registered) return;
+  registered = 1;
+  for (mi = 0; mi < NM; mi++)
+    for (si = 0; si < NNK; si++) {
+      gcase *d = &cases[n++], *s = &cases[n++], *x = &cases[n++];
+      d->kind = KIND_DGEMM;
+      s->kind = KIND_SGEMM;
+      x->kind = KIND_XTE;
+      d->M = s->M = x->M = Ms[mi];
+      d->N = s->N = x->N = NK[si][0];
+      d->K = s->K = x->K = NK[si][1];
+      snprintf(d->name, sizeof d->name, "gemm/dgemm/%lld/%lldx%lld", (long long)d->M,
+               (long long)d->N, (long long)d->K);
+      snprintf(s->name, sizeof s->name, "gemm/sgemm/%lld/%lldx%lld", (long long)d->M,
+               (long long)d->N, (long long)d->K);
+      snprintf(x->name, sizeof x->name, "gemm/fp8_exact_1x128_128x128_bf16/%lld/%lldx%lld",
+               (long long)d->M, (long long)d->N, (long long)d->K);
+      xte_bench_register(d->name, NULL, "GFLOP/s", run_gemm, d);
+      xte_bench_register(s->name, d->name, "GFLOP/s", run_gemm, s);
+      xte_bench_register(x->name, d->name, "GFLOP/s", run_gemm, x);
+      if (mi == NM - 1 && si == 0) snprintf(single_2048, sizeof single_2048, "%s", x->name);
+    }
+  {
+    gcase *g = &cases[n++];
+    g->kind = KIND_GROUPED;
+    g->groups = 8;
+    g->M = 8 * 256;
+    g->N = 4096;
+    g->K = 7168;
+    snprintf(g->name, sizeof g->name, "gemm/grouped_contiguous_fp8_exact/8x256/4096x7168");
+    xte_bench_register(g->name, single_2048, "GFLOP/s", run_gemm, g);
+  }
+}

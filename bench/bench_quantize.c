@@ -1,0 +1,158 @@
+/* Quantize suite: xte_quantize with the TransformerEngine block recipe (e4m3, GEMM-ready TE_GEMM
+ * scale layout) in 1x128 and 128x128 blocks, bf16 and fp32 input, rowwise only and rowwise plus
+ * the transposed columnwise copy, on all of xte's CPU threads; at 64 MiB of input (past the
+ * caches: memory bound) and at 1 MiB (cache resident, for tuners).
+ *
+ * Anchor: "quantize/copy/<size>", a streaming copy of the same input buffer into an output
+ * buffer of the same size, split over the same number of threads.
+ * Rate: GB/s of bytes read + bytes written: quantize = input + fp8 rowwise (+ fp8 columnwise)
+ * + scale buffers; copy = 2 x the bytes copied. */
+#include <stdio.h>
+#include <string.h>
+
+#include "bench_common.h"
+#include "xte/xte.h"
+#include "xte_bench.h"
+
+typedef struct qsize {
+  const char *label;
+  size_t in_bytes; /* input bytes, whatever the dtype */
+  int64_t K;       /* columns; M = in_bytes / (K * element size) */
+  /* buffers, allocated on first use, sized for the largest case */
+  void *in[2]; /* [0] bf16, [1] fp32: the same values */
+  void *copy_dst;
+  uint8_t *row_q, *col_q;
+  float *row_s, *col_s;
+  size_t row_s_bytes, col_s_bytes;
+} qsize;
+
+typedef struct qcase {
+  char name[96];
+  qsize *sz;
+  xte_dtype in_dtype;
+  xte_scaling_mode mode;
+  int columnwise;
+  int64_t M, K;
+  int64_t srr, src, scr, scc; /* scale shapes: rowwise [srr, src], columnwise [scr, scc] */
+  int checked;
+} qcase;
+
+#define NSIZES 2
+static qsize sizes[NSIZES] = {
+    {"64MiB", 64 * XTE_BENCH_MiB, 4096, {NULL, NULL}, NULL, NULL, NULL, NULL, NULL, 0, 0},
+    {"1MiB", 1 * XTE_BENCH_MiB, 1024, {NULL, NULL}, NULL, NULL, NULL, NULL, NULL, 0, 0}};
+
+#define NCASES (NSIZES * 2 * 2 * 2)
+static qcase cases[NCASES];
+
+static const xte_scale_layout LAYOUT = XTE_SCALE_LAYOUT_TE_GEMM;
+static const xte_recipe RECIPE = XTE_RECIPE_TE_BLOCK;
+
+static void qsize_alloc(qsize *s) {
+  size_t elems = s->in_bytes / 2; /* the most elements: bf16 */
+  if (s->in[0]) return;
+  s->in[0] = xte_bench_alloc(s->in_bytes);
+  s->in[1] = xte_bench_alloc(s->in_bytes);
+  s->copy_dst = xte_bench_alloc(s->in_bytes);
+  s->row_q = (uint8_t *)xte_bench_alloc(elems);
+  s->col_q = (uint8_t *)xte_bench_alloc(elems);
+  s->row_s = (float *)xte_bench_alloc(s->row_s_bytes);
+  s->col_s = (float *)xte_bench_alloc(s->col_s_bytes);
+  xte_bench_fill(s->in[0], XTE_DTYPE_BF16, elems, 42);
+  xte_bench_fill(s->in[1], XTE_DTYPE_FP32, s->in_bytes / 4, 42);
+}
+
+static void run_copy(xte_bench_state *st, void *arg) {
+  qsize *s = (qsize *)arg;
+  qsize_alloc(s);
+  while (xte_bench_keep_running(st)) xte_bench_parallel_copy(s->copy_dst, s->in[0], s->in_bytes);
+  xte_bench_set_bytes(st, 2.0 * (double)s->in_bytes);
+}
+
+static void run_quantize(xte_bench_state *st, void *arg) {
+  qcase *c = (qcase *)arg;
+  qsize *s = c->sz;
+  xte_tensor in;
+  xte_qtensor q;
+  xte_quant_config cfg = xte_quant_config_default();
+  xte_status rc;
+  double bytes;
+  qsize_alloc(s);
+  in = xte_tensor_2d(s->in[c->in_dtype == XTE_DTYPE_BF16 ? 0 : 1], c->in_dtype, c->M, c->K);
+  memset(&q, 0, sizeof q);
+  q.rowwise = xte_tensor_2d(s->row_q, XTE_DTYPE_E4M3, c->M, c->K);
+  q.rowwise_scale_inv.data = s->row_s;
+  q.rowwise_scale_inv.dtype = XTE_DTYPE_FP32;
+  q.rowwise_scale_inv.rows = c->srr;
+  q.rowwise_scale_inv.cols = c->src;
+  q.rowwise_scale_inv.layout = LAYOUT;
+  if (c->columnwise) {
+    q.columnwise = xte_tensor_2d(s->col_q, XTE_DTYPE_E4M3, c->K, c->M);
+    q.columnwise_scale_inv.data = s->col_s;
+    q.columnwise_scale_inv.dtype = XTE_DTYPE_FP32;
+    q.columnwise_scale_inv.rows = c->scr;
+    q.columnwise_scale_inv.cols = c->scc;
+    q.columnwise_scale_inv.layout = LAYOUT;
+  }
+  q.scaling_mode = c->mode;
+  q.recipe = RECIPE;
+  if (!c->checked) {
+    rc = xte_quantize(&in, &q, &cfg, NULL);
+    if (rc != XTE_SUCCESS) {
+      char why[512];
+      snprintf(why, sizeof why, "xte_quantize: %s: %s", xte_status_string(rc), xte_last_error());
+      xte_bench_fail(st, why);
+      while (xte_bench_keep_running(st)) {
+      }
+      return;
+    }
+    c->checked = 1;
+  }
+  while (xte_bench_keep_running(st)) (void)xte_quantize(&in, &q, &cfg, NULL);
+  bytes = (double)c->M * (double)c->K * (double)xte_dtype_size(c->in_dtype) /* read */
+          + (double)c->M * (double)c->K * (c->columnwise ? 2.0 : 1.0)       /* fp8 written */
+          + 4.0 * (double)(c->srr * c->src + (c->columnwise ? c->scr * c->scc : 0));
+  xte_bench_set_bytes(st, bytes);
+}
+
+void xte_bench_suite_quantize(void) {
+  static const xte_scaling_mode modes[2] = {XTE_SCALING_BLOCK_1x128, XTE_SCALING_BLOCK_128x128};
+  static const char *const mode_names[2] = {"1x128", "128x128"};
+  static const xte_dtype dtypes[2] = {XTE_DTYPE_BF16, XTE_DTYPE_FP32};
+  static int registered;
+  int n = 0, si, mi, di, col;
+  if (registered) return;
+  registered = 1;
+  for (si = 0; si < NSIZES; si++) {
+    qsize *s = &sizes[si];
+    char anchor[64];
+    snprintf(anchor, sizeof anchor, "quantize/copy/%s", s->label);
+    xte_bench_register(anchor, NULL, "GB/s", run_copy, s);
+    for (mi = 0; mi < 2; mi++)
+      for (di = 0; di < 2; di++)
+        for (col = 0; col <= 1; col++) {
+          qcase *c = &cases[n++];
+          size_t rb, cb;
+          c->sz = s;
+          c->in_dtype = dtypes[di];
+          c->mode = modes[mi];
+          c->columnwise = col;
+          c->K = s->K;
+          c->M = (int64_t)(s->in_bytes / xte_dtype_size(c->in_dtype)) / s->K;
+          if (xte_quantize_scale_shape(c->M, c->K, c->mode, RECIPE, LAYOUT, 0, &c->srr, &c->src) !=
+                  XTE_SUCCESS ||
+              xte_quantize_scale_shape(c->M, c->K, c->mode, RECIPE, LAYOUT, 1, &c->scr, &c->scc) !=
+                  XTE_SUCCESS) {
+            fprintf(stderr, "xte bench quantize: scale shape: %s\n", xte_last_error());
+            c->srr = c->src = c->scr = c->scc = 1;
+          }
+          rb = (size_t)(c->srr * c->src) * 4;
+          cb = (size_t)(c->scr * c->scc) * 4;
+          if (rb > s->row_s_bytes) s->row_s_bytes = rb;
+          if (cb > s->col_s_bytes) s->col_s_bytes = cb;
+          snprintf(c->name, sizeof c->name, "quantize/%s/%s/%s/%s", mode_names[mi],
+                   xte_dtype_name(c->in_dtype), col ? "row+col" : "row", s->label);
+          xte_bench_register(c->name, anchor, "GB/s", run_quantize, c);
+        }
+  }
+}

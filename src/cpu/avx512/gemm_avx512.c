@@ -1,0 +1,189 @@
+/* AVX-512 GEMM micro-kernel: a 24 x 8 tile (three zmm of fp64 rows x 8 broadcast columns, 24
+ * accumulators). Built natively and a second time against SIMDe (XTE_AVX512_SIMDE), like
+ * kernels_avx512.c. Gives the scalar kernel's bytes: fp64 partials are exact, vcvtpd2ps rounds
+ * to nearest even, and the fp32 scale product and fused multiply-add are those of the shared
+ * numerics header (src/numerics/xte_gemm_numerics.h), lane by lane. */
+#ifdef XTE_AVX512_SIMDE
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+#define XTE_GEMM_AVX512_TABLE xte_gemm_ukernel_avx512_simde
+#define XTE_GEMM_AVX512_ISA XTE_CPU_ISA_AVX512_SIMDE
+#else
+#include <immintrin.h>
+#define XTE_GEMM_AVX512_TABLE xte_gemm_ukernel_avx512
+#define XTE_GEMM_AVX512_ISA XTE_CPU_ISA_AVX512
+#endif
+
+#include "numerics/xte_gemm_numerics.h"
+#include "xte_gemm_ops.h"
+
+#define MR 24
+#define NR 8
+
+#define ZERO3(j) c##j##0 = c##j##1 = c##j##2 = _mm512_setzero_pd()
+#define FMA3(j)                                 \
+  do {                                          \
+    __m512d bb = _mm512_set1_pd(b[k * NR + j]); \
+    c##j##0 = _mm512_fmadd_pd(a0, bb, c##j##0); \
+    c##j##1 = _mm512_fmadd_pd(a1, bb, c##j##1); \
+    c##j##2 = _mm512_fmadd_pd(a2, bb, c##j##2); \
+  } while (0)
+#define STORE3(j)                               \
+  do {                                          \
+    _mm512_storeu_pd(P + j * MR, c##j##0);      \
+    _mm512_storeu_pd(P + j * MR + 8, c##j##1);  \
+    _mm512_storeu_pd(P + j * MR + 16, c##j##2); \
+  } while (0)
+
+/* P[j][i] = sum_k a[k][i] * b[k][j] over n rows (fp64, exact for the driver's classes). */
+static inline void block_sum(int n, const double *a, const double *b, double *P) {
+  __m512d c00, c01, c02, c10, c11, c12, c20, c21, c22, c30, c31, c32;
+  __m512d c40, c41, c42, c50, c51, c52, c60, c61, c62, c70, c71, c72;
+  int k;
+  ZERO3(0);
+  ZERO3(1);
+  ZERO3(2);
+  ZERO3(3);
+  ZERO3(4);
+  ZERO3(5);
+  ZERO3(6);
+  ZERO3(7);
+  for (k = 0; k < n; k++) {
+    __m512d a0 = _mm512_loadu_pd(a + k * MR);
+    __m512d a1 = _mm512_loadu_pd(a + k * MR + 8);
+    __m512d a2 = _mm512_loadu_pd(a + k * MR + 16);
+    FMA3(0);
+    FMA3(1);
+    FMA3(2);
+    FMA3(3);
+    FMA3(4);
+    FMA3(5);
+    FMA3(6);
+    FMA3(7);
+  }
+  STORE3(0);
+  STORE3(1);
+  STORE3(2);
+  STORE3(3);
+  STORE3(4);
+  STORE3(5);
+  STORE3(6);
+  STORE3(7);
+}
+
+#define UPD3(j)                                                                                 \
+  do {                                                                                          \
+    __m256 sbj = _mm256_set1_ps(sb[j]);                                                         \
+    float *aj = acc + j * MR;                                                                   \
+    _mm256_storeu_ps(aj, _mm256_fmadd_ps(_mm512_cvtpd_ps(c##j##0), _mm256_mul_ps(s0, sbj),      \
+                                         _mm256_loadu_ps(aj)));                                 \
+    _mm256_storeu_ps(aj + 8, _mm256_fmadd_ps(_mm512_cvtpd_ps(c##j##1), _mm256_mul_ps(s1, sbj),  \
+                                             _mm256_loadu_ps(aj + 8)));                         \
+    _mm256_storeu_ps(aj + 16, _mm256_fmadd_ps(_mm512_cvtpd_ps(c##j##2), _mm256_mul_ps(s2, sbj), \
+                                              _mm256_loadu_ps(aj + 16)));                       \
+  } while (0)
+
+/* One block without a split operand: the partials stay in registers, are rounded to fp32 and
+ * folded into acc with the scales sa[0..MR), sb[0..NR) of the block. */
+static inline void block_fused(int n, const double *a, const double *b, const float *sa,
+                               const float *sb, float *acc) {
+  __m512d c00, c01, c02, c10, c11, c12, c20, c21, c22, c30, c31, c32;
+  __m512d c40, c41, c42, c50, c51, c52, c60, c61, c62, c70, c71, c72;
+  __m256 s0, s1, s2;
+  int k;
+  ZERO3(0);
+  ZERO3(1);
+  ZERO3(2);
+  ZERO3(3);
+  ZERO3(4);
+  ZERO3(5);
+  ZERO3(6);
+  ZERO3(7);
+  for (k = 0; k < n; k++) {
+    __m512d a0 = _mm512_loadu_pd(a + k * MR);
+    __m512d a1 = _mm512_loadu_pd(a + k * MR + 8);
+    __m512d a2 = _mm512_loadu_pd(a + k * MR + 16);
+    FMA3(0);
+    FMA3(1);
+    FMA3(2);
+    FMA3(3);
+    FMA3(4);
+    FMA3(5);
+    FMA3(6);
+    FMA3(7);
+  }
+  s0 = _mm256_loadu_ps(sa);
+  s1 = _mm256_loadu_ps(sa + 8);
+  s2 = _mm256_loadu_ps(sa + 16);
+  UPD3(0);
+  UPD3(1);
+  UPD3(2);
+  UPD3(3);
+  UPD3(4);
+  UPD3(5);
+  UPD3(6);
+  UPD3(7);
+}
+
+/* RNE_fp32(h + l) exactly (xte_gemm_round2_f32, lane by lane). */
+static inline __m256 round2(__m512d h, __m512d l) {
+  const __m512i one = _mm512_set1_epi64(1);
+  __m512d s = _mm512_add_pd(h, l);
+  __m512d t = _mm512_sub_pd(s, h);
+  __m512d e = _mm512_add_pd(_mm512_sub_pd(h, _mm512_sub_pd(s, t)), _mm512_sub_pd(l, t));
+  __mmask8 nz = _mm512_cmp_pd_mask(e, _mm512_setzero_pd(), _CMP_NEQ_OQ);
+  __m512i u = _mm512_castpd_si512(s);
+  __m512i x = _mm512_xor_si512(u, _mm512_castpd_si512(e));
+  __mmask8 diff = _mm512_cmplt_epi64_mask(x, _mm512_setzero_si512());
+  u = _mm512_mask_sub_epi64(u, (__mmask8)(nz & diff), u, one);
+  u = _mm512_mask_or_epi64(u, nz, u, one);
+  return _mm512_cvtpd_ps(_mm512_castsi512_pd(u));
+}
+
+static void tile_impl(int64_t nblk, const int *kl, const double *a, const double *a_lo,
+                      const double *b, const double *b_lo, const float *sa, const float *sb,
+                      float *acc) {
+  int64_t bl;
+  int split = a_lo != NULL || b_lo != NULL;
+  _Alignas(64) double P[NR * MR];
+  _Alignas(64) double Q[NR * MR];
+  for (bl = 0; bl < nblk; bl++) {
+    const int n = kl[bl];
+    __m256 s0 = _mm256_loadu_ps(sa + bl * MR), s1 = _mm256_loadu_ps(sa + bl * MR + 8),
+           s2 = _mm256_loadu_ps(sa + bl * MR + 16);
+    int j;
+    if (!split) {
+      block_fused(n, a, b, sa + bl * MR, sb + bl * NR, acc);
+      a += n * MR;
+      b += n * NR;
+      continue;
+    }
+    block_sum(n, a, b, P);
+    if (split) block_sum(n, a_lo ? a_lo : a, b_lo ? b_lo : b, Q);
+    for (j = 0; j < NR; j++) {
+      __m256 sbj = _mm256_set1_ps(sb[bl * NR + j]);
+      __m256 p0, p1, p2;
+      float *aj = acc + j * MR;
+      if (split) {
+        p0 = round2(_mm512_load_pd(P + j * MR), _mm512_load_pd(Q + j * MR));
+        p1 = round2(_mm512_load_pd(P + j * MR + 8), _mm512_load_pd(Q + j * MR + 8));
+        p2 = round2(_mm512_load_pd(P + j * MR + 16), _mm512_load_pd(Q + j * MR + 16));
+      } else {
+        p0 = _mm512_cvtpd_ps(_mm512_load_pd(P + j * MR));
+        p1 = _mm512_cvtpd_ps(_mm512_load_pd(P + j * MR + 8));
+        p2 = _mm512_cvtpd_ps(_mm512_load_pd(P + j * MR + 16));
+      }
+      _mm256_storeu_ps(aj, _mm256_fmadd_ps(p0, _mm256_mul_ps(s0, sbj), _mm256_loadu_ps(aj)));
+      _mm256_storeu_ps(aj + 8,
+                       _mm256_fmadd_ps(p1, _mm256_mul_ps(s1, sbj), _mm256_loadu_ps(aj + 8)));
+      _mm256_storeu_ps(aj + 16,
+                       _mm256_fmadd_ps(p2, _mm256_mul_ps(s2, sbj), _mm256_loadu_ps(aj + 16)));
+    }
+    a += n * MR;
+    b += n * NR;
+    if (a_lo) a_lo += n * MR;
+    if (b_lo) b_lo += n * NR;
+  }
+}
+
+const xte_gemm_ukernel XTE_GEMM_AVX512_TABLE = {XTE_GEMM_AVX512_ISA, MR, NR, tile_impl};

@@ -1,0 +1,406 @@
+/* CPU GEMM driver, BLIS-style. For each problem (one per group):
+ *   jc over N in panels of NC columns
+ *     mc0 over M in chunks of MCH rows (the fp32 accumulators of a chunk x panel live in W)
+ *       pc over K in panels of KC (a multiple of the 128 / 32 K block)
+ *         pack B[pc panel, jc panel] to fp64 micro-panels [k][NR] (+ scales), all threads
+ *         items (MC rows x a run of NR strips), spread statically over the threads:
+ *           pack A[MC rows, pc panel] to fp64 micro-panels [k][MR] (+ scales), per thread
+ *           for each NR strip, for each MR tile: micro-kernel over the panel's K blocks into the
+ *           tile's fp32 accumulators; after the last K panel, the epilogue writes D.
+ * FP8 codes are decoded to fp64 through 256-entry tables while packing (exact), so decoding is
+ * amortised over the other operand's extent. Every output element goes through the contract's
+ * arithmetic in K order whatever the partition, so results never depend on threads or ISA. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/xte_cpu.h"
+#include "numerics/xte_gemm_numerics.h"
+#include "xte_gemm_ops.h"
+#include "xte_internal.h"
+
+#define KC 256 /* multiple of 128 and 32 */
+#define MAX_BLK (KC / 32)
+#define MAX_W 64 /* widest micro-panel (MR or NR) */
+
+/* decode tables: full value of each code, and the two magnitude classes of e5m2 */
+static double tab_full[2][256], tab_hi[256], tab_lo[256];
+static pthread_once_t tab_once = PTHREAD_ONCE_INIT;
+
+static void init_tables(void) {
+  int f, c;
+  for (f = 0; f < 2; f++)
+    for (c = 0; c < 256; c++) tab_full[f][c] = xte_fp8_to_f64((uint8_t)c, f);
+  for (c = 0; c < 256; c++) {
+    tab_hi[c] = xte_gemm_class_hi(tab_full[XTE_FP8_E5M2][c]);
+    tab_lo[c] = xte_gemm_class_lo(tab_full[XTE_FP8_E5M2][c]);
+  }
+}
+
+static const xte_gemm_ukernel *ukernel_for(xte_cpu_isa isa) {
+  switch (isa) {
+    case XTE_CPU_ISA_AVX2:
+      return &xte_gemm_ukernel_avx2;
+#ifdef XTE_HAVE_AVX512
+    case XTE_CPU_ISA_AVX512:
+      return &xte_gemm_ukernel_avx512;
+#endif
+#ifdef XTE_HAVE_SIMDE
+    case XTE_CPU_ISA_AVX512_SIMDE:
+      return &xte_gemm_ukernel_avx512_simde;
+#endif
+    default:
+      return &xte_gemm_ukernel_scalar;
+  }
+}
+
+typedef struct gctx {
+  const xte_gemm_args *g;
+  const xte_gemm_ukernel *uk;
+  int MR, NR;
+  int64_t MC, NC, MCH;
+  int split_a, split_b;
+  /* current problem / panels */
+  const xte_gemm_problem *p;
+  int64_t m;             /* valid rows of the problem */
+  int64_t jc, nc;        /* N panel */
+  int64_t mc0, mch;      /* M chunk */
+  int64_t pc, kc;        /* K panel */
+  int first_pc, last_pc; /* of the chunk */
+  int nblk;
+  int kl[MAX_BLK];
+  int64_t nstrips, mtiles, n_ic, n_jch, spj;
+  int own_b; /* each thread packs the B strips it computes */
+  /* buffers */
+  double *bp, *bp_lo;
+  float *sbp;
+  float *W;
+  double **ap, **ap_lo;
+  float **sap;
+} gctx;
+
+static float load_scale(const xte_gemm_operand *o, int64_t i, int64_t k) {
+  int64_t gi = i / o->bi, gk = k / o->bk;
+  return o->sswap ? xte_load_scale_inv(&o->s, gk, gi) : xte_load_scale_inv(&o->s, gi, gk);
+}
+
+/* The common full 8-wide micro-panel (the AVX-512 NR, the AVX2 MR), unrolled. */
+static void decode_rows8(const uint8_t *const *rp, int64_t kc, const double *t, double *d) {
+  const uint8_t *r0 = rp[0], *r1 = rp[1], *r2 = rp[2], *r3 = rp[3];
+  const uint8_t *r4 = rp[4], *r5 = rp[5], *r6 = rp[6], *r7 = rp[7];
+  int64_t kk;
+  for (kk = 0; kk < kc; kk++, d += 8) {
+    d[0] = t[r0[kk]];
+    d[1] = t[r1[kk]];
+    d[2] = t[r2[kk]];
+    d[3] = t[r3[kk]];
+    d[4] = t[r4[kk]];
+    d[5] = t[r5[kk]];
+    d[6] = t[r6[kk]];
+    d[7] = t[r7[kk]];
+  }
+}
+
+/* Packs rows [r0, r0 + R*w) (problem-relative row r0 of operand o, w rows per micro-panel, rows
+ * >= nvalid are zero) of K range [k0, k0 + kc) into micro-panels [k][w]; scales per block. */
+static void pack_panel(const gctx *c, const xte_gemm_operand *o, int split, int64_t row0,
+                       int64_t nvalid, int64_t npanels, int w, int64_t k0, double *dst,
+                       double *dst_lo, float *sdst) {
+  const double *t0 = split ? tab_hi : tab_full[o->fmt];
+  const double *t1 = tab_lo;
+  const int64_t kc = c->kc;
+  int64_t pnl, kk;
+  int i, b;
+  for (pnl = 0; pnl < npanels; pnl++) {
+    double *d = dst + pnl * (int64_t)w * kc;
+    double *dl = split ? dst_lo + pnl * (int64_t)w * kc : NULL;
+    float *sd = sdst + pnl * (int64_t)w * c->nblk;
+    int nv = (int)(nvalid - pnl * w < w ? nvalid - pnl * w : w);
+    if (nv < 0) nv = 0;
+    if (o->ks == 1) {
+      /* rows read sequentially side by side, the panel written contiguously */
+      const uint8_t *rp[MAX_W];
+      for (i = 0; i < nv; i++) rp[i] = o->data + (row0 + pnl * w + i) * o->rs + k0;
+      if (nv == 8 && w == 8)
+        decode_rows8(rp, kc, t0, d);
+      else
+        for (kk = 0; kk < kc; kk++)
+          for (i = 0; i < nv; i++) d[kk * w + i] = t0[rp[i][kk]];
+      if (split)
+        for (kk = 0; kk < kc; kk++)
+          for (i = 0; i < nv; i++) dl[kk * w + i] = t1[rp[i][kk]];
+    } else {
+      for (kk = 0; kk < kc; kk++) {
+        const uint8_t *src = o->data + (k0 + kk) * o->ks + (row0 + pnl * w) * o->rs;
+        for (i = 0; i < nv; i++) d[kk * w + i] = t0[src[i * o->rs]];
+        if (split)
+          for (i = 0; i < nv; i++) dl[kk * w + i] = t1[src[i * o->rs]];
+      }
+    }
+    for (i = nv; i < w; i++)
+      for (kk = 0; kk < kc; kk++) {
+        d[kk * w + i] = 0.0;
+        if (split) dl[kk * w + i] = 0.0;
+      }
+    for (b = 0; b < c->nblk; b++)
+      for (i = 0; i < w; i++)
+        sd[b * w + i] =
+            i < nv ? load_scale(o, row0 + pnl * w + i, k0 + (int64_t)b * c->g->kblock) : 0.0f;
+  }
+}
+
+static void pack_b_range(void *vctx, int64_t b, int64_t e, int tid) {
+  gctx *c = (gctx *)vctx;
+  const xte_gemm_problem *p = c->p;
+  const int64_t kc = c->kc;
+  (void)tid;
+  pack_panel(c, &c->g->b, c->split_b, p->b_i0 + c->jc + b * c->NR, c->nc - b * c->NR, e - b, c->NR,
+             p->b_k0 + c->pc, c->bp + b * c->NR * kc, c->split_b ? c->bp_lo + b * c->NR * kc : NULL,
+             c->sbp + b * c->NR * c->nblk);
+}
+
+static float load_c(const xte_gemm_args *g, int64_t r, int64_t n) {
+  if (g->c_dtype == XTE_DTYPE_BF16)
+    return xte_bf16_to_f32(((const uint16_t *)g->c)[r * g->ld_c + n]);
+  return ((const float *)g->c)[r * g->ld_c + n];
+}
+
+static void store_d(const xte_gemm_args *g, int64_t r, int64_t n, float acc) {
+  float t = xte_gemm_epilogue(acc, g->c != NULL, g->c ? load_c(g, r, n) : 0.0f, g->bias != NULL,
+                              g->bias ? g->bias[n] : 0.0f);
+  if (g->d_dtype == XTE_DTYPE_BF16)
+    ((uint16_t *)g->d)[r * g->ld_d + n] = xte_gemm_out_bf16(t);
+  else
+    ((float *)g->d)[r * g->ld_d + n] = xte_gemm_out_f32(t);
+}
+
+/* Epilogue of one MR x NR tile: rows (chunk-relative) ri.., columns (panel-relative) cj.. */
+static void epilogue_tile(const gctx *c, const float *acc, int64_t ri, int64_t cj) {
+  const xte_gemm_args *g = c->g;
+  int64_t nr = c->nc - cj < c->NR ? c->nc - cj : c->NR;
+  int64_t mr = c->mch - ri < c->MR ? c->mch - ri : c->MR;
+  int64_t i, j;
+  for (i = 0; i < mr; i++) {
+    int64_t r = c->p->d_r0 + c->mc0 + ri + i;
+    for (j = 0; j < nr; j++) store_d(g, r, c->jc + cj + j, acc[j * c->MR + i]);
+  }
+}
+
+static void compute_range(void *vctx, int64_t b, int64_t e, int tid) {
+  gctx *c = (gctx *)vctx;
+  const xte_gemm_problem *p = c->p;
+  const int MR = c->MR, NR = c->NR;
+  const int64_t tiles_per_ic = c->MC / MR, kc = c->kc;
+  int64_t it, last_ic = -1, last_jch = -1;
+  double *ap = c->ap[tid], *ap_lo = c->ap_lo[tid];
+  float *sap = c->sap[tid];
+  /* own_b: items are runs of NR strips (jch); the thread packs their B and walks every M
+   * block. Otherwise items are (jch, ic) pairs over a B packed beforehand. */
+  if (c->own_b) {
+    b *= c->n_ic;
+    e *= c->n_ic;
+  }
+  for (it = b; it < e; it++) {
+    int64_t jch = it / c->n_ic, ic = it % c->n_ic;
+    int64_t t0 = ic * tiles_per_ic;
+    int64_t t1 = t0 + tiles_per_ic < c->mtiles ? t0 + tiles_per_ic : c->mtiles;
+    int64_t s0 = jch * c->spj, s1 = s0 + c->spj < c->nstrips ? s0 + c->spj : c->nstrips;
+    int64_t s, t;
+    if (c->own_b && jch != last_jch) {
+      pack_b_range(c, s0, s1, tid);
+      last_jch = jch;
+    }
+    if (ic != last_ic) {
+      int64_t r0 = c->mc0 + t0 * MR;
+      pack_panel(c, &c->g->a, c->split_a, p->a_i0 + r0, c->m - r0, t1 - t0, MR, p->a_k0 + c->pc, ap,
+                 ap_lo, sap);
+      last_ic = ic;
+    }
+    for (s = s0; s < s1; s++) {
+      const double *bs = c->bp + s * NR * kc;
+      const double *bs_lo = c->split_b ? c->bp_lo + s * NR * kc : NULL;
+      const float *sbs = c->sbp + s * NR * c->nblk;
+      for (t = t0; t < t1; t++) {
+        float *acc = c->W + (s * c->mtiles + t) * (int64_t)(MR * NR);
+        const double *at = ap + (t - t0) * MR * kc;
+        if (c->first_pc) memset(acc, 0, sizeof(float) * (size_t)(MR * NR));
+        c->uk->tile(c->nblk, c->kl, at, c->split_a ? ap_lo + (t - t0) * MR * kc : NULL, bs, bs_lo,
+                    sap + (t - t0) * MR * c->nblk, sbs, acc);
+        if (c->last_pc) epilogue_tile(c, acc, t * MR, s * NR);
+      }
+    }
+  }
+}
+
+/* K = 0: D = epilogue(0). */
+static void empty_k_rows(void *vctx, int64_t b, int64_t e, int tid) {
+  gctx *c = (gctx *)vctx;
+  int64_t r, n;
+  (void)tid;
+  for (r = b; r < e; r++)
+    for (n = 0; n < c->p->n; n++) store_d(c->g, c->p->d_r0 + r, n, 0.0f);
+}
+
+static void run_problem(gctx *c, const xte_gemm_problem *p, int64_t m) {
+  const int64_t kb = c->g->kblock;
+  int nt = xte_cpu_threads();
+  c->p = p;
+  c->m = m;
+  if (m <= 0 || p->n <= 0) return;
+  if (p->k <= 0) {
+    xte_parallel_for(m, empty_k_rows, c);
+    return;
+  }
+  for (c->jc = 0; c->jc < p->n; c->jc += c->NC) {
+    c->nc = p->n - c->jc < c->NC ? p->n - c->jc : c->NC;
+    c->nstrips = (c->nc + c->NR - 1) / c->NR;
+    for (c->mc0 = 0; c->mc0 < m; c->mc0 += c->MCH) {
+      c->mch = m - c->mc0 < c->MCH ? m - c->mc0 : c->MCH;
+      c->mtiles = (c->mch + c->MR - 1) / c->MR;
+      c->n_ic = (c->mch + c->MC - 1) / c->MC;
+      /* one run of strips per thread (each packs its own part of B); narrow panels split the
+       * M blocks too, with B packed by all threads first */
+      c->n_jch = c->nstrips < nt ? c->nstrips : nt;
+      c->spj = (c->nstrips + c->n_jch - 1) / c->n_jch;
+      c->n_jch = (c->nstrips + c->spj - 1) / c->spj;
+      c->own_b = c->n_jch >= nt || c->n_ic == 1;
+      for (c->pc = 0; c->pc < p->k; c->pc += KC) {
+        int64_t k;
+        c->kc = p->k - c->pc < KC ? p->k - c->pc : KC;
+        c->first_pc = c->pc == 0;
+        c->last_pc = c->pc + c->kc >= p->k;
+        c->nblk = 0;
+        for (k = 0; k < c->kc; k += kb) c->kl[c->nblk++] = (int)(c->kc - k < kb ? c->kc - k : kb);
+        if (!c->own_b) xte_parallel_for(c->nstrips, pack_b_range, c);
+        xte_parallel_for(c->own_b ? c->n_jch : c->n_ic * c->n_jch, compute_range, c);
+      }
+    }
+  }
+}
+
+/* A workspace kept between calls (pages already faulted in); a caller that finds it in use, or
+ * too small while in use, gets a private one. */
+static pthread_mutex_t ws_mu = PTHREAD_MUTEX_INITIALIZER;
+static char *ws_buf;
+static size_t ws_size;
+static int ws_busy;
+
+static size_t al(size_t n) {
+  return (n + 63) / 64 * 64;
+}
+
+static char *ws_acquire(size_t bytes) {
+  char *p = NULL;
+  pthread_mutex_lock(&ws_mu);
+  if (!ws_busy) {
+    if (ws_size < bytes) {
+      if (ws_buf) xte_aligned_free(ws_buf);
+      ws_buf = (char *)xte_aligned_alloc(bytes);
+      ws_size = ws_buf ? bytes : 0;
+    }
+    if (ws_buf) {
+      ws_busy = 1;
+      p = ws_buf;
+    }
+  }
+  pthread_mutex_unlock(&ws_mu);
+  return p ? p : (char *)xte_aligned_alloc(bytes);
+}
+
+static void ws_release(char *p) {
+  if (!p) return;
+  pthread_mutex_lock(&ws_mu);
+  if (p == ws_buf) {
+    ws_busy = 0;
+    p = NULL;
+  }
+  pthread_mutex_unlock(&ws_mu);
+  if (p) xte_aligned_free(p);
+}
+
+static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
+  gctx c;
+  int nt, t;
+  int64_t i, maxm = 0, maxn = 0;
+  xte_status st = XTE_SUCCESS;
+  size_t l2;
+  (void)handle;
+  /* masked_m lives in backend (host) memory: checked here, before anything is written */
+  if (g->masked_m)
+    for (i = 0; i < g->num_problems; i++)
+      if (g->masked_m[i] < 0 || g->masked_m[i] > g->problems[i].m)
+        return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                             "groups->masked_m[%lld] = %d is outside [0, m_max = %lld]",
+                             (long long)i, (int)g->masked_m[i], (long long)g->problems[i].m);
+  pthread_once(&tab_once, init_tables);
+  memset(&c, 0, sizeof c);
+  c.g = g;
+  c.uk = ukernel_for(xte_cpu_get_isa());
+  c.MR = c.uk->mr;
+  c.NR = c.uk->nr;
+  c.split_a = g->a.fmt == XTE_FP8_E5M2;
+  c.split_b = !c.split_a && g->b.fmt == XTE_FP8_E5M2;
+  l2 = xte_cpu_l2();
+  c.MC = (int64_t)(l2 / 2 / (KC * sizeof(double) * (c.split_a ? 2 : 1))) / c.MR * c.MR;
+  if (c.MC < c.MR) c.MC = c.MR;
+  if (c.MC > 512) c.MC = 512 / c.MR * c.MR;
+  c.NC = 1536 / c.NR * c.NR;
+  c.MCH = 1024 / c.MC * c.MC;
+  if (c.MCH < c.MC) c.MCH = c.MC;
+  for (i = 0; i < g->num_problems; i++) {
+    if (g->problems[i].m > maxm) maxm = g->problems[i].m;
+    if (g->problems[i].n > maxn) maxn = g->problems[i].n;
+  }
+  if (maxm > c.MCH) maxm = c.MCH;
+  if (maxn > c.NC) maxn = c.NC;
+  maxm = (maxm + c.MC - 1) / c.MC * c.MC;
+  maxn = (maxn + c.NR - 1) / c.NR * c.NR;
+  nt = xte_cpu_threads();
+  {
+    /* one workspace: B panel (+ low class), B scales, W, then per thread A (+ low), A scales */
+    size_t szb = sizeof(double) * (size_t)(maxn * KC),
+           szsb = sizeof(float) * (size_t)(maxn * MAX_BLK);
+    size_t szw = sizeof(float) * (size_t)(maxn * maxm), sza = sizeof(double) * (size_t)(c.MC * KC);
+    size_t szsa = sizeof(float) * (size_t)(c.MC * MAX_BLK);
+    size_t total = al(szb) * 2 + al(szsb) + al(szw) + (size_t)nt * (al(sza) * 2 + al(szsa));
+    char *w = ws_acquire(total), *q;
+    void **ptrs = (void **)calloc((size_t)nt * 3, sizeof(void *));
+    if (!w || !ptrs) {
+      free(ptrs);
+      ws_release(w);
+      return xte_set_error(XTE_ERROR_OUT_OF_MEMORY,
+                           "gemm: no memory for %zu bytes of packing buffers", total);
+    }
+    q = w;
+    c.bp = (double *)q;
+    q += al(szb);
+    c.bp_lo = c.split_b ? (double *)q : NULL;
+    q += al(szb);
+    c.sbp = (float *)q;
+    q += al(szsb);
+    c.W = (float *)q;
+    q += al(szw);
+    c.ap = (double **)ptrs;
+    c.ap_lo = (double **)(ptrs + nt);
+    c.sap = (float **)(ptrs + 2 * nt);
+    for (t = 0; t < nt; t++) {
+      c.ap[t] = (double *)q;
+      q += al(sza);
+      c.ap_lo[t] = c.split_a ? (double *)q : NULL;
+      q += al(sza);
+      c.sap[t] = (float *)q;
+      q += al(szsa);
+    }
+    for (i = 0; i < g->num_problems; i++)
+      run_problem(&c, &g->problems[i], g->masked_m ? g->masked_m[i] : g->problems[i].m);
+    free(ptrs);
+    ws_release(w);
+  }
+  return st;
+}
+
+static const struct xte_gemm_ops cpu_gemm_ops = {cpu_gemm};
+
+const struct xte_gemm_ops *xte_cpu_gemm_ops(void) {
+  return &cpu_gemm_ops;
+}

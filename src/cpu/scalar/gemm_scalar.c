@@ -1,0 +1,43 @@
+/* Scalar GEMM micro-kernel: the reference the SIMD kernels reproduce byte for byte. A 4 x 4 tile;
+ * fp64 block partials (exact: see src/numerics/xte_gemm_numerics.h; products of FP8 values are
+ * exact in fp64 and so is every partial sum, so a plain multiply and add is exact too), then the
+ * shared per-element rules. */
+#include "numerics/xte_gemm_numerics.h"
+#include "xte_gemm_ops.h"
+
+#define MR 4
+#define NR 4
+
+static void block_sum(int n, const double *a, const double *b, double P[NR][MR]) {
+  int k, i, j;
+  for (j = 0; j < NR; j++)
+    for (i = 0; i < MR; i++) P[j][i] = 0.0;
+  for (k = 0; k < n; k++)
+    for (j = 0; j < NR; j++)
+      for (i = 0; i < MR; i++) P[j][i] = P[j][i] + a[k * MR + i] * b[k * NR + j];
+}
+
+static void tile(int64_t nblk, const int *kl, const double *a, const double *a_lo, const double *b,
+                 const double *b_lo, const float *sa, const float *sb, float *acc) {
+  int64_t bl;
+  int split = a_lo != NULL || b_lo != NULL;
+  for (bl = 0; bl < nblk; bl++) {
+    const int n = kl[bl];
+    double P[NR][MR], Q[NR][MR];
+    int i, j;
+    block_sum(n, a, b, P);
+    if (split) block_sum(n, a_lo ? a_lo : a, b_lo ? b_lo : b, Q);
+    for (j = 0; j < NR; j++)
+      for (i = 0; i < MR; i++) {
+        float p = split ? xte_gemm_round2_f32(P[j][i], Q[j][i]) : (float)P[j][i];
+        acc[j * MR + i] =
+            xte_gemm_block_update(acc[j * MR + i], p, sa[bl * MR + i], sb[bl * NR + j]);
+      }
+    a += n * MR;
+    b += n * NR;
+    if (a_lo) a_lo += n * MR;
+    if (b_lo) b_lo += n * NR;
+  }
+}
+
+const xte_gemm_ukernel xte_gemm_ukernel_scalar = {XTE_CPU_ISA_SCALAR, MR, NR, tile};

@@ -1,0 +1,210 @@
+/* The CUDA plugin's backend table (libxte_cuda.so; the same source builds libxte_musa.so):
+ * runtime probing, devices, streams, memory. libxte dlopens the plugin and reaches it only
+ * through xte_plugin_get_ops(); the plugin reaches the core only through the services that
+ * init() receives (it does not link libxte). */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/xte_gpu.h"
+
+static const xte_core_services *g_svc;
+static int g_ndev;
+
+xte_status xte_gpu_check(cudaError_t e, const char *what) {
+  xte_status st;
+  if (e == cudaSuccess) return XTE_SUCCESS;
+  st = e == cudaErrorMemoryAllocation ? XTE_ERROR_OUT_OF_MEMORY : XTE_ERROR_DEVICE;
+  if (g_svc && g_svc->set_error)
+    return g_svc->set_error(st, "%s: %s: %s (%s)", XTE_GPU_NAME, what, cudaGetErrorString(e),
+                            cudaGetErrorName(e));
+  return st;
+}
+
+/* ---------------------------------------------------------------- runtime, devices */
+
+static xte_status gpu_init(const xte_core_services *svc, char *why, size_t why_size) {
+  int n = 0;
+  cudaError_t e;
+  g_svc = svc;
+  if (why_size) why[0] = '\0';
+  e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    /* Without any driver the runtime says "driver version is insufficient": say what it is. */
+    void *drv = dlopen(XTE_GPU_DRIVER_LIB, RTLD_NOW | RTLD_LOCAL);
+    if (!drv)
+      snprintf(why, why_size, "%s loaded, no usable device: no driver (%s not found)", XTE_GPU_LIB,
+               XTE_GPU_DRIVER_LIB);
+    else
+      snprintf(why, why_size, "%s loaded, no usable device: %s (%s)", XTE_GPU_LIB,
+               cudaGetErrorString(e), cudaGetErrorName(e));
+    if (drv) dlclose(drv);
+    (void)cudaGetLastError();
+    g_ndev = 0;
+    return XTE_ERROR_BACKEND_UNAVAILABLE;
+  }
+  if (n <= 0) {
+    snprintf(why, why_size, "%s loaded, no device found", XTE_GPU_LIB);
+    g_ndev = 0;
+    return XTE_ERROR_BACKEND_UNAVAILABLE;
+  }
+  g_ndev = n;
+  return XTE_SUCCESS;
+}
+
+static int gpu_device_count(void) {
+  return g_ndev;
+}
+
+static xte_status gpu_device_info(int device, xte_gpu_info *info) {
+  cudaDeviceProp p;
+  memset(info, 0, sizeof *info);
+  XTE_GPU_TRY(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties");
+  snprintf(info->name, sizeof info->name, "%.127s", p.name);
+  snprintf(info->arch, sizeof info->arch, "%s%d%d", XTE_GPU_ARCH_PREFIX, p.major, p.minor);
+  info->memory_bytes = (size_t)p.totalGlobalMem;
+  return XTE_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- streams */
+
+static xte_status alloc_scratch(xte_gpu_stream *h) {
+  void *p = NULL;
+  if (h->scratch) return XTE_SUCCESS;
+  XTE_GPU_TRY(cudaMalloc(&p, XTE_GPU_SCRATCH_FLOATS * sizeof(float)), "cudaMalloc (scratch)");
+  h->scratch = (float *)p;
+  return XTE_SUCCESS;
+}
+
+static xte_status gpu_stream_create(int device, void *native, void **handle) {
+  xte_gpu_stream *h = (xte_gpu_stream *)calloc(1, sizeof *h);
+  xte_status st;
+  if (!h) return g_svc->set_error(XTE_ERROR_OUT_OF_MEMORY, "stream: out of host memory");
+  h->device = device;
+  st = xte_gpu_check(cudaSetDevice(device), "cudaSetDevice");
+  if (st == XTE_SUCCESS) {
+    if (native) {
+      h->stream = (cudaStream_t)native;
+    } else {
+      st = xte_gpu_check(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking),
+                         "cudaStreamCreateWithFlags");
+      h->owned = st == XTE_SUCCESS;
+    }
+  }
+  if (st == XTE_SUCCESS) st = alloc_scratch(h);
+  if (st != XTE_SUCCESS) {
+    if (h->owned) (void)cudaStreamDestroy(h->stream);
+    free(h);
+    return st;
+  }
+  *handle = h;
+  return XTE_SUCCESS;
+}
+
+static xte_status gpu_stream_destroy(void *handle) {
+  xte_gpu_stream *h = (xte_gpu_stream *)handle;
+  xte_status st = XTE_SUCCESS;
+  if (!h) return XTE_SUCCESS;
+  (void)cudaSetDevice(h->device);
+  if (h->scratch) {
+    /* pending work on the stream may still read the scratch */
+    st = xte_gpu_check(cudaStreamSynchronize(h->stream), "cudaStreamSynchronize");
+    (void)cudaFree(h->scratch);
+  }
+  if (h->owned) (void)cudaStreamDestroy(h->stream);
+  free(h);
+  return st;
+}
+
+/* The handle for a NULL stream: device 0, the legacy default stream. */
+static xte_gpu_stream g_default;
+static pthread_mutex_t g_default_lock = PTHREAD_MUTEX_INITIALIZER;
+
+xte_status xte_gpu_resolve(void *handle, xte_gpu_stream **out) {
+  xte_gpu_stream *h = (xte_gpu_stream *)handle;
+  if (!h) {
+    xte_status st;
+    XTE_GPU_TRY(cudaSetDevice(0), "cudaSetDevice");
+    pthread_mutex_lock(&g_default_lock);
+    st = alloc_scratch(&g_default);
+    pthread_mutex_unlock(&g_default_lock);
+    if (st != XTE_SUCCESS) return st;
+    *out = &g_default;
+    return XTE_SUCCESS;
+  }
+  XTE_GPU_TRY(cudaSetDevice(h->device), "cudaSetDevice");
+  *out = h;
+  return XTE_SUCCESS;
+}
+
+static xte_status gpu_synchronize(void *handle) {
+  xte_gpu_stream *h;
+  XTE_TRY_GPU_RESOLVE(handle, h);
+  return xte_gpu_check(cudaStreamSynchronize(h->stream), "cudaStreamSynchronize");
+}
+
+/* ---------------------------------------------------------------- memory */
+
+static xte_status gpu_alloc(int device, size_t bytes, void **ptr) {
+  *ptr = NULL;
+  XTE_GPU_TRY(cudaSetDevice(device), "cudaSetDevice");
+  if (bytes == 0) return XTE_SUCCESS;
+  return xte_gpu_check(cudaMalloc(ptr, bytes), "cudaMalloc");
+}
+
+static xte_status gpu_dealloc(int device, void *ptr) {
+  if (!ptr) return XTE_SUCCESS;
+  XTE_GPU_TRY(cudaSetDevice(device), "cudaSetDevice");
+  return xte_gpu_check(cudaFree(ptr), "cudaFree");
+}
+
+static xte_status gpu_copy(void *handle, void *dst, const void *src, size_t bytes, int kind) {
+  xte_gpu_stream *h;
+  cudaMemcpyKind k = kind == 0   ? cudaMemcpyHostToDevice
+                     : kind == 1 ? cudaMemcpyDeviceToHost
+                                 : cudaMemcpyDeviceToDevice;
+  XTE_TRY_GPU_RESOLVE(handle, h);
+  XTE_GPU_TRY(cudaMemcpyAsync(dst, src, bytes, k, h->stream), "cudaMemcpyAsync");
+  return xte_gpu_check(cudaStreamSynchronize(h->stream), "cudaStreamSynchronize (copy)");
+}
+
+static xte_status gpu_fill(void *handle, void *dst, int value, size_t bytes) {
+  xte_gpu_stream *h;
+  XTE_TRY_GPU_RESOLVE(handle, h);
+  XTE_GPU_TRY(cudaMemsetAsync(dst, value, bytes, h->stream), "cudaMemsetAsync");
+  return xte_gpu_check(cudaStreamSynchronize(h->stream), "cudaStreamSynchronize (fill)");
+}
+
+/* ---------------------------------------------------------------- the table */
+
+static xte_backend_ops g_ops;
+static pthread_once_t g_ops_once = PTHREAD_ONCE_INIT;
+
+static void fill_ops(void) {
+  memset(&g_ops, 0, sizeof g_ops);
+  g_ops.abi = XTE_PLUGIN_ABI;
+  g_ops.name = XTE_GPU_NAME;
+  g_ops.init = gpu_init;
+  g_ops.device_count = gpu_device_count;
+  g_ops.device_info = gpu_device_info;
+  g_ops.stream_create = gpu_stream_create;
+  g_ops.stream_destroy = gpu_stream_destroy;
+  g_ops.synchronize = gpu_synchronize;
+  g_ops.alloc = gpu_alloc;
+  g_ops.dealloc = gpu_dealloc;
+  g_ops.copy = gpu_copy;
+  g_ops.fill = gpu_fill;
+  g_ops.quantize = xte_gpu_quantize;
+  g_ops.dequantize = xte_gpu_dequantize;
+  g_ops.cast = xte_gpu_cast;
+}
+
+/* The one exported symbol. */
+extern "C" __attribute__((visibility("default"))) const xte_backend_ops *xte_plugin_get_ops(
+    int abi) {
+  if (abi != XTE_PLUGIN_ABI) return NULL;
+  pthread_once(&g_ops_once, fill_ops);
+  return &g_ops;
+}

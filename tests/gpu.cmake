@@ -1,0 +1,33 @@
+# GPU tests (included by tests/CMakeLists.txt after every tests/test_*.c became a ctest test).
+#
+#  test_gpu_quantize        the CUDA backend against the CPU backend, byte for byte. Without a
+#                           usable device its tests print "SKIPPED: <reason>" and ctest reports
+#                           the test as skipped (SKIP_REGULAR_EXPRESSION).
+#  test_gpu_plugin_info     the one case of it that runs everywhere: when libxte_cuda.so is built,
+#                           libxte must load it and say why it has no device. A separate entry,
+#                           so the skip above cannot hide its failure.
+#  check_gpu_musa_compat    every CUDA name used under src/cuda/ is mapped for MUSA in
+#                           src/musa/xte_musa_compat.h (tests/check_musa_compat.py).
+# All carry the label "gpu"; their names contain "gpu" (ctest -R gpu).
+if(TARGET test_gpu_quantize)
+  set_tests_properties(test_gpu_quantize PROPERTIES LABELS "gpu" TIMEOUT 1800
+                       SKIP_REGULAR_EXPRESSION "SKIPPED: ")
+  add_test(NAME test_gpu_plugin_info
+           COMMAND test_gpu_quantize --jobs 1 --filter "gpu_quantize/plugin_reports_itself")
+  set_tests_properties(test_gpu_plugin_info PROPERTIES LABELS "gpu" TIMEOUT 120)
+  if(TARGET xte_cuda)
+    add_dependencies(test_gpu_quantize xte_cuda)
+    target_compile_definitions(test_gpu_quantize PRIVATE XTE_TEST_HAVE_CUDA_PLUGIN=1)
+  endif()
+endif()
+
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME check_gpu_musa_compat
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_musa_compat.py
+                   --cuda-dir ${PROJECT_SOURCE_DIR}/src/cuda
+                   --compat ${PROJECT_SOURCE_DIR}/src/musa/xte_musa_compat.h)
+  set_tests_properties(check_gpu_musa_compat PROPERTIES LABELS "gpu" TIMEOUT 60)
+else()
+  message(STATUS "xte: no Python 3, check_gpu_musa_compat is not run")
+endif()

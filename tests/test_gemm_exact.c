@@ -1,0 +1,495 @@
+/* xte_gemm against the independent int128 oracle (tests/test_gemm_oracle.h), bit for bit: every
+ * scaling pair, transpose combination, scale layout, dtype pair and CPU ISA; shapes with tails;
+ * model shapes at small M; accumulate and bias; NaN / inf codes; thread-count invariance; bad
+ * input leaves the output untouched. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+
+#include "test_gemm_oracle.h"
+
+static const xte_cpu_isa ISAS[] = {XTE_CPU_ISA_SCALAR, XTE_CPU_ISA_AVX2, XTE_CPU_ISA_AVX512,
+                                   XTE_CPU_ISA_AVX512_SIMDE};
+#define NISA 4
+
+typedef struct side {
+  xte_scaling_mode mode;
+  xte_recipe recipe;
+} side;
+
+static int layouts_for(xte_recipe r, xte_scale_layout *out) {
+  if (o_is_mx(r)) {
+    out[0] = XTE_SCALE_LAYOUT_COMPACT;
+    out[1] = XTE_SCALE_LAYOUT_MX_SWIZZLED;
+    return 2;
+  }
+  out[0] = XTE_SCALE_LAYOUT_COMPACT;
+  out[1] = XTE_SCALE_LAYOUT_TE_GEMM;
+  out[2] = XTE_SCALE_LAYOUT_DEEPGEMM;
+  return 3;
+}
+
+static size_t dsize(xte_dtype d) {
+  return d == XTE_DTYPE_BF16 ? 2 : 4;
+}
+
+static int first_diff(const void *x, const void *y, int64_t n, xte_dtype dt) {
+  int64_t i;
+  for (i = 0; i < n; i++) {
+    if (dt == XTE_DTYPE_BF16) {
+      if (((const uint16_t *)x)[i] != ((const uint16_t *)y)[i]) return (int)i;
+    } else if (((const uint32_t *)x)[i] != ((const uint32_t *)y)[i]) {
+      return (int)i;
+    }
+  }
+  return -1;
+}
+
+/* One case: quantize X_A, X_B (shapes from M, N, K and the transposes), oracle from the COMPACT
+ * copies, then xte_gemm with every layout pair (same layout index on both sides) and every ISA. */
+static void run_case(side sa, side sb, xte_dtype da, xte_dtype db, int ta, int tb, int64_t M,
+                     int64_t N, int64_t K, xte_dtype d_dt, int isa_mask, uint64_t seed) {
+  int64_t RA = ta ? K : M, CA = ta ? M : K, RB = tb ? K : N, CB = tb ? N : K;
+  float *xa = o_random(RA, CA, seed), *xb = o_random(RB, CB, seed + 1);
+  tq qa, qb;
+  lop la, lb;
+  ocfg cf;
+  void *ref = malloc(dsize(d_dt) * (size_t)(M * N + 1));
+  void *out = malloc(dsize(d_dt) * (size_t)(M * N + 1));
+  xte_scale_layout lya[3], lyb[3];
+  int nla = layouts_for(sa.recipe, lya), nlb = layouts_for(sb.recipe, lyb), li, ii;
+  xte_gemm_config g = xte_gemm_config_default();
+  cr_assert_eq(tq_make(&qa, xa, RA, CA, sa.mode, sa.recipe, XTE_SCALE_LAYOUT_COMPACT, da),
+               XTE_SUCCESS, "quantize A: %s", xte_last_error());
+  cr_assert_eq(tq_make(&qb, xb, RB, CB, sb.mode, sb.recipe, XTE_SCALE_LAYOUT_COMPACT, db),
+               XTE_SUCCESS, "quantize B: %s", xte_last_error());
+  tq_logical(&qa, ta, &la);
+  tq_logical(&qb, tb, &lb);
+  memset(&cf, 0, sizeof cf);
+  cf.kblock = sa.mode == XTE_SCALING_MXFP8_1x32 ? 32 : 128;
+  cf.d_dt = d_dt;
+  o_gemm(&la, &lb, &cf, ref);
+  g.trans_a = ta;
+  g.trans_b = tb;
+  for (li = 0; li < (nla > nlb ? nla : nlb); li++) {
+    tq pa, pb;
+    xte_tensor D = xte_tensor_2d(out, d_dt, M, N);
+    cr_assert_eq(tq_make(&pa, xa, RA, CA, sa.mode, sa.recipe, lya[li % nla], da), XTE_SUCCESS);
+    cr_assert_eq(tq_make(&pb, xb, RB, CB, sb.mode, sb.recipe, lyb[li % nlb], db), XTE_SUCCESS);
+    for (ii = 0; ii < NISA; ii++) {
+      int d;
+      if (!(isa_mask & (1 << ii))) continue;
+      if (xte_cpu_set_isa(ISAS[ii]) != XTE_SUCCESS) continue;
+      memset(out, 0xA5, dsize(d_dt) * (size_t)(M * N));
+      cr_assert_eq(xte_gemm(&pa.q, &pb.q, NULL, &D, &g, NULL), XTE_SUCCESS, "gemm %s: %s",
+                   xte_cpu_isa_name(ISAS[ii]), xte_last_error());
+      d = first_diff(out, ref, M * N, d_dt);
+      cr_assert_eq(d, -1,
+                   "isa %s modes %d/%d recipes %d/%d dtypes %d/%d trans %d/%d layouts %d/%d "
+                   "M %lld N %lld K %lld out %d: element %d (row %lld col %lld) differs: got "
+                   "%08x want %08x",
+                   xte_cpu_isa_name(ISAS[ii]), sa.mode, sb.mode, sa.recipe, sb.recipe, da, db, ta,
+                   tb, lya[li % nla], lyb[li % nlb], (long long)M, (long long)N, (long long)K, d_dt,
+                   d, (long long)(d / N), (long long)(d % N),
+                   d_dt == XTE_DTYPE_BF16 ? ((uint16_t *)out)[d] : ((uint32_t *)out)[d],
+                   d_dt == XTE_DTYPE_BF16 ? ((uint16_t *)ref)[d] : ((uint32_t *)ref)[d]);
+    }
+    tq_free(&pa);
+    tq_free(&pb);
+  }
+  tq_free(&qa);
+  tq_free(&qb);
+  lop_free(&la);
+  lop_free(&lb);
+  free(xa);
+  free(xb);
+  free(ref);
+  free(out);
+}
+
+static void reset_isa(void) {
+  int i;
+  for (i = XTE_CPU_ISA_AVX512; i >= 0; i--)
+    if (xte_cpu_set_isa((xte_cpu_isa)i) == XTE_SUCCESS) break;
+}
+
+#define ALL_ISA 15
+
+Test(gemm_exact, every_pair_layout_dtype_trans_isa) {
+  const side pairs[][2] = {
+      {{XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK},
+       {XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK}},
+      {{XTE_SCALING_BLOCK_128x128, XTE_RECIPE_DEEPGEMM},
+       {XTE_SCALING_BLOCK_1x128, XTE_RECIPE_DEEPGEMM}},
+      {{XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK}, {XTE_SCALING_BLOCK_1x128, XTE_RECIPE_MTFP8}},
+      {{XTE_SCALING_PER_TENSOR, XTE_RECIPE_TE_CURRENT},
+       {XTE_SCALING_PER_TENSOR, XTE_RECIPE_TE_CURRENT}},
+      {{XTE_SCALING_MXFP8_1x32, XTE_RECIPE_MX_TE}, {XTE_SCALING_MXFP8_1x32, XTE_RECIPE_MX_OCP}},
+  };
+  const xte_dtype dts[][2] = {{XTE_DTYPE_E4M3, XTE_DTYPE_E4M3},
+                              {XTE_DTYPE_E4M3, XTE_DTYPE_E5M2},
+                              {XTE_DTYPE_E5M2, XTE_DTYPE_E4M3}};
+  int p, d, t, n = 0;
+  for (p = 0; p < 5; p++)
+    for (d = 0; d < 3; d++)
+      for (t = 0; t < 4; t++, n++)
+        run_case(pairs[p][0], pairs[p][1], dts[d][0], dts[d][1], t & 1, t >> 1, 37, 45, 300,
+                 (n & 1) ? XTE_DTYPE_BF16 : XTE_DTYPE_FP32, ALL_ISA, 100 + (uint64_t)n);
+  reset_isa();
+}
+
+Test(gemm_exact, tails) {
+  const int64_t S[] = {1, 15, 127, 129, 1000};
+  const side a = {XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK};
+  const side b = {XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK};
+  int i, j, k, n = 0;
+  for (i = 0; i < 5; i++)
+    for (j = 0; j < 5; j++)
+      for (k = 0; k < 5; k++, n++) {
+        int64_t M = S[i], N = S[j], K = S[k];
+        if (M * N * K > 20000000) continue; /* the oracle's time */
+        run_case(a, b, XTE_DTYPE_E4M3, (n % 3 == 0) ? XTE_DTYPE_E5M2 : XTE_DTYPE_E4M3, 0, 0, M, N,
+                 K, (n & 1) ? XTE_DTYPE_BF16 : XTE_DTYPE_FP32, ALL_ISA, 500 + (uint64_t)n);
+      }
+  reset_isa();
+}
+
+Test(gemm_exact, blocking_edges) {
+  /* past MC (240 / 128 rows), past the M chunk (1024 rows), past NC (1536 columns), several K
+   * panels (256) with an MXFP8 tail */
+  const side a = {XTE_SCALING_BLOCK_1x128, XTE_RECIPE_DEEPGEMM};
+  const side b = {XTE_SCALING_BLOCK_128x128, XTE_RECIPE_DEEPGEMM};
+  const side mx = {XTE_SCALING_MXFP8_1x32, XTE_RECIPE_MX_TE};
+  run_case(a, b, XTE_DTYPE_E4M3, XTE_DTYPE_E4M3, 0, 0, 1100, 9, 300, XTE_DTYPE_FP32, ALL_ISA, 7);
+  run_case(a, b, XTE_DTYPE_E4M3, XTE_DTYPE_E4M3, 0, 0, 5, 1700, 600, XTE_DTYPE_BF16, ALL_ISA, 8);
+  run_case(mx, mx, XTE_DTYPE_E5M2, XTE_DTYPE_E4M3, 0, 0, 250, 30, 1000, XTE_DTYPE_FP32, ALL_ISA, 9);
+  reset_isa();
+}
+
+Test(gemm_exact, model_shapes_small_m) {
+  const int64_t NK[][2] = {{4096, 7168}, {7168, 2048}, {2112, 7168}};
+  const side a = {XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK};
+  const side b = {XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK};
+  int i;
+  for (i = 0; i < 3; i++)
+    run_case(a, b, XTE_DTYPE_E4M3, XTE_DTYPE_E4M3, 0, 0, 3, NK[i][0], NK[i][1], XTE_DTYPE_BF16,
+             1 << 2 | 1 << 1, 900 + (uint64_t)i);
+  reset_isa();
+}
+
+/* ---------------------------------------------------------------- accumulate, bias */
+Test(gemm_exact, accumulate_and_bias) {
+  const int64_t M = 33, N = 50, K = 260;
+  float *xa = o_random(M, K, 1), *xb = o_random(N, K, 2);
+  tq qa, qb;
+  lop la, lb;
+  ocfg cf;
+  int cdt, ddt, inplace, ii;
+  float bias[50];
+  uint64_t s = 99;
+  int n;
+  cr_assert_eq(tq_make(&qa, xa, M, K, XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK,
+                       XTE_SCALE_LAYOUT_TE_GEMM, XTE_DTYPE_E4M3),
+               XTE_SUCCESS);
+  cr_assert_eq(tq_make(&qb, xb, N, K, XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK,
+                       XTE_SCALE_LAYOUT_TE_GEMM, XTE_DTYPE_E5M2),
+               XTE_SUCCESS);
+  {
+    tq ca, cb;
+    tq_make(&ca, xa, M, K, XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK, XTE_SCALE_LAYOUT_COMPACT,
+            XTE_DTYPE_E4M3);
+    tq_make(&cb, xb, N, K, XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK, XTE_SCALE_LAYOUT_COMPACT,
+            XTE_DTYPE_E5M2);
+    tq_logical(&ca, 0, &la);
+    tq_logical(&cb, 0, &lb);
+    tq_free(&ca);
+    tq_free(&cb);
+  }
+  for (n = 0; n < N; n++) bias[n] = (float)(o_unif(&s) * 8.0 - 4.0);
+  for (cdt = 0; cdt < 2; cdt++)
+    for (ddt = 0; ddt < 2; ddt++)
+      for (inplace = 0; inplace < 2; inplace++) {
+        xte_dtype c_dt = cdt ? XTE_DTYPE_BF16 : XTE_DTYPE_FP32;
+        xte_dtype d_dt = ddt ? XTE_DTYPE_BF16 : XTE_DTYPE_FP32;
+        void *cbuf, *ref, *out;
+        int64_t i;
+        if (inplace && c_dt != d_dt) continue;
+        cbuf = malloc(dsize(c_dt) * (size_t)(M * N));
+        ref = malloc(dsize(d_dt) * (size_t)(M * N));
+        out = malloc(dsize(d_dt) * (size_t)(M * N));
+        for (i = 0; i < M * N; i++) {
+          float v = (float)(o_unif(&s) * 2e4 - 1e4);
+          if (c_dt == XTE_DTYPE_BF16)
+            ((uint16_t *)cbuf)[i] = o_bf16(v);
+          else
+            ((float *)cbuf)[i] = v;
+        }
+        memset(&cf, 0, sizeof cf);
+        cf.kblock = 128;
+        cf.c = cbuf;
+        cf.c_dt = c_dt;
+        cf.bias = (cdt ^ ddt) ? NULL : bias;
+        cf.d_dt = d_dt;
+        o_gemm(&la, &lb, &cf, ref);
+        for (ii = 0; ii < NISA; ii++) {
+          xte_gemm_config g = xte_gemm_config_default();
+          xte_tensor bt = xte_tensor_1d(bias, XTE_DTYPE_FP32, N);
+          xte_tensor C, D;
+          if (xte_cpu_set_isa(ISAS[ii]) != XTE_SUCCESS) continue;
+          g.accumulate = 1;
+          g.bias = cf.bias ? &bt : NULL;
+          if (inplace) {
+            memcpy(out, cbuf, dsize(c_dt) * (size_t)(M * N));
+            C = xte_tensor_2d(out, c_dt, M, N);
+          } else {
+            memset(out, 0x5A, dsize(d_dt) * (size_t)(M * N));
+            C = xte_tensor_2d(cbuf, c_dt, M, N);
+          }
+          D = xte_tensor_2d(out, d_dt, M, N);
+          cr_assert_eq(xte_gemm(&qa.q, &qb.q, &C, &D, &g, NULL), XTE_SUCCESS, "%s",
+                       xte_last_error());
+          cr_assert_eq(first_diff(out, ref, M * N, d_dt), -1, "c %d d %d inplace %d isa %s", cdt,
+                       ddt, inplace, xte_cpu_isa_name(ISAS[ii]));
+        }
+        free(cbuf);
+        free(ref);
+        free(out);
+      }
+  reset_isa();
+  tq_free(&qa);
+  tq_free(&qb);
+  lop_free(&la);
+  lop_free(&lb);
+  free(xa);
+  free(xb);
+}
+
+/* ---------------------------------------------------------------- NaN / inf codes */
+/* Hand-made per-tensor and 1x128 qtensors with raw codes (compact scales). */
+static void raw_q(xte_qtensor *q, uint8_t *codes, float *scales, int64_t R, int64_t C, xte_dtype dt,
+                  xte_scaling_mode mode) {
+  memset(q, 0, sizeof *q);
+  q->scaling_mode = mode;
+  q->recipe = mode == XTE_SCALING_PER_TENSOR ? XTE_RECIPE_TE_DELAYED : XTE_RECIPE_TE_BLOCK;
+  q->rowwise = xte_tensor_2d(codes, dt, R, C);
+  q->rowwise_scale_inv.data = scales;
+  q->rowwise_scale_inv.dtype = XTE_DTYPE_FP32;
+  q->rowwise_scale_inv.rows = mode == XTE_SCALING_PER_TENSOR ? 1 : R;
+  q->rowwise_scale_inv.cols = mode == XTE_SCALING_PER_TENSOR ? 1 : o_cdiv(C, 128);
+  q->rowwise_scale_inv.layout = XTE_SCALE_LAYOUT_COMPACT;
+}
+
+Test(gemm_exact, nan_inf_and_extreme_codes) {
+  enum { M = 9, N = 11, K = 200 };
+  uint8_t a[M * K], b[N * K];
+  float sa[M * 2], sb[N * 2];
+  uint32_t ref[M * N], out[M * N];
+  uint64_t s = 5;
+  int i, ii, dp;
+  for (dp = 0; dp < 2; dp++) {
+    xte_dtype db = dp ? XTE_DTYPE_E5M2 : XTE_DTYPE_E4M3;
+    xte_qtensor qa, qb;
+    lop la = {M, K, 2, a, sa, XTE_DTYPE_E4M3}, lb = {N, K, 2, b, sb, db};
+    ocfg cf = {128, NULL, XTE_DTYPE_FP32, NULL, XTE_DTYPE_FP32};
+    xte_tensor D = xte_tensor_2d(out, XTE_DTYPE_FP32, M, N);
+    /* mostly extreme codes: +-max, tiny subnormals, zeros */
+    for (i = 0; i < M * K; i++) {
+      static const uint8_t pick[] = {0x7E, 0xFE, 0x01, 0x81, 0x00, 0x80, 0x3C, 0x44};
+      a[i] = pick[o_rng(&s) % 8];
+    }
+    for (i = 0; i < N * K; i++) {
+      static const uint8_t p4[] = {0x7E, 0xFE, 0x01, 0x81, 0x00, 0x80, 0x39};
+      static const uint8_t p5[] = {0x7B, 0xFB, 0x01, 0x81, 0x00, 0x80, 0x3C};
+      b[i] = dp ? p5[o_rng(&s) % 7] : p4[o_rng(&s) % 7];
+    }
+    /* specials in chosen rows */
+    a[0 * K + 3] = 0x7F; /* NaN in row 0, block 0 */
+    a[1 * K + 150] = 0xFF;
+    if (dp) {
+      b[2 * K + 10] = 0x7C;  /* +inf */
+      b[3 * K + 140] = 0xFC; /* -inf */
+      b[4 * K + 5] = 0x7C;
+      b[4 * K + 6] = 0xFC; /* +inf + -inf -> NaN */
+      b[5 * K + 7] = 0x7D; /* NaN */
+    }
+    for (i = 0; i < M * 2; i++) sa[i] = ldexpf(1.0f + (float)(i % 7) / 8.0f, (i % 9) - 4);
+    for (i = 0; i < N * 2; i++) sb[i] = ldexpf(1.0f + (float)(i % 5) / 8.0f, (i % 11) - 5);
+    sa[12] = 1e-40f; /* subnormal scale */
+    sb[3] = 3e38f;   /* scale product overflow possible */
+    raw_q(&qa, a, sa, M, K, XTE_DTYPE_E4M3, XTE_SCALING_BLOCK_1x128);
+    raw_q(&qb, b, sb, N, K, db, XTE_SCALING_BLOCK_1x128);
+    o_gemm(&la, &lb, &cf, ref);
+    for (ii = 0; ii < NISA; ii++) {
+      int d;
+      if (xte_cpu_set_isa(ISAS[ii]) != XTE_SUCCESS) continue;
+      memset(out, 0, sizeof out);
+      cr_assert_eq(xte_gemm(&qa, &qb, NULL, &D, NULL, NULL), XTE_SUCCESS, "%s", xte_last_error());
+      d = first_diff(out, ref, M * N, XTE_DTYPE_FP32);
+      cr_assert_eq(d, -1, "dtype %d isa %s element %d: got %08x want %08x", dp,
+                   xte_cpu_isa_name(ISAS[ii]), d, d >= 0 ? out[d] : 0, d >= 0 ? ref[d] : 0);
+    }
+  }
+  reset_isa();
+}
+
+/* The rounding of the e5m2 class sums: products that cancel to a value needing more than 53
+ * bits, where a plain fp64 sum would round twice. */
+Test(gemm_exact, hybrid_double_rounding_cases) {
+  enum { M = 1, N = 64, K = 128 };
+  uint8_t a[M * K], b[N * K];
+  float sa[N] = {1.0f}, sb[N]; /* per-tensor: one scale (the oracle takes one per row) */
+  uint32_t ref[M * N], out[M * N];
+  lop la = {M, K, 1, a, sa, XTE_DTYPE_E4M3}, lb = {N, K, 1, b, sb, XTE_DTYPE_E5M2};
+  ocfg cf = {128, NULL, XTE_DTYPE_FP32, NULL, XTE_DTYPE_FP32};
+  xte_qtensor qa, qb;
+  xte_tensor D = xte_tensor_2d(out, XTE_DTYPE_FP32, M, N);
+  int64_t i, n;
+  uint64_t s = 77;
+  memset(a, 0, sizeof a);
+  memset(b, 0, sizeof b);
+  for (i = 0; i < N; i++) sb[i] = 1.0f;
+  /* sum = 2^29 (+ 2^6) + 2^5 +- 2^-25 (+ noise): an fp32 midpoint plus a term 54 bits below;
+   * an fp64 sum would lose the 2^-25 and round the tie to even. a[k] * b[n, k]: */
+  for (i = 0; i < 64; i++) a[i] = 0x78; /* 256 */
+  a[64] = 0x68;                         /* 64 */
+  a[65] = 0x60;                         /* 32 */
+  a[66] = 0x01;                         /* 2^-9 */
+  for (i = 67; i < K; i++) a[i] = (uint8_t)(o_rng(&s) % 0x7E);
+  for (n = 0; n < N; n++) {
+    for (i = 0; i < 64; i++) b[n * K + i] = 0x78;                        /* 32768 */
+    b[n * K + 64] = (n & 2) ? 0x3C : 0x00;                               /* 1 or 0 */
+    b[n * K + 65] = 0x3C;                                                /* 1 */
+    b[n * K + 66] = (n & 1) ? 0x81 : 0x01;                               /* -+2^-16 */
+    if (n >= 8) b[n * K + 67 + n % 60] = (uint8_t)(n % 2 ? 0x81 : 0x02); /* more tiny terms */
+  }
+  raw_q(&qa, a, sa, M, K, XTE_DTYPE_E4M3, XTE_SCALING_PER_TENSOR);
+  raw_q(&qb, b, sb, N, K, XTE_DTYPE_E5M2, XTE_SCALING_PER_TENSOR);
+  o_gemm(&la, &lb, &cf, ref);
+  for (i = 0; i < NISA; i++) {
+    if (xte_cpu_set_isa(ISAS[i]) != XTE_SUCCESS) continue;
+    cr_assert_eq(xte_gemm(&qa, &qb, NULL, &D, NULL, NULL), XTE_SUCCESS, "%s", xte_last_error());
+    cr_assert_eq(first_diff(out, ref, M * N, XTE_DTYPE_FP32), -1, "isa %s",
+                 xte_cpu_isa_name(ISAS[i]));
+  }
+  reset_isa();
+}
+
+/* ---------------------------------------------------------------- invariance */
+Test(gemm_exact, thread_count_invariance) {
+  const int64_t M = 300, N = 700, K = 600;
+  float *xa = o_random(M, K, 11), *xb = o_random(N, K, 12);
+  tq qa, qb;
+  float *d1 = malloc(sizeof(float) * M * N), *d2 = malloc(sizeof(float) * M * N);
+  int nt[] = {1, 2, 3, 5}, i, ii;
+  xte_tensor D1 = xte_tensor_2d(d1, XTE_DTYPE_FP32, M, N),
+             D2 = xte_tensor_2d(d2, XTE_DTYPE_FP32, M, N);
+  tq_make(&qa, xa, M, K, XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK, XTE_SCALE_LAYOUT_COMPACT,
+          XTE_DTYPE_E4M3);
+  tq_make(&qb, xb, N, K, XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK, XTE_SCALE_LAYOUT_COMPACT,
+          XTE_DTYPE_E5M2);
+  cr_assert_eq(xte_cpu_set_isa(XTE_CPU_ISA_SCALAR), XTE_SUCCESS);
+  xte_cpu_set_num_threads(1);
+  cr_assert_eq(xte_gemm(&qa.q, &qb.q, NULL, &D1, NULL, NULL), XTE_SUCCESS);
+  for (ii = 0; ii < NISA; ii++) {
+    if (xte_cpu_set_isa(ISAS[ii]) != XTE_SUCCESS) continue;
+    for (i = 0; i < 4; i++) {
+      xte_cpu_set_num_threads(nt[i]);
+      memset(d2, 0, sizeof(float) * M * N);
+      cr_assert_eq(xte_gemm(&qa.q, &qb.q, NULL, &D2, NULL, NULL), XTE_SUCCESS);
+      cr_assert_eq(memcmp(d1, d2, sizeof(float) * M * N), 0, "isa %s threads %d",
+                   xte_cpu_isa_name(ISAS[ii]), nt[i]);
+    }
+  }
+  xte_cpu_set_num_threads(0);
+  reset_isa();
+  tq_free(&qa);
+  tq_free(&qb);
+  free(xa);
+  free(xb);
+  free(d1);
+  free(d2);
+}
+
+/* ---------------------------------------------------------------- bad input */
+Test(gemm_exact, bad_input_writes_nothing) {
+  const int64_t M = 20, N = 30, K = 256;
+  float *xa = o_random(M, K, 1), *xb = o_random(N, K, 2), *xk = o_random(N, K + 128, 3);
+  tq qa, qb, qsq, qk, q55a, q55b, qpt;
+  float out[20 * 30];
+  xte_tensor D = xte_tensor_2d(out, XTE_DTYPE_FP32, M, N);
+  xte_tensor Dbad = xte_tensor_2d(out, XTE_DTYPE_FP32, M, N - 1);
+  xte_tensor Dfp16 = xte_tensor_2d(out, XTE_DTYPE_FP16, M, N);
+  xte_gemm_config g = xte_gemm_config_default();
+  uint8_t canary[sizeof out];
+  int i;
+  tq_make(&qa, xa, M, K, XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK, XTE_SCALE_LAYOUT_COMPACT,
+          XTE_DTYPE_E4M3);
+  tq_make(&qb, xb, N, K, XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK, XTE_SCALE_LAYOUT_COMPACT,
+          XTE_DTYPE_E4M3);
+  tq_make(&qsq, xa, M, K, XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK, XTE_SCALE_LAYOUT_COMPACT,
+          XTE_DTYPE_E4M3);
+  tq_make(&qk, xk, N, K + 128, XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK,
+          XTE_SCALE_LAYOUT_COMPACT, XTE_DTYPE_E4M3);
+  tq_make(&q55a, xa, M, K, XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK, XTE_SCALE_LAYOUT_COMPACT,
+          XTE_DTYPE_E5M2);
+  tq_make(&q55b, xb, N, K, XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK, XTE_SCALE_LAYOUT_COMPACT,
+          XTE_DTYPE_E5M2);
+  tq_make(&qpt, xb, N, K, XTE_SCALING_PER_TENSOR, XTE_RECIPE_TE_CURRENT, XTE_SCALE_LAYOUT_COMPACT,
+          XTE_DTYPE_E4M3);
+  for (i = 0; i < (int)sizeof canary; i++) canary[i] = (uint8_t)(i * 7 + 3);
+#define EXPECT_FAIL(call, want)                                                                  \
+  do {                                                                                           \
+    xte_status st_;                                                                              \
+    memcpy(out, canary, sizeof out);                                                             \
+    st_ = (call);                                                                                \
+    cr_expect_eq(st_, want, "%s: got %s (%s)", #call, xte_status_string(st_), xte_last_error()); \
+    cr_expect_neq(xte_last_error()[0], '\0');                                                    \
+    cr_expect_eq(memcmp(out, canary, sizeof out), 0, "%s wrote the output", #call);              \
+  } while (0)
+  EXPECT_FAIL(xte_gemm(&qa.q, &qk.q, NULL, &D, NULL, NULL), XTE_ERROR_SHAPE); /* K mismatch */
+  EXPECT_FAIL(xte_gemm(&qa.q, &qb.q, NULL, &Dbad, NULL, NULL), XTE_ERROR_SHAPE);
+  EXPECT_FAIL(xte_gemm(&qa.q, &qb.q, NULL, &Dfp16, NULL, NULL), XTE_ERROR_DTYPE);
+  EXPECT_FAIL(xte_gemm(&qsq.q, &qb.q, NULL, &D, NULL, NULL), XTE_ERROR_UNSUPPORTED);
+  EXPECT_FAIL(xte_gemm(&q55a.q, &q55b.q, NULL, &D, NULL, NULL), XTE_ERROR_UNSUPPORTED);
+  EXPECT_FAIL(xte_gemm(&qa.q, &qpt.q, NULL, &D, NULL, NULL), XTE_ERROR_UNSUPPORTED);
+  EXPECT_FAIL(xte_gemm(NULL, &qb.q, NULL, &D, NULL, NULL), XTE_ERROR_NULL_POINTER);
+  g.accumulate = 1;
+  EXPECT_FAIL(xte_gemm(&qa.q, &qb.q, NULL, &D, &g, NULL), XTE_ERROR_NULL_POINTER);
+  g.accumulate = 2;
+  EXPECT_FAIL(xte_gemm(&qa.q, &qb.q, NULL, &D, &g, NULL), XTE_ERROR_INVALID_ARGUMENT);
+  g.accumulate = 0;
+  {
+    float bias[5];
+    xte_tensor bt = xte_tensor_1d(bias, XTE_DTYPE_FP32, 5);
+    g.bias = &bt;
+    EXPECT_FAIL(xte_gemm(&qa.q, &qb.q, NULL, &D, &g, NULL), XTE_ERROR_SHAPE);
+    g.bias = NULL;
+  }
+  /* wrong scale shape */
+  qb.q.rowwise_scale_inv.cols += 1;
+  EXPECT_FAIL(xte_gemm(&qa.q, &qb.q, NULL, &D, NULL, NULL), XTE_ERROR_SHAPE);
+  qb.q.rowwise_scale_inv.cols -= 1;
+  qb.q.rowwise_scale_inv.dtype = XTE_DTYPE_E8M0;
+  EXPECT_FAIL(xte_gemm(&qa.q, &qb.q, NULL, &D, NULL, NULL), XTE_ERROR_DTYPE);
+  qb.q.rowwise_scale_inv.dtype = XTE_DTYPE_FP32;
+  /* trans_a = 1 with a 1x128 A whose columnwise copy is missing */
+  {
+    void *col = qa.q.columnwise.data;
+    xte_tensor Dt = xte_tensor_2d(out, XTE_DTYPE_FP32, K, N);
+    qa.q.columnwise.data = NULL;
+    g.trans_a = 1;
+    EXPECT_FAIL(xte_gemm(&qa.q, &qb.q, NULL, &Dt, &g, NULL), XTE_ERROR_UNSUPPORTED);
+    g.trans_a = 0;
+    qa.q.columnwise.data = col;
+  }
+  cr_expect_eq(xte_gemm(&qa.q, &qb.q, NULL, &D, NULL, NULL), XTE_SUCCESS, "%s", xte_last_error());
+  tq_free(&qa);
+  tq_free(&qb);
+  tq_free(&qsq);
+  tq_free(&qk);
+  tq_free(&q55a);
+  tq_free(&q55b);
+  tq_free(&qpt);
+  free(xa);
+  free(xb);
+  free(xk);
+}

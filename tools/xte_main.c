@@ -1,0 +1,223 @@
+/* The xte program: `xte <command> [args]`.
+ *
+ * Commands are one table, commands[] below. Built in: info, bench, help. Adding a command
+ * <name> is adding one file tools/cmd_<name>.c that defines
+ *     int xte_cmd_<name>(int argc, char **argv);   argv[0] is "<name>"; returns the exit code
+ *                                                 (0 ok, 1 failure, 2 usage error)
+ *     const char xte_cmd_<name>_summary[];          one line for `xte help`
+ * bench/CMakeLists.txt globs tools/cmd_*.c and generates "xte_commands.inc", one line
+ * XTE_COMMAND(<name>) per file, which the table includes: nothing else is edited.
+ * Benchmark suites are listed the same way (bench/suites.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "suites.h"
+#include "xte/xte.h"
+#include "xte_bench.h"
+
+typedef int (*xte_cmd_fn)(int argc, char **argv);
+
+#define XTE_COMMAND(name)                    \
+  int xte_cmd_##name(int argc, char **argv); \
+  extern const char xte_cmd_##name##_summary[];
+#include "xte_commands.inc"
+#undef XTE_COMMAND
+
+static int cmd_info(int argc, char **argv);
+static int cmd_bench(int argc, char **argv);
+static int cmd_help(int argc, char **argv);
+
+typedef struct command {
+  const char *name;
+  xte_cmd_fn fn;
+  const char *summary;
+} command;
+
+static const command commands[] = {
+    {"info", cmd_info, "print the backends, CPU ISA, threads, caches and GPUs xte sees"},
+    {"bench", cmd_bench, "run a benchmark suite (xte bench help)"},
+    {"help", cmd_help, "this list"},
+#define XTE_COMMAND(name) {#name, xte_cmd_##name, xte_cmd_##name##_summary},
+#include "xte_commands.inc"
+#undef XTE_COMMAND
+    {NULL, NULL, NULL}};
+
+/* ---------------------------------------------------------------- help, info */
+
+static int cmd_help(int argc, char **argv) {
+  const command *c;
+  (void)argc;
+  (void)argv;
+  printf("usage: xte <command> [args]\n\ncommands:\n");
+  for (c = commands; c->name; c++) printf("  %-10s %s\n", c->name, c->summary);
+  printf("\n`xte <command> --help` for a command's own options.\n");
+  return 0;
+}
+
+static int cmd_info(int argc, char **argv) {
+  char buf[8192];
+  xte_status rc;
+  if (argc > 1) {
+    fprintf(stderr, "xte info: unexpected argument '%s'\n", argv[1]);
+    return 2;
+  }
+  rc = xte_backend_info_string(buf, sizeof buf);
+  if (rc != XTE_SUCCESS) {
+    fprintf(stderr, "xte info: %s: %s\n", xte_status_string(rc), xte_last_error());
+    return 1;
+  }
+  fputs(buf, stdout);
+  if (buf[0] && buf[strlen(buf) - 1] != '\n') putchar('\n');
+  return 0;
+}
+
+/* ---------------------------------------------------------------- bench */
+
+static void bench_usage(FILE *f) {
+  const xte_bench_suite_entry *s;
+  fprintf(f,
+          "usage: xte bench <suite|all> [--filter S] [--json FILE] [--min-time SECONDS]\n"
+          "                 [--threads N] [--isa ISA]\n"
+          "       xte bench list\n\n"
+          "  --filter S          run the cases whose name contains S (and their anchors)\n"
+          "  --json FILE         also write Google Benchmark's JSON report, with the ratios\n"
+          "  --min-time SECONDS  minimum timed time per case (default: Google Benchmark's)\n"
+          "  --threads N         threads of xte's CPU pool and of the anchors (default: cores)\n"
+          "  --isa ISA           CPU kernels: scalar, avx2, avx512, avx512_simde\n\n"
+          "suites:");
+  for (s = xte_bench_suites; s->name; s++) fprintf(f, " %s", s->name);
+  fprintf(f, "\n");
+}
+
+static const xte_bench_suite_entry *find_suite(const char *name) {
+  const xte_bench_suite_entry *s;
+  for (s = xte_bench_suites; s->name; s++)
+    if (strcmp(s->name, name) == 0) return s;
+  return NULL;
+}
+
+/* The value of option argv[*i] (as "--opt V" or "--opt=V"), or NULL after a message. */
+static const char *opt_value(int argc, char **argv, int *i, const char *opt) {
+  size_t n = strlen(opt);
+  if (strncmp(argv[*i], opt, n) == 0 && argv[*i][n] == '=') return argv[*i] + n + 1;
+  if (*i + 1 < argc) return argv[++*i];
+  fprintf(stderr, "xte bench: %s needs a value\n", opt);
+  return NULL;
+}
+
+static int is_opt(const char *arg, const char *opt) {
+  size_t n = strlen(opt);
+  return strncmp(arg, opt, n) == 0 && (arg[n] == 0 || arg[n] == '=');
+}
+
+static int cmd_bench(int argc, char **argv) {
+  const char *suite = NULL, *filter = NULL, *json = NULL;
+  double min_time = 0;
+  int threads = -1, isa = -1, i;
+  const xte_bench_suite_entry *s;
+  xte_status rc;
+
+  for (i = 1; i < argc; i++) {
+    const char *a = argv[i], *v;
+    char *end;
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0 || strcmp(a, "help") == 0) {
+      bench_usage(stdout);
+      return 0;
+    } else if (is_opt(a, "--filter")) {
+      if (!(filter = opt_value(argc, argv, &i, "--filter"))) return 2;
+    } else if (is_opt(a, "--json")) {
+      if (!(json = opt_value(argc, argv, &i, "--json"))) return 2;
+    } else if (is_opt(a, "--min-time")) {
+      if (!(v = opt_value(argc, argv, &i, "--min-time"))) return 2;
+      errno = 0;
+      min_time = strtod(v, &end);
+      if (errno || end == v || *end || !(min_time > 0)) {
+        fprintf(stderr, "xte bench: --min-time '%s': want seconds > 0\n", v);
+        return 2;
+      }
+    } else if (is_opt(a, "--threads")) {
+      long t;
+      if (!(v = opt_value(argc, argv, &i, "--threads"))) return 2;
+      errno = 0;
+      t = strtol(v, &end, 10);
+      if (errno || end == v || *end || t < 1 || t > 256) {
+        fprintf(stderr, "xte bench: --threads '%s': want an integer in [1, 256]\n", v);
+        return 2;
+      }
+      threads = (int)t;
+    } else if (is_opt(a, "--isa")) {
+      int k;
+      if (!(v = opt_value(argc, argv, &i, "--isa"))) return 2;
+      for (k = 0; k < XTE_CPU_ISA_COUNT; k++)
+        if (strcmp(v, xte_cpu_isa_name((xte_cpu_isa)k)) == 0) isa = k;
+      if (isa < 0) {
+        fprintf(stderr, "xte bench: --isa '%s': want one of", v);
+        for (k = 0; k < XTE_CPU_ISA_COUNT; k++)
+          fprintf(stderr, " %s", xte_cpu_isa_name((xte_cpu_isa)k));
+        fprintf(stderr, "\n");
+        return 2;
+      }
+    } else if (a[0] == '-') {
+      fprintf(stderr, "xte bench: unknown option '%s'\n", a);
+      bench_usage(stderr);
+      return 2;
+    } else if (!suite) {
+      suite = a;
+    } else {
+      fprintf(stderr, "xte bench: unexpected argument '%s' (one suite at a time)\n", a);
+      return 2;
+    }
+  }
+
+  if (!suite) {
+    bench_usage(stderr);
+    return 2;
+  }
+  if (strcmp(suite, "list") == 0) {
+    for (s = xte_bench_suites; s->name; s++) printf("%s\n", s->name);
+    return 0;
+  }
+  if (strcmp(suite, "all") == 0) {
+    s = NULL;
+  } else if (!(s = find_suite(suite))) {
+    fprintf(stderr, "xte bench: unknown suite '%s'; suites:", suite);
+    for (s = xte_bench_suites; s->name; s++) fprintf(stderr, " %s", s->name);
+    fprintf(stderr, "\n");
+    return 2;
+  }
+
+  if (isa >= 0 && (rc = xte_cpu_set_isa((xte_cpu_isa)isa)) != XTE_SUCCESS) {
+    fprintf(stderr, "xte bench: --isa %s: %s: %s\n", xte_cpu_isa_name((xte_cpu_isa)isa),
+            xte_status_string(rc), xte_last_error());
+    return 2;
+  }
+  if (threads > 0 && (rc = xte_cpu_set_num_threads(threads)) != XTE_SUCCESS) {
+    fprintf(stderr, "xte bench: --threads %d: %s: %s\n", threads, xte_status_string(rc),
+            xte_last_error());
+    return 2;
+  }
+
+  if (s) {
+    s->fn();
+  } else {
+    for (s = xte_bench_suites; s->name; s++) s->fn();
+  }
+  return xte_bench_run(filter, json, min_time);
+}
+
+/* ---------------------------------------------------------------- main */
+
+int main(int argc, char **argv) {
+  const command *c;
+  if (argc < 2) {
+    cmd_help(0, NULL);
+    return 2;
+  }
+  if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) return cmd_help(0, NULL);
+  for (c = commands; c->name; c++)
+    if (strcmp(c->name, argv[1]) == 0) return c->fn(argc - 1, argv + 1);
+  fprintf(stderr, "xte: unknown command '%s' (xte help lists them)\n", argv[1]);
+  return 2;
+}
