@@ -5,5 +5,6 @@
 #include "xte/core.h"
 #include "xte/quantize.h"
 #include "xte/gemm.h"
+#include "xte/attention.h"
 
 #endif /* XTE_XTE_H */

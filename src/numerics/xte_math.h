@@ -194,8 +194,13 @@ XTE_HD float xte_softplusf(float x) {
   return xte_log1pf(xte_expf(x));
 }
 
-/* sqrt(softplus(x)) (DeepSeek-V3-style sqrtsoftplus router score) */
-XTE_HD float xte_sqrtsoftplusf(float x) { return xte_sqrtf(xte_softplusf(x)); }
+/* sqrt(softplus(x)) (DeepSeek-V3-style sqrtsoftplus router score). Below x = -17 softplus(x)
+ * is e^x to within 2^-25 relative, and e^x itself underflows (to subnormals, then 0) long before
+ * its square root does, so the result is e^(x/2) there (x/2 exact). */
+XTE_HD float xte_sqrtsoftplusf(float x) {
+  if (x < -17.0f) return xte_expf(0.5f * x);
+  return xte_sqrtf(xte_softplusf(x));
+}
 
 /* SiLU x * sigmoid(x): x / (1 + e^-x) for x >= 0, x e^x / (1 + e^x) for x < 0; -inf -> -0.
  * (Below x = -87 the result is subnormal or tiny and e^x has lost bits: absolute error there

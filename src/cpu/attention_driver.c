@@ -1,0 +1,673 @@
+/* CPU attention driver: flash-style forward and deterministic backward.
+ *
+ * Forward: one task per (sequence, query head, tile of BM query rows); the task walks the KV
+ * blocks of 64 keys its rows see, in order, with the online softmax of
+ * src/numerics/xte_attention_numerics.h. Backward, two passes with no atomics:
+ *   A. one task per (sequence, KV head, KV block): dK and dV of the block's 64 keys, summing
+ *      over the group's query heads in order and their query rows in order;
+ *   B. one task per (sequence, query head, query tile): dQ, summing over the KV blocks in order.
+ * Both recompute P = exp2(t - LSE * log2e) from Q, K and the LSE. Tasks are handed out
+ * dynamically (an atomic counter), which never changes a byte: each task's result depends on
+ * nothing but its inputs. The inner products are the ISA's fmaf-chain GEMM kernel
+ * (xte_attn_kernels.gemm); everything else per element is the shared numerics header. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/xte_cpu.h"
+#include "numerics/xte_attention_numerics.h"
+#include "xte_attention_ops.h"
+#include "xte_internal.h"
+
+#define BN XTE_ATTN_BN
+#define BM 64
+
+static const xte_attn_kernels *kernels_for(xte_cpu_isa isa) {
+  switch (isa) {
+    case XTE_CPU_ISA_AVX2:
+      return &xte_attn_kernels_avx2;
+#ifdef XTE_HAVE_AVX512
+    case XTE_CPU_ISA_AVX512:
+      return &xte_attn_kernels_avx512;
+#endif
+#ifdef XTE_HAVE_SIMDE
+    case XTE_CPU_ISA_AVX512_SIMDE:
+      return &xte_attn_kernels_avx512_simde;
+#endif
+    default:
+      return &xte_attn_kernels_scalar;
+  }
+}
+
+static int64_t rup16(int64_t x) {
+  return (x + 15) / 16 * 16;
+}
+static int64_t min64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+static int64_t max64(int64_t a, int64_t b) {
+  return a > b ? a : b;
+}
+
+/* ---------------------------------------------------------------- common context */
+typedef struct actx {
+  const xte_attn_args *a;
+  const xte_attn_kernels *K;
+  const xte_cpu_kernels *ck;
+  int64_t G;           /* query heads per KV head */
+  int64_t dqp, dvp;    /* head dims rounded up to 16 */
+  size_t esz;          /* input element size */
+  float *Dbuf, *L2buf; /* backward: D and LSE*log2e, indexed like lse */
+  /* tasks */
+  int64_t *tb, *th, *ti; /* sequence, head, first row / KV block */
+  int64_t ntasks;
+  _Atomic int64_t next;
+  _Atomic int fail;
+  size_t ws_floats;
+  void (*run)(struct actx *c, float *ws, int64_t t);
+} actx;
+
+static size_t dt_size(int dtype) {
+  return dtype == XTE_DTYPE_FP32 ? 4 : dtype == XTE_DTYPE_E4M3 ? 1 : 2;
+}
+
+/* Sequence b: first token (packed) / 0, and the lengths. */
+static void seq_q(const xte_attn_args *a, int64_t b, int64_t *t0, int64_t *len) {
+  if (a->packed) {
+    *t0 = a->cu_q[b];
+    *len = (int64_t)a->cu_q[b + 1] - a->cu_q[b];
+  } else {
+    *t0 = 0;
+    *len = a->cu_q ? (int64_t)a->cu_q[b + 1] - a->cu_q[b] : a->sq;
+  }
+}
+static void seq_kv(const xte_attn_args *a, int64_t b, int64_t *t0, int64_t *len) {
+  if (a->packed) {
+    *t0 = a->cu_kv[b];
+    *len = (int64_t)a->cu_kv[b + 1] - a->cu_kv[b];
+  } else {
+    *t0 = 0;
+    *len = a->cu_kv ? (int64_t)a->cu_kv[b + 1] - a->cu_kv[b] : a->skv;
+  }
+}
+
+static int64_t eoff(const xte_attn_tensor *t, int64_t b, int64_t tok, int64_t h) {
+  return b * t->bs + tok * t->ts + h * t->hs;
+}
+static int64_t loff(const xte_attn_args *a, int64_t b, int64_t tok, int64_t h) {
+  return b * a->lse_bs + tok * a->lse_ts + h * a->lse_hs;
+}
+
+static void load_row(const actx *c, const xte_attn_tensor *t, int dtype, int64_t off, int64_t n,
+                     float *dst) {
+  const char *p = (const char *)t->data + (size_t)off * dt_size(dtype);
+  int64_t i;
+  switch (dtype) {
+    case XTE_DTYPE_FP32:
+      memcpy(dst, p, (size_t)n * 4);
+      break;
+    case XTE_DTYPE_BF16:
+      c->ck->load_f32(p, XTE_NUM_IN_BF16, n, dst);
+      break;
+    case XTE_DTYPE_FP16:
+      c->ck->load_f32(p, XTE_NUM_IN_F16, n, dst);
+      break;
+    default:
+      for (i = 0; i < n; i++) dst[i] = xte_e4m3_to_f32(((const uint8_t *)p)[i]);
+      break;
+  }
+}
+
+static void store_row(const xte_attn_tensor *t, int dtype, int64_t off, int64_t n,
+                      const float *src) {
+  char *p = (char *)t->data + (size_t)off * dt_size(dtype);
+  int64_t i;
+  switch (dtype) {
+    case XTE_DTYPE_FP32:
+      memcpy(p, src, (size_t)n * 4);
+      break;
+    case XTE_DTYPE_BF16:
+      for (i = 0; i < n; i++) ((uint16_t *)p)[i] = xte_f32_to_bf16(src[i]);
+      break;
+    default:
+      for (i = 0; i < n; i++) ((uint16_t *)p)[i] = xte_f32_to_fp16(src[i]);
+      break;
+  }
+}
+
+static void zero_row(const xte_attn_tensor *t, int dtype, int64_t off, int64_t n) {
+  memset((char *)t->data + (size_t)off * dt_size(dtype), 0, (size_t)n * dt_size(dtype));
+}
+
+/* Score parameters of (sequence b, query head h). */
+static xte_attn_score score_for(const xte_attn_args *a, int64_t b, int64_t h, float *vdesc) {
+  float scale = a->scale;
+  int64_t hk = h / (a->hq / a->hkv);
+  if (a->descale_q) scale = scale * a->descale_q[b * a->hkv + hk];
+  if (a->descale_k) scale = scale * a->descale_k[b * a->hkv + hk];
+  if (vdesc) *vdesc = a->descale_v ? a->descale_v[b * a->hkv + hk] : 1.0f;
+  return xte_attn_score_make(scale, a->softcap, a->alibi != NULL, a->alibi ? a->alibi[h] : 0.0f);
+}
+
+/* Base-2 logits of one row for the block [j0, j0 + nb): t[j] (j < BN), -inf where hidden. */
+static void row_logits(const xte_attn_score *sp, const float *S, int64_t i, int64_t off, int64_t j0,
+                       int64_t nb, int64_t lo, int64_t hi, float *t) {
+  int64_t j, a = max64(lo - j0, 0), e = min64(hi - j0, nb);
+  const float ninf = xte_attn_neg_inf();
+  for (j = 0; j < a; j++) t[j] = ninf;
+  if (!sp->softcap && !sp->alibi) {
+    const float sl2 = sp->sl2;
+    for (j = a; j < e; j++) t[j] = S[j] * sl2;
+  } else {
+    for (j = a; j < e; j++) t[j] = xte_attn_logit2(S[j], sp, i + off - (j0 + j));
+  }
+  for (j = e; j < BN; j++) t[j] = ninf;
+}
+
+/* Packs keys [j0, j0 + nb) of (b, KV head hk) of tensor X: transposed XT[c * BN + j] (columns
+ * past nb zero) and / or natural Xn[j * ldn + c]. */
+static void pack_kv(const actx *c, const xte_attn_tensor *X, int64_t b, int64_t tok0, int64_t hk,
+                    int64_t j0, int64_t nb, int64_t d, float *XT, float *Xn, int64_t ldn,
+                    float *tmp) {
+  int64_t j, k;
+  for (j = 0; j < nb; j++) {
+    float *row = Xn ? Xn + j * ldn : tmp;
+    load_row(c, X, c->a->dtype, eoff(X, b, tok0 + j0 + j, hk), d, row);
+    if (XT)
+      for (k = 0; k < d; k++) XT[k * BN + j] = row[k];
+  }
+  if (XT && nb < BN)
+    for (k = 0; k < d; k++) memset(XT + k * BN + nb, 0, (size_t)(BN - nb) * sizeof(float));
+}
+
+/* ---------------------------------------------------------------- scheduler */
+static void sched_thread(void *p, int64_t begin, int64_t end, int tid) {
+  actx *c = (actx *)p;
+  float *ws;
+  int64_t t;
+  (void)begin;
+  (void)end;
+  (void)tid;
+  if (atomic_load(&c->next) >= c->ntasks) return;
+  ws = (float *)xte_aligned_alloc(c->ws_floats * sizeof(float));
+  if (!ws) {
+    atomic_store(&c->fail, 1);
+    return;
+  }
+  memset(ws, 0, c->ws_floats * sizeof(float));
+  while ((t = atomic_fetch_add(&c->next, 1)) < c->ntasks) c->run(c, ws, t);
+  xte_aligned_free(ws);
+}
+
+static xte_status run_tasks(actx *c) {
+  atomic_store(&c->next, 0);
+  atomic_store(&c->fail, 0);
+  if (c->ntasks == 0) return XTE_SUCCESS;
+  xte_parallel_threads(sched_thread, c);
+  if (atomic_load(&c->fail))
+    return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: out of host memory (workspace)");
+  return XTE_SUCCESS;
+}
+
+static xte_status alloc_tasks(actx *c, int64_t n) {
+  c->ntasks = 0;
+  c->tb = (int64_t *)malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1) * 3);
+  if (!c->tb) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: out of host memory");
+  c->th = c->tb + n;
+  c->ti = c->th + n;
+  return XTE_SUCCESS;
+}
+static void add_task(actx *c, int64_t b, int64_t h, int64_t i) {
+  c->tb[c->ntasks] = b;
+  c->th[c->ntasks] = h;
+  c->ti[c->ntasks] = i;
+  c->ntasks++;
+}
+
+/* Query tiles of every (sequence, head), the longest-running (last) tiles first. */
+static xte_status make_q_tasks(actx *c) {
+  const xte_attn_args *a = c->a;
+  int64_t b, h, n = 0, t0, len, maxt = 0, ti;
+  for (b = 0; b < a->batch; b++) {
+    seq_q(a, b, &t0, &len);
+    n += (len + BM - 1) / BM * a->hq;
+    if ((len + BM - 1) / BM > maxt) maxt = (len + BM - 1) / BM;
+  }
+  XTE_TRY(alloc_tasks(c, n));
+  for (ti = maxt - 1; ti >= 0; ti--)
+    for (b = 0; b < a->batch; b++) {
+      seq_q(a, b, &t0, &len);
+      if (ti * BM >= len) continue;
+      for (h = 0; h < a->hq; h++) add_task(c, b, h, ti * BM);
+    }
+  return XTE_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- cu_seqlens checks */
+static xte_status check_cu(const int32_t *cu, int64_t batch, int64_t total, int64_t maxlen,
+                           int packed, const char *name) {
+  int64_t b;
+  if (packed && cu[0] < 0)
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "config->%s[0] = %d is negative", name,
+                         (int)cu[0]);
+  for (b = 0; b < batch; b++) {
+    int64_t len = (int64_t)cu[b + 1] - cu[b];
+    if (len < 0)
+      return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                           "config->%s is not non-decreasing: [%lld] = %d > [%lld] = %d", name,
+                           (long long)b, (int)cu[b], (long long)(b + 1), (int)cu[b + 1]);
+    if (len > maxlen)
+      return xte_set_error(XTE_ERROR_SHAPE, "config->%s: sequence %lld has length %lld > %s %lld",
+                           name, (long long)b, (long long)len,
+                           packed ? "the max_seqlen" : "the padded length s", (long long)maxlen);
+  }
+  if (packed && (int64_t)cu[batch] > total)
+    return xte_set_error(XTE_ERROR_SHAPE,
+                         "config->%s[%lld] = %d is beyond the tensor's %lld tokens", name,
+                         (long long)batch, (int)cu[batch], (long long)total);
+  return XTE_SUCCESS;
+}
+
+static xte_status check_args(const xte_attn_args *a) {
+  if (a->packed || a->cu_q) {
+    XTE_TRY(check_cu(a->cu_q, a->batch, a->total_q, a->sq, a->packed, "cu_seqlens_q"));
+    XTE_TRY(check_cu(a->cu_kv, a->batch, a->total_kv, a->skv, a->packed, "cu_seqlens_kv"));
+  }
+  return XTE_SUCCESS;
+}
+
+/* Calls fn(b, tok) for every query (kv = 0) or key (kv = 1) position outside the sequences. */
+typedef void (*pad_fn)(const actx *c, int64_t b, int64_t tok);
+static void for_padding(const actx *c, int kv, pad_fn fn) {
+  const xte_attn_args *a = c->a;
+  int64_t b, t;
+  const int32_t *cu = kv ? a->cu_kv : a->cu_q;
+  int64_t total = kv ? a->total_kv : a->total_q, s = kv ? a->skv : a->sq;
+  if (a->packed) {
+    for (t = 0; t < cu[0]; t++) fn(c, 0, t);
+    for (t = cu[a->batch]; t < total; t++) fn(c, 0, t);
+  } else if (cu) {
+    for (b = 0; b < a->batch; b++)
+      for (t = (int64_t)cu[b + 1] - cu[b]; t < s; t++) fn(c, b, t);
+  }
+}
+
+/* ---------------------------------------------------------------- forward */
+static void fwd_pad(const actx *c, int64_t b, int64_t tok) {
+  const xte_attn_args *a = c->a;
+  int64_t h;
+  for (h = 0; h < a->hq; h++) {
+    zero_row(&a->o, a->out_dtype, eoff(&a->o, b, tok, h), a->dv);
+    a->lse[loff(a, b, tok, h)] = xte_attn_neg_inf();
+  }
+}
+
+static void fwd_task(actx *c, float *ws, int64_t task) {
+  const xte_attn_args *a = c->a;
+  const xte_attn_kernels *K = c->K;
+  const int64_t b = c->tb[task], h = c->th[task], i0 = c->ti[task];
+  const int64_t dq = a->dqk, dv = a->dv, dvp = c->dvp, hk = h / c->G;
+  int64_t qt0, lq, kt0, lkv, nr, r, jlo = INT64_MAX, jhi = 0, j0, off;
+  float *Qf = ws;                  /* [BM][dq] */
+  float *Kt = Qf + BM * dq;        /* [dq][BN] */
+  float *Vf = Kt + dq * BN;        /* [BN][dvp] */
+  float *S = Vf + BN * dvp;        /* [BM][BN] */
+  float *P = S + BM * BN;          /* [BM][BN] */
+  float *Oa = P + BM * BN;         /* [BM][dvp] */
+  float *T = Oa + BM * dvp;        /* [256]: logits of a row, or a K row */
+  float *m = T + 256, *l = m + BM; /* [BM] */
+  int64_t lo[BM], hi[BM];
+  char act[BM];
+  float vdesc;
+  xte_attn_score sp = score_for(a, b, h, &vdesc);
+
+  seq_q(a, b, &qt0, &lq);
+  seq_kv(a, b, &kt0, &lkv);
+  off = lkv - lq;
+  nr = min64(BM, lq - i0);
+  for (r = 0; r < nr; r++) {
+    load_row(c, &a->q, a->dtype, eoff(&a->q, b, qt0 + i0 + r, h), dq, Qf + r * dq);
+    xte_attn_row_range(i0 + r, lq, lkv, a->mask, a->window_left, a->window_right, &lo[r], &hi[r]);
+    if (lo[r] < hi[r]) {
+      jlo = min64(jlo, lo[r]);
+      jhi = max64(jhi, hi[r]);
+    }
+    m[r] = xte_attn_neg_inf();
+    l[r] = 0.0f;
+  }
+  memset(Oa, 0, sizeof(float) * (size_t)(BM * dvp));
+  for (j0 = jlo < jhi ? jlo / BN * BN : 0; j0 < jhi; j0 += BN) {
+    const int64_t nb = min64(BN, lkv - j0);
+    int64_t ra = -1, rb = -1;
+    for (r = 0; r < nr; r++) {
+      act[r] = max64(lo[r], j0) < min64(hi[r], j0 + nb);
+      if (act[r]) {
+        if (ra < 0) ra = r;
+        rb = r + 1;
+      }
+    }
+    if (ra < 0) continue;
+    pack_kv(c, &a->k, b, kt0, hk, j0, nb, dq, Kt, NULL, 0, T);
+    pack_kv(c, &a->v, b, kt0, hk, j0, nb, dv, NULL, Vf, dvp, NULL);
+    K->gemm(rb - ra, BN, dq, Qf + ra * dq, dq, 1, Kt, BN, S + ra * BN, BN, 0);
+    for (r = ra; r < rb; r++) {
+      float mb = xte_attn_neg_inf(), alpha;
+      float *o = Oa + r * dvp;
+      int64_t j, cc;
+      if (!act[r]) continue;
+      row_logits(&sp, S + r * BN, i0 + r, off, j0, nb, lo[r], hi[r], T);
+      for (j = 0; j < BN; j++) mb = xte_fmaxf(mb, T[j]);
+      alpha = xte_attn_new_max(&m[r], mb);
+      K->exp2_sub(T, m[r], BN, P + r * BN);
+      l[r] = xte_fmaf(l[r], alpha, xte_attn_sum64(P + r * BN));
+      for (cc = 0; cc < dvp; cc++) o[cc] = o[cc] * alpha;
+    }
+    for (r = ra; r < rb;) {
+      int64_t e = r;
+      if (!act[r]) {
+        r++;
+        continue;
+      }
+      while (e < rb && act[e]) e++;
+      K->gemm(e - r, dvp, nb, P + r * BN, BN, 1, Vf, dvp, Oa + r * dvp, dvp, 1);
+      r = e;
+    }
+  }
+  for (r = 0; r < nr; r++) {
+    float *o = Oa + r * dvp;
+    int64_t cc;
+    if (l[r] > 0.0f) {
+      float inv = 1.0f / l[r];
+      for (cc = 0; cc < dv; cc++) o[cc] = o[cc] * inv;
+      if (a->dtype == XTE_DTYPE_E4M3)
+        for (cc = 0; cc < dv; cc++) o[cc] = o[cc] * vdesc;
+    } else {
+      for (cc = 0; cc < dv; cc++) o[cc] = 0.0f;
+    }
+    store_row(&a->o, a->out_dtype, eoff(&a->o, b, qt0 + i0 + r, h), dv, o);
+    a->lse[loff(a, b, qt0 + i0 + r, h)] = xte_attn_lse(m[r], l[r]);
+  }
+}
+
+static void init_ctx(actx *c, const xte_attn_args *a) {
+  memset(c, 0, sizeof *c);
+  c->a = a;
+  c->K = kernels_for(xte_cpu_get_isa());
+  c->ck = xte_cpu_kernels_get();
+  c->G = a->hq / a->hkv;
+  c->dqp = rup16(a->dqk);
+  c->dvp = rup16(a->dv);
+  c->esz = dt_size(a->dtype);
+}
+
+static xte_status cpu_attn_fwd(const xte_attn_args *a, void *handle) {
+  actx c;
+  xte_status st;
+  (void)handle;
+  XTE_TRY(check_args(a));
+  init_ctx(&c, a);
+  for_padding(&c, 0, fwd_pad);
+  XTE_TRY(make_q_tasks(&c));
+  c.run = fwd_task;
+  c.ws_floats = (size_t)(BM * a->dqk + a->dqk * BN + BN * c.dvp + 2 * BM * BN + BM * c.dvp + 256 +
+                         2 * BM + 64);
+  st = run_tasks(&c);
+  free(c.tb);
+  return st;
+}
+
+/* ---------------------------------------------------------------- backward */
+static void bwd_pad_q(const actx *c, int64_t b, int64_t tok) {
+  const xte_attn_args *a = c->a;
+  int64_t h;
+  for (h = 0; h < a->hq; h++) zero_row(&a->dq, a->dtype, eoff(&a->dq, b, tok, h), a->dqk);
+}
+static void bwd_pad_kv(const actx *c, int64_t b, int64_t tok) {
+  const xte_attn_args *a = c->a;
+  int64_t h;
+  for (h = 0; h < a->hkv; h++) {
+    zero_row(&a->dk, a->dtype, eoff(&a->dk, b, tok, h), a->dqk);
+    zero_row(&a->dv_, a->dtype, eoff(&a->dv_, b, tok, h), a->dv);
+  }
+}
+
+/* D = sum_c dO * O (one fmaf chain in c from +0) and LSE * log2e, per (b, h, row). */
+static void prep_task(actx *c, float *ws, int64_t task) {
+  const xte_attn_args *a = c->a;
+  const int64_t b = c->tb[task], h = c->th[task], i0 = c->ti[task];
+  int64_t t0, lq, r, cc;
+  float *o = ws, *g = ws + a->dv;
+  seq_q(a, b, &t0, &lq);
+  for (r = i0; r < min64(lq, i0 + BM); r++) {
+    float d = 0.0f;
+    int64_t li = loff(a, b, t0 + r, h);
+    load_row(c, &a->o, a->dtype, eoff(&a->o, b, t0 + r, h), a->dv, o);
+    load_row(c, &a->dout, a->dtype, eoff(&a->dout, b, t0 + r, h), a->dv, g);
+    for (cc = 0; cc < a->dv; cc++) d = xte_fmaf(g[cc], o[cc], d);
+    c->Dbuf[li] = d;
+    c->L2buf[li] = xte_attn_lse2(a->lse[li]);
+  }
+}
+
+/* P and dS of the active rows [ra, rb) of a tile for the block [j0, j0 + nb). */
+static void bwd_rows(const actx *c, const xte_attn_score *sp, int64_t b, int64_t h, int64_t qt0,
+                     int64_t i0, int64_t ra, int64_t rb, const char *act, const int64_t *lo,
+                     const int64_t *hi, int64_t off, int64_t j0, int64_t nb, const float *S,
+                     const float *dP, float *P, float *dS, float *T) {
+  const xte_attn_args *a = c->a;
+  int64_t r, j;
+  for (r = ra; r < rb; r++) {
+    int64_t li;
+    float Dv, *p = P + r * BN, *ds = dS + r * BN;
+    const float *s = S + r * BN, *dp = dP + r * BN;
+    if (!act[r]) continue;
+    li = loff(a, b, qt0 + i0 + r, h);
+    Dv = c->Dbuf[li];
+    row_logits(sp, s, i0 + r, off, j0, nb, lo[r], hi[r], T);
+    c->K->exp2_sub(T, c->L2buf[li], BN, p);
+    if (!sp->softcap) {
+      const float g = sp->scale;
+      for (j = 0; j < BN; j++) ds[j] = xte_attn_ds(p[j], dp[j], Dv, g);
+    } else {
+      for (j = 0; j < BN; j++) ds[j] = xte_attn_ds(p[j], dp[j], Dv, xte_attn_dlogit(s[j], sp));
+    }
+  }
+}
+
+/* Pass A: dK, dV of keys [j0, j0 + 64) of (b, KV head hk). */
+static void bwd_kv_task(actx *c, float *ws, int64_t task) {
+  const xte_attn_args *a = c->a;
+  const xte_attn_kernels *K = c->K;
+  const int64_t b = c->tb[task], hk = c->th[task], j0 = c->ti[task];
+  const int64_t dq = a->dqk, dv = a->dv, dqp = c->dqp, dvp = c->dvp;
+  int64_t qt0, lq, kt0, lkv, nb, off, g, i0, r, j;
+  float *Qf = ws;              /* [BM][dqp] */
+  float *Gf = Qf + BM * dqp;   /* dO [BM][dvp] */
+  float *Kt = Gf + BM * dvp;   /* [dq][BN] */
+  float *Vt = Kt + dq * BN;    /* [dv][BN] */
+  float *S = Vt + dv * BN;     /* [BM][BN] */
+  float *dP = S + BM * BN;     /* [BM][BN] */
+  float *P = dP + BM * BN;     /* [BM][BN] */
+  float *dS = P + BM * BN;     /* [BM][BN] */
+  float *dKa = dS + BM * BN;   /* [BN][dqp] */
+  float *dVa = dKa + BN * dqp; /* [BN][dvp] */
+  float *T = dVa + BN * dvp;   /* [max(BN, 256)] */
+  int64_t lo[BM], hi[BM];
+  char act[BM];
+
+  seq_q(a, b, &qt0, &lq);
+  seq_kv(a, b, &kt0, &lkv);
+  off = lkv - lq;
+  nb = min64(BN, lkv - j0);
+  pack_kv(c, &a->k, b, kt0, hk, j0, nb, dq, Kt, NULL, 0, T);
+  pack_kv(c, &a->v, b, kt0, hk, j0, nb, dv, Vt, NULL, 0, T);
+  memset(dKa, 0, sizeof(float) * (size_t)(BN * dqp));
+  memset(dVa, 0, sizeof(float) * (size_t)(BN * dvp));
+  for (g = 0; g < c->G; g++) {
+    const int64_t h = hk * c->G + g;
+    xte_attn_score sp = score_for(a, b, h, NULL);
+    for (i0 = 0; i0 < lq; i0 += BM) {
+      const int64_t nr = min64(BM, lq - i0);
+      int64_t ra = -1, rb = -1;
+      for (r = 0; r < nr; r++) {
+        xte_attn_row_range(i0 + r, lq, lkv, a->mask, a->window_left, a->window_right, &lo[r],
+                           &hi[r]);
+        act[r] = max64(lo[r], j0) < min64(hi[r], j0 + nb);
+        if (act[r]) {
+          if (ra < 0) ra = r;
+          rb = r + 1;
+        }
+      }
+      if (ra < 0) continue;
+      for (r = ra; r < rb; r++) {
+        load_row(c, &a->q, a->dtype, eoff(&a->q, b, qt0 + i0 + r, h), dq, Qf + r * dqp);
+        load_row(c, &a->dout, a->dtype, eoff(&a->dout, b, qt0 + i0 + r, h), dv, Gf + r * dvp);
+      }
+      K->gemm(rb - ra, BN, dq, Qf + ra * dqp, dqp, 1, Kt, BN, S + ra * BN, BN, 0);
+      K->gemm(rb - ra, BN, dv, Gf + ra * dvp, dvp, 1, Vt, BN, dP + ra * BN, BN, 0);
+      bwd_rows(c, &sp, b, h, qt0, i0, ra, rb, act, lo, hi, off, j0, nb, S, dP, P, dS, T);
+      for (r = ra; r < rb;) {
+        int64_t e = r;
+        if (!act[r]) {
+          r++;
+          continue;
+        }
+        while (e < rb && act[e]) e++;
+        K->gemm(nb, dvp, e - r, P + r * BN, 1, BN, Gf + r * dvp, dvp, dVa, dvp, 1);
+        K->gemm(nb, dqp, e - r, dS + r * BN, 1, BN, Qf + r * dqp, dqp, dKa, dqp, 1);
+        r = e;
+      }
+    }
+  }
+  for (j = 0; j < nb; j++) {
+    store_row(&a->dk, a->dtype, eoff(&a->dk, b, kt0 + j0 + j, hk), dq, dKa + j * dqp);
+    store_row(&a->dv_, a->dtype, eoff(&a->dv_, b, kt0 + j0 + j, hk), dv, dVa + j * dvp);
+  }
+}
+
+/* Pass B: dQ of a query tile. */
+static void bwd_q_task(actx *c, float *ws, int64_t task) {
+  const xte_attn_args *a = c->a;
+  const xte_attn_kernels *K = c->K;
+  const int64_t b = c->tb[task], h = c->th[task], i0 = c->ti[task];
+  const int64_t dq = a->dqk, dv = a->dv, dqp = c->dqp, dvp = c->dvp, hk = h / c->G;
+  int64_t qt0, lq, kt0, lkv, nr, off, r, j0, jlo = INT64_MAX, jhi = 0;
+  float *Qf = ws;            /* [BM][dqp] */
+  float *Gf = Qf + BM * dqp; /* [BM][dvp] */
+  float *Kt = Gf + BM * dvp; /* [dq][BN] */
+  float *Kn = Kt + dq * BN;  /* [BN][dqp] */
+  float *Vt = Kn + BN * dqp; /* [dv][BN] */
+  float *S = Vt + dv * BN;   /* [BM][BN] */
+  float *dP = S + BM * BN;   /* [BM][BN] */
+  float *P = dP + BM * BN;   /* [BM][BN] */
+  float *dS = P + BM * BN;   /* [BM][BN] */
+  float *dQa = dS + BM * BN; /* [BM][dqp] */
+  float *T = dQa + BM * dqp; /* [max(BN, 256)] */
+  int64_t lo[BM], hi[BM];
+  char act[BM];
+  xte_attn_score sp = score_for(a, b, h, NULL);
+
+  seq_q(a, b, &qt0, &lq);
+  seq_kv(a, b, &kt0, &lkv);
+  off = lkv - lq;
+  nr = min64(BM, lq - i0);
+  for (r = 0; r < nr; r++) {
+    load_row(c, &a->q, a->dtype, eoff(&a->q, b, qt0 + i0 + r, h), dq, Qf + r * dqp);
+    load_row(c, &a->dout, a->dtype, eoff(&a->dout, b, qt0 + i0 + r, h), dv, Gf + r * dvp);
+    xte_attn_row_range(i0 + r, lq, lkv, a->mask, a->window_left, a->window_right, &lo[r], &hi[r]);
+    if (lo[r] < hi[r]) {
+      jlo = min64(jlo, lo[r]);
+      jhi = max64(jhi, hi[r]);
+    }
+  }
+  memset(dQa, 0, sizeof(float) * (size_t)(BM * dqp));
+  for (j0 = jlo < jhi ? jlo / BN * BN : 0; j0 < jhi; j0 += BN) {
+    const int64_t nb = min64(BN, lkv - j0);
+    int64_t ra = -1, rb = -1;
+    for (r = 0; r < nr; r++) {
+      act[r] = max64(lo[r], j0) < min64(hi[r], j0 + nb);
+      if (act[r]) {
+        if (ra < 0) ra = r;
+        rb = r + 1;
+      }
+    }
+    if (ra < 0) continue;
+    pack_kv(c, &a->k, b, kt0, hk, j0, nb, dq, Kt, Kn, dqp, NULL);
+    pack_kv(c, &a->v, b, kt0, hk, j0, nb, dv, Vt, NULL, 0, T);
+    K->gemm(rb - ra, BN, dq, Qf + ra * dqp, dqp, 1, Kt, BN, S + ra * BN, BN, 0);
+    K->gemm(rb - ra, BN, dv, Gf + ra * dvp, dvp, 1, Vt, BN, dP + ra * BN, BN, 0);
+    bwd_rows(c, &sp, b, h, qt0, i0, ra, rb, act, lo, hi, off, j0, nb, S, dP, P, dS, T);
+    for (r = ra; r < rb;) {
+      int64_t e = r;
+      if (!act[r]) {
+        r++;
+        continue;
+      }
+      while (e < rb && act[e]) e++;
+      K->gemm(e - r, dqp, nb, dS + r * BN, BN, 1, Kn, dqp, dQa + r * dqp, dqp, 1);
+      r = e;
+    }
+  }
+  for (r = 0; r < nr; r++)
+    store_row(&a->dq, a->dtype, eoff(&a->dq, b, qt0 + i0 + r, h), dq, dQa + r * dqp);
+}
+
+static xte_status cpu_attn_bwd(const xte_attn_args *a, void *handle) {
+  actx c;
+  xte_status st;
+  int64_t nl, b, t0, len, hk, j0, nkv = 0;
+  (void)handle;
+  XTE_TRY(check_args(a));
+  init_ctx(&c, a);
+  nl = a->packed ? a->total_q * a->hq : a->batch * a->hq * a->sq;
+  c.Dbuf = (float *)xte_aligned_alloc(sizeof(float) * (size_t)(2 * nl + 16));
+  if (!c.Dbuf) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: out of host memory");
+  c.L2buf = c.Dbuf + nl;
+  for_padding(&c, 0, bwd_pad_q);
+  for_padding(&c, 1, bwd_pad_kv);
+
+  /* D and LSE * log2e */
+  st = make_q_tasks(&c);
+  if (st == XTE_SUCCESS) {
+    c.run = prep_task;
+    c.ws_floats = (size_t)(2 * a->dv + 64);
+    st = run_tasks(&c);
+  }
+  /* pass B: dQ (same tasks) */
+  if (st == XTE_SUCCESS) {
+    c.run = bwd_q_task;
+    c.ws_floats = (size_t)(BM * c.dqp + BM * c.dvp + a->dqk * BN + BN * c.dqp + a->dv * BN +
+                           4 * BM * BN + BM * c.dqp + 256 + 64);
+    st = run_tasks(&c);
+  }
+  free(c.tb);
+  c.tb = NULL;
+  /* pass A: dK, dV */
+  if (st == XTE_SUCCESS) {
+    for (b = 0; b < a->batch; b++) {
+      seq_kv(a, b, &t0, &len);
+      nkv += (len + BN - 1) / BN * a->hkv;
+    }
+    st = alloc_tasks(&c, nkv);
+  }
+  if (st == XTE_SUCCESS) {
+    for (b = 0; b < a->batch; b++) {
+      seq_kv(a, b, &t0, &len);
+      for (j0 = 0; j0 < len; j0 += BN)
+        for (hk = 0; hk < a->hkv; hk++) add_task(&c, b, hk, j0);
+    }
+    c.run = bwd_kv_task;
+    c.ws_floats = (size_t)(BM * c.dqp + BM * c.dvp + a->dqk * BN + a->dv * BN + 4 * BM * BN +
+                           BN * c.dqp + BN * c.dvp + 256 + 64);
+    st = run_tasks(&c);
+  }
+  free(c.tb);
+  xte_aligned_free(c.Dbuf);
+  return st;
+}
+
+static const struct xte_attention_ops cpu_attention_ops = {cpu_attn_fwd, cpu_attn_bwd};
+
+const struct xte_attention_ops *xte_cpu_attention_ops(void) {
+  return &cpu_attention_ops;
+}

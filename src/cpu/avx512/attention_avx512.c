@@ -1,0 +1,126 @@
+/* AVX-512 attention micro-kernels, built natively and a second time against SIMDe
+ * (XTE_AVX512_SIMDE), like kernels_avx512.c. Each output element is the scalar kernel's
+ * sequence of IEEE operations (the GEMM's fmaf chain runs in k order within one lane; exp2 is
+ * xte_exp2f lane by lane), so the bytes are the scalar kernels'. */
+#ifdef XTE_AVX512_SIMDE
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+#define XTE_ATTN_AVX512_TABLE xte_attn_kernels_avx512_simde
+#define XTE_ATTN_AVX512_ISA XTE_CPU_ISA_AVX512_SIMDE
+#else
+#include <immintrin.h>
+#define XTE_ATTN_AVX512_TABLE xte_attn_kernels_avx512
+#define XTE_ATTN_AVX512_ISA XTE_CPU_ISA_AVX512
+#endif
+
+#include "cpu/xte_cpu.h"
+#include "numerics/xte_attention_numerics.h"
+#include "xte_attention_ops.h"
+
+#define AI static inline __attribute__((always_inline))
+
+/* mr rows x nv vectors of 16 columns */
+AI void tile(const int mr, const int nv, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
+             const float *B, int64_t ldb, float *C, int64_t ldc, int acc) {
+  __m512 c[6][4];
+  int i, v;
+  int64_t k;
+  for (i = 0; i < mr; i++)
+    for (v = 0; v < nv; v++)
+      c[i][v] = acc ? _mm512_loadu_ps(C + i * ldc + 16 * v) : _mm512_setzero_ps();
+  for (k = 0; k < K; k++) {
+    const float *b = B + k * ldb, *a = A + k * a_ks;
+    __m512 bv[4];
+    for (v = 0; v < nv; v++) bv[v] = _mm512_loadu_ps(b + 16 * v);
+    for (i = 0; i < mr; i++) {
+      __m512 av = _mm512_set1_ps(a[i * a_rs]);
+      for (v = 0; v < nv; v++) c[i][v] = _mm512_fmadd_ps(av, bv[v], c[i][v]);
+    }
+  }
+  for (i = 0; i < mr; i++)
+    for (v = 0; v < nv; v++) _mm512_storeu_ps(C + i * ldc + 16 * v, c[i][v]);
+}
+
+#define ROWS(NV)                                                                  \
+  do {                                                                            \
+    for (r = 0; r + 6 <= M; r += 6)                                               \
+      tile(6, NV, K, A + r * a_rs, a_rs, a_ks, b, ldb, cc + r * ldc, ldc, acc);   \
+    switch (M - r) {                                                              \
+      case 5:                                                                     \
+        tile(5, NV, K, A + r * a_rs, a_rs, a_ks, b, ldb, cc + r * ldc, ldc, acc); \
+        break;                                                                    \
+      case 4:                                                                     \
+        tile(4, NV, K, A + r * a_rs, a_rs, a_ks, b, ldb, cc + r * ldc, ldc, acc); \
+        break;                                                                    \
+      case 3:                                                                     \
+        tile(3, NV, K, A + r * a_rs, a_rs, a_ks, b, ldb, cc + r * ldc, ldc, acc); \
+        break;                                                                    \
+      case 2:                                                                     \
+        tile(2, NV, K, A + r * a_rs, a_rs, a_ks, b, ldb, cc + r * ldc, ldc, acc); \
+        break;                                                                    \
+      case 1:                                                                     \
+        tile(1, NV, K, A + r * a_rs, a_rs, a_ks, b, ldb, cc + r * ldc, ldc, acc); \
+        break;                                                                    \
+      default:                                                                    \
+        break;                                                                    \
+    }                                                                             \
+  } while (0)
+
+static void gemm_avx512(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
+                        const float *B, int64_t ldb, float *C, int64_t ldc, int acc) {
+  int64_t c0 = 0, r;
+  for (; c0 + 64 <= N; c0 += 64) {
+    const float *b = B + c0;
+    float *cc = C + c0;
+    ROWS(4);
+  }
+  for (; c0 < N; c0 += 16) {
+    const float *b = B + c0;
+    float *cc = C + c0;
+    ROWS(1);
+  }
+}
+
+/* xte_exp2f, 16 lanes */
+AI __m512 exp2_16(__m512 x) {
+  const __m512 magic = _mm512_set1_ps(12582912.0f);
+  __m512 k = _mm512_sub_ps(_mm512_add_ps(x, magic), magic);
+  __m512 r = _mm512_sub_ps(x, k);
+  __m512 p = _mm512_set1_ps(1.3215486790144307e-06f), res;
+  __m512i ki, e1, e2, e3;
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.5252733804059840e-05f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.5403530393381608e-04f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3333558146428443e-03f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(9.6181291076284772e-03f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.5504108664821580e-02f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.4022650695910071e-01f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.9314718055994531e-01f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  ki = _mm512_cvttps_epi32(k);
+  e1 = _mm512_slli_epi32(_mm512_add_epi32(ki, _mm512_set1_epi32(127)), 23);
+  e2 = _mm512_slli_epi32(_mm512_add_epi32(ki, _mm512_set1_epi32(127 + 64)), 23);
+  e3 = _mm512_slli_epi32(_mm512_add_epi32(ki, _mm512_set1_epi32(127 - 1)), 23);
+  res = _mm512_mul_ps(p, _mm512_castsi512_ps(e1));
+  res = _mm512_mask_mov_ps(res, _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(-125), ki),
+                           _mm512_mul_ps(_mm512_mul_ps(p, _mm512_castsi512_ps(e2)),
+                                         _mm512_castsi512_ps(_mm512_set1_epi32(0x1F800000))));
+  res = _mm512_mask_mov_ps(
+      res, _mm512_cmpgt_epi32_mask(ki, _mm512_set1_epi32(127)),
+      _mm512_mul_ps(_mm512_mul_ps(p, _mm512_set1_ps(2.0f)), _mm512_castsi512_ps(e3)));
+  res = _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-150.0f), _CMP_LT_OQ),
+                           _mm512_setzero_ps());
+  res = _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, _mm512_set1_ps(128.0f), _CMP_GE_OQ),
+                           _mm512_castsi512_ps(_mm512_set1_epi32(0x7F800000)));
+  res = _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_add_ps(x, x));
+  return res;
+}
+
+static void exp2_sub_avx512(const float *t, float m, int64_t n, float *p) {
+  int64_t j;
+  const __m512 mv = _mm512_set1_ps(m);
+  for (j = 0; j + 16 <= n; j += 16)
+    _mm512_storeu_ps(p + j, exp2_16(_mm512_sub_ps(_mm512_loadu_ps(t + j), mv)));
+  for (; j < n; j++) p[j] = xte_exp2f(t[j] - m);
+}
+
+const xte_attn_kernels XTE_ATTN_AVX512_TABLE = {XTE_ATTN_AVX512_ISA, gemm_avx512, exp2_sub_avx512};

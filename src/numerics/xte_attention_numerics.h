@@ -1,0 +1,129 @@
+/* Attention per-element numerics, shared by every backend (C11 and CUDA / MUSA C++).
+ *
+ * The contract (docs/numerics.md, "Attention"; see docs/attention-notes.md):
+ *  - logits are kept in base-2 units: t = x * log2(e), with log2(e) folded into the scale;
+ *  - KV is processed in blocks of XTE_ATTN_BN = 64 keys, block b holding keys [64 b, 64 b + 64)
+ *    of the sequence; a block is processed for row i only when one of its keys is visible to i;
+ *  - per processed block (online softmax, fp32):
+ *        m_blk = max_j t_j, m_new = max(m, m_blk), alpha = exp2(m - m_new),
+ *        p_j = exp2(t_j - m_new) (0 for hidden keys), l = fmaf(l, alpha, sum64(p)),
+ *        o_c = o_c * alpha, then o_c = fmaf(p_j, v_jc, o_c) for j = the block's keys in order;
+ *  - finally o_c = o_c * (1 / l), LSE = fmaf(m, ln2, log(l)) (0 and -inf when l = 0);
+ *  - every dot product is one fmaf chain in increasing k from +0.
+ */
+#ifndef XTE_ATTENTION_NUMERICS_H
+#define XTE_ATTENTION_NUMERICS_H
+
+#include "numerics/xte_math.h"
+#include "numerics/xte_numerics.h"
+
+#define XTE_ATTN_BN 64 /* keys per KV block */
+
+XTE_NUM_CONST float XTE_ATTN_LOG2E = 1.44269502162933349609375f; /* fp32(log2 e) */
+XTE_NUM_CONST float XTE_ATTN_LN2 = 0.693147182464599609375f;     /* fp32(ln 2) */
+
+XTE_HD float xte_attn_neg_inf(void) {
+  return xte_bits_f32(0xFF800000u);
+}
+
+/* Score parameters of one (batch, head). */
+typedef struct xte_attn_score {
+  float sl2;      /* scale * log2e (no softcap) */
+  float cap_in;   /* scale / cap */
+  float cap_out;  /* cap * log2e */
+  float scale;    /* the softmax scale (backward: dx/ds without softcap) */
+  float alibi_l2; /* slope * log2e, 0 when no ALiBi */
+  int softcap, alibi;
+} xte_attn_score;
+
+/* scale: the softmax scale (already including any FP8 descale factors, see the driver). */
+XTE_HD xte_attn_score xte_attn_score_make(float scale, float cap, int alibi, float slope) {
+  xte_attn_score p;
+  p.scale = scale;
+  p.sl2 = scale * XTE_ATTN_LOG2E;
+  p.softcap = cap > 0.0f;
+  p.cap_in = p.softcap ? scale / cap : 0.0f;
+  p.cap_out = p.softcap ? cap * XTE_ATTN_LOG2E : 0.0f;
+  p.alibi = alibi;
+  p.alibi_l2 = alibi ? slope * XTE_ATTN_LOG2E : 0.0f;
+  return p;
+}
+
+/* The default softmax scale 1 / sqrt(d). */
+XTE_HD float xte_attn_default_scale(int64_t d) {
+  return 1.0f / xte_sqrtf((float)d);
+}
+
+/* The base-2 logit t of a raw dot product s; dist = i + off - j (ALiBi). */
+XTE_HD float xte_attn_logit2(float s, const xte_attn_score *p, int64_t dist) {
+  float t;
+  if (p->softcap)
+    t = xte_tanhf(s * p->cap_in) * p->cap_out;
+  else
+    t = s * p->sl2;
+  if (p->alibi) {
+    float a = (float)(dist < 0 ? -dist : dist);
+    t = xte_fmaf(-a, p->alibi_l2, t);
+  }
+  return t;
+}
+
+/* d x / d s: the factor turning dL/dx into dL/ds. */
+XTE_HD float xte_attn_dlogit(float s, const xte_attn_score *p) {
+  if (p->softcap) {
+    float th = xte_tanhf(s * p->cap_in);
+    return xte_fmaf(-th, th, 1.0f) * p->scale;
+  }
+  return p->scale;
+}
+
+/* Visible keys of row i: [*lo, *hi) (empty when *lo >= *hi). mask: xte_attn_mask. */
+XTE_HD void xte_attn_row_range(int64_t i, int64_t lq, int64_t lkv, int mask, int64_t wl, int64_t wr,
+                               int64_t *lo, int64_t *hi) {
+  int64_t off = lkv - lq, a = 0, b = lkv;
+  if (mask == 1 && i + 1 < b) b = i + 1;
+  if (mask == 2 && i + off + 1 < b) b = i + off + 1;
+  if (wr >= 0 && i + off + wr + 1 < b) b = i + off + wr + 1;
+  if (wl >= 0 && i + off - wl > a) a = i + off - wl;
+  *lo = a;
+  *hi = b;
+}
+
+/* The sum of 64 values in the fixed order: 16 lanes, lane L = ((p[L] + p[16+L]) + p[32+L]) +
+ * p[48+L]; then halving: lane L += lane L+8 (L < 8), += L+4 (L < 4), += L+2 (L < 2), lane 0 +
+ * lane 1. */
+XTE_HD float xte_attn_sum64(const float *p) {
+  float v[16];
+  int L;
+  for (L = 0; L < 16; L++) v[L] = ((p[L] + p[16 + L]) + p[32 + L]) + p[48 + L];
+  for (L = 0; L < 8; L++) v[L] = v[L] + v[L + 8];
+  for (L = 0; L < 4; L++) v[L] = v[L] + v[L + 4];
+  for (L = 0; L < 2; L++) v[L] = v[L] + v[L + 2];
+  return v[0] + v[1];
+}
+
+/* The online-softmax state update of one row for one block: returns alpha, updates m. */
+XTE_HD float xte_attn_new_max(float *m, float m_blk) {
+  float m_new = xte_fmaxf(*m, m_blk);
+  float alpha = xte_exp2f(*m - m_new);
+  *m = m_new;
+  return alpha;
+}
+
+/* Final LSE (natural log) from the base-2 max m and the sum l. */
+XTE_HD float xte_attn_lse(float m, float l) {
+  if (!(l > 0.0f)) return xte_attn_neg_inf();
+  return xte_fmaf(m, XTE_ATTN_LN2, xte_logf(l));
+}
+
+/* The backward's base-2 LSE. */
+XTE_HD float xte_attn_lse2(float lse) {
+  return lse * XTE_ATTN_LOG2E;
+}
+
+/* dL/ds of one element: (p * (dp - D)) * dlogit. */
+XTE_HD float xte_attn_ds(float p, float dp, float D, float g) {
+  return (p * (dp - D)) * g;
+}
+
+#endif /* XTE_ATTENTION_NUMERICS_H */

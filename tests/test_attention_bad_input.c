@@ -1,0 +1,220 @@
+/* Attention bad input: each invalid call returns a clear status with a message naming the
+ * argument, and writes nothing (outputs keep a sentinel). */
+#include <criterion/criterion.h>
+
+#include "test_attention_oracle.h"
+
+static acase small(xte_attn_layout L) {
+  static const int32_t lq[2] = {3, 5};
+  static const int32_t lk[2] = {4, 2};
+  acase c;
+  memset(&c, 0, sizeof c);
+  c.layout = L;
+  c.dt = XTE_DTYPE_FP32;
+  c.b = 2;
+  c.sq = 6;
+  c.skv = 7;
+  c.hq = 4;
+  c.hkv = 2;
+  c.dqk = 16;
+  c.dv = 16;
+  c.wl = c.wr = -1;
+  c.lens_q = lq;
+  c.lens_kv = lk;
+  return c;
+}
+
+static void sentinel(adata *d) {
+  memset(d->Or, 0xA5, (size_t)d->no * 4);
+  memset(d->lse, 0xA5, (size_t)d->nl * 4);
+  memset(d->dQr, 0xA5, (size_t)d->nq * 4);
+  memset(d->dKr, 0xA5, (size_t)d->nk * 4);
+  memset(d->dVr, 0xA5, (size_t)d->nv * 4);
+}
+
+static int untouched(const void *p, int64_t bytes) {
+  const unsigned char *b = (const unsigned char *)p;
+  int64_t i;
+  for (i = 0; i < bytes; i++)
+    if (b[i] != 0xA5) return 0;
+  return 1;
+}
+
+static void expect_fail(adata *d, int bwd, xte_status want, const char *needle) {
+  xte_status st;
+  if (!bwd) {
+    memset(d->Or, 0xA5, (size_t)d->no * 4);
+    memset(d->lse, 0xA5, (size_t)d->nl * 4);
+    st = xte_attention_fwd(&d->Q, &d->K, &d->V, &d->O, &d->L, &d->cfg, NULL);
+  } else {
+    memset(d->dQr, 0xA5, (size_t)d->nq * 4);
+    memset(d->dKr, 0xA5, (size_t)d->nk * 4);
+    memset(d->dVr, 0xA5, (size_t)d->nv * 4);
+    st = xte_attention_bwd(&d->Q, &d->K, &d->V, &d->O, &d->dO, &d->L, &d->dQ, &d->dK, &d->dV,
+                           &d->cfg, NULL);
+  }
+  cr_expect_eq(st, want, "want %s, got %s (%s)", xte_status_string(want), xte_status_string(st),
+               xte_last_error());
+  cr_expect(strstr(xte_last_error(), needle) != NULL, "message '%s' does not name '%s'",
+            xte_last_error(), needle);
+  if (!bwd) {
+    cr_expect(untouched(d->Or, d->no * 4), "O written on a failed call (%s)", needle);
+    cr_expect(untouched(d->lse, d->nl * 4), "lse written on a failed call (%s)", needle);
+  } else {
+    cr_expect(untouched(d->dQr, d->nq * 4), "dQ written on a failed call (%s)", needle);
+    cr_expect(untouched(d->dKr, d->nk * 4), "dK written on a failed call (%s)", needle);
+    cr_expect(untouched(d->dVr, d->nv * 4), "dV written on a failed call (%s)", needle);
+  }
+}
+
+Test(attention_bad_input, valid_baseline) {
+  adata d;
+  acase c = small(XTE_ATTN_LAYOUT_BSHD);
+  ta_setup(&d, &c);
+  sentinel(&d);
+  cr_expect_eq(xte_attention_fwd(&d.Q, &d.K, &d.V, &d.O, &d.L, &d.cfg, NULL), XTE_SUCCESS, "%s",
+               xte_last_error());
+  cr_expect_eq(
+      xte_attention_bwd(&d.Q, &d.K, &d.V, &d.O, &d.dO, &d.L, &d.dQ, &d.dK, &d.dV, &d.cfg, NULL),
+      XTE_SUCCESS, "%s", xte_last_error());
+  ta_free(&d);
+}
+
+Test(attention_bad_input, shapes_and_heads) {
+  adata d;
+  acase c = small(XTE_ATTN_LAYOUT_BSHD);
+  int bwd;
+  for (bwd = 0; bwd < 2; bwd++) {
+    ta_setup(&d, &c);
+    d.K.shape[2] = 3; /* h_q = 4 not a multiple of 3 */
+    d.V.shape[2] = 3;
+    expect_fail(&d, bwd, XTE_ERROR_SHAPE, "h_kv");
+    ta_free(&d);
+
+    ta_setup(&d, &c);
+    d.Q.shape[3] = 300;
+    d.K.shape[3] = 300;
+    expect_fail(&d, bwd, XTE_ERROR_SHAPE, "d_qk");
+    ta_free(&d);
+
+    ta_setup(&d, &c);
+    d.K.shape[3] = 8;
+    expect_fail(&d, bwd, XTE_ERROR_SHAPE, "head dim");
+    ta_free(&d);
+
+    ta_setup(&d, &c);
+    d.O.shape[1] = 5;
+    expect_fail(&d, bwd, XTE_ERROR_SHAPE, "O");
+    ta_free(&d);
+
+    ta_setup(&d, &c);
+    d.L.shape[2] = 5;
+    expect_fail(&d, bwd, XTE_ERROR_SHAPE, "lse");
+    ta_free(&d);
+
+    ta_setup(&d, &c);
+    d.Q.rank = 3;
+    expect_fail(&d, bwd, XTE_ERROR_SHAPE, "Q");
+    ta_free(&d);
+  }
+  ta_setup(&d, &c);
+  d.dK.shape[2] = 1;
+  expect_fail(&d, 1, XTE_ERROR_SHAPE, "dK");
+  ta_free(&d);
+}
+
+Test(attention_bad_input, dtypes_and_config) {
+  adata d;
+  acase c = small(XTE_ATTN_LAYOUT_BSHD);
+  int bwd;
+  for (bwd = 0; bwd < 2; bwd++) {
+    ta_setup(&d, &c);
+    d.K.dtype = XTE_DTYPE_BF16;
+    expect_fail(&d, bwd, XTE_ERROR_DTYPE, "dtypes differ");
+    ta_free(&d);
+
+    ta_setup(&d, &c);
+    d.O.dtype = XTE_DTYPE_BF16;
+    expect_fail(&d, bwd, XTE_ERROR_DTYPE, "O");
+    ta_free(&d);
+
+    ta_setup(&d, &c);
+    d.L.dtype = XTE_DTYPE_BF16;
+    expect_fail(&d, bwd, XTE_ERROR_DTYPE, "lse");
+    ta_free(&d);
+
+    ta_setup(&d, &c);
+    d.cfg.mask = (xte_attn_mask)9;
+    expect_fail(&d, bwd, XTE_ERROR_INVALID_ARGUMENT, "config->mask");
+    ta_free(&d);
+
+    ta_setup(&d, &c);
+    d.cfg.window_left = -2;
+    expect_fail(&d, bwd, XTE_ERROR_INVALID_ARGUMENT, "window_left");
+    ta_free(&d);
+
+    ta_setup(&d, &c);
+    d.cfg.softcap = -1.0f;
+    expect_fail(&d, bwd, XTE_ERROR_INVALID_ARGUMENT, "softcap");
+    ta_free(&d);
+
+    ta_setup(&d, &c);
+    d.Q.data = NULL;
+    expect_fail(&d, bwd, XTE_ERROR_NULL_POINTER, "Q->data");
+    ta_free(&d);
+  }
+  ta_setup(&d, &c);
+  d.dV.dtype = XTE_DTYPE_FP16;
+  expect_fail(&d, 1, XTE_ERROR_DTYPE, "dV");
+  ta_free(&d);
+  ta_setup(&d, &c);
+  cr_expect_eq(xte_attention_fwd(&d.Q, &d.K, &d.V, &d.O, &d.L, NULL, NULL), XTE_ERROR_NULL_POINTER);
+  cr_expect(strstr(xte_last_error(), "config") != NULL);
+  ta_free(&d);
+}
+
+Test(attention_bad_input, cu_seqlens) {
+  adata d;
+  acase c = small(XTE_ATTN_LAYOUT_THD);
+  int bwd;
+  for (bwd = 0; bwd < 2; bwd++) {
+    ta_setup(&d, &c);
+    d.cu_q[1] = 9; /* cu_q = {0, 9, 8}: decreasing */
+    d.cfg.max_seqlen_q = 1000;
+    expect_fail(&d, bwd, XTE_ERROR_INVALID_ARGUMENT, "cu_seqlens_q");
+    ta_free(&d);
+
+    ta_setup(&d, &c);
+    d.cu_kv[2] = 100; /* beyond the tensor */
+    d.cfg.max_seqlen_kv = 1000;
+    expect_fail(&d, bwd, XTE_ERROR_SHAPE, "cu_seqlens_kv");
+    ta_free(&d);
+
+    ta_setup(&d, &c);
+    d.cfg.max_seqlen_q = 4; /* a sequence of 5 */
+    expect_fail(&d, bwd, XTE_ERROR_SHAPE, "cu_seqlens_q");
+    ta_free(&d);
+
+    ta_setup(&d, &c);
+    d.cfg.cu_seqlens_kv = NULL;
+    expect_fail(&d, bwd, XTE_ERROR_NULL_POINTER, "cu_seqlens_kv");
+    ta_free(&d);
+  }
+  /* padding lengths past s */
+  c = small(XTE_ATTN_LAYOUT_BSHD);
+  c.padded = 1;
+  ta_setup(&d, &c);
+  d.cu_kv[2] = d.cu_kv[1] + 8; /* s_kv = 7 */
+  expect_fail(&d, 0, XTE_ERROR_SHAPE, "cu_seqlens_kv");
+  ta_free(&d);
+}
+
+Test(attention_bad_input, fp8_backward_unsupported) {
+  adata d;
+  acase c = small(XTE_ATTN_LAYOUT_BSHD);
+  ta_setup(&d, &c);
+  d.Q.dtype = d.K.dtype = d.V.dtype = XTE_DTYPE_E4M3;
+  d.O.dtype = d.dO.dtype = d.dQ.dtype = d.dK.dtype = d.dV.dtype = XTE_DTYPE_E4M3;
+  expect_fail(&d, 1, XTE_ERROR_UNSUPPORTED, "e4m3");
+  ta_free(&d);
+}

@@ -1,0 +1,184 @@
+/* Attention backward: dQ, dK, dV against the fp64 oracle (FlashAttention's criterion) across
+ * layouts, masks, GQA, head dims, softcap, ALiBi, varlen; against central finite differences
+ * in fp64 on small shapes; run-to-run bitwise repeatability. */
+#include <criterion/criterion.h>
+
+#include "test_attention_oracle.h"
+
+#define BSHD XTE_ATTN_LAYOUT_BSHD
+#define SBHD XTE_ATTN_LAYOUT_SBHD
+#define THD XTE_ATTN_LAYOUT_THD
+#define F32 XTE_DTYPE_FP32
+#define BF16 XTE_DTYPE_BF16
+#define F16 XTE_DTYPE_FP16
+#define NOMASK XTE_ATTN_MASK_NONE
+#define CAUSAL XTE_ATTN_MASK_CAUSAL
+#define CAUSAL_BR XTE_ATTN_MASK_CAUSAL_BOTTOM_RIGHT
+
+static acase mk(xte_attn_layout L, xte_dtype dt, int64_t b, int64_t sq, int64_t skv, int64_t hq,
+                int64_t hkv, int64_t dqk, int64_t dv, xte_attn_mask m) {
+  acase c;
+  memset(&c, 0, sizeof c);
+  c.layout = L;
+  c.dt = dt;
+  c.b = b;
+  c.sq = sq;
+  c.skv = skv;
+  c.hq = hq;
+  c.hkv = hkv;
+  c.dqk = dqk;
+  c.dv = dv;
+  c.mask = m;
+  c.wl = c.wr = -1;
+  c.seed = (uint64_t)(sq * 31 + skv * 17 + hq * 5 + dqk + (int)m * 100 + (int)dt * 7);
+  return c;
+}
+
+static void run(acase c, const char *name) {
+  int bad = ta_run_check(&c, 1);
+  cr_expect_eq(bad, 0, "%s failed", name);
+}
+
+Test(attention_bwd, masks) {
+  run(mk(BSHD, F32, 2, 70, 70, 2, 2, 64, 64, NOMASK), "none");
+  run(mk(BSHD, F32, 1, 100, 100, 2, 1, 64, 64, CAUSAL), "causal gqa");
+  run(mk(BSHD, F32, 1, 50, 130, 2, 2, 64, 64, CAUSAL_BR), "causal br sq<skv");
+  run(mk(BSHD, F32, 1, 130, 50, 2, 2, 64, 64, CAUSAL_BR), "causal br sq>skv");
+  {
+    acase c = mk(BSHD, F32, 1, 150, 150, 2, 1, 64, 64, NOMASK);
+    c.wl = 20;
+    c.wr = 5;
+    run(c, "window");
+  }
+}
+
+Test(attention_bwd, layouts_dtypes_dims) {
+  run(mk(SBHD, BF16, 2, 65, 65, 4, 2, 128, 128, CAUSAL), "sbhd bf16 d128");
+  run(mk(BSHD, F16, 1, 33, 40, 3, 1, 64, 64, NOMASK), "fp16 mqa");
+  run(mk(BSHD, BF16, 1, 80, 80, 2, 2, 192, 128, CAUSAL), "mla 192/128");
+  run(mk(BSHD, F32, 1, 40, 40, 1, 1, 256, 256, CAUSAL), "d256");
+  run(mk(BSHD, F32, 1, 17, 17, 2, 1, 17, 9, NOMASK), "odd dims");
+}
+
+Test(attention_bwd, softcap_alibi) {
+  acase c = mk(BSHD, F32, 1, 90, 90, 2, 1, 64, 64, CAUSAL);
+  c.softcap = 5.0f;
+  run(c, "softcap");
+  c.softcap = 0.0f;
+  c.alibi = 1;
+  run(c, "alibi");
+}
+
+Test(attention_bwd, varlen) {
+  static const int32_t lq[5] = {5, 0, 1, 70, 130};
+  static const int32_t lk[5] = {5, 3, 1, 140, 64};
+  acase c = mk(THD, F32, 5, 0, 0, 4, 2, 64, 64, CAUSAL_BR);
+  c.lens_q = lq;
+  c.lens_kv = lk;
+  run(c, "thd causal br");
+  c.dt = BF16;
+  c.mask = NOMASK;
+  c.wl = 10;
+  c.wr = 10;
+  run(c, "thd window bf16");
+  c = mk(BSHD, F32, 5, 130, 140, 2, 2, 64, 64, CAUSAL);
+  c.padded = 1;
+  c.lens_q = lq;
+  c.lens_kv = lk;
+  run(c, "bshd padding");
+}
+
+Test(attention_bwd, long_sequence) {
+  run(mk(BSHD, BF16, 1, 1000, 1000, 1, 1, 64, 64, CAUSAL), "s1000 bf16 causal");
+}
+
+/* L = sum dO * O; dL/dx by central differences of the fp64 oracle. */
+static double loss(adata *d) {
+  double L = 0.0;
+  int64_t i;
+  double *lse = (double *)calloc((size_t)d->nl + 1, sizeof(double));
+  memset(d->o_ref, 0, sizeof(double) * (size_t)d->no);
+  ta_reference(d, 0, d->o_ref, lse, NULL, NULL, NULL);
+  for (i = 0; i < d->no; i++) L += d->o_ref[i] * d->dout[i];
+  free(lse);
+  return L;
+}
+
+static void fd_case(acase c, const char *name) {
+  adata d;
+  int64_t i;
+  double *arrs[3];
+  void *grads[3];
+  int64_t ns[3];
+  int w;
+  const double hstep = 1e-5;
+  ta_setup(&d, &c);
+  d.o_ref = (double *)calloc((size_t)d.no + 1, sizeof(double));
+  cr_assert_eq(xte_attention_fwd(&d.Q, &d.K, &d.V, &d.O, &d.L, &d.cfg, NULL), XTE_SUCCESS);
+  cr_assert_eq(
+      xte_attention_bwd(&d.Q, &d.K, &d.V, &d.O, &d.dO, &d.L, &d.dQ, &d.dK, &d.dV, &d.cfg, NULL),
+      XTE_SUCCESS);
+  arrs[0] = d.q;
+  arrs[1] = d.k;
+  arrs[2] = d.v;
+  grads[0] = d.dQr;
+  grads[1] = d.dKr;
+  grads[2] = d.dVr;
+  ns[0] = d.nq;
+  ns[1] = d.nk;
+  ns[2] = d.nv;
+  for (w = 0; w < 3; w++)
+    for (i = 0; i < ns[w]; i++) {
+      double x0 = arrs[w][i], lp, lm, fd, g;
+      arrs[w][i] = x0 + hstep;
+      lp = loss(&d);
+      arrs[w][i] = x0 - hstep;
+      lm = loss(&d);
+      arrs[w][i] = x0;
+      fd = (lp - lm) / (2 * hstep);
+      g = ((float *)grads[w])[i];
+      cr_expect(fabs(g - fd) <= 2e-5 * (1.0 + fabs(fd)), "%s: grad %d[%lld]: xte %g fd %g", name, w,
+                (long long)i, g, fd);
+    }
+  ta_free(&d);
+}
+
+Test(attention_bwd, finite_differences) {
+  acase c = mk(BSHD, F32, 1, 5, 7, 2, 1, 4, 3, CAUSAL_BR);
+  fd_case(c, "causal br gqa");
+  c = mk(BSHD, F32, 1, 6, 6, 1, 1, 5, 4, NOMASK);
+  c.softcap = 2.0f;
+  c.alibi = 1;
+  fd_case(c, "softcap alibi");
+  c.softcap = 0.0f;
+  c.alibi = 0;
+  c.wl = 1;
+  c.wr = 2;
+  fd_case(c, "window");
+}
+
+Test(attention_bwd, repeatable) {
+  acase c = mk(BSHD, F32, 2, 150, 150, 4, 2, 64, 64, CAUSAL);
+  adata d;
+  void *a[3];
+  int r, w;
+  ta_setup(&d, &c);
+  cr_assert_eq(xte_attention_fwd(&d.Q, &d.K, &d.V, &d.O, &d.L, &d.cfg, NULL), XTE_SUCCESS);
+  for (w = 0; w < 3; w++) a[w] = malloc((size_t)(w == 0 ? d.nq : w == 1 ? d.nk : d.nv) * 4);
+  for (r = 0; r < 3; r++) {
+    cr_assert_eq(
+        xte_attention_bwd(&d.Q, &d.K, &d.V, &d.O, &d.dO, &d.L, &d.dQ, &d.dK, &d.dV, &d.cfg, NULL),
+        XTE_SUCCESS);
+    if (r == 0) {
+      memcpy(a[0], d.dQr, (size_t)d.nq * 4);
+      memcpy(a[1], d.dKr, (size_t)d.nk * 4);
+      memcpy(a[2], d.dVr, (size_t)d.nv * 4);
+    } else {
+      cr_expect(memcmp(a[0], d.dQr, (size_t)d.nq * 4) == 0, "dQ differs on run %d", r);
+      cr_expect(memcmp(a[1], d.dKr, (size_t)d.nk * 4) == 0, "dK differs on run %d", r);
+      cr_expect(memcmp(a[2], d.dVr, (size_t)d.nv * 4) == 0, "dV differs on run %d", r);
+    }
+  }
+  for (w = 0; w < 3; w++) free(a[w]);
+  ta_free(&d);
+}
