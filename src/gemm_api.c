@@ -24,80 +24,6 @@ xte_gemm_config xte_gemm_config_default(void) {
   return c;
 }
 
-static int recipe_is_mx(xte_recipe r) {
-  return r == XTE_RECIPE_MX_TE || r == XTE_RECIPE_MX_OCP;
-}
-static int col_transposed(xte_recipe r) {
-  return !(r == XTE_RECIPE_MTFP8 || recipe_is_mx(r));
-}
-
-static const char *mode_name(xte_scaling_mode m) {
-  switch (m) {
-    case XTE_SCALING_PER_TENSOR:
-      return "per-tensor";
-    case XTE_SCALING_BLOCK_1x128:
-      return "1x128";
-    case XTE_SCALING_BLOCK_128x128:
-      return "128x128";
-    case XTE_SCALING_MXFP8_1x32:
-      return "mxfp8 1x32";
-    default:
-      return "unknown";
-  }
-}
-
-/* The scale map of one copy of a quantized [M, K] tensor, as src/quantize_api.c lays it out
- * (xte_quantize_scale_shape checks mode, recipe and layout and gives the buffer shape). */
-static xte_status scale_map(int64_t M, int64_t K, const xte_qtensor *q, xte_scale_layout layout,
-                            int columnwise, xte_scale_map *m, int64_t *rows, int64_t *cols) {
-  int64_t R, C, GR, GC;
-  xte_scaling_mode mode = q->scaling_mode;
-  int colblock = columnwise && !col_transposed(q->recipe);
-  int B = mode == XTE_SCALING_MXFP8_1x32 ? 32 : 128;
-  memset(m, 0, sizeof *m);
-  XTE_TRY(xte_quantize_scale_shape(M, K, mode, q->recipe, layout, columnwise, rows, cols));
-  m->e8m0 = recipe_is_mx(q->recipe);
-  if (columnwise && col_transposed(q->recipe)) {
-    R = K;
-    C = M;
-  } else {
-    R = M;
-    C = K;
-  }
-  if (mode == XTE_SCALING_PER_TENSOR) {
-    GR = GC = 1;
-  } else if (mode == XTE_SCALING_BLOCK_128x128) {
-    GR = cdiv(R, 128);
-    GC = cdiv(C, 128);
-  } else if (colblock) {
-    GR = cdiv(M, B);
-    GC = K;
-  } else {
-    GR = R;
-    GC = cdiv(C, B);
-  }
-  m->grid_r = GR;
-  m->grid_c = GC;
-  m->kind = XTE_SMAP_LINEAR;
-  if (mode == XTE_SCALING_PER_TENSOR || layout == XTE_SCALE_LAYOUT_COMPACT ||
-      (layout == XTE_SCALE_LAYOUT_DEEPGEMM && (mode == XTE_SCALING_BLOCK_128x128 || colblock))) {
-    m->sr = GC;
-    m->sc = 1;
-  } else if (layout == XTE_SCALE_LAYOUT_MX_SWIZZLED) {
-    m->kind = XTE_SMAP_SWIZZLE;
-    m->swap = colblock;
-    m->tiles_c = *cols / 4;
-  } else if (mode == XTE_SCALING_BLOCK_128x128 || colblock) {
-    m->sr = *cols;
-    m->sc = 1;
-  } else {
-    m->sr = 1;
-    m->sc = *cols;
-  }
-  m->total = *rows * *cols;
-  return XTE_SUCCESS;
-}
-
 /* A resolved operand: the logical [rows, K] view and its scaling. */
 typedef struct opnd {
   xte_gemm_operand op;
@@ -136,7 +62,7 @@ static xte_status resolve_operand(const xte_qtensor *q, int trans, const char *n
     if (copies[c]->dtype != XTE_DTYPE_E4M3 && copies[c]->dtype != XTE_DTYPE_E5M2)
       return xte_set_error(XTE_ERROR_DTYPE, "%s->dtype is %s: want e4m3 or e5m2", nm,
                            xte_dtype_name(copies[c]->dtype));
-    if (c == 1 && col_transposed(q->recipe)) {
+    if (c == 1 && xte_recipe_col_transposed(q->recipe)) {
       m = Cc[c];
       k = R[c];
     } else {
@@ -157,7 +83,7 @@ static xte_status resolve_operand(const xte_qtensor *q, int trans, const char *n
   /* Choose a copy whose blocks run along K: first one read K-contiguously, then any. */
   for (pass = 0; pass < 2 && pick < 0; pass++) {
     for (c = 0; c < 2 && pick < 0; c++) {
-      int copy_is_x = !(c == 1 && col_transposed(q->recipe));
+      int copy_is_x = !(c == 1 && xte_recipe_col_transposed(q->recipe));
       int swapped = copy_is_x == (trans != 0); /* logical = copy^T */
       int64_t bh, bw, kblk;
       if (!have[c] || swapped != pass) continue;
@@ -165,7 +91,7 @@ static xte_status resolve_operand(const xte_qtensor *q, int trans, const char *n
         bh = bw = BIG_BLOCK;
       } else if (q->scaling_mode == XTE_SCALING_BLOCK_128x128) {
         bh = bw = 128;
-      } else if (c == 1 && !col_transposed(q->recipe)) {
+      } else if (c == 1 && !xte_recipe_col_transposed(q->recipe)) {
         bh = kb;
         bw = 1;
       } else {
@@ -185,17 +111,19 @@ static xte_status resolve_operand(const xte_qtensor *q, int trans, const char *n
         XTE_ERROR_UNSUPPORTED,
         "%s: no copy is quantized along K for trans = %d (%s blocks; %s needs the %s "
         "copy)",
-        name, trans, mode_name(q->scaling_mode), name, have[0] ? "columnwise" : "rowwise");
+        name, trans, xte_scaling_mode_name(q->scaling_mode), name,
+        have[0] ? "columnwise" : "rowwise");
   {
     const xte_scale_tensor *s = scales[pick];
     char sn[96];
     int64_t need_r, need_c;
-    xte_dtype want_s = recipe_is_mx(q->recipe) ? XTE_DTYPE_E8M0 : XTE_DTYPE_FP32;
+    xte_dtype want_s = xte_recipe_is_mx(q->recipe) ? XTE_DTYPE_E8M0 : XTE_DTYPE_FP32;
     snprintf(sn, sizeof sn, "%s->%s_scale_inv", name, pick ? "columnwise" : "rowwise");
     if ((unsigned)s->layout >= XTE_SCALE_LAYOUT_COUNT)
       return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "%s.layout %d is not an xte_scale_layout",
                            sn, (int)s->layout);
-    XTE_TRY(scale_map(Mq, Kq, q, s->layout, pick, &o->op.s, &need_r, &need_c));
+    XTE_TRY(xte_scale_geom(Mq, Kq, q->scaling_mode, q->recipe, s->layout, pick, &o->op.s, &need_r,
+                           &need_c));
     if (s->data == NULL) return xte_set_error(XTE_ERROR_NULL_POINTER, "%s.data is NULL", sn);
     if (s->dtype != want_s)
       return xte_set_error(XTE_ERROR_DTYPE, "%s.dtype is %s: recipe %d stores %s", sn,
@@ -238,7 +166,7 @@ static xte_status check_pair(const opnd *a, const opnd *b) {
     return xte_set_error(XTE_ERROR_UNSUPPORTED,
                          "scaling pair A %s x B %s is not supported (1x128 x 128x128, 128x128 x "
                          "1x128, 1x128 x 1x128, per-tensor x per-tensor, mxfp8 x mxfp8)",
-                         mode_name(ma), mode_name(mb));
+                         xte_scaling_mode_name(ma), xte_scaling_mode_name(mb));
   if (a->dtype == XTE_DTYPE_E5M2 && b->dtype == XTE_DTYPE_E5M2)
     return xte_set_error(XTE_ERROR_UNSUPPORTED, "A and B are both e5m2: not supported (as cuBLAS)");
   return XTE_SUCCESS;

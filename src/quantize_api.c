@@ -20,7 +20,7 @@ xte_quant_config xte_quant_config_default(void) {
   return c;
 }
 
-static const char *mode_name(xte_scaling_mode m) {
+const char *xte_scaling_mode_name(xte_scaling_mode m) {
   switch (m) {
     case XTE_SCALING_PER_TENSOR:
       return "per-tensor";
@@ -35,13 +35,13 @@ static const char *mode_name(xte_scaling_mode m) {
   }
 }
 
-static int recipe_is_mx(xte_recipe r) {
+int xte_recipe_is_mx(xte_recipe r) {
   return r == XTE_RECIPE_MX_TE || r == XTE_RECIPE_MX_OCP;
 }
 
 /* The columnwise copy keeps the [M, K] shape (quantized in Bx1 blocks) for MTFP8 and MX. */
-static int col_transposed(xte_recipe r) {
-  return !(r == XTE_RECIPE_MTFP8 || recipe_is_mx(r));
+int xte_recipe_col_transposed(xte_recipe r) {
+  return !(r == XTE_RECIPE_MTFP8 || xte_recipe_is_mx(r));
 }
 
 static xte_status check_mode_recipe(xte_scaling_mode mode, xte_recipe recipe) {
@@ -61,35 +61,35 @@ static xte_status check_mode_recipe(xte_scaling_mode mode, xte_recipe recipe) {
         return XTE_SUCCESS;
       break;
     case XTE_SCALING_MXFP8_1x32:
-      if (recipe_is_mx(recipe)) return XTE_SUCCESS;
+      if (xte_recipe_is_mx(recipe)) return XTE_SUCCESS;
       break;
     default:
       break;
   }
   return xte_set_error(XTE_ERROR_UNSUPPORTED, "recipe %d does not define scaling_mode %s",
-                       (int)recipe, mode_name(mode));
+                       (int)recipe, xte_scaling_mode_name(mode));
 }
 
 /* Resolves the scale map of one copy; rows/cols are the buffer's required shape. */
-static xte_status scale_geom(int64_t M, int64_t K, xte_scaling_mode mode, xte_recipe recipe,
-                             xte_scale_layout layout, int columnwise, xte_scale_map *m,
-                             int64_t *rows, int64_t *cols) {
+xte_status xte_scale_geom(int64_t M, int64_t K, xte_scaling_mode mode, xte_recipe recipe,
+                          xte_scale_layout layout, int columnwise, xte_scale_map *m, int64_t *rows,
+                          int64_t *cols) {
   int64_t R, C, GR, GC;
-  int colblock = columnwise && !col_transposed(recipe);
+  int colblock = columnwise && !xte_recipe_col_transposed(recipe);
   int B = mode == XTE_SCALING_MXFP8_1x32 ? 32 : 128;
   memset(m, 0, sizeof *m);
   XTE_TRY(check_mode_recipe(mode, recipe));
   if ((unsigned)layout >= XTE_SCALE_LAYOUT_COUNT)
     return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "layout %d is not an xte_scale_layout",
                          (int)layout);
-  if (recipe_is_mx(recipe) != (layout == XTE_SCALE_LAYOUT_MX_SWIZZLED) &&
+  if (xte_recipe_is_mx(recipe) != (layout == XTE_SCALE_LAYOUT_MX_SWIZZLED) &&
       layout != XTE_SCALE_LAYOUT_COMPACT)
     return xte_set_error(XTE_ERROR_UNSUPPORTED,
                          "layout %d is not defined for recipe %d (MX recipes take COMPACT or "
                          "MX_SWIZZLED, others COMPACT, TE_GEMM or DEEPGEMM)",
                          (int)layout, (int)recipe);
-  m->e8m0 = recipe_is_mx(recipe);
-  if (columnwise && col_transposed(recipe)) {
+  m->e8m0 = xte_recipe_is_mx(recipe);
+  if (columnwise && xte_recipe_col_transposed(recipe)) {
     R = K;
     C = M;
   } else {
@@ -148,7 +148,7 @@ xte_status xte_quantize_scale_shape(int64_t M, int64_t K, xte_scaling_mode mode,
   if (M < 0 || K < 0)
     return xte_set_error(XTE_ERROR_SHAPE, "M = %lld, K = %lld: negative", (long long)M,
                          (long long)K);
-  XTE_TRY(scale_geom(M, K, mode, recipe, layout, columnwise, &m, rows, cols));
+  XTE_TRY(xte_scale_geom(M, K, mode, recipe, layout, columnwise, &m, rows, cols));
   xte_clear_error();
   return XTE_SUCCESS;
 }
@@ -171,10 +171,10 @@ static xte_status check_copy(const xte_tensor *t, const xte_scale_tensor *s, con
   if (r != want_r || c != want_c)
     return xte_set_error(XTE_ERROR_SHAPE, "%s is [%lld, %lld]: want [%lld, %lld]", name,
                          (long long)r, (long long)c, (long long)want_r, (long long)want_c);
-  XTE_TRY(scale_geom(M, K, out->scaling_mode, out->recipe, s->layout, columnwise, map, &need_r,
-                     &need_c));
+  XTE_TRY(xte_scale_geom(M, K, out->scaling_mode, out->recipe, s->layout, columnwise, map, &need_r,
+                         &need_c));
   if (s->data == NULL) return xte_set_error(XTE_ERROR_NULL_POINTER, "%s.data is NULL", sname);
-  want_s = recipe_is_mx(out->recipe) ? XTE_DTYPE_E8M0 : XTE_DTYPE_FP32;
+  want_s = xte_recipe_is_mx(out->recipe) ? XTE_DTYPE_E8M0 : XTE_DTYPE_FP32;
   if (s->dtype != want_s)
     return xte_set_error(XTE_ERROR_DTYPE, "%s.dtype is %s: recipe %d stores %s", sname,
                          xte_dtype_name(s->dtype), (int)out->recipe, xte_dtype_name(want_s));
@@ -212,18 +212,12 @@ static xte_status input_kind(const xte_tensor *in, const char *name, int *kind) 
   return XTE_SUCCESS;
 }
 
-xte_status xte_quantize(const xte_tensor *input, xte_qtensor *out, const xte_quant_config *config,
-                        xte_stream stream) {
-  xte_quant_args a;
+xte_status xte_quant_prepare(int64_t M, int64_t K, int in_kind, xte_qtensor *out,
+                             const xte_quant_config *config, xte_quant_args *a) {
   xte_quant_config cfg = config ? *config : xte_quant_config_default();
-  xte_exec ex;
-  int64_t M, K, ld;
   xte_dtype qdt = XTE_DTYPE_COUNT;
-  memset(&a, 0, sizeof a);
-  XTE_CHECK_PTR(input, "input");
+  memset(a, 0, sizeof *a);
   XTE_CHECK_PTR(out, "out");
-  XTE_TRY(xte_tensor_view2d(input, "input", &M, &K, &ld));
-  XTE_TRY(input_kind(input, "input", &a.in_kind));
   XTE_TRY(check_mode_recipe(out->scaling_mode, out->recipe));
   if (!out->rowwise.data && !out->columnwise.data)
     return xte_set_error(XTE_ERROR_NULL_POINTER,
@@ -240,46 +234,61 @@ xte_status xte_quantize(const xte_tensor *input, xte_qtensor *out, const xte_qua
     if (!(*out->scale > 0.0f) || isinf(*out->scale))
       return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "*out->scale = %g: want finite and > 0",
                            (double)*out->scale);
-    a.given_scale = *out->scale;
+    a->given_scale = *out->scale;
   }
   if (out->rowwise.data) {
     XTE_TRY(check_copy(&out->rowwise, &out->rowwise_scale_inv, "out->rowwise",
-                       "out->rowwise_scale_inv", M, K, M, K, out, 0, &a.ld_row_q, &a.row_s));
-    a.row_q = (uint8_t *)out->rowwise.data;
+                       "out->rowwise_scale_inv", M, K, M, K, out, 0, &a->ld_row_q, &a->row_s));
+    a->row_q = (uint8_t *)out->rowwise.data;
     qdt = out->rowwise.dtype;
   }
   if (out->columnwise.data) {
-    int tr = col_transposed(out->recipe);
+    int tr = xte_recipe_col_transposed(out->recipe);
     XTE_TRY(check_copy(&out->columnwise, &out->columnwise_scale_inv, "out->columnwise",
                        "out->columnwise_scale_inv", tr ? K : M, tr ? M : K, M, K, out, 1,
-                       &a.ld_col_q, &a.col_s));
+                       &a->ld_col_q, &a->col_s));
     if (qdt != XTE_DTYPE_COUNT && qdt != out->columnwise.dtype)
       return xte_set_error(XTE_ERROR_DTYPE,
                            "out->columnwise->dtype (%s) differs from out->rowwise (%s)",
                            xte_dtype_name(out->columnwise.dtype), xte_dtype_name(qdt));
-    a.col_q = (uint8_t *)out->columnwise.data;
-    a.col_transposed = tr;
+    a->col_q = (uint8_t *)out->columnwise.data;
+    a->col_transposed = tr;
     qdt = out->columnwise.dtype;
   }
+  a->in_kind = in_kind;
+  a->M = M;
+  a->K = K;
+  a->fmt = fp8_fmt(qdt);
+  a->saturate = cfg.saturate;
+  a->mode = (int)out->scaling_mode;
+  a->recipe = (int)out->recipe;
+  a->eps = cfg.amax_epsilon;
+  a->force_pow_2 = cfg.force_pow_2;
+  a->square = out->scaling_mode == XTE_SCALING_BLOCK_128x128;
+  a->row_bw = out->scaling_mode == XTE_SCALING_MXFP8_1x32 ? 32 : 128;
+  a->col_bh = a->row_bw;
+  a->amax_out = out->amax;
+  a->scale_out = out->recipe == XTE_RECIPE_TE_CURRENT ? out->scale : NULL;
+  return XTE_SUCCESS;
+}
+
+xte_status xte_quantize(const xte_tensor *input, xte_qtensor *out, const xte_quant_config *config,
+                        xte_stream stream) {
+  xte_quant_args a;
+  xte_exec ex;
+  int64_t M, K, ld;
+  int in_kind = 0;
+  XTE_CHECK_PTR(input, "input");
+  XTE_CHECK_PTR(out, "out");
+  XTE_TRY(xte_tensor_view2d(input, "input", &M, &K, &ld));
+  XTE_TRY(input_kind(input, "input", &in_kind));
+  XTE_TRY(xte_quant_prepare(M, K, in_kind, out, config, &a));
   XTE_TRY(xte_resolve_stream(stream, &ex));
   if (!ex.ops->quantize)
     return xte_set_error(XTE_ERROR_UNSUPPORTED, "backend %s has no quantize",
                          xte_backend_name(ex.backend));
   a.in = input->data;
-  a.M = M;
-  a.K = K;
   a.ld_in = ld;
-  a.fmt = fp8_fmt(qdt);
-  a.saturate = cfg.saturate;
-  a.mode = (int)out->scaling_mode;
-  a.recipe = (int)out->recipe;
-  a.eps = cfg.amax_epsilon;
-  a.force_pow_2 = cfg.force_pow_2;
-  a.square = out->scaling_mode == XTE_SCALING_BLOCK_128x128;
-  a.row_bw = out->scaling_mode == XTE_SCALING_MXFP8_1x32 ? 32 : 128;
-  a.col_bh = a.row_bw;
-  a.amax_out = out->amax;
-  a.scale_out = out->recipe == XTE_RECIPE_TE_CURRENT ? out->scale : NULL;
   xte_clear_error();
   return ex.ops->quantize(&a, ex.handle);
 }
@@ -316,16 +325,16 @@ xte_status xte_dequantize(const xte_qtensor *input, int columnwise, xte_tensor *
   if (oR != R || oC != C)
     return xte_set_error(XTE_ERROR_SHAPE, "out is [%lld, %lld]: want [%lld, %lld]", (long long)oR,
                          (long long)oC, (long long)R, (long long)C);
-  tr = columnwise && col_transposed(input->recipe);
+  tr = columnwise && xte_recipe_col_transposed(input->recipe);
   M = tr ? C : R;
   K = tr ? R : C;
-  XTE_TRY(scale_geom(M, K, input->scaling_mode, input->recipe, s->layout, columnwise, &a.s, &need_r,
-                     &need_c));
+  XTE_TRY(xte_scale_geom(M, K, input->scaling_mode, input->recipe, s->layout, columnwise, &a.s,
+                         &need_r, &need_c));
   if (!s->data) return xte_set_error(XTE_ERROR_NULL_POINTER, "%s.data is NULL", sname);
-  if (s->dtype != (recipe_is_mx(input->recipe) ? XTE_DTYPE_E8M0 : XTE_DTYPE_FP32))
+  if (s->dtype != (xte_recipe_is_mx(input->recipe) ? XTE_DTYPE_E8M0 : XTE_DTYPE_FP32))
     return xte_set_error(XTE_ERROR_DTYPE, "%s.dtype %s does not fit recipe %d", sname,
                          xte_dtype_name(s->dtype), (int)input->recipe);
-  if (!recipe_is_mx(input->recipe) && ((uintptr_t)s->data % 4) != 0)
+  if (!xte_recipe_is_mx(input->recipe) && ((uintptr_t)s->data % 4) != 0)
     return xte_set_error(XTE_ERROR_ALIGNMENT, "%s.data is not 4-byte aligned", sname);
   if (s->rows != need_r || s->cols != need_c)
     return xte_set_error(XTE_ERROR_SHAPE, "%s is [%lld, %lld]: want [%lld, %lld]", sname,

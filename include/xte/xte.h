@@ -5,6 +5,7 @@
 #include "xte/core.h"
 #include "xte/quantize.h"
 #include "xte/gemm.h"
+#include "xte/moe.h"
 #include "xte/attention.h"
 
 #endif /* XTE_XTE_H */

@@ -1,0 +1,24 @@
+/* CPU MoE drivers (src/cpu/moe_*.c); the table is assembled in src/cpu/moe_driver.c. */
+#ifndef XTE_MOE_CPU_H
+#define XTE_MOE_CPU_H
+
+#include "cpu/xte_cpu.h"
+#include "xte_internal.h"
+#include "xte_moe_ops.h"
+
+xte_status xte_cpu_moe_router_forward(const xte_router_args *a, void *handle);
+xte_status xte_cpu_moe_router_backward(const xte_router_bwd_args *a, void *handle);
+xte_status xte_cpu_moe_aux_loss(const xte_aux_loss_args *a, int backward, void *handle);
+xte_status xte_cpu_moe_permute(const xte_permute_args *a, void *handle);
+xte_status xte_cpu_moe_unpermute(const xte_unpermute_args *a, int which, void *handle);
+xte_status xte_cpu_moe_sort_chunks(const xte_sort_chunks_args *a, void *handle);
+xte_status xte_cpu_moe_dispatch_layout(const xte_dispatch_args *a, void *handle);
+xte_status xte_cpu_moe_swiglu(const xte_swiglu_args *a, void *handle);
+
+/* The same drivers compiled with -mfma (src/cpu/avx2/moe_avx2.c); used for every ISA but scalar. */
+xte_status xte_cpu_moe_router_forward_avx2(const xte_router_args *a, void *handle);
+xte_status xte_cpu_moe_router_backward_avx2(const xte_router_bwd_args *a, void *handle);
+xte_status xte_cpu_moe_unpermute_avx2(const xte_unpermute_args *a, int which, void *handle);
+xte_status xte_cpu_moe_swiglu_avx2(const xte_swiglu_args *a, void *handle);
+
+#endif /* XTE_MOE_CPU_H */

@@ -1,0 +1,491 @@
+/* CPU token movement: permute / unpermute (and their backward), sort chunks, DeepEP dispatch
+ * layout. The row map is built in one sequential pass over the tokens (O(T k)); the data moves
+ * in parallel over tokens, each output row written by exactly one token, so the bytes never
+ * depend on the thread count. Data-dependent checks come before any write. */
+#include <string.h>
+
+#include "cpu/moe_cpu.h"
+#include "numerics/xte_math.h"
+
+#ifndef XTE_MOE_NAME
+/* The generic build of this file; src/cpu/avx2/moe_avx2.c compiles it again with -mfma (the
+ * explicit fmaf of the shared numerics become one instruction instead of a libm call) under
+ * XTE_MOE_NAME(x) = x##_avx2; the results are the same bits (fmaf is exactly rounded). */
+#define XTE_MOE_NAME(x) x
+#define XTE_MOE_GENERIC 1
+#endif
+
+static int64_t idx_at(const xte_moe_view *v, int64_t t, int64_t j) {
+  return v->dtype == XTE_DTYPE_INT32 ? (int64_t)((const int32_t *)v->data)[t * v->ld + j]
+                                     : ((const int64_t *)v->data)[t * v->ld + j];
+}
+
+static size_t esize(int dtype) {
+  return xte_dtype_size((xte_dtype)dtype);
+}
+
+/* The expert of every slot (T x K, -1 none), validated: indices in [-1, E), no expert twice in
+ * a token, at most K experts per token in a map. Returns NULL (error set) on bad data. */
+static int32_t *route_slots(const xte_moe_route *r, xte_status *st_out) {
+  int32_t *s = (int32_t *)xte_aligned_alloc((size_t)(r->T * r->K > 0 ? r->T * r->K : 1) * 4);
+  int64_t t, j, e;
+  if (!s) {
+    *st_out = xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "permute workspace of %lld slots",
+                            (long long)(r->T * r->K));
+    return NULL;
+  }
+  for (t = 0; t < r->T; t++) {
+    int32_t *st = s + t * r->K;
+    if (r->map.data) {
+      const uint8_t *m = (const uint8_t *)r->map.data + t * r->map.ld;
+      int64_t n = 0;
+      for (e = 0; e < r->E; e++) {
+        if (!m[e]) continue;
+        if (n == r->K) {
+          xte_aligned_free(s);
+          *st_out =
+              xte_set_error(XTE_ERROR_SHAPE,
+                            "routing->routing_map row %lld routes to more than the %lld experts "
+                            "row_map has columns for",
+                            (long long)t, (long long)r->K);
+          return NULL;
+        }
+        st[n++] = (int32_t)e;
+      }
+      for (; n < r->K; n++) st[n] = -1;
+    } else {
+      for (j = 0; j < r->K; j++) {
+        int64_t v = idx_at(&r->idx, t, j), i;
+        if (v < -1 || v >= r->E) {
+          xte_aligned_free(s);
+          *st_out = xte_set_error(
+              XTE_ERROR_INVALID_ARGUMENT,
+              "routing->topk_idx[%lld, %lld] = %lld: want -1 or an expert in [0, %lld)",
+              (long long)t, (long long)j, (long long)v, (long long)r->E);
+          return NULL;
+        }
+        for (i = 0; i < j && v >= 0; i++)
+          if (st[i] == v) {
+            xte_aligned_free(s);
+            *st_out = xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                                    "routing->topk_idx row %lld lists expert %lld twice",
+                                    (long long)t, (long long)v);
+            return NULL;
+          }
+        st[j] = (int32_t)v;
+      }
+    }
+  }
+  return s;
+}
+
+#ifdef XTE_MOE_GENERIC
+typedef struct pctx {
+  const xte_permute_args *a;
+  const int32_t *slots;
+  const int64_t *poff, *kept;
+  int64_t R;
+} pctx;
+
+static void move_rows(void *vctx, int64_t b, int64_t e, int tid) {
+  pctx *c = (pctx *)vctx;
+  const xte_permute_args *a = c->a;
+  const size_t es = esize(a->in.dtype), rb = (size_t)a->in.cols * es;
+  const size_t ss = a->in_s.data ? esize(a->in_s.dtype) : 0, sb = (size_t)a->in_s.cols * ss;
+  int64_t t, j;
+  (void)tid;
+  for (t = b; t < e; t++) {
+    const int32_t *rm = (const int32_t *)a->row_map.data + t * a->row_map.ld;
+    for (j = 0; j < a->r.K; j++) {
+      int64_t row = rm[j];
+      if (row < 0) continue;
+      memcpy((char *)a->out.data + (size_t)row * (size_t)a->out.ld * es,
+             (const char *)a->in.data + (size_t)t * (size_t)a->in.ld * es, rb);
+      if (ss)
+        memcpy((char *)a->out_s.data + (size_t)row * (size_t)a->out_s.ld * ss,
+               (const char *)a->in_s.data + (size_t)t * (size_t)a->in_s.ld * ss, sb);
+    }
+  }
+}
+
+/* zero rows: expert padding and the rows past R (work item = expert, or E for the tail) */
+static void zero_rows(void *vctx, int64_t b, int64_t e, int tid) {
+  pctx *c = (pctx *)vctx;
+  const xte_permute_args *a = c->a;
+  const size_t es = esize(a->in.dtype), rb = (size_t)a->in.cols * es;
+  const size_t ss = a->in_s.data ? esize(a->in_s.dtype) : 0, sb = (size_t)a->in_s.cols * ss;
+  int64_t x, row;
+  (void)tid;
+  for (x = b; x < e; x++) {
+    int64_t r0 = x < a->r.E ? c->poff[x] + c->kept[x] : c->R;
+    int64_t r1 = x < a->r.E ? c->poff[x + 1] : a->out.rows;
+    for (row = r0; row < r1; row++) {
+      memset((char *)a->out.data + (size_t)row * (size_t)a->out.ld * es, 0, rb);
+      if (ss) memset((char *)a->out_s.data + (size_t)row * (size_t)a->out_s.ld * ss, 0, sb);
+    }
+  }
+}
+
+xte_status xte_cpu_moe_permute(const xte_permute_args *a, void *handle) {
+  const int64_t T = a->r.T, E = a->r.E, K = a->r.K;
+  int32_t *slots;
+  int64_t *count, *poff, *kept, *cursor, t, j, e, uoff, R;
+  xte_status st = XTE_SUCCESS;
+  pctx c;
+  (void)handle;
+  slots = route_slots(&a->r, &st);
+  if (!slots) return st;
+  count = (int64_t *)xte_aligned_alloc((size_t)(4 * E + 1) * 8);
+  if (!count) {
+    xte_aligned_free(slots);
+    return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "permute workspace");
+  }
+  poff = count + E;
+  kept = poff + E + 1;
+  cursor = kept + E;
+  for (e = 0; e < E; e++) count[e] = 0;
+  for (t = 0; t < T * K; t++)
+    if (slots[t] >= 0) count[slots[t]]++;
+  uoff = 0;
+  poff[0] = 0;
+  for (e = 0; e < E; e++) {
+    int64_t k = count[e];
+    if (a->cap >= 0) {
+      int64_t room = a->cap - uoff;
+      k = room < 0 ? 0 : (room < k ? room : k);
+    }
+    kept[e] = k;
+    uoff += count[e];
+    poff[e + 1] = poff[e] + (k + a->align - 1) / a->align * a->align;
+    cursor[e] = 0;
+  }
+  R = poff[E];
+  if (a->rows_out) {
+    *a->rows_out = R;
+    xte_aligned_free(count);
+    xte_aligned_free(slots);
+    return XTE_SUCCESS;
+  }
+  if (a->out.rows < R) {
+    xte_aligned_free(count);
+    xte_aligned_free(slots);
+    return xte_set_error(XTE_ERROR_SHAPE,
+                         "output has %lld rows: the routing needs %lld (xte_moe_permute_rows)",
+                         (long long)a->out.rows, (long long)R);
+  }
+  /* row map (tokens ascending: the rank within an expert is the token order) */
+  for (t = 0; t < T; t++) {
+    int32_t *rm = (int32_t *)a->row_map.data + t * a->row_map.ld;
+    for (j = 0; j < K; j++) {
+      int32_t ex = slots[t * K + j];
+      int64_t rank;
+      if (ex < 0) {
+        rm[j] = -1;
+        continue;
+      }
+      rank = cursor[ex]++;
+      rm[j] = rank < kept[ex] ? (int32_t)(poff[ex] + rank) : -1;
+    }
+  }
+  if (a->offsets.data)
+    for (e = 0; e <= E; e++) ((int64_t *)a->offsets.data)[e] = poff[e];
+  if (a->tpe.data)
+    for (e = 0; e < E; e++) {
+      if (a->tpe.dtype == XTE_DTYPE_INT32)
+        ((int32_t *)a->tpe.data)[e] = (int32_t)kept[e];
+      else
+        ((int64_t *)a->tpe.data)[e] = kept[e];
+    }
+  if (a->row_to_expert.data) {
+    int32_t *re = (int32_t *)a->row_to_expert.data;
+    int64_t r;
+    for (e = 0; e < E; e++) {
+      for (r = poff[e]; r < poff[e] + kept[e]; r++) re[r] = (int32_t)e;
+      for (; r < poff[e + 1]; r++) re[r] = -1;
+    }
+    for (r = R; r < a->out.rows; r++) re[r] = -1;
+  }
+  c.a = a;
+  c.slots = slots;
+  c.poff = poff;
+  c.kept = kept;
+  c.R = R;
+  xte_parallel_for(T, move_rows, &c);
+  xte_parallel_for(E + 1, zero_rows, &c);
+  xte_aligned_free(count);
+  xte_aligned_free(slots);
+  return XTE_SUCCESS;
+}
+
+#endif /* XTE_MOE_GENERIC */
+
+/* ---------------------------------------------------------------- unpermute */
+
+typedef struct uctx {
+  const xte_unpermute_args *a;
+  const int32_t *slots;
+  int which;
+} uctx;
+
+static void load_f32_row(const xte_moe_view *v, int64_t row, float *x) {
+  int64_t h;
+  if (v->dtype == XTE_DTYPE_FP32) {
+    memcpy(x, (const float *)v->data + row * v->ld, (size_t)v->cols * 4);
+  } else {
+    const uint16_t *s = (const uint16_t *)v->data + row * v->ld;
+    for (h = 0; h < v->cols; h++) x[h] = xte_bf16_to_f32(s[h]);
+  }
+}
+
+static void store_f32_row(const xte_moe_view *v, int64_t row, const float *x) {
+  int64_t h;
+  if (v->dtype == XTE_DTYPE_FP32) {
+    memcpy((float *)v->data + row * v->ld, x, (size_t)v->cols * 4);
+  } else {
+    uint16_t *d = (uint16_t *)v->data + row * v->ld;
+    for (h = 0; h < v->cols; h++) d[h] = xte_f32_to_bf16(x[h]);
+  }
+}
+
+static float slot_weight(const xte_unpermute_args *a, const int32_t *slots, int64_t t, int64_t j) {
+  if (!a->probs.data) return 1.0f;
+  if (a->probs_dense)
+    return ((const float *)a->probs.data)[t * a->probs.ld + slots[t * a->r.K + j]];
+  return ((const float *)a->probs.data)[t * a->probs.ld + j];
+}
+
+#define HCHUNK 2048
+
+static void unpermute_range(void *vctx, int64_t b, int64_t e, int tid) {
+  uctx *c = (uctx *)vctx;
+  const xte_unpermute_args *a = c->a;
+  const int64_t K = a->r.K, H = a->in.cols;
+  const size_t ies = esize(a->in.dtype), oes = esize(a->out.dtype);
+  float acc[HCHUNK];
+  int64_t t, j, h0, h, n;
+  (void)tid;
+  for (t = b; t < e; t++) {
+    const int32_t *rm = (const int32_t *)a->row_map.data + t * a->row_map.ld;
+    for (h0 = 0; h0 < H; h0 += HCHUNK) {
+      n = H - h0 < HCHUNK ? H - h0 : HCHUNK;
+      for (h = 0; h < n; h++) acc[h] = 0.0f;
+      for (j = 0; j < K; j++) {
+        int64_t row = rm[j];
+        float w;
+        if (row < 0) continue;
+        w = slot_weight(a, c->slots, t, j);
+        if (a->in.dtype == XTE_DTYPE_FP32) {
+          const float *x = (const float *)a->in.data + row * a->in.ld + h0;
+          for (h = 0; h < n; h++) acc[h] = xte_fmaf(w, x[h], acc[h]);
+        } else {
+          const uint16_t *x = (const uint16_t *)a->in.data + row * a->in.ld + h0;
+          for (h = 0; h < n; h++) acc[h] = xte_fmaf(w, xte_bf16_to_f32(x[h]), acc[h]);
+        }
+      }
+      if (a->out.dtype == XTE_DTYPE_FP32) {
+        memcpy((char *)a->out.data + ((size_t)t * (size_t)a->out.ld + (size_t)h0) * oes, acc,
+               (size_t)n * 4);
+      } else {
+        uint16_t *d = (uint16_t *)a->out.data + t * a->out.ld + h0;
+        for (h = 0; h < n; h++) d[h] = xte_f32_to_bf16(acc[h]);
+      }
+    }
+  }
+  (void)ies;
+}
+
+static void zero_grad_in(void *vctx, int64_t b, int64_t e, int tid) {
+  uctx *c = (uctx *)vctx;
+  const xte_moe_view *v = &c->a->grad_in;
+  const size_t es = esize(v->dtype);
+  int64_t r;
+  (void)tid;
+  for (r = b; r < e; r++)
+    memset((char *)v->data + (size_t)r * (size_t)v->ld * es, 0, (size_t)v->cols * es);
+}
+
+static void unpermute_bwd_range(void *vctx, int64_t b, int64_t e, int tid) {
+  uctx *c = (uctx *)vctx;
+  const xte_unpermute_args *a = c->a;
+  const int64_t K = a->r.K, H = a->grad_out.cols;
+  float *g = (float *)xte_aligned_alloc((size_t)H * 8), *x = g + H;
+  int64_t t, j, h;
+  (void)tid;
+  if (!g) return; /* checked by the caller's probe allocation */
+  for (t = b; t < e; t++) {
+    const int32_t *rm = (const int32_t *)a->row_map.data + t * a->row_map.ld;
+    float *gp = a->grad_probs.data ? (float *)a->grad_probs.data + t * a->grad_probs.ld : NULL;
+    load_f32_row(&a->grad_out, t, g);
+    if (gp)
+      for (h = 0; h < a->grad_probs.cols; h++) gp[h] = 0.0f;
+    for (j = 0; j < K; j++) {
+      int64_t row = rm[j];
+      float w;
+      if (row < 0) continue;
+      w = slot_weight(a, c->slots, t, j);
+      for (h = 0; h < H; h++) x[h] = w * g[h];
+      store_f32_row(&a->grad_in, row, x);
+      if (gp) {
+        float dot = 0.0f;
+        load_f32_row(&a->fwd_in, row, x);
+        for (h = 0; h < H; h++) dot = xte_fmaf(g[h], x[h], dot);
+        gp[a->probs_dense ? c->slots[t * K + j] : j] = dot;
+      }
+    }
+  }
+  xte_aligned_free(g);
+}
+
+xte_status XTE_MOE_NAME(xte_cpu_moe_unpermute)(const xte_unpermute_args *a, int which,
+                                               void *handle) {
+  uctx c;
+  int32_t *slots = NULL;
+  xte_status st = XTE_SUCCESS;
+#ifdef XTE_MOE_GENERIC
+  if (xte_cpu_get_isa() != XTE_CPU_ISA_SCALAR) return xte_cpu_moe_unpermute_avx2(a, which, handle);
+#endif
+  (void)handle;
+  slots = route_slots(&a->r, &st);
+  if (!slots) return st;
+  c.a = a;
+  c.slots = slots;
+  c.which = which;
+  if (which == XTE_UNPERMUTE_FWD) {
+    xte_parallel_for(a->out.rows, unpermute_range, &c);
+  } else {
+    void *probe = xte_aligned_alloc((size_t)a->grad_out.cols * 8);
+    if (!probe) {
+      xte_aligned_free(slots);
+      return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "unpermute backward workspace");
+    }
+    xte_aligned_free(probe);
+    xte_parallel_for(a->grad_in.rows, zero_grad_in, &c);
+    xte_parallel_for(a->grad_out.rows, unpermute_bwd_range, &c);
+  }
+  xte_aligned_free(slots);
+  return XTE_SUCCESS;
+}
+
+#ifdef XTE_MOE_GENERIC
+/* ---------------------------------------------------------------- sort chunks */
+
+typedef struct sctx {
+  const xte_sort_chunks_args *a;
+  const int32_t *map; /* output row of each input row */
+} sctx;
+
+static void sort_range(void *vctx, int64_t b, int64_t e, int tid) {
+  sctx *c = (sctx *)vctx;
+  const xte_sort_chunks_args *a = c->a;
+  const size_t es = esize(a->in.dtype), rb = (size_t)a->in.cols * es;
+  int64_t r;
+  (void)tid;
+  for (r = b; r < e; r++) {
+    if (a->backward)
+      memcpy((char *)a->out.data + (size_t)r * (size_t)a->out.ld * es,
+             (const char *)a->in.data + (size_t)c->map[r] * (size_t)a->in.ld * es, rb);
+    else
+      memcpy((char *)a->out.data + (size_t)c->map[r] * (size_t)a->out.ld * es,
+             (const char *)a->in.data + (size_t)r * (size_t)a->in.ld * es, rb);
+  }
+}
+
+xte_status xte_cpu_moe_sort_chunks(const xte_sort_chunks_args *a, void *handle) {
+  const int64_t R = a->in.rows, n = a->n;
+  int32_t *map;
+  int64_t *start, *dst, i, r, total = 0;
+  sctx c;
+  (void)handle;
+  if (a->backward) {
+    const int32_t *m = (const int32_t *)a->row_map.data;
+    for (r = 0; r < R; r++)
+      if (m[r] < 0 || m[r] >= R)
+        return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "row_map[%lld] = %d: want [0, %lld)",
+                             (long long)r, m[r], (long long)R);
+    c.a = a;
+    c.map = m;
+    xte_parallel_for(R, sort_range, &c);
+    return XTE_SUCCESS;
+  }
+  map = (int32_t *)xte_aligned_alloc((size_t)(R > 0 ? R : 1) * 4 + (size_t)n * 24);
+  if (!map) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "sort chunks workspace");
+  start = (int64_t *)((char *)map + ((size_t)(R > 0 ? R : 1) * 4 + 7) / 8 * 8);
+  dst = start + n;
+  {
+    uint8_t *seen = (uint8_t *)(dst + n);
+    memset(seen, 0, (size_t)n);
+    for (i = 0; i < n; i++) {
+      int64_t s = idx_at(&a->split, 0, i), x = idx_at(&a->index, 0, i);
+      if (s < 0) {
+        xte_aligned_free(map);
+        return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "split_sizes[%lld] = %lld is negative",
+                             (long long)i, (long long)s);
+      }
+      if (x < 0 || x >= n || seen[x]) {
+        xte_aligned_free(map);
+        return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                             "sorted_index[%lld] = %lld: want a permutation of 0..%lld",
+                             (long long)i, (long long)x, (long long)(n - 1));
+      }
+      seen[x] = 1;
+      start[i] = total;
+      total += s;
+    }
+  }
+  if (total != R) {
+    xte_aligned_free(map);
+    return xte_set_error(XTE_ERROR_SHAPE, "split_sizes sum to %lld: input has %lld rows",
+                         (long long)total, (long long)R);
+  }
+  total = 0;
+  for (i = 0; i < n; i++) {
+    int64_t x = idx_at(&a->index, 0, i);
+    dst[x] = total;
+    total += idx_at(&a->split, 0, x);
+  }
+  for (i = 0; i < n; i++)
+    for (r = 0; r < idx_at(&a->split, 0, i); r++) map[start[i] + r] = (int32_t)(dst[i] + r);
+  if (a->row_map.data) memcpy(a->row_map.data, map, (size_t)R * 4);
+  c.a = a;
+  c.map = map;
+  xte_parallel_for(R, sort_range, &c);
+  xte_aligned_free(map);
+  return XTE_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- dispatch layout */
+
+xte_status xte_cpu_moe_dispatch_layout(const xte_dispatch_args *a, void *handle) {
+  const int64_t per = a->E / a->ranks, K = a->idx.cols;
+  int64_t t, j, r;
+  uint8_t *flag;
+  (void)handle;
+  for (t = 0; t < a->T; t++)
+    for (j = 0; j < K; j++) {
+      int64_t v = idx_at(&a->idx, t, j);
+      if (v < -1 || v >= a->E)
+        return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                             "topk_idx[%lld, %lld] = %lld: want -1 or an expert in [0, %lld)",
+                             (long long)t, (long long)j, (long long)v, (long long)a->E);
+    }
+  flag = (uint8_t *)xte_aligned_alloc((size_t)a->ranks);
+  if (!flag) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "dispatch layout workspace");
+  if (a->tpr.data) memset(a->tpr.data, 0, (size_t)a->ranks * 4);
+  if (a->tpe.data) memset(a->tpe.data, 0, (size_t)a->E * 4);
+  for (t = 0; t < a->T; t++) {
+    uint8_t *row = a->in_rank.data ? (uint8_t *)a->in_rank.data + t * a->in_rank.ld : NULL;
+    memset(flag, 0, (size_t)a->ranks);
+    for (j = 0; j < K; j++) {
+      int64_t v = idx_at(&a->idx, t, j);
+      if (v < 0) continue;
+      if (a->tpe.data) ((int32_t *)a->tpe.data)[v]++;
+      flag[v / per] = 1;
+    }
+    for (r = 0; r < a->ranks; r++)
+      if (flag[r] && a->tpr.data) ((int32_t *)a->tpr.data)[r]++;
+    if (row) memcpy(row, flag, (size_t)a->ranks);
+  }
+  xte_aligned_free(flag);
+  return XTE_SUCCESS;
+}
+#endif /* XTE_MOE_GENERIC */

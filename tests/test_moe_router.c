@@ -1,0 +1,391 @@
+/* Router tests: xte_router_forward / backward, aux scores and the aux loss against oracles
+ * written here from the contract (include/xte/moe.h, docs/moe-notes.md): selection by sorting
+ * every candidate with qsort on (value desc, index asc, NaN last), the fp32 steps in the stated
+ * order with the shared math functions (src/numerics/xte_math.h, tested exhaustively elsewhere).
+ * Bit-exact on every CPU ISA, on logits with ties, -inf, NaN and huge values. The backward is
+ * also checked against central finite differences of an fp64 re-computation. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "numerics/xte_math.h"
+#include "test_moe_util.h"
+
+typedef struct cand {
+  float v;
+  int i;
+} cand;
+
+static int cand_cmp(const void *pa, const void *pb) {
+  const cand *a = (const cand *)pa, *b = (const cand *)pb;
+  int na = isnan(a->v), nb = isnan(b->v);
+  if (na != nb) return na ? 1 : -1;
+  if (!na && a->v != b->v) return a->v > b->v ? -1 : 1;
+  return a->i < b->i ? -1 : 1;
+}
+
+static int icmp(const void *a, const void *b) {
+  return *(const int *)a - *(const int *)b;
+}
+
+typedef struct rcfg {
+  int E, k, score, pre, groups, gtopk, bias, bf16;
+  float scale;
+} rcfg;
+
+/* The oracle for one row: probs, map, idx (rank order), weights, saved. */
+static void oracle_row(const rcfg *c, const float *x, const float *bias, float *probs, uint8_t *map,
+                       int *idx, float *wts, float *saved) {
+  const int E = c->E < 1 ? 1 : (c->E > 512 ? 512 : c->E), k = c->k;
+  int e, j;
+  float sc[512], sel[512], w[512];
+  cand cs[512];
+  uint8_t allowed[512];
+  int sel_idx[16], asc[16], n = 0;
+  memset(saved, 0, sizeof(float) * (size_t)E);
+  if (c->score == 0) {
+    if (c->pre) {
+      float m = -INFINITY, s = 0.0f;
+      for (e = 0; e < E; e++)
+        if (!isnan(x[e]) && x[e] > m) m = x[e];
+      for (e = 0; e < E; e++) {
+        sc[e] = xte_expf(x[e] - m);
+        s += sc[e];
+      }
+      for (e = 0; e < E; e++) sc[e] = sc[e] / s;
+      memcpy(saved, sc, sizeof(float) * (size_t)E);
+    } else {
+      memcpy(sc, x, sizeof(float) * (size_t)E);
+    }
+  } else {
+    for (e = 0; e < E; e++) sc[e] = c->score == 1 ? xte_sigmoidf(x[e]) : xte_sqrtsoftplusf(x[e]);
+    memcpy(saved, sc, sizeof(float) * (size_t)E);
+  }
+  for (e = 0; e < E; e++) sel[e] = bias ? sc[e] + bias[e] : sc[e];
+  memset(allowed, 1, (size_t)E);
+  if (c->groups > 1) {
+    int gs = E / c->groups, per = k / c->gtopk, g;
+    cand gc[512];
+    for (g = 0; g < c->groups; g++) {
+      float s = 0.0f;
+      for (e = 0; e < gs; e++) {
+        cs[e].v = sel[g * gs + e];
+        cs[e].i = g * gs + e;
+      }
+      qsort(cs, (size_t)gs, sizeof(cand), cand_cmp);
+      for (j = 0; j < per; j++) s += cs[j].v;
+      gc[g].v = s;
+      gc[g].i = g;
+    }
+    qsort(gc, (size_t)c->groups, sizeof(cand), cand_cmp);
+    memset(allowed, 0, (size_t)E);
+    for (g = 0; g < c->gtopk; g++) memset(allowed + gc[g].i * gs, 1, (size_t)gs);
+  }
+  for (e = 0; e < E; e++)
+    if (allowed[e]) {
+      cs[n].v = sel[e];
+      cs[n].i = e;
+      n++;
+    }
+  qsort(cs, (size_t)n, sizeof(cand), cand_cmp);
+  for (j = 0; j < k; j++) sel_idx[j] = asc[j] = cs[j].i;
+  qsort(asc, (size_t)k, sizeof(int), icmp);
+  for (e = 0; e < E; e++) w[e] = 0.0f;
+  if (c->score == 0 && !c->pre) {
+    float m = -INFINITY, s = 0.0f;
+    for (j = 0; j < k; j++)
+      if (!isnan(sc[asc[j]]) && sc[asc[j]] > m) m = sc[asc[j]];
+    for (j = 0; j < k; j++) {
+      w[asc[j]] = xte_expf(sc[asc[j]] - m);
+      s += w[asc[j]];
+    }
+    for (j = 0; j < k; j++) w[asc[j]] = w[asc[j]] / s;
+    memcpy(saved, w, sizeof(float) * (size_t)E);
+  } else if (c->score != 0 && k > 1) {
+    float s = 0.0f;
+    for (j = 0; j < k; j++) s += sc[asc[j]];
+    s += 1e-20f;
+    for (j = 0; j < k; j++) w[asc[j]] = sc[asc[j]] / s;
+  } else {
+    for (j = 0; j < k; j++) w[asc[j]] = sc[asc[j]];
+  }
+  for (e = 0; e < E; e++) {
+    probs[e] = 0.0f;
+    map[e] = 0;
+  }
+  for (j = 0; j < k; j++) {
+    probs[sel_idx[j]] = c->scale * w[sel_idx[j]];
+    map[sel_idx[j]] = 1;
+    idx[j] = sel_idx[j];
+    wts[j] = c->scale * w[sel_idx[j]];
+  }
+}
+
+/* Logits with ties (values on a coarse grid), -inf, NaN and huge values. */
+static void gen_logits(float *x, int T, int E, int special) {
+  int i;
+  for (i = 0; i < T * E; i++) {
+    uint32_t r = rng_u32() % 1000;
+    x[i] = (float)((int)(rng_u32() % 64) - 32) * 0.125f; /* many ties */
+    if (special) {
+      if (r < 5)
+        x[i] = -INFINITY;
+      else if (r < 8)
+        x[i] = NAN;
+      else if (r < 12)
+        x[i] = (r & 1) ? 3e4f : -3e4f;
+    }
+    if (rng_u32() % 4 == 0) x[i] = rng_f() * 6.0f;
+  }
+}
+
+static int same_bits(const void *a, const void *b, size_t n) {
+  return memcmp(a, b, n) == 0;
+}
+
+static void run_case(const rcfg *c, int T, int special) {
+  const int E = c->E, k = c->k;
+  xte_cpu_isa isas[XTE_CPU_ISA_COUNT];
+  int nisa = moe_isas(isas), ii, t;
+  float *x = (float *)zalloc(sizeof(float) * (size_t)(T * E));
+  uint16_t *xb = (uint16_t *)zalloc(2 * (size_t)(T * E));
+  float *bias = (float *)zalloc(sizeof(float) * (size_t)E);
+  float *probs = (float *)zalloc(4 * (size_t)(T * E)),
+        *saved = (float *)zalloc(4 * (size_t)(T * E));
+  float *wts = (float *)zalloc(4 * (size_t)(T * k));
+  uint8_t *map = (uint8_t *)zalloc((size_t)(T * E)),
+          *bits = (uint8_t *)zalloc((size_t)(T * ((E + 7) / 8)));
+  int64_t *idx = (int64_t *)zalloc(8 * (size_t)(T * k));
+  float op[512], ow[16], os[512];
+  uint8_t om[512];
+  int oi[16];
+  int i;
+  gen_logits(x, T, E, special);
+  for (i = 0; i < T * E; i++) {
+    xb[i] = (uint16_t)(*(uint32_t *)&x[i] >> 16);
+    if (c->bf16) memcpy(&x[i], &(uint32_t){(uint32_t)xb[i] << 16}, 4);
+  }
+  for (i = 0; i < E; i++) bias[i] = (float)(rng_u32() % 8) * 0.0625f;
+  for (ii = 0; ii < nisa; ii++) {
+    xte_router_config cfg = xte_router_config_default();
+    xte_router_outputs out;
+    xte_tensor lt =
+        c->bf16 ? xte_tensor_2d(xb, XTE_DTYPE_BF16, T, E) : xte_tensor_2d(x, XTE_DTYPE_FP32, T, E);
+    xte_tensor bt = xte_tensor_1d(bias, XTE_DTYPE_FP32, E);
+    cr_assert_eq(xte_cpu_set_isa(isas[ii]), XTE_SUCCESS);
+    cfg.topk = k;
+    cfg.score_function = (xte_router_score)c->score;
+    cfg.use_pre_softmax = c->pre;
+    cfg.num_groups = c->groups;
+    cfg.group_topk = c->gtopk;
+    cfg.scaling_factor = c->scale;
+    memset(&out, 0, sizeof out);
+    out.probs = xte_tensor_2d(probs, XTE_DTYPE_FP32, T, E);
+    out.routing_map = xte_tensor_2d(map, XTE_DTYPE_UINT8, T, E);
+    out.routing_bits = xte_tensor_2d(bits, XTE_DTYPE_UINT8, T, (E + 7) / 8);
+    out.topk_idx = xte_tensor_2d(idx, XTE_DTYPE_INT64, T, k);
+    out.topk_weights = xte_tensor_2d(wts, XTE_DTYPE_FP32, T, k);
+    out.saved = xte_tensor_2d(saved, XTE_DTYPE_FP32, T, E);
+    cr_assert_eq(xte_router_forward(&lt, c->bias ? &bt : NULL, &cfg, &out, NULL), XTE_SUCCESS, "%s",
+                 xte_last_error());
+    for (t = 0; t < T; t++) {
+      int j, e;
+      oracle_row(c, x + t * E, c->bias ? bias : NULL, op, om, oi, ow, os);
+      cr_assert(same_bits(op, probs + t * E, 4 * (size_t)E),
+                "probs row %d (isa %d, E %d k %d score %d)", t, (int)isas[ii], E, k, c->score);
+      cr_assert(same_bits(om, map + t * E, (size_t)E), "map row %d", t);
+      cr_assert(same_bits(os, saved + t * E, 4 * (size_t)E), "saved row %d", t);
+      cr_assert(same_bits(ow, wts + t * k, 4 * (size_t)k), "weights row %d", t);
+      for (j = 0; j < k; j++) cr_assert_eq(idx[t * k + j], oi[j], "idx row %d slot %d", t, j);
+      for (e = 0; e < E; e++)
+        cr_assert_eq((bits[t * ((E + 7) / 8) + e / 8] >> (e % 8)) & 1, om[e], "bits row %d", t);
+    }
+  }
+  xte_cpu_set_isa(isas[nisa - 1]);
+  free(x), free(xb), free(bias), free(probs), free(saved), free(wts), free(map), free(bits),
+      free(idx);
+}
+
+Test(moe_router, softmax_pre_and_post) {
+  rcfg c1 = {64, 8, 0, 1, 0, 0, 0, 0, 1.0f}, c2 = {64, 8, 0, 0, 0, 0, 0, 0, 2.5f};
+  rcfg c3 = {7, 1, 0, 1, 0, 0, 1, 1, 1.0f};
+  rng_seed(1);
+  run_case(&c1, 97, 1);
+  run_case(&c2, 97, 1);
+  run_case(&c3, 50, 0);
+}
+
+Test(moe_router, sigmoid_bias_groups) {
+  rcfg c1 = {384, 8, 1, 0, 0, 0, 1, 0, 2.827f}; /* Kimi-K2 */
+  rcfg c2 = {256, 8, 1, 0, 8, 4, 1, 0, 2.5f};   /* DeepSeek-V3 */
+  rcfg c3 = {512, 16, 1, 0, 16, 3, 1, 1, 1.0f};
+  rng_seed(2);
+  run_case(&c1, 61, 1);
+  run_case(&c2, 61, 1);
+  run_case(&c3, 33, 1);
+}
+
+Test(moe_router, sqrtsoftplus) {
+  rcfg c1 = {128, 6, 2, 0, 4, 2, 1, 0, 1.5f}, c2 = {33, 1, 2, 0, 0, 0, 0, 0, 1.0f};
+  rng_seed(3);
+  run_case(&c1, 80, 1);
+  run_case(&c2, 80, 1);
+}
+
+/* ---------------------------------------------------------------- backward */
+
+/* fp64 forward with a fixed selection (sel ascending experts): probs of the selected. */
+static void fwd64(const rcfg *c, const double *x, const int *sel, int k, double *p) {
+  int j, e;
+  double s = 0.0, m = -INFINITY;
+  if (c->score == 0 && c->pre) {
+    double q[512];
+    for (e = 0; e < c->E; e++) m = x[e] > m ? x[e] : m;
+    for (e = 0; e < c->E; e++) s += (q[e] = exp(x[e] - m));
+    for (j = 0; j < k; j++) p[j] = c->scale * q[sel[j]] / s;
+  } else if (c->score == 0) {
+    for (j = 0; j < k; j++) m = x[sel[j]] > m ? x[sel[j]] : m;
+    for (j = 0; j < k; j++) s += exp(x[sel[j]] - m);
+    for (j = 0; j < k; j++) p[j] = c->scale * exp(x[sel[j]] - m) / s;
+  } else {
+    double sc[16];
+    for (j = 0; j < k; j++) {
+      double v = x[sel[j]];
+      sc[j] = c->score == 1 ? 1.0 / (1.0 + exp(-v)) : sqrt(log1p(exp(v)));
+      s += sc[j];
+    }
+    for (j = 0; j < k; j++) p[j] = c->scale * (k > 1 ? sc[j] / (s + 1e-20) : sc[j]);
+  }
+}
+
+static void bwd_case(const rcfg *c, int T) {
+  const int E = c->E, k = c->k;
+  xte_cpu_isa isas[XTE_CPU_ISA_COUNT];
+  int nisa = moe_isas(isas), ii, t, e, j;
+  float *x = (float *)zalloc(4 * (size_t)(T * E)), *probs = (float *)zalloc(4 * (size_t)(T * E));
+  float *saved = (float *)zalloc(4 * (size_t)(T * E)), *g = (float *)zalloc(4 * (size_t)(T * E));
+  float *gx = (float *)zalloc(4 * (size_t)(T * E)), *gx0 = (float *)zalloc(4 * (size_t)(T * E));
+  uint8_t *map = (uint8_t *)zalloc((size_t)(T * E));
+  xte_router_config cfg = xte_router_config_default();
+  xte_router_outputs out;
+  xte_tensor lt = xte_tensor_2d(x, XTE_DTYPE_FP32, T, E);
+  xte_tensor gt = xte_tensor_2d(g, XTE_DTYPE_FP32, T, E),
+             st = xte_tensor_2d(saved, XTE_DTYPE_FP32, T, E);
+  xte_tensor mt = xte_tensor_2d(map, XTE_DTYPE_UINT8, T, E),
+             gxt = xte_tensor_2d(gx, XTE_DTYPE_FP32, T, E);
+  for (e = 0; e < T * E; e++) {
+    x[e] = rng_f() * 4.0f;
+    g[e] = rng_f();
+  }
+  cfg.topk = k;
+  cfg.score_function = (xte_router_score)c->score;
+  cfg.use_pre_softmax = c->pre;
+  cfg.scaling_factor = c->scale;
+  memset(&out, 0, sizeof out);
+  out.probs = xte_tensor_2d(probs, XTE_DTYPE_FP32, T, E);
+  out.routing_map = mt;
+  out.saved = st;
+  cr_assert_eq(xte_router_forward(&lt, NULL, &cfg, &out, NULL), XTE_SUCCESS);
+  for (ii = 0; ii < nisa; ii++) {
+    cr_assert_eq(xte_cpu_set_isa(isas[ii]), XTE_SUCCESS);
+    cr_assert_eq(xte_router_backward(&gt, &mt, &st, &lt, &cfg, &gxt, NULL), XTE_SUCCESS, "%s",
+                 xte_last_error());
+    if (ii == 0)
+      memcpy(gx0, gx, 4 * (size_t)(T * E));
+    else
+      cr_assert(same_bits(gx0, gx, 4 * (size_t)(T * E)), "isa %d differs", (int)isas[ii]);
+  }
+  /* central differences of L = sum_j g[sel_j] p_j(x) in fp64 */
+  for (t = 0; t < T; t++) {
+    int sel[16], n = 0;
+    double x64[512], pp[16], pm[16], gmax = 0.0;
+    for (e = 0; e < E; e++) {
+      x64[e] = x[t * E + e];
+      if (map[t * E + e]) sel[n++] = e;
+    }
+    cr_assert_eq(n, k);
+    for (e = 0; e < E; e++) gmax = fmax(gmax, fabs((double)gx[t * E + e]));
+    for (e = 0; e < E; e++) {
+      const double h = 1e-6;
+      double lp = 0.0, lm = 0.0, fd;
+      x64[e] += h;
+      fwd64(c, x64, sel, k, pp);
+      x64[e] -= 2 * h;
+      fwd64(c, x64, sel, k, pm);
+      x64[e] += h;
+      for (j = 0; j < k; j++) {
+        lp += (double)g[t * E + sel[j]] * pp[j];
+        lm += (double)g[t * E + sel[j]] * pm[j];
+      }
+      fd = (lp - lm) / (2 * h);
+      /* fp32 kernel: a few roundings on terms bounded by the row's scale */
+      cr_assert(fabs(fd - (double)gx[t * E + e]) <= 2e-6 * fmax(1.0, gmax) * c->scale * 4,
+                "grad_logits[%d, %d] = %.9g, finite differences %.9g (score %d)", t, e,
+                (double)gx[t * E + e], fd, c->score);
+    }
+  }
+  free(x), free(probs), free(saved), free(g), free(gx), free(gx0), free(map);
+}
+
+Test(moe_router, backward_vs_finite_differences) {
+  rcfg c1 = {32, 4, 0, 1, 0, 0, 0, 0, 1.0f}, c2 = {32, 4, 0, 0, 0, 0, 0, 0, 2.0f};
+  rcfg c3 = {48, 8, 1, 0, 0, 0, 0, 0, 2.827f}, c4 = {24, 3, 2, 0, 0, 0, 0, 0, 1.0f};
+  rcfg c5 = {24, 1, 1, 0, 0, 0, 0, 0, 1.0f};
+  rng_seed(4);
+  bwd_case(&c1, 20);
+  bwd_case(&c2, 20);
+  bwd_case(&c3, 20);
+  bwd_case(&c4, 20);
+  bwd_case(&c5, 20);
+}
+
+/* ---------------------------------------------------------------- aux loss */
+
+Test(moe_router, aux_scores_and_loss) {
+  const int T = 2500, E = 40, k = 4;
+  float *x = (float *)zalloc(4 * T * E), *sc = (float *)zalloc(4 * T * E);
+  float *sv = (float *)zalloc(4 * T * E), *gp = (float *)zalloc(4 * T * E);
+  uint8_t *map = (uint8_t *)zalloc(T * E);
+  int32_t tpe[40];
+  xte_tensor lt = xte_tensor_2d(x, XTE_DTYPE_FP32, T, E),
+             st = xte_tensor_2d(sc, XTE_DTYPE_FP32, T, E);
+  xte_tensor vt = xte_tensor_2d(sv, XTE_DTYPE_FP32, T, E),
+             mt = xte_tensor_2d(map, XTE_DTYPE_UINT8, T, E);
+  xte_tensor tt = xte_tensor_1d(tpe, XTE_DTYPE_INT32, E),
+             gt = xte_tensor_2d(gp, XTE_DTYPE_FP32, T, E);
+  float aux;
+  int i, e, t, b;
+  double C, total = 0.0;
+  rng_seed(5);
+  for (i = 0; i < T * E; i++) x[i] = rng_f() * 3.0f;
+  cr_assert_eq(xte_router_aux_scores(&lt, k, XTE_ROUTER_SIGMOID, &st, &mt, &vt, NULL), XTE_SUCCESS,
+               "%s", xte_last_error());
+  for (t = 0; t < T; t++) { /* sigmoid normalised over all E */
+    float s = 0.0f, q[40];
+    int cnt = 0;
+    for (e = 0; e < E; e++) s += (q[e] = xte_sigmoidf(x[t * E + e]));
+    s += 1e-20f;
+    for (e = 0; e < E; e++) {
+      float v = q[e] / s;
+      cr_assert(same_bits(&v, &sc[t * E + e], 4), "aux score [%d, %d]", t, e);
+      cnt += map[t * E + e];
+    }
+    cr_assert_eq(cnt, k);
+  }
+  for (e = 0; e < E; e++) tpe[e] = (int32_t)(rng_u32() % 1000);
+  cr_assert_eq(xte_moe_aux_loss_forward(&st, &tt, T, k, 1e-2f, &aux, NULL), XTE_SUCCESS);
+  C = (double)E * (double)1e-2f / ((double)k * (double)T * (double)T);
+  for (e = 0; e < E; e++) {
+    double cs = 0.0;
+    for (b = 0; b * 1024 < T; b++) {
+      double p = 0.0;
+      for (t = b * 1024; t < T && t < (b + 1) * 1024; t++) p += (double)sc[t * E + e];
+      cs += p;
+    }
+    total += cs * (double)tpe[e];
+  }
+  cr_assert_eq(aux, (float)(C * total), "aux %.9g vs %.9g", (double)aux, C * total);
+  cr_assert_eq(xte_moe_aux_loss_backward(&tt, T, k, 1e-2f, 0.5f, &gt, NULL), XTE_SUCCESS);
+  for (e = 0; e < E; e++) cr_assert_eq(gp[7 * E + e], (float)(C * (double)tpe[e]) * 0.5f);
+  free(x), free(sc), free(sv), free(gp), free(map);
+}
