@@ -6,7 +6,7 @@
  *             [T, 8] + topk_weights [T, 8] written.
  *  permute:   input [T, H] read, output [T k, H] written (+ row map).
  *  unpermute: input [T k, H] read, output [T, H] written (+ probs).
- * Targets (docs/moe-notes.md): router >= 0.5 of the copy, permute / unpermute >= 0.7. */
+ * Targets (docs/numerics.md section 8): router >= 0.5 of the copy, permute / unpermute >= 0.7. */
 #include <stdio.h>
 #include <string.h>
 

@@ -1,5 +1,5 @@
 /* xte_gemm against OpenBLAS cblas_dgemm on the dequantized operands (a * scale_inv, exact in
- * fp64). The contract gives the bound (docs/gemm-notes.md):
+ * fp64). The contract gives the bound (docs/numerics.md section 6):
  *   |D - V| <= (nb + 2) * 2^-24 * S + u_out * |V| (+ the dgemm's own K * 2^-53 * S)
  * with V the exact product of the dequantized operands, S = sum_k |a_k * sa * b_k * sb|, nb the
  * number of K blocks, u_out = 0 (fp32 out) or 2^-8 (bf16 out). */

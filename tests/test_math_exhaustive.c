@@ -5,7 +5,7 @@
  * exact when the reference rounds to inf in fp32.
  *
  * The maximum error per function is printed ("xte_math <fn>: max ulp ... at x = ...") and
- * asserted against the bound docs/moe-notes.md states. exp and log must be within 1 ulp.
+ * asserted against the bound docs/numerics.md section 8 states. exp and log must be within 1 ulp.
  *
  * Outside the swept ranges the functions are constant or trivially exact (exp -> 0 / inf,
  * tanh -> +-1, softplus -> x, ...); those regions are checked on a stride of 2^12 bit patterns.
@@ -232,7 +232,7 @@ static void check_fn(const mfn *fn) {
 }
 
 /* The ranges: every fp32 where the function is neither constant nor the identity up to
- * rounding, and the bounds stated in docs/moe-notes.md. */
+ * rounding, and the bounds stated in docs/numerics.md section 8. */
 #define T26 1.490116119384765625e-8f    /* 2^-26 */
 #define T30 9.31322574615478515625e-10f /* 2^-30 */
 static const mfn FN_EXP = {"exp", f_exp, ref_exp, -104.0f, 89.0f, T26, 0.0, 1.0};

@@ -1,5 +1,5 @@
 /* Router tests: xte_router_forward / backward, aux scores and the aux loss against oracles
- * written here from the contract (include/xte/moe.h, docs/moe-notes.md): selection by sorting
+ * written here from the contract (include/xte/moe.h, docs/numerics.md section 8): selection by sorting
  * every candidate with qsort on (value desc, index asc, NaN last), the fp32 steps in the stated
  * order with the shared math functions (src/numerics/xte_math.h, tested exhaustively elsewhere).
  * Bit-exact on every CPU ISA, on logits with ties, -inf, NaN and huge values. The backward is

@@ -1,6 +1,6 @@
 /* xte MoE: the fused router (top-k with a score function, forward and backward, aux loss), token
  * movement (permute / unpermute and their backward, sort chunks, DeepEP dispatch layout) and the
- * fused SwiGLU with 1x128 quantization. Fixed reduction orders: docs/moe-notes.md.
+ * fused SwiGLU with 1x128 quantization. Fixed reduction orders: docs/numerics.md section 8.
  *
  * Every call validates all of its arguments first: on error it returns the status, names the
  * argument in xte_last_error() and writes nothing. Results never depend on the thread count or
@@ -86,7 +86,7 @@ XTE_API xte_status xte_router_aux_scores_backward(const xte_tensor *grad_scores,
 
 /* aux = C * sum_e (sum_t probs[t, e]) * tokens_per_expert[e], C = E * coeff / (topk * N^2)
  * with N = total_num_tokens. probs fp32 [T, E]; tokens_per_expert int32 or int64 [E].
- * aux_loss: one fp32. Sums in fp64 in a fixed order (docs/moe-notes.md), rounded once. */
+ * aux_loss: one fp32. Sums in fp64 in a fixed order (docs/numerics.md section 8), rounded once. */
 XTE_API xte_status xte_moe_aux_loss_forward(const xte_tensor *probs,
                                             const xte_tensor *tokens_per_expert,
                                             int64_t total_num_tokens, int topk, float coeff,

@@ -1,6 +1,6 @@
 /* Attention per-element numerics, shared by every backend (C11 and CUDA / MUSA C++).
  *
- * The contract (docs/numerics.md, "Attention"; see docs/attention-notes.md):
+ * The contract (docs/numerics.md, "Attention"; section 7):
  *  - logits are kept in base-2 units: t = x * log2(e), with log2(e) folded into the scale;
  *  - KV is processed in blocks of XTE_ATTN_BN = 64 keys, block b holding keys [64 b, 64 b + 64)
  *    of the sequence; a block is processed for row i only when one of its keys is visible to i;

@@ -1,6 +1,6 @@
 /* xte MoE numerics: the per-element and per-row rules of the router and of SwiGLU, shared by
  * every backend (XTE_HD static inline; CUDA / MUSA compile it as device code). Reduction orders
- * are fixed and written here; docs/moe-notes.md states them.
+ * are fixed and written here; docs/numerics.md section 8 states them.
  *
  * Orders:
  *  - softmax over a set: m = fmaxf over the set (NaN ignored, from -inf); e_i = exp(x_i - m);
