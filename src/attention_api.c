@@ -1,6 +1,7 @@
 /* Entry points of attention: argument checks, layout resolution, dispatch. Nothing is written
  * to any output before every check the core can make has passed (cu_seqlens, in backend memory,
  * are checked by the backend, also before it writes). */
+#include <stdint.h>
 #include <string.h>
 
 #include "numerics/xte_attention_numerics.h"
@@ -32,10 +33,16 @@ static xte_status get_shape(const xte_tensor *t, const char *name, int layout, s
   if (t->rank != want)
     return xte_set_error(XTE_ERROR_SHAPE, "%s has rank %d: the %s layout wants rank %d", name,
                          (int)t->rank, layout == XTE_ATTN_LAYOUT_THD ? "THD" : "BSHD/SBHD", want);
-  for (i = 0; i < want; i++)
-    if (t->shape[i] < 0)
-      return xte_set_error(XTE_ERROR_SHAPE, "%s->shape[%d] = %lld is negative", name, i,
-                           (long long)t->shape[i]);
+  {
+    int64_t total = 1;
+    for (i = 0; i < want; i++) {
+      if (t->shape[i] < 0 || t->shape[i] > INT32_MAX)
+        return xte_set_error(XTE_ERROR_SHAPE, "%s->shape[%d] = %lld is outside [0, 2^31)", name, i,
+                             (long long)t->shape[i]);
+      if (__builtin_mul_overflow(total, t->shape[i], &total) || total > ((int64_t)1 << 48))
+        return xte_set_error(XTE_ERROR_SHAPE, "%s has more than 2^48 elements", name);
+    }
+  }
   if (layout == XTE_ATTN_LAYOUT_THD) {
     o->b = 1;
     o->s = t->shape[0];
@@ -247,8 +254,10 @@ static xte_status check_common(const xte_tensor *Q, const xte_tensor *K, const x
   a->cu_kv = cfg->cu_seqlens_kv;
   a->lse = (float *)lse->data;
   a->mask = (int)cfg->mask;
-  a->window_left = cfg->window_left;
-  a->window_right = cfg->window_right;
+  /* Positions are below 2^31: a wider window is the same as an unbounded side, and clamping
+   * keeps every position +- window sum of the kernels inside int64. */
+  a->window_left = cfg->window_left > INT32_MAX ? INT32_MAX : cfg->window_left;
+  a->window_right = cfg->window_right > INT32_MAX ? INT32_MAX : cfg->window_right;
   a->scale = cfg->softmax_scale != 0.0f ? cfg->softmax_scale : xte_attn_default_scale(q.d);
   a->softcap = cfg->softcap;
   a->alibi = cfg->alibi_slopes;

@@ -204,6 +204,17 @@ static xte_status check_outputs(const xte_tensor *C, xte_tensor *D, const xte_ge
     if (C->data == D->data && (C->dtype != D->dtype || cld != ld))
       return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
                            "C aliases D with a different dtype or ld (in place needs the same)");
+    if (C->data != D->data && rows > 0 && N > 0) {
+      /* any other overlap would make the result depend on the tile order */
+      const char *c0 = (const char *)C->data, *d0 = (const char *)D->data;
+      const char *c1 =
+          c0 + ((size_t)(rows - 1) * (size_t)cld + (size_t)N) * xte_dtype_size(C->dtype);
+      const char *d1 =
+          d0 + ((size_t)(rows - 1) * (size_t)ld + (size_t)N) * xte_dtype_size(D->dtype);
+      if (c0 < d1 && d0 < c1)
+        return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                             "C overlaps D without being the same tensor (in place: C == D)");
+    }
     g->c = C->data;
     g->c_dtype = (int)C->dtype;
     g->ld_c = cld;
@@ -324,6 +335,10 @@ xte_status xte_gemm_grouped(const xte_qtensor *A, const xte_qtensor *B, const xt
       if (k < 0)
         return xte_set_error(XTE_ERROR_SHAPE, "groups->group_sizes[%lld] = %lld is negative",
                              (long long)i, (long long)k);
+      if (k > a.K - off)
+        return xte_set_error(XTE_ERROR_SHAPE,
+                             "groups->group_sizes[%lld] = %lld runs past op(A)'s K = %lld",
+                             (long long)i, (long long)k, (long long)a.K);
       if (k > 0 && off % kb)
         return xte_set_error(
             XTE_ERROR_SHAPE,
@@ -361,13 +376,21 @@ xte_status xte_gemm_grouped(const xte_qtensor *A, const xte_qtensor *B, const xt
                            (long long)a.K, (long long)K);
     if (groups->kind == XTE_GEMM_GROUPED_CONTIGUOUS) {
       XTE_CHECK_PTR(groups->group_sizes, "groups->group_sizes");
-      if (groups->alignment < 0)
-        return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "groups->alignment is negative");
+      if (groups->alignment < 0 || groups->alignment > ((int64_t)1 << 30))
+        return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                             "groups->alignment = %lld is outside [0, 2^30]",
+                             (long long)groups->alignment);
       for (i = 0; i < G; i++) {
-        if (groups->group_sizes[i] < 0)
+        int64_t sz = groups->group_sizes[i];
+        if (sz < 0)
           return xte_set_error(XTE_ERROR_SHAPE, "groups->group_sizes[%lld] = %lld is negative",
-                               (long long)i, (long long)groups->group_sizes[i]);
-        rows_out += rup(groups->group_sizes[i], align);
+                               (long long)i, (long long)sz);
+        if (sz > a.rows - rows_out || rup(sz, align) > a.rows - rows_out)
+          return xte_set_error(XTE_ERROR_SHAPE,
+                               "groups->group_sizes[%lld] = %lld (padded to %lld) runs past A's "
+                               "%lld rows",
+                               (long long)i, (long long)sz, (long long)align, (long long)a.rows);
+        rows_out += rup(sz, align);
       }
       if (rows_out != a.rows)
         return xte_set_error(XTE_ERROR_SHAPE,

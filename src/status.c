@@ -99,7 +99,10 @@ xte_status xte_tensor_view2d(const xte_tensor *t, const char *name, int64_t *row
     if (t->shape[i] < 0 || t->shape[i] > ((int64_t)1 << 40))
       return xte_set_error(XTE_ERROR_SHAPE, "%s->shape[%d] = %lld is out of range", name, i,
                            (long long)t->shape[i]);
-  for (i = 0; i + 1 < t->rank; i++) r *= t->shape[i];
+  for (i = 0; i + 1 < t->rank; i++)
+    if (__builtin_mul_overflow(r, t->shape[i], &r) || r > ((int64_t)1 << 40))
+      return xte_set_error(XTE_ERROR_SHAPE,
+                           "%s: the product of its leading dimensions is over 2^40", name);
   if (t->rank == 1) {
     *rows = 1;
     *cols = t->shape[0];
@@ -113,5 +116,7 @@ xte_status xte_tensor_view2d(const xte_tensor *t, const char *name, int64_t *row
   if (t->ld != 0 && t->rank > 2)
     return xte_set_error(XTE_ERROR_SHAPE, "%s->ld must be 0 for rank > 2", name);
   *ld = t->ld ? t->ld : *cols;
+  if (*ld > ((int64_t)1 << 40) || (*rows > 0 && *ld > (((int64_t)1 << 50) / *rows)))
+    return xte_set_error(XTE_ERROR_SHAPE, "%s spans more than 2^50 elements (rows x ld)", name);
   return XTE_SUCCESS;
 }

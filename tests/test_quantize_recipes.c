@@ -1,6 +1,6 @@
 /* Quantization recipes: every recipe x scaling mode, e4m3 / e5m2, fp32 / bf16 / fp16 inputs,
  * saturating and not, compared byte for byte (data, scales, amax, output scale) with an oracle
- * written here from the formulas of /work/shared/reference/numerics-facts.md:
+ * written here from the formulas of docs/numerics.md (sections 3-4):
  *  - block amax: max |x| skipping NaN;
  *  - scales in fp32 arithmetic exactly as each recipe states, powers of two found with
  *    frexpf / ilogbf / ldexpf (not by masking bits as the library does);

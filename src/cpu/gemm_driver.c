@@ -56,6 +56,7 @@ static const xte_gemm_ukernel *ukernel_for(xte_cpu_isa isa) {
 
 typedef struct gctx {
   const xte_gemm_args *g;
+  int nt; /* threads the per-thread buffers were sized for; every parallel loop uses at most this */
   const xte_gemm_ukernel *uk;
   int MR, NR;
   int64_t MC, NC, MCH;
@@ -243,12 +244,12 @@ static void empty_k_rows(void *vctx, int64_t b, int64_t e, int tid) {
 
 static void run_problem(gctx *c, const xte_gemm_problem *p, int64_t m) {
   const int64_t kb = c->g->kblock;
-  int nt = xte_cpu_threads();
+  int nt = c->nt;
   c->p = p;
   c->m = m;
   if (m <= 0 || p->n <= 0) return;
   if (p->k <= 0) {
-    xte_parallel_for(m, empty_k_rows, c);
+    xte_parallel_for_max(m, c->nt, empty_k_rows, c);
     return;
   }
   for (c->jc = 0; c->jc < p->n; c->jc += c->NC) {
@@ -271,8 +272,8 @@ static void run_problem(gctx *c, const xte_gemm_problem *p, int64_t m) {
         c->last_pc = c->pc + c->kc >= p->k;
         c->nblk = 0;
         for (k = 0; k < c->kc; k += kb) c->kl[c->nblk++] = (int)(c->kc - k < kb ? c->kc - k : kb);
-        if (!c->own_b) xte_parallel_for(c->nstrips, pack_b_range, c);
-        xte_parallel_for(c->own_b ? c->n_jch : c->n_ic * c->n_jch, compute_range, c);
+        if (!c->own_b) xte_parallel_for_max(c->nstrips, c->nt, pack_b_range, c);
+        xte_parallel_for_max(c->own_b ? c->n_jch : c->n_ic * c->n_jch, c->nt, compute_range, c);
       }
     }
   }
@@ -356,6 +357,7 @@ static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
   maxm = (maxm + c.MC - 1) / c.MC * c.MC;
   maxn = (maxn + c.NR - 1) / c.NR * c.NR;
   nt = xte_cpu_threads();
+  c.nt = nt;
   {
     /* one workspace: B panel (+ low class), B scales, W, then per thread A (+ low), A scales */
     size_t szb = sizeof(double) * (size_t)(maxn * KC),

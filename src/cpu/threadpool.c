@@ -18,8 +18,8 @@ typedef struct pool {
   pthread_mutex_t mu;
   pthread_cond_t wake, done;
   pthread_t tid[XTE_POOL_MAX];
-  int created;  /* workers started (tid 1..created) */
-  int nthreads; /* threads a job uses, caller included */
+  int created;          /* workers started (tid 1..created) */
+  _Atomic int nthreads; /* threads a job uses, caller included */
   unsigned long gen;
   int pending;
   xte_range_fn fn;
@@ -64,7 +64,7 @@ static void init_topology(void) {
     n = e && *e ? atoi(e) : 0;
     if (n < 1) n = phys_cores;
     if (n > XTE_POOL_MAX) n = XTE_POOL_MAX;
-    P.nthreads = n;
+    atomic_store(&P.nthreads, n);
   }
   (void)i;
 }
@@ -113,10 +113,11 @@ static void *worker(void *arg) {
 
 static pthread_mutex_t job_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static int run_job(int64_t n, xte_range_fn fn, void *ctx, int per_thread) {
+static int run_job(int64_t n, xte_range_fn fn, void *ctx, int per_thread, int max_threads) {
   int nt, t;
   pthread_once(&topo_once, init_topology);
-  nt = P.nthreads;
+  nt = atomic_load(&P.nthreads);
+  if (max_threads > 0 && nt > max_threads) nt = max_threads;
   if (!per_thread && n < nt) nt = n > 0 ? (int)n : 1;
   if (in_worker || nt <= 1) {
     if (per_thread) {
@@ -155,16 +156,20 @@ static int run_job(int64_t n, xte_range_fn fn, void *ctx, int per_thread) {
 }
 
 void xte_parallel_for(int64_t n, xte_range_fn fn, void *ctx) {
-  run_job(n, fn, ctx, 0);
+  run_job(n, fn, ctx, 0, 0);
+}
+
+void xte_parallel_for_max(int64_t n, int max_threads, xte_range_fn fn, void *ctx) {
+  run_job(n, fn, ctx, 0, max_threads);
 }
 
 int xte_parallel_threads(xte_range_fn fn, void *ctx) {
-  return run_job(0, fn, ctx, 1);
+  return run_job(0, fn, ctx, 1, 0);
 }
 
 int xte_cpu_threads(void) {
   pthread_once(&topo_once, init_topology);
-  return P.nthreads;
+  return atomic_load(&P.nthreads);
 }
 
 xte_status xte_cpu_set_num_threads(int n) {
@@ -178,7 +183,7 @@ xte_status xte_cpu_set_num_threads(int n) {
     if (n > XTE_POOL_MAX) n = XTE_POOL_MAX;
   }
   pthread_mutex_lock(&job_mu);
-  P.nthreads = n;
+  atomic_store(&P.nthreads, n);
   pthread_mutex_unlock(&job_mu);
   xte_clear_error();
   return XTE_SUCCESS;
@@ -215,7 +220,7 @@ void xte_cpu_fill_info(xte_backend_info *info) {
   pthread_once(&topo_once, init_topology);
   xte_cpu_isa_info(info);
   info->cpu_cores = phys_cores;
-  info->cpu_threads = P.nthreads;
+  info->cpu_threads = atomic_load(&P.nthreads);
   info->l1d_bytes = cache_l1d;
   info->l2_bytes = cache_l2;
   info->l3_bytes = cache_l3;

@@ -55,6 +55,8 @@ void xte_cpu_isa_info(xte_backend_info *info);
  * Nested calls run inline on the caller. */
 typedef void (*xte_range_fn)(void *ctx, int64_t begin, int64_t end, int tid);
 void xte_parallel_for(int64_t n, xte_range_fn fn, void *ctx);
+/* The same with at most max_threads threads (callers that sized per-thread buffers). */
+void xte_parallel_for_max(int64_t n, int max_threads, xte_range_fn fn, void *ctx);
 /* Runs fn(ctx, t, t+1, t) for each thread t of the pool; returns the thread count used. */
 int xte_parallel_threads(xte_range_fn fn, void *ctx);
 int xte_cpu_threads(void);

@@ -12,15 +12,6 @@
 #define TILE 128
 #define NT 256 /* threads per block: 8 rows of 32 */
 
-/* x * s with x86's NaN rule, which is what the CPU backend computes: a NaN operand comes back
- * quieted, its sign and payload kept (the first one when both are NaN). A GPU multiply returns
- * the canonical NaN instead, whose sign would differ from the CPU's for -NaN inputs. */
-__device__ __forceinline__ float mul_cpu(float x, float s) {
-  if (xte_f32_isnan(x)) return xte_bits_f32(xte_f32_bits(x) | 0x00400000u);
-  if (xte_f32_isnan(s)) return xte_bits_f32(xte_f32_bits(s) | 0x00400000u);
-  return x * s;
-}
-
 /* Element (r, c) of the input as fp32 (as the CPU's load_f32). */
 __device__ __forceinline__ float load_in(const xte_quant_args &a, int64_t r, int64_t c) {
   size_t o = (size_t)r * (size_t)a.ld_in + (size_t)c;
@@ -104,7 +95,7 @@ __global__ void __launch_bounds__(NT)
     }
     for (r = ty; r < nr; r += 8) {
       for (c = tx; c < nc; c += 32) {
-        uint8_t q = xte_f32_to_fp8(mul_cpu(load_in(a, r0 + r, c0 + c), s.scale), a.fmt, a.saturate);
+        uint8_t q = xte_f32_to_fp8(xte_mul_nanprop(load_in(a, r0 + r, c0 + c), s.scale), a.fmt, a.saturate);
         if (a.row_q) a.row_q[(size_t)(r0 + r) * (size_t)a.ld_row_q + (size_t)(c0 + c)] = q;
         if (stage)
           tq[r][c] = q;
@@ -142,7 +133,7 @@ __global__ void __launch_bounds__(NT)
       for (r = ty; r < nr; r += 8)
         for (c = tx; c < nc; c += 32)
           a.row_q[(size_t)(r0 + r) * (size_t)a.ld_row_q + (size_t)(c0 + c)] = xte_f32_to_fp8(
-              mul_cpu(load_in(a, r0 + r, c0 + c), gsc[r][c >> 5]), a.fmt, a.saturate);
+              xte_mul_nanprop(load_in(a, r0 + r, c0 + c), gsc[r][c >> 5]), a.fmt, a.saturate);
     }
     if (a.col_q) { /* col_bh x 1 blocks (col_bh = 32 or 128), strips of 32 columns */
       const int bh = a.col_bh;
@@ -173,7 +164,7 @@ __global__ void __launch_bounds__(NT)
           __syncthreads();
           if (cv) {
             for (r = ty; r < gr; r += 8) {
-              uint8_t q = xte_f32_to_fp8(mul_cpu(load_in(a, r0 + g + r, c0 + cc), csc[tx]), a.fmt,
+              uint8_t q = xte_f32_to_fp8(xte_mul_nanprop(load_in(a, r0 + g + r, c0 + cc), csc[tx]), a.fmt,
                                          a.saturate);
               if (stage)
                 tq[g + r][cc] = q;
@@ -245,7 +236,7 @@ __global__ void __launch_bounds__(NT) dequant_kernel(xte_dequant_args a) {
   for (i = (int64_t)blockIdx.x * NT + threadIdx.x; i < n; i += (int64_t)gridDim.x * NT) {
     const int64_t r = i / a.C, c = i % a.C;
     const float s = xte_load_scale_inv(&a.s, r / a.bh, c / a.bw);
-    const float v = mul_cpu(xte_fp8_to_f32(a.q[(size_t)r * (size_t)a.ld_q + (size_t)c], a.fmt), s);
+    const float v = xte_mul_nanprop(xte_fp8_to_f32(a.q[(size_t)r * (size_t)a.ld_q + (size_t)c], a.fmt), s);
     const size_t o = (size_t)r * (size_t)a.ld_out + (size_t)c;
     if (a.out_dtype == XTE_DTYPE_FP32)
       ((uint32_t *)a.out)[o] = xte_f32_bits(v);

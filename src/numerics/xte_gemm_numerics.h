@@ -17,11 +17,8 @@
 
 #include <stdint.h>
 
+#include "numerics/xte_math.h"
 #include "numerics/xte_numerics.h"
-
-#if !defined(__CUDACC__) && !defined(__MUSACC__)
-#include <math.h>
-#endif
 
 XTE_HD uint64_t xte_f64_bits(double d) {
   union {
@@ -70,10 +67,10 @@ XTE_HD float xte_gemm_round2_f32(double h, double l) {
   return (float)s;
 }
 
-/* One K block: acc = fmaf(p, RNE_fp32(sa * sb), acc). */
+/* One K block: acc = xte_fmaf(p, RNE_fp32(sa * sb), acc). */
 XTE_HD float xte_gemm_block_update(float acc, float p, float sa, float sb) {
   float s = sa * sb;
-  return fmaf(p, s, acc);
+  return xte_fmaf(p, s, acc);
 }
 
 /* The epilogue in fp32: t = acc (+ C) (+ bias), one RNE addition each. */

@@ -61,6 +61,16 @@ XTE_HD float xte_fmaxf(float a, float b) {
   return a > b ? a : b;
 }
 
+/* x * s with the NaN rule of x86 SSE/AVX (what the CPU backend's plain multiplication gives):
+ * a NaN operand comes back quieted with its sign and payload (the first one when both are
+ * NaN). GPUs return a canonical NaN from a multiply, so their kernels call this to match the
+ * CPU bytes, e.g. a -NaN element quantizes to 0xFF everywhere. */
+XTE_HD float xte_mul_nanprop(float x, float s) {
+  if (xte_f32_isnan(x)) return xte_bits_f32(xte_f32_bits(x) | 0x00400000u);
+  if (xte_f32_isnan(s)) return xte_bits_f32(xte_f32_bits(s) | 0x00400000u);
+  return x * s;
+}
+
 /* 2^e as fp32 for e in [-149, 127] (subnormal results included), exact. */
 XTE_HD float xte_exp2i(int e) {
   if (e >= -126) return xte_bits_f32((uint32_t)(e + 127) << 23);

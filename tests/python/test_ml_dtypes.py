@@ -1,6 +1,6 @@
 """External oracle: xte_cast and the TE / DeepGEMM block recipes of libxte, through ctypes,
 against ml_dtypes (float8_e4m3fn, float8_e5m2, bfloat16, float8_e8m0fnu) and numpy
-re-statements of /work/shared/reference/numerics-facts.md.
+re-statements of docs/numerics.md (sections 3-4).
 
 ml_dtypes does not saturate (465 -> NaN, inf -> NaN in e4m3fn), so the saturating expectations
 clamp to +-448 / +-57344 before converting. NaN results are compared as NaN.
