@@ -406,8 +406,8 @@ static xte_status cpu_attn_fwd(const xte_attn_args *a, void *handle) {
   (void)handle;
   XTE_TRY(check_args(a));
   init_ctx(&c, a);
+  XTE_TRY(make_q_tasks(&c)); /* allocates: before any output is written */
   for_padding(&c, 0, fwd_pad);
-  XTE_TRY(make_q_tasks(&c));
   c.run = fwd_task;
   c.ws_floats = (size_t)(BM * a->dqk + a->dqk * BN + BN * c.dvp + 2 * BM * BN + BM * c.dvp + 256 +
                          2 * BM + 64);
@@ -623,12 +623,11 @@ static xte_status cpu_attn_bwd(const xte_attn_args *a, void *handle) {
   c.Dbuf = (float *)xte_aligned_alloc(sizeof(float) * (size_t)(2 * nl + 16));
   if (!c.Dbuf) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: out of host memory");
   c.L2buf = c.Dbuf + nl;
-  for_padding(&c, 0, bwd_pad_q);
-  for_padding(&c, 1, bwd_pad_kv);
-
   /* D and LSE * log2e */
-  st = make_q_tasks(&c);
+  st = make_q_tasks(&c); /* allocates: before any output is written */
   if (st == XTE_SUCCESS) {
+    for_padding(&c, 0, bwd_pad_q);
+    for_padding(&c, 1, bwd_pad_kv);
     c.run = prep_task;
     c.ws_floats = (size_t)(2 * a->dv + 64);
     st = run_tasks(&c);
