@@ -338,3 +338,62 @@ Test(moe_permute, dispatch_layout) {
   cr_assert(memcmp(we, tpe, sizeof we) == 0);
   free(idx), free(map), free(in);
 }
+
+/* The unpermute forward of every ISA equals the scalar ISA's bytes: bf16 and fp32 inputs and
+ * outputs, NaN / inf / huge values (the bf16 rounding), -1 slots, hidden sizes with a tail, more
+ * slots than the SIMD kernel's lists (64), and an output large enough for non-temporal stores. */
+static void unpermute_isas_case(int T, int E, int k, int H, xte_dtype idt, xte_dtype odt) {
+  xte_cpu_isa isas[XTE_CPU_ISA_COUNT];
+  int nisa = moe_isas(isas), ii, t, j;
+  const int rows = T * k;
+  const size_t ies = xte_dtype_size(idt), oes = xte_dtype_size(odt);
+  int64_t *idx = (int64_t *)zalloc(8 * (size_t)T * (size_t)k);
+  int32_t *rm = (int32_t *)zalloc(4 * (size_t)T * (size_t)k);
+  float *w = (float *)zalloc(4 * (size_t)T * (size_t)k);
+  char *in = (char *)zalloc(ies * (size_t)rows * (size_t)H);
+  char *ref = (char *)zalloc(oes * (size_t)T * (size_t)H),
+       *out = (char *)zalloc(oes * (size_t)T * (size_t)H);
+  size_t i;
+  for (t = 0; t < T; t++)
+    for (j = 0; j < k; j++) {
+      int drop = rng_u32() % 8 == 0;
+      idx[t * k + j] = drop ? -1 : (t + j) % E;
+      rm[t * k + j] = drop ? -1 : (int32_t)(rng_u32() % (uint32_t)rows);
+      w[t * k + j] = rng_f() * 2.0f;
+    }
+  for (i = 0; i < (size_t)rows * (size_t)H; i++) {
+    uint32_t r = rng_u32() % 1000;
+    float v = r == 0 ? NAN : r == 1 ? INFINITY : r == 2 ? 3e38f : rng_f() * 8.0f;
+    if (idt == XTE_DTYPE_FP32)
+      memcpy(in + 4 * i, &v, 4);
+    else
+      ((uint16_t *)in)[i] = xte_f32_to_bf16(v);
+  }
+  for (ii = 0; ii < nisa; ii++) {
+    xte_tensor it = xte_tensor_2d(idx, XTE_DTYPE_INT64, T, k),
+               rmt = xte_tensor_2d(rm, XTE_DTYPE_INT32, T, k);
+    xte_tensor xt = xte_tensor_2d(in, idt, rows, H), wt = xte_tensor_2d(w, XTE_DTYPE_FP32, T, k);
+    xte_tensor yt = xte_tensor_2d(ii == 0 ? ref : out, odt, T, H);
+    xte_moe_routing routing;
+    routing.routing_map = NULL;
+    routing.topk_idx = &it;
+    routing.num_experts = E;
+    cr_assert_eq(xte_cpu_set_isa(isas[ii]), XTE_SUCCESS);
+    cr_assert_eq(xte_moe_unpermute(&xt, &routing, &rmt, &wt, &yt, NULL), XTE_SUCCESS, "%s",
+                 xte_last_error());
+    if (ii > 0)
+      cr_assert(memcmp(ref, out, oes * (size_t)T * (size_t)H) == 0,
+                "unpermute (isa %d, T %d k %d H %d) differs from scalar", (int)isas[ii], T, k, H);
+  }
+  xte_cpu_set_isa(isas[nisa - 1]);
+  free(idx), free(rm), free(w), free(in), free(ref), free(out);
+}
+
+Test(moe_permute, unpermute_isas_agree) {
+  rng_seed(17);
+  unpermute_isas_case(600, 64, 2, 7168, XTE_DTYPE_BF16, XTE_DTYPE_BF16); /* 8.6 MB: streamed */
+  unpermute_isas_case(600, 64, 4, 4096, XTE_DTYPE_FP32, XTE_DTYPE_FP32); /* 9.8 MB: streamed */
+  unpermute_isas_case(77, 16, 5, 130, XTE_DTYPE_FP32, XTE_DTYPE_BF16);
+  unpermute_isas_case(50, 16, 3, 200, XTE_DTYPE_BF16, XTE_DTYPE_FP32);
+  unpermute_isas_case(20, 80, 70, 100, XTE_DTYPE_BF16, XTE_DTYPE_BF16); /* 70 slots */
+}

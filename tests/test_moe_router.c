@@ -1,9 +1,9 @@
 /* Router tests: xte_router_forward / backward, aux scores and the aux loss against oracles
- * written here from the contract (include/xte/moe.h, docs/numerics.md section 8): selection by sorting
- * every candidate with qsort on (value desc, index asc, NaN last), the fp32 steps in the stated
- * order with the shared math functions (src/numerics/xte_math.h, tested exhaustively elsewhere).
- * Bit-exact on every CPU ISA, on logits with ties, -inf, NaN and huge values. The backward is
- * also checked against central finite differences of an fp64 re-computation. */
+ * written here from the contract (include/xte/moe.h, docs/numerics.md section 8): selection by
+ * sorting every candidate with qsort on (value desc, index asc, NaN last), the fp32 steps in the
+ * stated order with the shared math functions (src/numerics/xte_math.h, tested exhaustively
+ * elsewhere). Bit-exact on every CPU ISA, on logits with ties, -inf, NaN and huge values. The
+ * backward is also checked against central finite differences of an fp64 re-computation. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -388,4 +388,136 @@ Test(moe_router, aux_scores_and_loss) {
   cr_assert_eq(xte_moe_aux_loss_backward(&tt, T, k, 1e-2f, 0.5f, &gt, NULL), XTE_SUCCESS);
   for (e = 0; e < E; e++) cr_assert_eq(gp[7 * E + e], (float)(C * (double)tpe[e]) * 0.5f);
   free(x), free(sc), free(sv), free(gp), free(map);
+}
+
+/* ---------------------------------------------------------------- SIMD lanes
+ * The AVX2 / AVX-512 router evaluates sigmoid and the softmax exponentials lane-wise and selects
+ * with a vectorised threshold filter. Lanes: every ISA's saved scores equal xte_sigmoidf over a
+ * stride of the whole fp32 line (NaN, inf, subnormals) and a dense sweep of [-110, 100]; the
+ * pre-softmax saved output of every ISA equals the scalar ISA's over rows whose max is 0 (so the
+ * exponentials see the swept values as they are). Selection: every ISA equals the oracle on rows
+ * with few ties, many ties (more than 16 candidates), many NaNs (the full scan), and a size whose
+ * dense outputs are written with non-temporal stores. */
+static float sweep_value(uint32_t i, uint32_t n) {
+  if (i % 2 == 0) { /* the fp32 line on a stride */
+    uint32_t u = (uint32_t)(((uint64_t)(i / 2) * 0x100000000ull) / (n / 2));
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+  }
+  return -110.0f + 210.0f * (float)((double)(i / 2) / (double)(n / 2));
+}
+
+Test(moe_router, simd_lanes_exact) {
+  const int E = 512, T = 4096;
+  xte_cpu_isa isas[XTE_CPU_ISA_COUNT];
+  int nisa = moe_isas(isas), ii, i;
+  float *x = (float *)zalloc(4 * (size_t)T * E), *sv = (float *)zalloc(4 * (size_t)T * E);
+  float *ref = (float *)zalloc(4 * (size_t)T * E);
+  uint8_t *map = (uint8_t *)zalloc((size_t)T * E);
+  for (i = 0; i < T * E; i++) x[i] = sweep_value((uint32_t)i, (uint32_t)(T * E));
+  for (ii = 0; ii < nisa; ii++) {
+    xte_router_config cfg = xte_router_config_default();
+    xte_router_outputs out;
+    xte_tensor lt = xte_tensor_2d(x, XTE_DTYPE_FP32, T, E);
+    cr_assert_eq(xte_cpu_set_isa(isas[ii]), XTE_SUCCESS);
+    cfg.topk = 4;
+    cfg.score_function = XTE_ROUTER_SIGMOID;
+    memset(&out, 0, sizeof out);
+    out.routing_map = xte_tensor_2d(map, XTE_DTYPE_UINT8, T, E);
+    out.saved = xte_tensor_2d(sv, XTE_DTYPE_FP32, T, E);
+    cr_assert_eq(xte_router_forward(&lt, NULL, &cfg, &out, NULL), XTE_SUCCESS, "%s",
+                 xte_last_error());
+    for (i = 0; i < T * E; i++) {
+      float want = xte_sigmoidf(x[i]);
+      cr_assert(xte_f32_bits(sv[i]) == xte_f32_bits(want), "sigmoid(%a) = %a, want %a (isa %d)",
+                (double)x[i], (double)sv[i], (double)want, (int)isas[ii]);
+    }
+  }
+  /* exponentials: non-positive sweeps, a 0 at the front of each row */
+  for (i = 0; i < T * E; i++) {
+    float v = sweep_value((uint32_t)i, (uint32_t)(T * E));
+    x[i] = i % E == 0 ? 0.0f : (v > 0.0f ? -v : v);
+  }
+  for (ii = 0; ii < nisa; ii++) {
+    xte_router_config cfg = xte_router_config_default();
+    xte_router_outputs out;
+    xte_tensor lt = xte_tensor_2d(x, XTE_DTYPE_FP32, T, E);
+    cr_assert_eq(xte_cpu_set_isa(isas[ii]), XTE_SUCCESS);
+    cfg.topk = 4;
+    cfg.use_pre_softmax = 1;
+    memset(&out, 0, sizeof out);
+    out.routing_map = xte_tensor_2d(map, XTE_DTYPE_UINT8, T, E);
+    out.saved = xte_tensor_2d(ii == 0 ? ref : sv, XTE_DTYPE_FP32, T, E);
+    cr_assert_eq(xte_router_forward(&lt, NULL, &cfg, &out, NULL), XTE_SUCCESS);
+    if (ii > 0)
+      for (i = 0; i < T * E; i++)
+        cr_assert(xte_f32_bits(sv[i]) == xte_f32_bits(ref[i]), "softmax [%d] (x %a) isa %d", i,
+                  (double)x[i], (int)isas[ii]);
+  }
+  xte_cpu_set_isa(isas[nisa - 1]);
+  free(x), free(sv), free(ref), free(map);
+}
+
+/* Rows with many NaNs (the filter finds fewer than k), with ties (more than 16 candidates). */
+static void gen_hard(float *x, int T, int E, int kind) {
+  int i;
+  for (i = 0; i < T * E; i++) {
+    uint32_t r = rng_u32() % 1000;
+    if (kind == 0) /* odd rows: fewer numbers than k, the rest NaN */
+      x[i] = r < ((i / E) % 2 ? 995u : 900u) ? NAN : rng_f() * 4.0f;
+    else
+      x[i] = (float)((int)(rng_u32() % 4)) * 0.5f + (r < 20 ? NAN : 0.0f);
+  }
+}
+
+Test(moe_router, simd_selection_paths) {
+  rcfg c1 = {384, 8, 1, 0, 0, 0, 1, 0, 2.827f}, c2 = {384, 16, 1, 0, 0, 0, 0, 0, 1.0f};
+  rcfg c3 = {200, 5, 0, 1, 0, 0, 1, 0, 1.0f}, c4 = {96, 3, 0, 0, 0, 0, 0, 0, 1.0f};
+  const rcfg *cs[4] = {&c1, &c2, &c3, &c4};
+  int kind, ci;
+  rng_seed(5);
+  for (ci = 0; ci < 4; ci++)
+    for (kind = 0; kind < 2; kind++) {
+      const rcfg *c = cs[ci];
+      const int T = 64, E = c->E;
+      float *x = (float *)zalloc(4 * (size_t)T * E), *probs = (float *)zalloc(4 * (size_t)T * E);
+      uint8_t *map = (uint8_t *)zalloc((size_t)T * E);
+      xte_cpu_isa isas[XTE_CPU_ISA_COUNT];
+      int nisa = moe_isas(isas), ii, t;
+      float bias[512], op[512], ow[16], os[512];
+      uint8_t om[512];
+      int oi[16];
+      gen_hard(x, T, E, kind);
+      for (t = 0; t < E; t++) bias[t] = (float)(rng_u32() % 4) * 0.25f;
+      for (ii = 0; ii < nisa; ii++) {
+        xte_router_config cfg = xte_router_config_default();
+        xte_router_outputs out;
+        xte_tensor lt = xte_tensor_2d(x, XTE_DTYPE_FP32, T, E),
+                   bt = xte_tensor_1d(bias, XTE_DTYPE_FP32, E);
+        cr_assert_eq(xte_cpu_set_isa(isas[ii]), XTE_SUCCESS);
+        cfg.topk = c->k;
+        cfg.score_function = (xte_router_score)c->score;
+        cfg.use_pre_softmax = c->pre;
+        cfg.scaling_factor = c->scale;
+        memset(&out, 0, sizeof out);
+        out.probs = xte_tensor_2d(probs, XTE_DTYPE_FP32, T, E);
+        out.routing_map = xte_tensor_2d(map, XTE_DTYPE_UINT8, T, E);
+        cr_assert_eq(xte_router_forward(&lt, c->bias ? &bt : NULL, &cfg, &out, NULL), XTE_SUCCESS);
+        for (t = 0; t < T; t++) {
+          oracle_row(c, x + t * E, c->bias ? bias : NULL, op, om, oi, ow, os);
+          cr_assert(same_bits(op, probs + (size_t)t * E, 4 * (size_t)E),
+                    "probs row %d (isa %d, case %d kind %d)", t, (int)isas[ii], ci, kind);
+          cr_assert(same_bits(om, map + (size_t)t * E, (size_t)E), "map row %d", t);
+        }
+      }
+      xte_cpu_set_isa(isas[nisa - 1]);
+      free(x), free(probs), free(map);
+    }
+}
+
+Test(moe_router, simd_streamed_outputs) {
+  rcfg c = {384, 8, 1, 0, 0, 0, 1, 0, 2.827f}; /* 6000 x 384 fp32 probs: non-temporal stores */
+  rng_seed(6);
+  run_case(&c, 6000, 1);
 }

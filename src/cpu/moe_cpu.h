@@ -21,4 +21,10 @@ xte_status xte_cpu_moe_router_backward_avx2(const xte_router_bwd_args *a, void *
 xte_status xte_cpu_moe_unpermute_avx2(const xte_unpermute_args *a, int which, void *handle);
 xte_status xte_cpu_moe_swiglu_avx2(const xte_swiglu_args *a, void *handle);
 
+/* The router compiled for AVX-512 (src/cpu/avx512/moe_avx512.c), native and against SIMDe. */
+xte_status xte_cpu_moe_router_forward_avx512(const xte_router_args *a, void *handle);
+xte_status xte_cpu_moe_router_backward_avx512(const xte_router_bwd_args *a, void *handle);
+xte_status xte_cpu_moe_router_forward_avx512_simde(const xte_router_args *a, void *handle);
+xte_status xte_cpu_moe_router_backward_avx512_simde(const xte_router_bwd_args *a, void *handle);
+
 #endif /* XTE_MOE_CPU_H */

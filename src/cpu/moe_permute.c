@@ -256,6 +256,151 @@ static float slot_weight(const xte_unpermute_args *a, const int32_t *slots, int6
 
 #define HCHUNK 2048
 
+#ifdef XTE_MOE_UNPERMUTE_AVX2
+/* The forward on explicit AVX2 (src/cpu/avx2/moe_avx2.c): per token, the hidden dim in blocks of
+ * 64 held in 8 registers, each accumulated over the token's slots in ascending j with one fmaf
+ * per element (the order of the portable loop), then rounded and stored; the source rows are
+ * prefetched ahead (into the next token's rows at the end of a token), and a large output is
+ * written with non-temporal stores. */
+#define UNP_MAXK 64
+#define UNP_PREFETCH 768 /* elements ahead */
+
+typedef struct unp_tok {
+  const char *src[UNP_MAXK];
+  float w[UNP_MAXK];
+  int n;
+} unp_tok;
+
+static int unp_gather(const uctx *c, int64_t t, unp_tok *k) {
+  const xte_unpermute_args *a = c->a;
+  const int32_t *rm = (const int32_t *)a->row_map.data + t * a->row_map.ld;
+  const size_t ies = esize(a->in.dtype);
+  int64_t j;
+  k->n = 0;
+  if (a->r.K > UNP_MAXK) return 0;
+  for (j = 0; j < a->r.K; j++) {
+    if (rm[j] < 0) continue;
+    k->src[k->n] = (const char *)a->in.data + (size_t)rm[j] * (size_t)a->in.ld * ies;
+    k->w[k->n++] = slot_weight(a, c->slots, t, j);
+  }
+  return 1;
+}
+
+static inline __m256 unp_ld(const char *p, int bf16) {
+  if (bf16)
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+  return _mm256_loadu_ps((const float *)p);
+}
+
+/* xte_f32_to_bf16 on 8 lanes */
+static inline __m128i unp_bf16(__m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)),
+                                   _mm256_set1_epi32(0x7F800000));
+  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  __m256i rn =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+  __m256i qn = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+  __m256i r = _mm256_blendv_epi8(rn, qn, nan);
+  return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+
+static void unpermute_range(void *vctx, int64_t b, int64_t e, int tid) {
+  uctx *c = (uctx *)vctx;
+  const xte_unpermute_args *a = c->a;
+  const int64_t H = a->in.cols;
+  const int ibf = a->in.dtype != XTE_DTYPE_FP32, obf = a->out.dtype != XTE_DTYPE_FP32;
+  const size_t ies = esize(a->in.dtype), oes = esize(a->out.dtype);
+  const int stream = (int64_t)a->out.rows * H * (int64_t)oes >= ((int64_t)8 << 20);
+  unp_tok tk[2];
+  int cur = 0, have_next;
+  int64_t t, h0, h, j;
+  (void)tid;
+  if (b >= e) return;
+  if (!unp_gather(c, b, &tk[0])) {
+    /* more slots than the fixed lists hold: the portable loop, one element at a time */
+    for (t = b; t < e; t++) {
+      const int32_t *rm = (const int32_t *)a->row_map.data + t * a->row_map.ld;
+      for (h = 0; h < H; h++) {
+        float acc = 0.0f;
+        for (j = 0; j < a->r.K; j++) {
+          const char *x;
+          if (rm[j] < 0) continue;
+          x = (const char *)a->in.data + ((size_t)rm[j] * (size_t)a->in.ld + (size_t)h) * ies;
+          acc = xte_fmaf(slot_weight(a, c->slots, t, j),
+                         ibf ? xte_bf16_to_f32(*(const uint16_t *)x) : *(const float *)x, acc);
+        }
+        if (obf)
+          ((uint16_t *)a->out.data)[t * a->out.ld + h] = xte_f32_to_bf16(acc);
+        else
+          ((float *)a->out.data)[t * a->out.ld + h] = acc;
+      }
+    }
+    return;
+  }
+  for (t = b; t < e; t++) {
+    const unp_tok *k = &tk[cur];
+    char *out = (char *)a->out.data + (size_t)t * (size_t)a->out.ld * oes;
+    have_next = t + 1 < e && unp_gather(c, t + 1, &tk[cur ^ 1]);
+    for (h0 = 0; h0 + 64 <= H; h0 += 64) {
+      __m256 acc[8];
+      int q;
+      int64_t pf = h0 + UNP_PREFETCH;
+      const unp_tok *pk = k;
+      if (pf >= H && have_next) {
+        pf -= H;
+        pk = &tk[cur ^ 1];
+      }
+      if (pf < H)
+        for (j = 0; j < pk->n; j++) {
+          const char *p = pk->src[j] + (size_t)pf * ies;
+          size_t o;
+          for (o = 0; o < 64 * ies; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+        }
+      for (q = 0; q < 8; q++) acc[q] = _mm256_setzero_ps();
+      for (j = 0; j < k->n; j++) {
+        const __m256 w = _mm256_set1_ps(k->w[j]);
+        const char *p = k->src[j] + (size_t)h0 * ies;
+        for (q = 0; q < 8; q++)
+          acc[q] = _mm256_fmadd_ps(w, unp_ld(p + (size_t)q * 8 * ies, ibf), acc[q]);
+      }
+      if (obf) {
+        char *d = out + (size_t)h0 * 2;
+        for (q = 0; q < 8; q += 2) {
+          __m256i v = _mm256_set_m128i(unp_bf16(acc[q + 1]), unp_bf16(acc[q]));
+          if (stream && ((uintptr_t)(d + q * 16) & 31) == 0)
+            _mm256_stream_si256((__m256i *)(d + q * 16), v);
+          else
+            _mm256_storeu_si256((__m256i *)(d + q * 16), v);
+        }
+      } else {
+        float *d = (float *)out + h0;
+        for (q = 0; q < 8; q++) {
+          if (stream && ((uintptr_t)(d + q * 8) & 31) == 0)
+            _mm256_stream_ps(d + q * 8, acc[q]);
+          else
+            _mm256_storeu_ps(d + q * 8, acc[q]);
+        }
+      }
+    }
+    for (; h0 < H; h0++) { /* tail: the same steps one element at a time */
+      float acc = 0.0f;
+      for (j = 0; j < k->n; j++) {
+        const char *p = k->src[j] + (size_t)h0 * ies;
+        acc =
+            xte_fmaf(k->w[j], ibf ? xte_bf16_to_f32(*(const uint16_t *)p) : *(const float *)p, acc);
+      }
+      if (obf)
+        ((uint16_t *)out)[h0] = xte_f32_to_bf16(acc);
+      else
+        ((float *)out)[h0] = acc;
+    }
+    cur ^= 1;
+  }
+  if (stream) _mm_sfence();
+}
+#else
 static void unpermute_range(void *vctx, int64_t b, int64_t e, int tid) {
   uctx *c = (uctx *)vctx;
   const xte_unpermute_args *a = c->a;
@@ -293,6 +438,7 @@ static void unpermute_range(void *vctx, int64_t b, int64_t e, int tid) {
   }
   (void)ies;
 }
+#endif
 
 static void zero_grad_in(void *vctx, int64_t b, int64_t e, int tid) {
   uctx *c = (uctx *)vctx;

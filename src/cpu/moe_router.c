@@ -17,6 +17,70 @@
 #define MAXE 512
 #define MAXK 16
 
+#ifdef XTE_MOE_VW
+/* ---------------------------------------------------------------- lanes
+ * Lane-wise transcriptions of xte_expf and xte_sigmoidf (src/numerics/xte_math.h): the same
+ * constants, the same IEEE operations in the same order, the branches as selects, so every lane
+ * gives the scalar function's bits. The including file (src/cpu/avx2/moe_avx2.c,
+ * src/cpu/avx512/moe_avx512.c) defines XTE_MOE_VW lanes, the vector / mask types xv / xm and the
+ * operations xv_*: ld, st, 1 (broadcast), add, sub, mul, div, fma, neg (sign flip), gt / ge / lt
+ * / le / eq (ordered compares), nan, max(a, b) = a > b ? a : b (b when either is NaN: x86 maxps),
+ * sel(m, a, b) = m ? a : b, pow2 (2^k for an integral k in the normal exponent range), and for
+ * masks xm_and, xm_bits (one bit per lane) and XTE_MOE_VMASK (every lane's bit); xv_cand(dst, m,
+ * base) writes base + the lanes set in m, ascending, to dst (VW ints written) and counts them;
+ * xv_stream(p, v) is a non-temporal store to p (VW * 4-byte aligned), xv_sfence() orders them. */
+static inline xv xv_expm1_poly(xv r) {
+  xv p = xv_1(2.48015873015873e-05f);
+  p = xv_fma(p, r, xv_1(1.98412698412698e-04f));
+  p = xv_fma(p, r, xv_1(1.38888888888889e-03f));
+  p = xv_fma(p, r, xv_1(8.33333333333333e-03f));
+  p = xv_fma(p, r, xv_1(4.16666666666667e-02f));
+  p = xv_fma(p, r, xv_1(1.66666666666667e-01f));
+  p = xv_fma(p, r, xv_1(0.5f));
+  return xv_fma(p, xv_mul(r, r), r);
+}
+
+/* xte_expf. xte_ldexp_small(y, k) = RN(y 2^k) is (y 2^k1) 2^k2 with an exact first product:
+ * k1 = 1, k2 = k - 1 above 127; k1 = k + 64, k2 = -64 below -125; else k1 = k, k2 = 0. When
+ * every lane is in [-86, 88] (no NaN, k in [-125, 127]) that is the one product y 2^k. */
+static inline xv xv_expf(xv x) {
+  const xv magic = xv_1(12582912.0f);
+  xv k = xv_sub(xv_add(xv_mul(x, xv_1(1.44269502162933349609375f)), magic), magic);
+  xv nk = xv_neg(k), r, y, k1, k2, res;
+  xm hi, lo;
+  r = xv_fma(nk, xv_1(0.693147182464599609375f), x);
+  r = xv_fma(nk, xv_1(-1.904654323148236e-09f), r);
+  y = xv_add(xv_1(1.0f), xv_expm1_poly(r));
+  if (xm_bits(xm_and(xv_ge(x, xv_1(-86.0f)), xv_le(x, xv_1(88.0f)))) == XTE_MOE_VMASK)
+    return xv_mul(y, xv_pow2(k));
+  hi = xv_gt(k, xv_1(127.0f));
+  lo = xv_lt(k, xv_1(-125.0f));
+  k1 = xv_sel(hi, xv_1(1.0f), xv_sel(lo, xv_add(k, xv_1(64.0f)), k));
+  k2 = xv_sel(hi, xv_sub(k, xv_1(1.0f)), xv_sel(lo, xv_1(-64.0f), xv_1(0.0f)));
+  res = xv_mul(xv_mul(y, xv_pow2(k1)), xv_pow2(k2));
+  res = xv_sel(xv_lt(x, xv_1(-103.97909545898438f)), xv_1(0.0f), res);
+  res = xv_sel(xv_gt(x, xv_1(88.72283935546875f)), xv_1(xte_bits_f32(0x7F800000u)), res);
+  return xv_sel(xv_nan(x), xv_add(x, x), res);
+}
+
+/* xte_sigmoidf: 1 / (1 + e^-x) for x >= 0, e^x / (1 + e^x) otherwise (NaN: the second). */
+static inline xv xv_sigmoidf(xv x) {
+  xm pos = xv_ge(x, xv_1(0.0f));
+  xv e = xv_expf(xv_sel(pos, xv_neg(x), x));
+  return xv_div(xv_sel(pos, xv_1(1.0f), e), xv_add(xv_1(1.0f), e));
+}
+#endif
+
+/* sc[e] = score(x[e]) (sigmoid / sqrtsoftplus). */
+static void score_row(const float *x, int E, int fn, float *sc) {
+  int e = 0;
+#ifdef XTE_MOE_VW
+  if (fn == XTE_MOE_SIGMOID)
+    for (; e + XTE_MOE_VW <= E; e += XTE_MOE_VW) xv_st(sc + e, xv_sigmoidf(xv_ld(x + e)));
+#endif
+  for (; e < E; e++) sc[e] = xte_moe_score(x[e], fn);
+}
+
 static void load_row(const xte_moe_view *v, int64_t t, int64_t n, float *x) {
   int64_t i;
   if (v->dtype == XTE_DTYPE_FP32) {
@@ -51,6 +115,24 @@ static void softmax_set(const float *x, const int *set, int n, float *p) {
   for (j = 0; j < n; j++) p[set[j]] = p[set[j]] / sum;
 }
 
+/* softmax_set over all E experts (the same steps; the exponentials and divisions lane-wise). */
+static void softmax_all(const float *x, int E, float *p) {
+  float m = xte_bits_f32(0xFF800000u), sum = 0.0f;
+  int e;
+  for (e = 0; e < E; e++) m = xte_fmaxf(m, x[e]);
+  e = 0;
+#ifdef XTE_MOE_VW
+  for (; e + XTE_MOE_VW <= E; e += XTE_MOE_VW) xv_st(p + e, xv_expf(xv_sub(xv_ld(x + e), xv_1(m))));
+#endif
+  for (; e < E; e++) p[e] = xte_expf(x[e] - m);
+  for (e = 0; e < E; e++) sum += p[e];
+  e = 0;
+#ifdef XTE_MOE_VW
+  for (; e + XTE_MOE_VW <= E; e += XTE_MOE_VW) xv_st(p + e, xv_div(xv_ld(p + e), xv_1(sum)));
+#endif
+  for (; e < E; e++) p[e] = p[e] / sum;
+}
+
 static void sort_asc(int *v, int n) {
   int i, j;
   for (i = 1; i < n; i++) {
@@ -60,31 +142,114 @@ static void sort_asc(int *v, int n) {
   }
 }
 
-/* Top-k of sel among the allowed experts (allowed NULL: all) in rank order. */
-static int topk_row(const float *sel, int E, const uint8_t *allowed, int k, int *idx) {
-  float vals[MAXE];
-  int n = 0, e;
-  for (e = 0; e < E; e++)
-    if (!allowed || allowed[e]) xte_moe_topk_insert(vals, idx, &n, k, sel[e], e);
+/* Top-k of sel among the allowed experts (allowed NULL: all) in rank order into idx, and the
+ * same experts ascending into asc. */
+static int topk_row(const float *sel, int E, const uint8_t *allowed, int k, int *idx, int *asc) {
+  float vals[MAXK];
+  int n = 0, e = 0;
+  if (allowed) {
+    for (e = 0; e < E; e++)
+      if (allowed[e]) xte_moe_topk_insert(vals, idx, &n, k, sel[e], e);
+    goto sort;
+  }
+#ifdef XTE_MOE_VW
+  /* The top-k of a set is that of any subset holding it (the rank order is total). The maxima of
+   * 16 disjoint strided subsets (lanes) are elements (NaN never wins, and a subset of NaNs only
+   * keeps -inf), so when at least k experts are >= thr = the k-th largest maximum, those hold
+   * the top-k: every other expert is smaller or NaN. Otherwise (NaN-heavy rows) all are scanned. */
+  if (E >= 4 * 16) {
+    enum { NACC = 16 / XTE_MOE_VW };
+    float mx[16], cv[16], thr = xte_bits_f32(0xFF800000u);
+    int cand[MAXE + 16], nc = 0, i, q;
+    xv acc[NACC];
+    for (q = 0; q < NACC; q++) acc[q] = xv_1(xte_bits_f32(0xFF800000u));
+    for (e = 0; e + 16 <= E; e += 16)
+      for (q = 0; q < NACC; q++) acc[q] = xv_max(xv_ld(sel + e + q * XTE_MOE_VW), acc[q]);
+    for (q = 0; q < NACC; q++) xv_st(mx + q * XTE_MOE_VW, acc[q]);
+    /* the k-th largest maximum: the largest m with at least k maxima >= m */
+    for (i = 0; i < 16; i++) {
+      int c = 0;
+      for (q = 0; q < NACC; q++) c += __builtin_popcount(xm_bits(xv_ge(acc[q], xv_1(mx[i]))));
+      thr = c >= k && mx[i] > thr ? mx[i] : thr;
+    }
+    for (e = 0; e + XTE_MOE_VW <= E; e += XTE_MOE_VW)
+      nc += xv_cand(cand + nc, xm_bits(xv_ge(xv_ld(sel + e), xv_1(thr))), e);
+    for (; e < E; e++)
+      if (sel[e] >= thr) cand[nc++] = e;
+    if (nc >= k && nc <= 16) {
+      /* no NaN among them: the rank of candidate i is the number of candidates greater, plus
+       * the equal ones of smaller index; the k best land in their places, the others in slot k */
+      const unsigned valid = (unsigned)((1ull << nc) - 1);
+      int ri[MAXK + 1], na = 0;
+      for (i = 0; i < nc; i++) cv[i] = sel[cand[i]];
+      for (; i < 16; i++) cv[i] = 0.0f;
+      for (q = 0; q < NACC; q++) acc[q] = xv_ld(cv + q * XTE_MOE_VW);
+      for (i = 0; i < nc; i++) {
+        const xv b = xv_1(cv[i]);
+        unsigned gt = 0, eq = 0;
+        int r;
+        for (q = 0; q < NACC; q++) {
+          gt |= xm_bits(xv_gt(acc[q], b)) << (q * XTE_MOE_VW);
+          eq |= xm_bits(xv_eq(acc[q], b)) << (q * XTE_MOE_VW);
+        }
+        r = __builtin_popcount((gt | (eq & ((1u << i) - 1))) & valid);
+        asc[na] = cand[i]; /* candidates ascend: the selected ones in order */
+        na += r < k;
+        r = r < k ? r : k;
+        ri[r] = cand[i];
+      }
+      for (i = 0; i < k; i++) idx[i] = ri[i];
+      return k;
+    }
+    if (nc >= k) {
+      for (i = 0; i < nc; i++) xte_moe_topk_insert(vals, idx, &n, k, sel[cand[i]], cand[i]);
+      goto sort;
+    }
+    e = 0;
+  }
+#endif
+  for (; e < E; e++) xte_moe_topk_insert(vals, idx, &n, k, sel[e], e);
+sort:
+  for (e = 0; e < n; e++) asc[e] = idx[e];
+  sort_asc(asc, n);
   return n;
 }
 
+#ifdef XTE_MOE_VW
+/* Large outputs (the dense probs and map) are written with non-temporal stores from a row built
+ * in L1: no read for ownership of lines that are wholly overwritten. */
+#define XTE_MOE_STREAM_BYTES ((int64_t)8 << 20)
+
+static void stream_row(void *dst, const void *src, size_t n) {
+  char *d = (char *)dst;
+  const char *s = (const char *)src;
+  const size_t V = XTE_MOE_VW * 4;
+  size_t h = (V - (size_t)((uintptr_t)d % V)) % V;
+  if (h > n) h = n;
+  memcpy(d, s, h);
+  for (d += h, s += h, n -= h; n >= V; n -= V, d += V, s += V)
+    xv_stream((float *)d, xv_ld((const float *)s));
+  memcpy(d, s, n);
+}
+#endif
+
 static void router_row(const xte_router_args *a, int64_t t, float *x, float *sc, float *sel,
-                       int *all) {
+                       int stream) {
   const int E = (int)a->E, k = a->topk;
   int idx[MAXK], asc[MAXK], e, j, n;
   float w[MAXE];
   uint8_t allowed[MAXE];
   int softmax = a->score == XTE_MOE_SOFTMAX;
+  (void)stream;
   load_row(&a->logits, t, E, x);
   /* scores */
   if (softmax) {
     if (a->pre_softmax)
-      softmax_set(x, all, E, sc);
+      softmax_all(x, E, sc);
     else
       for (e = 0; e < E; e++) sc[e] = x[e];
   } else {
-    for (e = 0; e < E; e++) sc[e] = xte_moe_score(x[e], a->score);
+    score_row(x, E, a->score, sc);
   }
   if (a->aux && !softmax && k > 1) { /* aux scores: normalised over all E */
     float s = 0.0f;
@@ -112,17 +277,16 @@ static void router_row(const xte_router_args *a, int64_t t, float *x, float *sc,
     memset(allowed, 0, (size_t)E);
     for (j = 0; j < ng; j++) keep[j] = gidx[j];
     for (j = 0; j < ng; j++) memset(allowed + keep[j] * gs, 1, (size_t)gs);
-    n = topk_row(sel, E, allowed, k, idx);
+    n = topk_row(sel, E, allowed, k, idx, asc);
   } else {
-    n = topk_row(sel, E, NULL, k, idx);
+    n = topk_row(sel, E, NULL, k, idx, asc);
   }
-  /* weights (unbiased scores) */
-  for (j = 0; j < n; j++) asc[j] = idx[j];
-  sort_asc(asc, n);
-  for (e = 0; e < E; e++) w[e] = 0.0f;
+  /* weights (unbiased scores); w is read at the selected experts only, but for aux (all set)
+   * and the saved post-top-k softmax (0 elsewhere) */
   if (a->aux) {
     for (e = 0; e < E; e++) w[e] = sc[e];
   } else if (softmax && !a->pre_softmax) {
+    for (e = 0; e < E; e++) w[e] = 0.0f;
     softmax_set(sc, asc, n, w);
     if (a->saved.data) memcpy((float *)a->saved.data + t * a->saved.ld, w, (size_t)E * 4);
   } else if (!softmax && k > 1) {
@@ -136,7 +300,19 @@ static void router_row(const xte_router_args *a, int64_t t, float *x, float *sc,
   /* outputs */
   if (a->probs.data) {
     float *p = (float *)a->probs.data + t * a->probs.ld;
-    if (a->aux) {
+#ifdef XTE_MOE_VW
+    float pr[MAXE];
+    if (stream) {
+      if (a->aux) {
+        stream_row(p, w, (size_t)E * 4);
+      } else {
+        for (e = 0; e < E; e++) pr[e] = 0.0f;
+        for (j = 0; j < n; j++) pr[idx[j]] = a->scaling * w[idx[j]];
+        stream_row(p, pr, (size_t)E * 4);
+      }
+    } else
+#endif
+        if (a->aux) {
       for (e = 0; e < E; e++) p[e] = w[e];
     } else {
       for (e = 0; e < E; e++) p[e] = 0.0f;
@@ -145,8 +321,18 @@ static void router_row(const xte_router_args *a, int64_t t, float *x, float *sc,
   }
   if (a->map.data) {
     uint8_t *m = (uint8_t *)a->map.data + t * a->map.ld;
-    memset(m, 0, (size_t)E);
-    for (j = 0; j < n; j++) m[idx[j]] = 1;
+#ifdef XTE_MOE_VW
+    uint8_t mr[MAXE];
+    if (stream) {
+      memset(mr, 0, (size_t)E);
+      for (j = 0; j < n; j++) mr[idx[j]] = 1;
+      stream_row(m, mr, (size_t)E);
+    } else
+#endif
+    {
+      memset(m, 0, (size_t)E);
+      for (j = 0; j < n; j++) m[idx[j]] = 1;
+    }
   }
   if (a->bits.data) {
     uint8_t *b = (uint8_t *)a->bits.data + t * a->bits.ld;
@@ -171,16 +357,34 @@ static void router_row(const xte_router_args *a, int64_t t, float *x, float *sc,
 static void router_range(void *ctx, int64_t b, int64_t e, int tid) {
   const xte_router_args *a = (const xte_router_args *)ctx;
   float x[MAXE], sc[MAXE], sel[MAXE];
-  int all[MAXE], i;
   int64_t t;
+  int stream = 0;
   (void)tid;
-  for (i = 0; i < (int)a->E; i++) all[i] = i;
-  for (t = b; t < e; t++) router_row(a, t, x, sc, sel, all);
+#ifdef XTE_MOE_VW
+  stream = a->T * a->E * 4 >= XTE_MOE_STREAM_BYTES;
+#endif
+  for (t = b; t < e; t++) router_row(a, t, x, sc, sel, stream);
+#ifdef XTE_MOE_VW
+  if (stream) xv_sfence();
+#endif
 }
 
 xte_status XTE_MOE_NAME(xte_cpu_moe_router_forward)(const xte_router_args *a, void *handle) {
 #ifdef XTE_MOE_GENERIC
-  if (xte_cpu_get_isa() != XTE_CPU_ISA_SCALAR) return xte_cpu_moe_router_forward_avx2(a, handle);
+  switch (xte_cpu_get_isa()) {
+    case XTE_CPU_ISA_SCALAR:
+      break;
+#ifdef XTE_HAVE_AVX512
+    case XTE_CPU_ISA_AVX512:
+      return xte_cpu_moe_router_forward_avx512(a, handle);
+#endif
+#ifdef XTE_HAVE_SIMDE
+    case XTE_CPU_ISA_AVX512_SIMDE:
+      return xte_cpu_moe_router_forward_avx512_simde(a, handle);
+#endif
+    default:
+      return xte_cpu_moe_router_forward_avx2(a, handle);
+  }
 #endif
   (void)handle;
   xte_parallel_for(a->T, router_range, (void *)a);
@@ -235,7 +439,20 @@ static void router_bwd_range(void *ctx, int64_t b, int64_t e, int tid) {
 
 xte_status XTE_MOE_NAME(xte_cpu_moe_router_backward)(const xte_router_bwd_args *a, void *handle) {
 #ifdef XTE_MOE_GENERIC
-  if (xte_cpu_get_isa() != XTE_CPU_ISA_SCALAR) return xte_cpu_moe_router_backward_avx2(a, handle);
+  switch (xte_cpu_get_isa()) {
+    case XTE_CPU_ISA_SCALAR:
+      break;
+#ifdef XTE_HAVE_AVX512
+    case XTE_CPU_ISA_AVX512:
+      return xte_cpu_moe_router_backward_avx512(a, handle);
+#endif
+#ifdef XTE_HAVE_SIMDE
+    case XTE_CPU_ISA_AVX512_SIMDE:
+      return xte_cpu_moe_router_backward_avx512_simde(a, handle);
+#endif
+    default:
+      return xte_cpu_moe_router_backward_avx2(a, handle);
+  }
 #endif
   (void)handle;
   xte_parallel_for(a->T, router_bwd_range, (void *)a);

@@ -1,0 +1,55 @@
+/* The MoE router driver (src/cpu/moe_router.c) on 16 AVX-512 lanes: the score functions and the
+ * top-k filter. Built natively, and a second time against SIMDe (XTE_AVX512_SIMDE, the emulated
+ * ISA the tests run everywhere), as src/cpu/avx512/kernels_avx512.c is. The lanes reproduce the
+ * scalar functions bit for bit (tests/test_moe_router.c compares every ISA). The other MoE
+ * drivers use the AVX2 build for this ISA too. */
+#ifdef XTE_AVX512_SIMDE
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+#define XTE_MOE_NAME(x) x##_avx512_simde
+#else
+#include <immintrin.h>
+#define XTE_MOE_NAME(x) x##_avx512
+#endif
+
+#define XTE_MOE_VW 16
+typedef __m512 xv;
+typedef __mmask16 xm;
+#define xv_ld(p) _mm512_loadu_ps(p)
+#define xv_st(p, v) _mm512_storeu_ps((p), (v))
+#define xv_1(f) _mm512_set1_ps(f)
+#define xv_add(a, b) _mm512_add_ps((a), (b))
+#define xv_sub(a, b) _mm512_sub_ps((a), (b))
+#define xv_mul(a, b) _mm512_mul_ps((a), (b))
+#define xv_div(a, b) _mm512_div_ps((a), (b))
+#define xv_fma(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define xv_neg(a) \
+  _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi32(INT32_MIN)))
+#define xv_gt(a, b) _mm512_cmp_ps_mask((a), (b), _CMP_GT_OQ)
+#define xv_ge(a, b) _mm512_cmp_ps_mask((a), (b), _CMP_GE_OQ)
+#define xv_lt(a, b) _mm512_cmp_ps_mask((a), (b), _CMP_LT_OQ)
+#define xv_nan(a) _mm512_cmp_ps_mask((a), (a), _CMP_UNORD_Q)
+#define xv_sel(m, a, b) _mm512_mask_blend_ps((m), (b), (a))
+#define xv_le(a, b) _mm512_cmp_ps_mask((a), (b), _CMP_LE_OQ)
+#define xv_max(a, b) _mm512_max_ps((a), (b))
+#define xm_and(a, b) ((xm)((a) & (b)))
+#define XTE_MOE_VMASK 0xFFFFu
+#define xv_eq(a, b) _mm512_cmp_ps_mask((a), (b), _CMP_EQ_OQ)
+#define xv_stream(p, v) _mm512_stream_ps((p), (v))
+#define xv_sfence() _mm_sfence()
+#define xm_bits(m) ((unsigned)(m))
+static inline __m512 xv_pow2(__m512 k) {
+  __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
+}
+
+/* Writes base + the lanes set in m (ascending) to dst (16 ints written), returns their count. */
+static inline int xv_cand(int *dst, unsigned m, int base) {
+  __m512i i =
+      _mm512_add_epi32(_mm512_set1_epi32(base),
+                       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  _mm512_storeu_si512(dst, _mm512_maskz_compress_epi32((__mmask16)m, i));
+  return __builtin_popcount(m);
+}
+
+#include "cpu/moe_router.c"
