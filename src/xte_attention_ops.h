@@ -52,6 +52,8 @@ typedef struct xte_attn_kernels {
                const float *B, int64_t ldb, float *C, int64_t ldc, int acc);
   /* p[j] = xte_exp2f(t[j] - m) for j < n, n a multiple of 16 */
   void (*exp2_sub)(const float *t, float m, int64_t n, float *p);
+  /* y[j] = xte_exp2f(x[j]) for j < n, any n, every element through the ISA's lanes (tests) */
+  void (*exp2_n)(const float *x, float *y, int64_t n);
 } xte_attn_kernels;
 
 extern const xte_attn_kernels xte_attn_kernels_scalar;
@@ -62,5 +64,11 @@ extern const xte_attn_kernels xte_attn_kernels_avx512;
 #ifdef XTE_HAVE_SIMDE
 extern const xte_attn_kernels xte_attn_kernels_avx512_simde;
 #endif
+
+/* Test hook, not public API (no public header declares it): the attention kernels' exp2 of ISA
+ * isa (exp2_n above) on x[0 .. n), into y. XTE_ERROR_UNSUPPORTED when the ISA cannot run here.
+ * Exported only so that tests/test_attention_lanes.c can check every lane exhaustively. */
+XTE_API xte_status xte_internal_attention_exp2(xte_cpu_isa isa, const float *x, float *y,
+                                               int64_t n);
 
 #endif /* XTE_ATTENTION_OPS_H */

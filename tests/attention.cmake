@@ -1,7 +1,11 @@
 # Attention tests: labels and time limits.
 foreach(t test_attention_fwd test_attention_bwd test_attention_bitident test_attention_bad_input
-         test_attention_fp8)
+         test_attention_fp8 test_attention_lanes)
   if(TEST ${t})
     set_tests_properties(${t} PROPERTIES LABELS "attention" TIMEOUT 600)
   endif()
 endforeach()
+# test_attention_lanes reads xte_math.h and the internal test hook's declaration under src/.
+if(TARGET test_attention_lanes)
+  target_include_directories(test_attention_lanes PRIVATE ${PROJECT_SOURCE_DIR}/src)
+endif()

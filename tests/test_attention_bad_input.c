@@ -7,18 +7,7 @@
 static acase small(xte_attn_layout L) {
   static const int32_t lq[2] = {3, 5};
   static const int32_t lk[2] = {4, 2};
-  acase c;
-  memset(&c, 0, sizeof c);
-  c.layout = L;
-  c.dt = XTE_DTYPE_FP32;
-  c.b = 2;
-  c.sq = 6;
-  c.skv = 7;
-  c.hq = 4;
-  c.hkv = 2;
-  c.dqk = 16;
-  c.dv = 16;
-  c.wl = c.wr = -1;
+  acase c = ta_case(L, F32, 2, 6, 7, 4, 2, 16, 16, NOMASK);
   c.lens_q = lq;
   c.lens_kv = lk;
   return c;
@@ -67,6 +56,16 @@ static void expect_fail(adata *d, int bwd, xte_status want, const char *needle) 
   }
 }
 
+/* A fresh setup of case c into d, then the statements after needle (which break it), then
+ * expect_fail(&d, bwd, want, needle). */
+#define BAD(bwd, want, needle, ...)     \
+  do {                                  \
+    ta_setup(&d, &c);                   \
+    __VA_ARGS__                         \
+    expect_fail(&d, bwd, want, needle); \
+    ta_free(&d);                        \
+  } while (0)
+
 Test(attention_bad_input, valid_baseline) {
   adata d;
   acase c = small(XTE_ATTN_LAYOUT_BSHD);
@@ -85,42 +84,15 @@ Test(attention_bad_input, shapes_and_heads) {
   acase c = small(XTE_ATTN_LAYOUT_BSHD);
   int bwd;
   for (bwd = 0; bwd < 2; bwd++) {
-    ta_setup(&d, &c);
-    d.K.shape[2] = 3; /* h_q = 4 not a multiple of 3 */
-    d.V.shape[2] = 3;
-    expect_fail(&d, bwd, XTE_ERROR_SHAPE, "h_kv");
-    ta_free(&d);
-
-    ta_setup(&d, &c);
-    d.Q.shape[3] = 300;
-    d.K.shape[3] = 300;
-    expect_fail(&d, bwd, XTE_ERROR_SHAPE, "d_qk");
-    ta_free(&d);
-
-    ta_setup(&d, &c);
-    d.K.shape[3] = 8;
-    expect_fail(&d, bwd, XTE_ERROR_SHAPE, "head dim");
-    ta_free(&d);
-
-    ta_setup(&d, &c);
-    d.O.shape[1] = 5;
-    expect_fail(&d, bwd, XTE_ERROR_SHAPE, "O");
-    ta_free(&d);
-
-    ta_setup(&d, &c);
-    d.L.shape[2] = 5;
-    expect_fail(&d, bwd, XTE_ERROR_SHAPE, "lse");
-    ta_free(&d);
-
-    ta_setup(&d, &c);
-    d.Q.rank = 3;
-    expect_fail(&d, bwd, XTE_ERROR_SHAPE, "Q");
-    ta_free(&d);
+    /* h_q = 4 not a multiple of 3 */
+    BAD(bwd, XTE_ERROR_SHAPE, "h_kv", d.K.shape[2] = 3; d.V.shape[2] = 3;);
+    BAD(bwd, XTE_ERROR_SHAPE, "d_qk", d.Q.shape[3] = 300; d.K.shape[3] = 300;);
+    BAD(bwd, XTE_ERROR_SHAPE, "head dim", d.K.shape[3] = 8;);
+    BAD(bwd, XTE_ERROR_SHAPE, "O", d.O.shape[1] = 5;);
+    BAD(bwd, XTE_ERROR_SHAPE, "lse", d.L.shape[2] = 5;);
+    BAD(bwd, XTE_ERROR_SHAPE, "Q", d.Q.rank = 3;);
   }
-  ta_setup(&d, &c);
-  d.dK.shape[2] = 1;
-  expect_fail(&d, 1, XTE_ERROR_SHAPE, "dK");
-  ta_free(&d);
+  BAD(1, XTE_ERROR_SHAPE, "dK", d.dK.shape[2] = 1;);
 }
 
 Test(attention_bad_input, dtypes_and_config) {
@@ -128,45 +100,15 @@ Test(attention_bad_input, dtypes_and_config) {
   acase c = small(XTE_ATTN_LAYOUT_BSHD);
   int bwd;
   for (bwd = 0; bwd < 2; bwd++) {
-    ta_setup(&d, &c);
-    d.K.dtype = XTE_DTYPE_BF16;
-    expect_fail(&d, bwd, XTE_ERROR_DTYPE, "dtypes differ");
-    ta_free(&d);
-
-    ta_setup(&d, &c);
-    d.O.dtype = XTE_DTYPE_BF16;
-    expect_fail(&d, bwd, XTE_ERROR_DTYPE, "O");
-    ta_free(&d);
-
-    ta_setup(&d, &c);
-    d.L.dtype = XTE_DTYPE_BF16;
-    expect_fail(&d, bwd, XTE_ERROR_DTYPE, "lse");
-    ta_free(&d);
-
-    ta_setup(&d, &c);
-    d.cfg.mask = (xte_attn_mask)9;
-    expect_fail(&d, bwd, XTE_ERROR_INVALID_ARGUMENT, "config->mask");
-    ta_free(&d);
-
-    ta_setup(&d, &c);
-    d.cfg.window_left = -2;
-    expect_fail(&d, bwd, XTE_ERROR_INVALID_ARGUMENT, "window_left");
-    ta_free(&d);
-
-    ta_setup(&d, &c);
-    d.cfg.softcap = -1.0f;
-    expect_fail(&d, bwd, XTE_ERROR_INVALID_ARGUMENT, "softcap");
-    ta_free(&d);
-
-    ta_setup(&d, &c);
-    d.Q.data = NULL;
-    expect_fail(&d, bwd, XTE_ERROR_NULL_POINTER, "Q->data");
-    ta_free(&d);
+    BAD(bwd, XTE_ERROR_DTYPE, "dtypes differ", d.K.dtype = XTE_DTYPE_BF16;);
+    BAD(bwd, XTE_ERROR_DTYPE, "O", d.O.dtype = XTE_DTYPE_BF16;);
+    BAD(bwd, XTE_ERROR_DTYPE, "lse", d.L.dtype = XTE_DTYPE_BF16;);
+    BAD(bwd, XTE_ERROR_INVALID_ARGUMENT, "config->mask", d.cfg.mask = (xte_attn_mask)9;);
+    BAD(bwd, XTE_ERROR_INVALID_ARGUMENT, "window_left", d.cfg.window_left = -2;);
+    BAD(bwd, XTE_ERROR_INVALID_ARGUMENT, "softcap", d.cfg.softcap = -1.0f;);
+    BAD(bwd, XTE_ERROR_NULL_POINTER, "Q->data", d.Q.data = NULL;);
   }
-  ta_setup(&d, &c);
-  d.dV.dtype = XTE_DTYPE_FP16;
-  expect_fail(&d, 1, XTE_ERROR_DTYPE, "dV");
-  ta_free(&d);
+  BAD(1, XTE_ERROR_DTYPE, "dV", d.dV.dtype = XTE_DTYPE_FP16;);
   ta_setup(&d, &c);
   cr_expect_eq(xte_attention_fwd(&d.Q, &d.K, &d.V, &d.O, &d.L, NULL, NULL), XTE_ERROR_NULL_POINTER);
   cr_expect(strstr(xte_last_error(), "config") != NULL);
@@ -178,43 +120,24 @@ Test(attention_bad_input, cu_seqlens) {
   acase c = small(XTE_ATTN_LAYOUT_THD);
   int bwd;
   for (bwd = 0; bwd < 2; bwd++) {
-    ta_setup(&d, &c);
-    d.cu_q[1] = 9; /* cu_q = {0, 9, 8}: decreasing */
-    d.cfg.max_seqlen_q = 1000;
-    expect_fail(&d, bwd, XTE_ERROR_INVALID_ARGUMENT, "cu_seqlens_q");
-    ta_free(&d);
-
-    ta_setup(&d, &c);
-    d.cu_kv[2] = 100; /* beyond the tensor */
-    d.cfg.max_seqlen_kv = 1000;
-    expect_fail(&d, bwd, XTE_ERROR_SHAPE, "cu_seqlens_kv");
-    ta_free(&d);
-
-    ta_setup(&d, &c);
-    d.cfg.max_seqlen_q = 4; /* a sequence of 5 */
-    expect_fail(&d, bwd, XTE_ERROR_SHAPE, "cu_seqlens_q");
-    ta_free(&d);
-
-    ta_setup(&d, &c);
-    d.cfg.cu_seqlens_kv = NULL;
-    expect_fail(&d, bwd, XTE_ERROR_NULL_POINTER, "cu_seqlens_kv");
-    ta_free(&d);
+    /* cu_q = {0, 9, 8}: decreasing */
+    BAD(bwd, XTE_ERROR_INVALID_ARGUMENT, "cu_seqlens_q", d.cu_q[1] = 9; d.cfg.max_seqlen_q = 1000;);
+    /* beyond the tensor */
+    BAD(bwd, XTE_ERROR_SHAPE, "cu_seqlens_kv", d.cu_kv[2] = 100; d.cfg.max_seqlen_kv = 1000;);
+    /* a sequence of 5 */
+    BAD(bwd, XTE_ERROR_SHAPE, "cu_seqlens_q", d.cfg.max_seqlen_q = 4;);
+    BAD(bwd, XTE_ERROR_NULL_POINTER, "cu_seqlens_kv", d.cfg.cu_seqlens_kv = NULL;);
   }
   /* padding lengths past s */
   c = small(XTE_ATTN_LAYOUT_BSHD);
   c.padded = 1;
-  ta_setup(&d, &c);
-  d.cu_kv[2] = d.cu_kv[1] + 8; /* s_kv = 7 */
-  expect_fail(&d, 0, XTE_ERROR_SHAPE, "cu_seqlens_kv");
-  ta_free(&d);
+  /* s_kv = 7 */
+  BAD(0, XTE_ERROR_SHAPE, "cu_seqlens_kv", d.cu_kv[2] = d.cu_kv[1] + 8;);
 }
 
 Test(attention_bad_input, fp8_backward_unsupported) {
   adata d;
   acase c = small(XTE_ATTN_LAYOUT_BSHD);
-  ta_setup(&d, &c);
-  d.Q.dtype = d.K.dtype = d.V.dtype = XTE_DTYPE_E4M3;
-  d.O.dtype = d.dO.dtype = d.dQ.dtype = d.dK.dtype = d.dV.dtype = XTE_DTYPE_E4M3;
-  expect_fail(&d, 1, XTE_ERROR_UNSUPPORTED, "e4m3");
-  ta_free(&d);
+  BAD(1, XTE_ERROR_UNSUPPORTED, "e4m3", d.Q.dtype = d.K.dtype = d.V.dtype = XTE_DTYPE_E4M3;
+      d.O.dtype = d.dO.dtype = d.dQ.dtype = d.dK.dtype = d.dV.dtype = XTE_DTYPE_E4M3;);
 }

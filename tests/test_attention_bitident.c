@@ -80,19 +80,7 @@ static void check_case(const acase *c, const char *name) {
 
 static acase base(xte_attn_layout L, xte_dtype dt, int64_t b, int64_t sq, int64_t skv, int64_t hq,
                   int64_t hkv, int64_t dqk, int64_t dv, xte_attn_mask m) {
-  acase c;
-  memset(&c, 0, sizeof c);
-  c.layout = L;
-  c.dt = dt;
-  c.b = b;
-  c.sq = sq;
-  c.skv = skv;
-  c.hq = hq;
-  c.hkv = hkv;
-  c.dqk = dqk;
-  c.dv = dv;
-  c.mask = m;
-  c.wl = c.wr = -1;
+  acase c = ta_case(L, dt, b, sq, skv, hq, hkv, dqk, dv, m);
   c.seed = 99;
   return c;
 }

@@ -5,31 +5,9 @@
 
 #include "test_attention_oracle.h"
 
-#define BSHD XTE_ATTN_LAYOUT_BSHD
-#define SBHD XTE_ATTN_LAYOUT_SBHD
-#define THD XTE_ATTN_LAYOUT_THD
-#define F32 XTE_DTYPE_FP32
-#define BF16 XTE_DTYPE_BF16
-#define F16 XTE_DTYPE_FP16
-#define NOMASK XTE_ATTN_MASK_NONE
-#define CAUSAL XTE_ATTN_MASK_CAUSAL
-#define CAUSAL_BR XTE_ATTN_MASK_CAUSAL_BOTTOM_RIGHT
-
 static acase mk(xte_attn_layout L, xte_dtype dt, int64_t b, int64_t sq, int64_t skv, int64_t hq,
                 int64_t hkv, int64_t dqk, int64_t dv, xte_attn_mask m) {
-  acase c;
-  memset(&c, 0, sizeof c);
-  c.layout = L;
-  c.dt = dt;
-  c.b = b;
-  c.sq = sq;
-  c.skv = skv;
-  c.hq = hq;
-  c.hkv = hkv;
-  c.dqk = dqk;
-  c.dv = dv;
-  c.mask = m;
-  c.wl = c.wr = -1;
+  acase c = ta_case(L, dt, b, sq, skv, hq, hkv, dqk, dv, m);
   c.seed = (uint64_t)(sq * 31 + skv * 17 + hq * 5 + dqk + (int)m * 100 + (int)dt * 7);
   return c;
 }

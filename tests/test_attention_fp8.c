@@ -28,18 +28,7 @@ static void fp8_case(xte_attn_mask mask, xte_dtype out, int64_t sq, int64_t skv,
   void *o;
   xte_tensor Q, K, V, O;
   xte_attention_config cfg;
-  memset(&c, 0, sizeof c);
-  c.layout = XTE_ATTN_LAYOUT_BSHD;
-  c.dt = XTE_DTYPE_FP32;
-  c.b = 2;
-  c.sq = sq;
-  c.skv = skv;
-  c.hq = hq;
-  c.hkv = hkv;
-  c.dqk = 64;
-  c.dv = 64;
-  c.mask = mask;
-  c.wl = c.wr = -1;
+  c = ta_case(BSHD, F32, 2, sq, skv, hq, hkv, 64, 64, mask);
   ta_setup(&d, &c);
   for (i = 0; i < c.b * hkv; i++) {
     dsq[i] = 0.25f + 0.125f * (float)i;

@@ -42,6 +42,36 @@ typedef struct adata {
   double *o_nv, *lse_nv, *dq_nv, *dk_nv, *dv_nv;
 } adata;
 
+/* Short names for the case tables. */
+#define BSHD XTE_ATTN_LAYOUT_BSHD
+#define SBHD XTE_ATTN_LAYOUT_SBHD
+#define THD XTE_ATTN_LAYOUT_THD
+#define F32 XTE_DTYPE_FP32
+#define BF16 XTE_DTYPE_BF16
+#define F16 XTE_DTYPE_FP16
+#define NOMASK XTE_ATTN_MASK_NONE
+#define CAUSAL XTE_ATTN_MASK_CAUSAL
+#define CAUSAL_BR XTE_ATTN_MASK_CAUSAL_BOTTOM_RIGHT
+
+/* A case without window, softcap, ALiBi, explicit scale or lengths; seed 0 (ta_setup's default). */
+static inline acase ta_case(xte_attn_layout L, xte_dtype dt, int64_t b, int64_t sq, int64_t skv,
+                            int64_t hq, int64_t hkv, int64_t dqk, int64_t dv, xte_attn_mask m) {
+  acase c;
+  memset(&c, 0, sizeof c);
+  c.layout = L;
+  c.dt = dt;
+  c.b = b;
+  c.sq = sq;
+  c.skv = skv;
+  c.hq = hq;
+  c.hkv = hkv;
+  c.dqk = dqk;
+  c.dv = dv;
+  c.mask = m;
+  c.wl = c.wr = -1;
+  return c;
+}
+
 static inline uint64_t ta_rng(uint64_t *s) {
   uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;

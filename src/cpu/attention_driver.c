@@ -71,24 +71,12 @@ static size_t dt_size(int dtype) {
   return dtype == XTE_DTYPE_FP32 ? 4 : dtype == XTE_DTYPE_E4M3 ? 1 : 2;
 }
 
-/* Sequence b: first token (packed) / 0, and the lengths. */
-static void seq_q(const xte_attn_args *a, int64_t b, int64_t *t0, int64_t *len) {
-  if (a->packed) {
-    *t0 = a->cu_q[b];
-    *len = (int64_t)a->cu_q[b + 1] - a->cu_q[b];
-  } else {
-    *t0 = 0;
-    *len = a->cu_q ? (int64_t)a->cu_q[b + 1] - a->cu_q[b] : a->sq;
-  }
-}
-static void seq_kv(const xte_attn_args *a, int64_t b, int64_t *t0, int64_t *len) {
-  if (a->packed) {
-    *t0 = a->cu_kv[b];
-    *len = (int64_t)a->cu_kv[b + 1] - a->cu_kv[b];
-  } else {
-    *t0 = 0;
-    *len = a->cu_kv ? (int64_t)a->cu_kv[b + 1] - a->cu_kv[b] : a->skv;
-  }
+/* Sequence b of the queries (kv = 0) or the keys (kv = 1): its first token (packed; else 0)
+ * and its length (cu_seqlens are always given when packed). */
+static void seq(const xte_attn_args *a, int kv, int64_t b, int64_t *t0, int64_t *len) {
+  const int32_t *cu = kv ? a->cu_kv : a->cu_q;
+  *t0 = a->packed ? cu[b] : 0;
+  *len = cu ? (int64_t)cu[b + 1] - cu[b] : kv ? a->skv : a->sq;
 }
 
 static int64_t eoff(const xte_attn_tensor *t, int64_t b, int64_t tok, int64_t h) {
@@ -180,6 +168,58 @@ static void pack_kv(const actx *c, const xte_attn_tensor *X, int64_t b, int64_t 
     for (k = 0; k < d; k++) memset(XT + k * BN + nb, 0, (size_t)(BN - nb) * sizeof(float));
 }
 
+/* Loads n rows of tensor X, tokens [tok0, tok0 + n) of (b, head h), d columns each, into
+ * dst[r * ld]. */
+static void load_rows(const actx *c, const xte_attn_tensor *X, int64_t b, int64_t tok0, int64_t h,
+                      int64_t n, int64_t d, float *dst, int64_t ld) {
+  int64_t r;
+  for (r = 0; r < n; r++) load_row(c, X, c->a->dtype, eoff(X, b, tok0 + r, h), d, dst + r * ld);
+}
+
+/* The visible keys [lo[r], hi[r]) of query rows i0 + r, r < nr, and (jlo, jhi non-NULL) the hull
+ * [*jlo, *jhi) of the non-empty ones (empty: *jlo >= *jhi). */
+static void row_ranges(const xte_attn_args *a, int64_t i0, int64_t nr, int64_t lq, int64_t lkv,
+                       int64_t *lo, int64_t *hi, int64_t *jlo, int64_t *jhi) {
+  int64_t r;
+  if (jlo) {
+    *jlo = INT64_MAX;
+    *jhi = 0;
+  }
+  for (r = 0; r < nr; r++) {
+    xte_attn_row_range(i0 + r, lq, lkv, a->mask, a->window_left, a->window_right, &lo[r], &hi[r]);
+    if (jlo && lo[r] < hi[r]) {
+      *jlo = min64(*jlo, lo[r]);
+      *jhi = max64(*jhi, hi[r]);
+    }
+  }
+}
+
+/* act[r]: row r < nr sees a key of the block [j0, j0 + nb); [*ra, *rb): from the first such row
+ * to past the last. Returns 0 when no row does. */
+static int active_rows(const int64_t *lo, const int64_t *hi, int64_t nr, int64_t j0, int64_t nb,
+                       char *act, int64_t *ra, int64_t *rb) {
+  int64_t r;
+  *ra = *rb = -1;
+  for (r = 0; r < nr; r++) {
+    act[r] = max64(lo[r], j0) < min64(hi[r], j0 + nb);
+    if (act[r]) {
+      if (*ra < 0) *ra = r;
+      *rb = r + 1;
+    }
+  }
+  return *ra >= 0;
+}
+
+/* The next run [*r, *e) of consecutive active rows at or after *r, below rb; 0 when none is left.
+ * Use: for (r = ra; next_run(act, rb, &r, &e); r = e) ... */
+static int next_run(const char *act, int64_t rb, int64_t *r, int64_t *e) {
+  while (*r < rb && !act[*r]) (*r)++;
+  if (*r >= rb) return 0;
+  for (*e = *r; *e < rb && act[*e]; (*e)++) {
+  }
+  return 1;
+}
+
 /* ---------------------------------------------------------------- scheduler */
 static void sched_thread(void *p, int64_t begin, int64_t end, int tid) {
   actx *c = (actx *)p;
@@ -229,14 +269,14 @@ static xte_status make_q_tasks(actx *c) {
   const xte_attn_args *a = c->a;
   int64_t b, h, n = 0, t0, len, maxt = 0, ti;
   for (b = 0; b < a->batch; b++) {
-    seq_q(a, b, &t0, &len);
+    seq(a, 0, b, &t0, &len);
     n += (len + BM - 1) / BM * a->hq;
     if ((len + BM - 1) / BM > maxt) maxt = (len + BM - 1) / BM;
   }
   XTE_TRY(alloc_tasks(c, n));
   for (ti = maxt - 1; ti >= 0; ti--)
     for (b = 0; b < a->batch; b++) {
-      seq_q(a, b, &t0, &len);
+      seq(a, 0, b, &t0, &len);
       if (ti * BM >= len) continue;
       for (h = 0; h < a->hq; h++) add_task(c, b, h, ti * BM);
     }
@@ -307,7 +347,7 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
   const xte_attn_kernels *K = c->K;
   const int64_t b = c->tb[task], h = c->th[task], i0 = c->ti[task];
   const int64_t dq = a->dqk, dv = a->dv, dvp = c->dvp, hk = h / c->G;
-  int64_t qt0, lq, kt0, lkv, nr, r, jlo = INT64_MAX, jhi = 0, j0, off;
+  int64_t qt0, lq, kt0, lkv, nr, r, e, jlo, jhi, j0, off;
   float *Qf = ws;                  /* [BM][dq] */
   float *Kt = Qf + BM * dq;        /* [dq][BN] */
   float *Vf = Kt + dq * BN;        /* [BN][dvp] */
@@ -321,32 +361,21 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
   float vdesc;
   xte_attn_score sp = score_for(a, b, h, &vdesc);
 
-  seq_q(a, b, &qt0, &lq);
-  seq_kv(a, b, &kt0, &lkv);
+  seq(a, 0, b, &qt0, &lq);
+  seq(a, 1, b, &kt0, &lkv);
   off = lkv - lq;
   nr = min64(BM, lq - i0);
+  load_rows(c, &a->q, b, qt0 + i0, h, nr, dq, Qf, dq);
+  row_ranges(a, i0, nr, lq, lkv, lo, hi, &jlo, &jhi);
   for (r = 0; r < nr; r++) {
-    load_row(c, &a->q, a->dtype, eoff(&a->q, b, qt0 + i0 + r, h), dq, Qf + r * dq);
-    xte_attn_row_range(i0 + r, lq, lkv, a->mask, a->window_left, a->window_right, &lo[r], &hi[r]);
-    if (lo[r] < hi[r]) {
-      jlo = min64(jlo, lo[r]);
-      jhi = max64(jhi, hi[r]);
-    }
     m[r] = xte_attn_neg_inf();
     l[r] = 0.0f;
   }
   memset(Oa, 0, sizeof(float) * (size_t)(BM * dvp));
   for (j0 = jlo < jhi ? jlo / BN * BN : 0; j0 < jhi; j0 += BN) {
     const int64_t nb = min64(BN, lkv - j0);
-    int64_t ra = -1, rb = -1;
-    for (r = 0; r < nr; r++) {
-      act[r] = max64(lo[r], j0) < min64(hi[r], j0 + nb);
-      if (act[r]) {
-        if (ra < 0) ra = r;
-        rb = r + 1;
-      }
-    }
-    if (ra < 0) continue;
+    int64_t ra, rb;
+    if (!active_rows(lo, hi, nr, j0, nb, act, &ra, &rb)) continue;
     pack_kv(c, &a->k, b, kt0, hk, j0, nb, dq, Kt, NULL, 0, T);
     pack_kv(c, &a->v, b, kt0, hk, j0, nb, dv, NULL, Vf, dvp, NULL);
     K->gemm(rb - ra, BN, dq, Qf + ra * dq, dq, 1, Kt, BN, S + ra * BN, BN, 0);
@@ -362,16 +391,8 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
       l[r] = xte_fmaf(l[r], alpha, xte_attn_sum64(P + r * BN));
       for (cc = 0; cc < dvp; cc++) o[cc] = o[cc] * alpha;
     }
-    for (r = ra; r < rb;) {
-      int64_t e = r;
-      if (!act[r]) {
-        r++;
-        continue;
-      }
-      while (e < rb && act[e]) e++;
+    for (r = ra; next_run(act, rb, &r, &e); r = e)
       K->gemm(e - r, dvp, nb, P + r * BN, BN, 1, Vf, dvp, Oa + r * dvp, dvp, 1);
-      r = e;
-    }
   }
   for (r = 0; r < nr; r++) {
     float *o = Oa + r * dvp;
@@ -437,7 +458,7 @@ static void prep_task(actx *c, float *ws, int64_t task) {
   const int64_t b = c->tb[task], h = c->th[task], i0 = c->ti[task];
   int64_t t0, lq, r, cc;
   float *o = ws, *g = ws + a->dv;
-  seq_q(a, b, &t0, &lq);
+  seq(a, 0, b, &t0, &lq);
   for (r = i0; r < min64(lq, i0 + BM); r++) {
     float d = 0.0f;
     int64_t li = loff(a, b, t0 + r, h);
@@ -480,7 +501,7 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
   const xte_attn_kernels *K = c->K;
   const int64_t b = c->tb[task], hk = c->th[task], j0 = c->ti[task];
   const int64_t dq = a->dqk, dv = a->dv, dqp = c->dqp, dvp = c->dvp;
-  int64_t qt0, lq, kt0, lkv, nb, off, g, i0, r, j;
+  int64_t qt0, lq, kt0, lkv, nb, off, g, i0, r, e, j;
   float *Qf = ws;              /* [BM][dqp] */
   float *Gf = Qf + BM * dqp;   /* dO [BM][dvp] */
   float *Kt = Gf + BM * dvp;   /* [dq][BN] */
@@ -495,8 +516,8 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
   int64_t lo[BM], hi[BM];
   char act[BM];
 
-  seq_q(a, b, &qt0, &lq);
-  seq_kv(a, b, &kt0, &lkv);
+  seq(a, 0, b, &qt0, &lq);
+  seq(a, 1, b, &kt0, &lkv);
   off = lkv - lq;
   nb = min64(BN, lkv - j0);
   pack_kv(c, &a->k, b, kt0, hk, j0, nb, dq, Kt, NULL, 0, T);
@@ -508,34 +529,17 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
     xte_attn_score sp = score_for(a, b, h, NULL);
     for (i0 = 0; i0 < lq; i0 += BM) {
       const int64_t nr = min64(BM, lq - i0);
-      int64_t ra = -1, rb = -1;
-      for (r = 0; r < nr; r++) {
-        xte_attn_row_range(i0 + r, lq, lkv, a->mask, a->window_left, a->window_right, &lo[r],
-                           &hi[r]);
-        act[r] = max64(lo[r], j0) < min64(hi[r], j0 + nb);
-        if (act[r]) {
-          if (ra < 0) ra = r;
-          rb = r + 1;
-        }
-      }
-      if (ra < 0) continue;
-      for (r = ra; r < rb; r++) {
-        load_row(c, &a->q, a->dtype, eoff(&a->q, b, qt0 + i0 + r, h), dq, Qf + r * dqp);
-        load_row(c, &a->dout, a->dtype, eoff(&a->dout, b, qt0 + i0 + r, h), dv, Gf + r * dvp);
-      }
+      int64_t ra, rb;
+      row_ranges(a, i0, nr, lq, lkv, lo, hi, NULL, NULL);
+      if (!active_rows(lo, hi, nr, j0, nb, act, &ra, &rb)) continue;
+      load_rows(c, &a->q, b, qt0 + i0 + ra, h, rb - ra, dq, Qf + ra * dqp, dqp);
+      load_rows(c, &a->dout, b, qt0 + i0 + ra, h, rb - ra, dv, Gf + ra * dvp, dvp);
       K->gemm(rb - ra, BN, dq, Qf + ra * dqp, dqp, 1, Kt, BN, S + ra * BN, BN, 0);
       K->gemm(rb - ra, BN, dv, Gf + ra * dvp, dvp, 1, Vt, BN, dP + ra * BN, BN, 0);
       bwd_rows(c, &sp, b, h, qt0, i0, ra, rb, act, lo, hi, off, j0, nb, S, dP, P, dS, T);
-      for (r = ra; r < rb;) {
-        int64_t e = r;
-        if (!act[r]) {
-          r++;
-          continue;
-        }
-        while (e < rb && act[e]) e++;
+      for (r = ra; next_run(act, rb, &r, &e); r = e) {
         K->gemm(nb, dvp, e - r, P + r * BN, 1, BN, Gf + r * dvp, dvp, dVa, dvp, 1);
         K->gemm(nb, dqp, e - r, dS + r * BN, 1, BN, Qf + r * dqp, dqp, dKa, dqp, 1);
-        r = e;
       }
     }
   }
@@ -551,7 +555,7 @@ static void bwd_q_task(actx *c, float *ws, int64_t task) {
   const xte_attn_kernels *K = c->K;
   const int64_t b = c->tb[task], h = c->th[task], i0 = c->ti[task];
   const int64_t dq = a->dqk, dv = a->dv, dqp = c->dqp, dvp = c->dvp, hk = h / c->G;
-  int64_t qt0, lq, kt0, lkv, nr, off, r, j0, jlo = INT64_MAX, jhi = 0;
+  int64_t qt0, lq, kt0, lkv, nr, off, r, e, j0, jlo, jhi;
   float *Qf = ws;            /* [BM][dqp] */
   float *Gf = Qf + BM * dqp; /* [BM][dvp] */
   float *Kt = Gf + BM * dvp; /* [dq][BN] */
@@ -567,46 +571,25 @@ static void bwd_q_task(actx *c, float *ws, int64_t task) {
   char act[BM];
   xte_attn_score sp = score_for(a, b, h, NULL);
 
-  seq_q(a, b, &qt0, &lq);
-  seq_kv(a, b, &kt0, &lkv);
+  seq(a, 0, b, &qt0, &lq);
+  seq(a, 1, b, &kt0, &lkv);
   off = lkv - lq;
   nr = min64(BM, lq - i0);
-  for (r = 0; r < nr; r++) {
-    load_row(c, &a->q, a->dtype, eoff(&a->q, b, qt0 + i0 + r, h), dq, Qf + r * dqp);
-    load_row(c, &a->dout, a->dtype, eoff(&a->dout, b, qt0 + i0 + r, h), dv, Gf + r * dvp);
-    xte_attn_row_range(i0 + r, lq, lkv, a->mask, a->window_left, a->window_right, &lo[r], &hi[r]);
-    if (lo[r] < hi[r]) {
-      jlo = min64(jlo, lo[r]);
-      jhi = max64(jhi, hi[r]);
-    }
-  }
+  load_rows(c, &a->q, b, qt0 + i0, h, nr, dq, Qf, dqp);
+  load_rows(c, &a->dout, b, qt0 + i0, h, nr, dv, Gf, dvp);
+  row_ranges(a, i0, nr, lq, lkv, lo, hi, &jlo, &jhi);
   memset(dQa, 0, sizeof(float) * (size_t)(BM * dqp));
   for (j0 = jlo < jhi ? jlo / BN * BN : 0; j0 < jhi; j0 += BN) {
     const int64_t nb = min64(BN, lkv - j0);
-    int64_t ra = -1, rb = -1;
-    for (r = 0; r < nr; r++) {
-      act[r] = max64(lo[r], j0) < min64(hi[r], j0 + nb);
-      if (act[r]) {
-        if (ra < 0) ra = r;
-        rb = r + 1;
-      }
-    }
-    if (ra < 0) continue;
+    int64_t ra, rb;
+    if (!active_rows(lo, hi, nr, j0, nb, act, &ra, &rb)) continue;
     pack_kv(c, &a->k, b, kt0, hk, j0, nb, dq, Kt, Kn, dqp, NULL);
     pack_kv(c, &a->v, b, kt0, hk, j0, nb, dv, Vt, NULL, 0, T);
     K->gemm(rb - ra, BN, dq, Qf + ra * dqp, dqp, 1, Kt, BN, S + ra * BN, BN, 0);
     K->gemm(rb - ra, BN, dv, Gf + ra * dvp, dvp, 1, Vt, BN, dP + ra * BN, BN, 0);
     bwd_rows(c, &sp, b, h, qt0, i0, ra, rb, act, lo, hi, off, j0, nb, S, dP, P, dS, T);
-    for (r = ra; r < rb;) {
-      int64_t e = r;
-      if (!act[r]) {
-        r++;
-        continue;
-      }
-      while (e < rb && act[e]) e++;
+    for (r = ra; next_run(act, rb, &r, &e); r = e)
       K->gemm(e - r, dqp, nb, dS + r * BN, BN, 1, Kn, dqp, dQa + r * dqp, dqp, 1);
-      r = e;
-    }
   }
   for (r = 0; r < nr; r++)
     store_row(&a->dq, a->dtype, eoff(&a->dq, b, qt0 + i0 + r, h), dq, dQa + r * dqp);
@@ -644,14 +627,14 @@ static xte_status cpu_attn_bwd(const xte_attn_args *a, void *handle) {
   /* pass A: dK, dV */
   if (st == XTE_SUCCESS) {
     for (b = 0; b < a->batch; b++) {
-      seq_kv(a, b, &t0, &len);
+      seq(a, 1, b, &t0, &len);
       nkv += (len + BN - 1) / BN * a->hkv;
     }
     st = alloc_tasks(&c, nkv);
   }
   if (st == XTE_SUCCESS) {
     for (b = 0; b < a->batch; b++) {
-      seq_kv(a, b, &t0, &len);
+      seq(a, 1, b, &t0, &len);
       for (j0 = 0; j0 < len; j0 += BN)
         for (hk = 0; hk < a->hkv; hk++) add_task(&c, b, hk, j0);
     }
@@ -669,4 +652,12 @@ static const struct xte_attention_ops cpu_attention_ops = {cpu_attn_fwd, cpu_att
 
 const struct xte_attention_ops *xte_cpu_attention_ops(void) {
   return &cpu_attention_ops;
+}
+
+xte_status xte_internal_attention_exp2(xte_cpu_isa isa, const float *x, float *y, int64_t n) {
+  if (!xte_cpu_kernels_for(isa))
+    return xte_set_error(XTE_ERROR_UNSUPPORTED, "isa %d cannot run on this machine or build",
+                         (int)isa);
+  if (n > 0) kernels_for(isa)->exp2_n(x, y, n);
+  return XTE_SUCCESS;
 }

@@ -16,7 +16,9 @@
 
 #include "numerics/xte_numerics.h"
 
-#if defined(__CUDACC__) || defined(__MUSACC__)
+#if (defined(__CUDACC__) || defined(__MUSACC__)) && \
+    (defined(__CUDA_ARCH__) || defined(__MUSA_ARCH__))
+/* device code: the IEEE-rounded intrinsics (never the contracted or approximate forms) */
 #define xte_fmaf_(a, b, c) __fmaf_rn((a), (b), (c))
 #define xte_sqrtf_(a) __fsqrt_rn(a)
 #else
@@ -27,17 +29,48 @@
 XTE_HD float xte_fmaf(float a, float b, float c) { return xte_fmaf_(a, b, c); }
 XTE_HD float xte_sqrtf(float a) { return xte_sqrtf_(a); }
 
+/* Constants shared with the SIMD lane copies of these functions (src/cpu/avx2/attention_avx2.c,
+ * src/cpu/avx512/attention_avx512.c), so that the copies cannot drift from the scalar code. */
+#define XTE_RINT_MAGIC 12582912.0f /* 1.5 * 2^23: (t + magic) - magic rounds t to an integer */
+#define XTE_LDEXP_KMAX 127         /* xte_ldexp_small: k above: (y * 2) * 2^(k - 1) */
+#define XTE_LDEXP_KMIN (-125)      /* k below: (y * 2^(k + SPLIT)) * 2^-SPLIT */
+#define XTE_LDEXP_SPLIT 64
+#define XTE_EXP2_MAX 128.0f    /* xte_exp2f: x >= MAX -> +inf */
+#define XTE_EXP2_MIN (-150.0f) /* x < MIN -> +0 */
+/* xte_exp2f's polynomial: 2^r = sum of C_n r^n, C_n = (ln2)^n / n! rounded to fp32, C_0 = 1 */
+#define XTE_EXP2_C1 6.9314718055994531e-01f
+#define XTE_EXP2_C2 2.4022650695910071e-01f
+#define XTE_EXP2_C3 5.5504108664821580e-02f
+#define XTE_EXP2_C4 9.6181291076284772e-03f
+#define XTE_EXP2_C5 1.3333558146428443e-03f
+#define XTE_EXP2_C6 1.5403530393381608e-04f
+#define XTE_EXP2_C7 1.5252733804059840e-05f
+#define XTE_EXP2_C8 1.3215486790144307e-06f
+/* That polynomial in r by Horner's rule from C_8 down, for any type: FMA(a, b, c) a fused
+ * a * b + c, K(c) the constant c as an operand (XTE_F32_CONST for floats, a broadcast for
+ * vectors); r is evaluated eight times. */
+#define XTE_F32_CONST(c) (c)
+#define XTE_EXP2_POLY(FMA, K, r)                                                             \
+  FMA(FMA(FMA(FMA(FMA(FMA(FMA(FMA(K(XTE_EXP2_C8), r, K(XTE_EXP2_C7)), r, K(XTE_EXP2_C6)), r, \
+                          K(XTE_EXP2_C5)),                                                   \
+                      r, K(XTE_EXP2_C4)),                                                    \
+                  r, K(XTE_EXP2_C3)),                                                        \
+              r, K(XTE_EXP2_C2)),                                                            \
+          r, K(XTE_EXP2_C1)),                                                                \
+      r, K(1.0f))
+
 /* Nearest integer (ties to even) of t, |t| < 2^22, as a float. */
 XTE_HD float xte_rint_small(float t) {
-  const float magic = 12582912.0f; /* 1.5 * 2^23 */
+  const float magic = XTE_RINT_MAGIC;
   float y = t + magic;
   return y - magic;
 }
 
 /* y * 2^k for k in [-252, 254], with a single rounding (only when the result is subnormal). */
 XTE_HD float xte_ldexp_small(float y, int k) {
-  if (k > 127) return (y * 2.0f) * xte_exp2i(k - 1);
-  if (k < -125) return (y * xte_exp2i(k + 64)) * xte_exp2i(-64);
+  if (k > XTE_LDEXP_KMAX) return (y * 2.0f) * xte_exp2i(k - 1);
+  if (k < XTE_LDEXP_KMIN)
+    return (y * xte_exp2i(k + XTE_LDEXP_SPLIT)) * xte_exp2i(-XTE_LDEXP_SPLIT);
   return y * xte_exp2i(k);
 }
 
@@ -73,19 +106,11 @@ XTE_HD float xte_expf(float x) {
 XTE_HD float xte_exp2f(float x) {
   float k, r, p;
   if (xte_f32_isnan(x)) return x + x;
-  if (x >= 128.0f) return xte_bits_f32(0x7F800000u);
-  if (x < -150.0f) return 0.0f;
+  if (x >= XTE_EXP2_MAX) return xte_bits_f32(0x7F800000u);
+  if (x < XTE_EXP2_MIN) return 0.0f;
   k = xte_rint_small(x);
   r = x - k;
-  p = 1.3215486790144307e-06f;
-  p = xte_fmaf(p, r, 1.5252733804059840e-05f);
-  p = xte_fmaf(p, r, 1.5403530393381608e-04f);
-  p = xte_fmaf(p, r, 1.3333558146428443e-03f);
-  p = xte_fmaf(p, r, 9.6181291076284772e-03f);
-  p = xte_fmaf(p, r, 5.5504108664821580e-02f);
-  p = xte_fmaf(p, r, 2.4022650695910071e-01f);
-  p = xte_fmaf(p, r, 6.9314718055994531e-01f);
-  p = xte_fmaf(p, r, 1.0f);
+  p = XTE_EXP2_POLY(xte_fmaf, XTE_F32_CONST, r);
   return xte_ldexp_small(p, (int)k);
 }
 

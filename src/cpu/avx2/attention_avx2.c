@@ -2,6 +2,7 @@
  * IEEE operations (the fmaf chain of the GEMM runs in k order within one lane; exp2 is
  * xte_exp2f lane by lane), so the bytes are the scalar kernels'. */
 #include <immintrin.h>
+#include <string.h>
 
 #include "cpu/xte_cpu.h"
 #include "numerics/xte_attention_numerics.h"
@@ -61,39 +62,34 @@ static void gemm_avx2(int64_t M, int64_t N, int64_t K, const float *A, int64_t a
   }
 }
 
-/* xte_exp2f, 8 lanes */
+/* xte_exp2i for k in the normal range, 8 lanes */
+AI __m256 exp2i_8(__m256i k) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23));
+}
+
+/* xte_exp2f, 8 lanes: the same steps with the same constants (xte_math.h); the special cases and
+ * xte_ldexp_small's branches are blends */
 AI __m256 exp2_8(__m256 x) {
-  const __m256 magic = _mm256_set1_ps(12582912.0f);
-  __m256 k = _mm256_sub_ps(_mm256_add_ps(x, magic), magic);
-  __m256 r = _mm256_sub_ps(x, k);
-  __m256 p = _mm256_set1_ps(1.3215486790144307e-06f), res;
-  __m256i ki, e1, e2, e3;
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.5252733804059840e-05f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.5403530393381608e-04f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3333558146428443e-03f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(9.6181291076284772e-03f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.5504108664821580e-02f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(2.4022650695910071e-01f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(6.9314718055994531e-01f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  ki = _mm256_cvttps_epi32(k);
-  e1 = _mm256_slli_epi32(_mm256_add_epi32(ki, _mm256_set1_epi32(127)), 23);
-  e2 = _mm256_slli_epi32(_mm256_add_epi32(ki, _mm256_set1_epi32(127 + 64)), 23);
-  e3 = _mm256_slli_epi32(_mm256_add_epi32(ki, _mm256_set1_epi32(127 - 1)), 23);
-  res = _mm256_mul_ps(p, _mm256_castsi256_ps(e1));
-  res = _mm256_blendv_ps(res,
-                         _mm256_mul_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e2)),
-                                       _mm256_castsi256_ps(_mm256_set1_epi32(0x1F800000))),
-                         _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(-125), ki)));
+  const __m256 magic = _mm256_set1_ps(XTE_RINT_MAGIC);
+  const __m256 k = _mm256_sub_ps(_mm256_add_ps(x, magic), magic);
+  const __m256 r = _mm256_sub_ps(x, k);
+  const __m256 p = XTE_EXP2_POLY(_mm256_fmadd_ps, _mm256_set1_ps, r);
+  const __m256i ki = _mm256_cvttps_epi32(k);
+  const __m256 lo = _mm256_mul_ps(
+      _mm256_mul_ps(p, exp2i_8(_mm256_add_epi32(ki, _mm256_set1_epi32(XTE_LDEXP_SPLIT)))),
+      exp2i_8(_mm256_set1_epi32(-XTE_LDEXP_SPLIT)));
+  const __m256 hi = _mm256_mul_ps(_mm256_mul_ps(p, _mm256_set1_ps(2.0f)),
+                                  exp2i_8(_mm256_sub_epi32(ki, _mm256_set1_epi32(1))));
+  __m256 res = _mm256_mul_ps(p, exp2i_8(ki));
   res = _mm256_blendv_ps(
-      res, _mm256_mul_ps(_mm256_mul_ps(p, _mm256_set1_ps(2.0f)), _mm256_castsi256_ps(e3)),
-      _mm256_castsi256_ps(_mm256_cmpgt_epi32(ki, _mm256_set1_epi32(127))));
+      res, lo, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(XTE_LDEXP_KMIN), ki)));
+  res = _mm256_blendv_ps(
+      res, hi, _mm256_castsi256_ps(_mm256_cmpgt_epi32(ki, _mm256_set1_epi32(XTE_LDEXP_KMAX))));
   res = _mm256_blendv_ps(res, _mm256_setzero_ps(),
-                         _mm256_cmp_ps(x, _mm256_set1_ps(-150.0f), _CMP_LT_OQ));
+                         _mm256_cmp_ps(x, _mm256_set1_ps(XTE_EXP2_MIN), _CMP_LT_OQ));
   res = _mm256_blendv_ps(res, _mm256_castsi256_ps(_mm256_set1_epi32(0x7F800000)),
-                         _mm256_cmp_ps(x, _mm256_set1_ps(128.0f), _CMP_GE_OQ));
-  res = _mm256_blendv_ps(res, _mm256_add_ps(x, x), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-  return res;
+                         _mm256_cmp_ps(x, _mm256_set1_ps(XTE_EXP2_MAX), _CMP_GE_OQ));
+  return _mm256_blendv_ps(res, _mm256_add_ps(x, x), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
 static void exp2_sub_avx2(const float *t, float m, int64_t n, float *p) {
@@ -104,4 +100,17 @@ static void exp2_sub_avx2(const float *t, float m, int64_t n, float *p) {
   for (; j < n; j++) p[j] = xte_exp2f(t[j] - m);
 }
 
-const xte_attn_kernels xte_attn_kernels_avx2 = {XTE_CPU_ISA_AVX2, gemm_avx2, exp2_sub_avx2};
+/* every element through the lanes, the tail too (tests) */
+static void exp2_n_avx2(const float *x, float *y, int64_t n) {
+  int64_t j;
+  float t[8] = {0};
+  for (j = 0; j + 8 <= n; j += 8) _mm256_storeu_ps(y + j, exp2_8(_mm256_loadu_ps(x + j)));
+  if (j < n) {
+    memcpy(t, x + j, (size_t)(n - j) * sizeof(float));
+    _mm256_storeu_ps(t, exp2_8(_mm256_loadu_ps(t)));
+    memcpy(y + j, t, (size_t)(n - j) * sizeof(float));
+  }
+}
+
+const xte_attn_kernels xte_attn_kernels_avx2 = {XTE_CPU_ISA_AVX2, gemm_avx2, exp2_sub_avx2,
+                                                exp2_n_avx2};

@@ -13,6 +13,8 @@
 #define XTE_ATTN_AVX512_ISA XTE_CPU_ISA_AVX512
 #endif
 
+#include <string.h>
+
 #include "cpu/xte_cpu.h"
 #include "numerics/xte_attention_numerics.h"
 #include "xte_attention_ops.h"
@@ -81,38 +83,32 @@ static void gemm_avx512(int64_t M, int64_t N, int64_t K, const float *A, int64_t
   }
 }
 
-/* xte_exp2f, 16 lanes */
+/* xte_exp2i for k in the normal range, 16 lanes */
+AI __m512 exp2i_16(__m512i k) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k, _mm512_set1_epi32(127)), 23));
+}
+
+/* xte_exp2f, 16 lanes: the same steps with the same constants (xte_math.h); the special cases
+ * and xte_ldexp_small's branches are masked moves */
 AI __m512 exp2_16(__m512 x) {
-  const __m512 magic = _mm512_set1_ps(12582912.0f);
-  __m512 k = _mm512_sub_ps(_mm512_add_ps(x, magic), magic);
-  __m512 r = _mm512_sub_ps(x, k);
-  __m512 p = _mm512_set1_ps(1.3215486790144307e-06f), res;
-  __m512i ki, e1, e2, e3;
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.5252733804059840e-05f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.5403530393381608e-04f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3333558146428443e-03f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(9.6181291076284772e-03f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.5504108664821580e-02f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.4022650695910071e-01f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.9314718055994531e-01f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  ki = _mm512_cvttps_epi32(k);
-  e1 = _mm512_slli_epi32(_mm512_add_epi32(ki, _mm512_set1_epi32(127)), 23);
-  e2 = _mm512_slli_epi32(_mm512_add_epi32(ki, _mm512_set1_epi32(127 + 64)), 23);
-  e3 = _mm512_slli_epi32(_mm512_add_epi32(ki, _mm512_set1_epi32(127 - 1)), 23);
-  res = _mm512_mul_ps(p, _mm512_castsi512_ps(e1));
-  res = _mm512_mask_mov_ps(res, _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(-125), ki),
-                           _mm512_mul_ps(_mm512_mul_ps(p, _mm512_castsi512_ps(e2)),
-                                         _mm512_castsi512_ps(_mm512_set1_epi32(0x1F800000))));
-  res = _mm512_mask_mov_ps(
-      res, _mm512_cmpgt_epi32_mask(ki, _mm512_set1_epi32(127)),
-      _mm512_mul_ps(_mm512_mul_ps(p, _mm512_set1_ps(2.0f)), _mm512_castsi512_ps(e3)));
-  res = _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-150.0f), _CMP_LT_OQ),
+  const __m512 magic = _mm512_set1_ps(XTE_RINT_MAGIC);
+  const __m512 k = _mm512_sub_ps(_mm512_add_ps(x, magic), magic);
+  const __m512 r = _mm512_sub_ps(x, k);
+  const __m512 p = XTE_EXP2_POLY(_mm512_fmadd_ps, _mm512_set1_ps, r);
+  const __m512i ki = _mm512_cvttps_epi32(k);
+  const __m512 lo = _mm512_mul_ps(
+      _mm512_mul_ps(p, exp2i_16(_mm512_add_epi32(ki, _mm512_set1_epi32(XTE_LDEXP_SPLIT)))),
+      exp2i_16(_mm512_set1_epi32(-XTE_LDEXP_SPLIT)));
+  const __m512 hi = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_set1_ps(2.0f)),
+                                  exp2i_16(_mm512_sub_epi32(ki, _mm512_set1_epi32(1))));
+  __m512 res = _mm512_mul_ps(p, exp2i_16(ki));
+  res = _mm512_mask_mov_ps(res, _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(XTE_LDEXP_KMIN), ki), lo);
+  res = _mm512_mask_mov_ps(res, _mm512_cmpgt_epi32_mask(ki, _mm512_set1_epi32(XTE_LDEXP_KMAX)), hi);
+  res = _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, _mm512_set1_ps(XTE_EXP2_MIN), _CMP_LT_OQ),
                            _mm512_setzero_ps());
-  res = _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, _mm512_set1_ps(128.0f), _CMP_GE_OQ),
+  res = _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, _mm512_set1_ps(XTE_EXP2_MAX), _CMP_GE_OQ),
                            _mm512_castsi512_ps(_mm512_set1_epi32(0x7F800000)));
-  res = _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_add_ps(x, x));
-  return res;
+  return _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_add_ps(x, x));
 }
 
 static void exp2_sub_avx512(const float *t, float m, int64_t n, float *p) {
@@ -123,4 +119,17 @@ static void exp2_sub_avx512(const float *t, float m, int64_t n, float *p) {
   for (; j < n; j++) p[j] = xte_exp2f(t[j] - m);
 }
 
-const xte_attn_kernels XTE_ATTN_AVX512_TABLE = {XTE_ATTN_AVX512_ISA, gemm_avx512, exp2_sub_avx512};
+/* every element through the lanes, the tail too (tests) */
+static void exp2_n_avx512(const float *x, float *y, int64_t n) {
+  int64_t j;
+  float t[16] = {0};
+  for (j = 0; j + 16 <= n; j += 16) _mm512_storeu_ps(y + j, exp2_16(_mm512_loadu_ps(x + j)));
+  if (j < n) {
+    memcpy(t, x + j, (size_t)(n - j) * sizeof(float));
+    _mm512_storeu_ps(t, exp2_16(_mm512_loadu_ps(t)));
+    memcpy(y + j, t, (size_t)(n - j) * sizeof(float));
+  }
+}
+
+const xte_attn_kernels XTE_ATTN_AVX512_TABLE = {XTE_ATTN_AVX512_ISA, gemm_avx512, exp2_sub_avx512,
+                                                exp2_n_avx512};

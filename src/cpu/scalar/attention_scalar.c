@@ -28,4 +28,10 @@ static void exp2_sub_scalar(const float *t, float m, int64_t n, float *p) {
   for (j = 0; j < n; j++) p[j] = xte_exp2f(t[j] - m);
 }
 
-const xte_attn_kernels xte_attn_kernels_scalar = {XTE_CPU_ISA_SCALAR, gemm_scalar, exp2_sub_scalar};
+static void exp2_n_scalar(const float *x, float *y, int64_t n) {
+  int64_t j;
+  for (j = 0; j < n; j++) y[j] = xte_exp2f(x[j]);
+}
+
+const xte_attn_kernels xte_attn_kernels_scalar = {XTE_CPU_ISA_SCALAR, gemm_scalar, exp2_sub_scalar,
+                                                  exp2_n_scalar};
