@@ -1,19 +1,26 @@
-/* CPU quantize / dequantize / cast driver. Work is cut into 128 x 128 tiles of the input, each
- * owned by one thread, so every output byte is computed by the same arithmetic whatever the
- * thread count. Per tile: load to fp32, block amax, scale (shared numerics), convert, and for the
- * transposed columnwise copy a byte transpose. */
+/* CPU quantize / dequantize / cast driver. Every output byte is computed by the same arithmetic
+ * whatever the thread count: work is cut into rows (rowwise-only 1 x B and per-tensor modes) or
+ * into 128 x 128 tiles of the input (128 x 128 blocks and every columnwise copy), each owned by
+ * one thread. The per-ISA fused kernels read the input directly (no fp32 copy): block amax, scale
+ * (shared numerics), convert, store; the transposed columnwise copy goes through an L1 buffer and
+ * a byte transpose. Tiles are walked left to right within a 128-row panel, prefetching the next
+ * tile's rows; large outputs are written with streaming stores. */
 #include <string.h>
 
 #include "cpu/xte_cpu.h"
 #include "numerics/xte_numerics.h"
 
 #define TILE 128
+#define ROW_SCALES 256 /* block scales per quant_blocks call on the row path */
+#define SLICE 16       /* rows per kernel call in a tile (prefetching the next tile between) */
 
 typedef struct qctx {
   const xte_quant_args *a;
   const xte_cpu_kernels *k;
   int64_t ntr, ntc;
   int per_tensor;
+  int nt;             /* streaming stores for the fp8 copies */
+  size_t es;          /* input element size */
   xte_block_scale ts; /* per-tensor scale */
   float partial[256]; /* per-thread amax */
 } qctx;
@@ -22,133 +29,194 @@ static size_t in_size(int in_kind) {
   return in_kind == XTE_NUM_IN_F32 ? 4 : 2;
 }
 
-static void quant_tile(qctx *c, int64_t tr, int64_t tc, float *T, uint8_t *Qt, float *acc,
-                       float *sv, float *tamax) {
+static const void *in_at(const qctx *c, int64_t r, int64_t col) {
+  return (const char *)c->a->in + ((size_t)r * (size_t)c->a->ld_in + (size_t)col) * c->es;
+}
+
+static void prefetch_l2(const void *p, size_t bytes) {
+#if defined(__GNUC__)
+  size_t o;
+  for (o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)p + o, 0, 2);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
+/* ---------------------------------------------------------------- rows: rowwise only, 1 x B
+ * blocks or one per-tensor scale. Each thread takes contiguous rows. */
+static void quant_rows(void *vctx, int64_t b, int64_t e, int tid) {
+  qctx *c = (qctx *)vctx;
+  const xte_quant_args *a = c->a;
+  const xte_cpu_kernels *k = c->k;
+  const int64_t bw = a->row_bw, nbr = (a->K + bw - 1) / bw;
+  xte_block_scale sc[ROW_SCALES];
+  float am = 0.0f;
+  int64_t r, j, i, n;
+  if (c->per_tensor) {
+    am = k->load_quant(in_at(c, b, 0), a->ld_in, a->in_kind, e - b, a->K, c->ts.scale, a->fmt,
+                       a->saturate, a->row_q + (size_t)b * (size_t)a->ld_row_q, a->ld_row_q, c->nt);
+  } else if (nbr <= ROW_SCALES) { /* whole rows, several per call */
+    const int64_t rpc = ROW_SCALES / nbr;
+    for (r = b; r < e; r += n) {
+      n = e - r < rpc ? e - r : rpc;
+      am = xte_fmaxf(am, k->quant_blocks(in_at(c, r, 0), a->ld_in, a->in_kind, n, a->K, bw, a,
+                                         a->row_q + (size_t)r * (size_t)a->ld_row_q, a->ld_row_q,
+                                         sc, NULL, c->nt));
+      for (j = 0; j < n; j++)
+        for (i = 0; i < nbr; i++) xte_store_scale(&a->row_s, r + j, i, sc[j * nbr + i]);
+    }
+  } else { /* long rows in pieces of ROW_SCALES blocks */
+    const int64_t chunk = bw * ROW_SCALES;
+    for (r = b; r < e; r++)
+      for (j = 0; j < a->K; j += chunk) {
+        n = a->K - j < chunk ? a->K - j : chunk;
+        am = xte_fmaxf(am, k->quant_blocks(in_at(c, r, j), a->ld_in, a->in_kind, 1, n, bw, a,
+                                           a->row_q + (size_t)r * (size_t)a->ld_row_q + (size_t)j,
+                                           a->ld_row_q, sc, NULL, c->nt));
+        for (i = 0; i < (n + bw - 1) / bw; i++) xte_store_scale(&a->row_s, r, j / bw + i, sc[i]);
+      }
+  }
+  if (c->nt) k->store_fence();
+  c->partial[tid] = xte_fmaxf(c->partial[tid], am);
+}
+
+/* ---------------------------------------------------------------- tiles */
+
+typedef struct qbuf {
+  _Alignas(64) uint8_t Qt[TILE * TILE]; /* the tile's fp8 values, row major */
+  _Alignas(64) uint8_t Tt[TILE * TILE]; /* transposed */
+  _Alignas(64) float acc[TILE];
+  _Alignas(64) float sv[TILE];
+  xte_block_scale sc[TILE * 8]; /* rowwise block scales of a group of rows (bw >= 16) */
+} qbuf;
+
+/* The transposed columnwise copy of Qt (nr x nc) */
+static void store_col_transposed(const qctx *c, int64_t r0, int64_t c0, int64_t nr, int64_t nc,
+                                 qbuf *B) {
+  const xte_quant_args *a = c->a;
+  int64_t j;
+  c->k->transpose_u8(B->Qt, nr, nc, TILE, B->Tt, TILE);
+  for (j = 0; j < nc; j++)
+    c->k->copy_u8(a->col_q + (size_t)(c0 + j) * (size_t)a->ld_col_q + (size_t)r0, B->Tt + j * TILE,
+                  nr, c->nt);
+}
+
+/* Rows [r, r + n) of the next tile of the panel into L2 */
+static void prefetch_next(const qctx *c, int64_t r, int64_t n, int64_t c0, int64_t ncn) {
+  int64_t i;
+  if (ncn)
+    for (i = 0; i < n; i++) prefetch_l2(in_at(c, r + i, c0 + TILE), (size_t)ncn * c->es);
+}
+
+static void quant_tile(qctx *c, int64_t tr, int64_t tc, qbuf *B, float *tamax) {
   const xte_quant_args *a = c->a;
   const xte_cpu_kernels *k = c->k;
   const int64_t r0 = tr * TILE, c0 = tc * TILE;
   const int64_t nr = a->M - r0 < TILE ? a->M - r0 : TILE;
   const int64_t nc = a->K - c0 < TILE ? a->K - c0 : TILE;
-  const size_t es = in_size(a->in_kind);
-  const char *in = (const char *)a->in;
-  int64_t r, j, g;
+  /* the next tile of the panel, to prefetch */
+  const int64_t ncn = tc + 1 < c->ntc ? (a->K - c0 - TILE < TILE ? a->K - c0 - TILE : TILE) : 0;
+  int64_t r, j, g, n;
   float tile_amax = 0.0f;
-  xte_block_scale sq = c->ts; /* the tile's scale for square / per-tensor modes */
-  int one_scale = c->per_tensor || a->square;
 
-  for (r = 0; r < nr; r++)
-    k->load_f32(in + ((size_t)(r0 + r) * (size_t)a->ld_in + (size_t)c0) * es, a->in_kind, nc,
-                T + r * TILE);
-
-  if (one_scale) {
-    for (r = 0; r < nr; r++) tile_amax = xte_fmaxf(tile_amax, k->amax(T + r * TILE, nc));
-    if (a->square) sq = xte_quant_block_scale(a, tile_amax);
-  }
-
-  /* rowwise */
-  if (a->row_q) {
-    uint8_t *dst = a->row_q + (size_t)r0 * (size_t)a->ld_row_q + (size_t)c0;
-    if (one_scale) {
-      for (r = 0; r < nr; r++)
-        k->quant(T + r * TILE, nc, sq.scale, a->fmt, a->saturate, dst + r * a->ld_row_q);
-      if (a->square) xte_store_scale(&a->row_s, tr, tc, sq);
-    } else {
-      const int64_t bw = a->row_bw;
-      for (r = 0; r < nr; r++) {
-        for (j = 0; j < nc; j += bw) {
-          int64_t n = nc - j < bw ? nc - j : bw;
-          float am = k->amax(T + r * TILE + j, n);
-          xte_block_scale s = xte_quant_block_scale(a, am);
-          tile_amax = xte_fmaxf(tile_amax, am);
-          xte_store_scale(&a->row_s, r0 + r, (c0 + j) / bw, s);
-          k->quant(T + r * TILE + j, n, s.scale, a->fmt, a->saturate, dst + r * a->ld_row_q + j);
-        }
+  if (c->per_tensor || a->square) {
+    xte_block_scale sq = c->ts;
+    int buffered = a->col_q != NULL;
+    uint8_t *dst = buffered ? B->Qt : a->row_q + (size_t)r0 * (size_t)a->ld_row_q + (size_t)c0;
+    int64_t ldd = buffered ? TILE : a->ld_row_q;
+    if (a->square) {
+      for (r = 0; r < nr; r += n) {
+        n = nr - r < SLICE ? nr - r : SLICE;
+        prefetch_next(c, r0 + r, n, c0, ncn);
+        tile_amax = xte_fmaxf(
+            tile_amax, k->load_amax(in_at(c, r0 + r, c0), a->ld_in, a->in_kind, n, nc, NULL));
       }
+      sq = xte_quant_block_scale(a, tile_amax);
     }
-  }
-
-  /* columnwise */
-  if (a->col_q) {
-    if (one_scale) {
-      const uint8_t *src;
-      int64_t lds;
-      if (a->row_q) {
-        src = a->row_q + (size_t)r0 * (size_t)a->ld_row_q + (size_t)c0;
-        lds = a->ld_row_q;
-      } else {
-        for (r = 0; r < nr; r++)
-          k->quant(T + r * TILE, nc, sq.scale, a->fmt, a->saturate, Qt + r * TILE);
-        src = Qt;
-        lds = TILE;
-      }
+    for (r = 0; r < nr; r += n) {
+      float am;
+      n = nr - r < SLICE ? nr - r : SLICE;
+      if (!a->square) prefetch_next(c, r0 + r, n, c0, ncn);
+      am = k->load_quant(in_at(c, r0 + r, c0), a->ld_in, a->in_kind, n, nc, sq.scale, a->fmt,
+                         a->saturate, dst + r * ldd, ldd, buffered ? 0 : c->nt);
+      if (c->per_tensor) tile_amax = xte_fmaxf(tile_amax, am);
+    }
+    if (a->row_q && buffered)
+      for (r = 0; r < nr; r++)
+        k->copy_u8(a->row_q + (size_t)(r0 + r) * (size_t)a->ld_row_q + (size_t)c0, B->Qt + r * TILE,
+                   nc, c->nt);
+    if (a->row_q && a->square) xte_store_scale(&a->row_s, tr, tc, sq);
+    if (a->col_q) {
       if (a->col_transposed) {
-        k->transpose_u8(src, nr, nc, lds, a->col_q + (size_t)c0 * (size_t)a->ld_col_q + (size_t)r0,
-                        a->ld_col_q);
+        store_col_transposed(c, r0, c0, nr, nc, B);
         if (a->square) xte_store_scale(&a->col_s, tc, tr, sq);
       } else {
         for (r = 0; r < nr; r++)
-          memcpy(a->col_q + (size_t)(r0 + r) * (size_t)a->ld_col_q + (size_t)c0, src + r * lds,
-                 (size_t)nc);
+          k->copy_u8(a->col_q + (size_t)(r0 + r) * (size_t)a->ld_col_q + (size_t)c0,
+                     B->Qt + r * TILE, nc, c->nt);
         if (a->square) xte_store_scale(&a->col_s, tr, tc, sq);
       }
-    } else {
-      const int64_t bh = a->col_bh;
-      for (g = 0; g < nr; g += bh) {
-        int64_t gr = nr - g < bh ? nr - g : bh;
-        int64_t gblk = (r0 + g) / bh;
-        for (j = 0; j < nc; j++) acc[j] = 0.0f;
-        k->amax_cols(T + g * TILE, gr, nc, TILE, acc);
-        for (j = 0; j < nc; j++) {
-          xte_block_scale s = xte_quant_block_scale(a, acc[j]);
-          tile_amax = xte_fmaxf(tile_amax, acc[j]);
-          sv[j] = s.scale;
-          if (a->col_transposed)
-            xte_store_scale(&a->col_s, c0 + j, gblk, s);
-          else
-            xte_store_scale(&a->col_s, gblk, c0 + j, s);
-        }
-        for (r = g; r < g + gr; r++) {
-          uint8_t *dst = a->col_transposed
-                             ? Qt + r * TILE
-                             : a->col_q + (size_t)(r0 + r) * (size_t)a->ld_col_q + (size_t)c0;
-          k->quant_vs(T + r * TILE, nc, sv, a->fmt, a->saturate, dst);
+    }
+  } else {
+    /* 1 x bw rowwise blocks and bh x 1 columnwise blocks (here the columnwise copy exists) */
+    const int64_t bw = a->row_bw, bh = a->col_bh, nbr = (nc + bw - 1) / bw;
+    for (g = 0; g < nr; g += bh) {
+      int64_t gr = nr - g < bh ? nr - g : bh;
+      int64_t gblk = (r0 + g) / bh;
+      uint8_t *cdst = a->col_transposed
+                          ? B->Qt + g * TILE
+                          : a->col_q + (size_t)(r0 + g) * (size_t)a->ld_col_q + (size_t)c0;
+      int64_t ldc = a->col_transposed ? TILE : a->ld_col_q;
+      for (j = 0; j < nc; j++) B->acc[j] = 0.0f;
+      for (r = g; r < g + gr; r += n) {
+        n = g + gr - r < SLICE ? g + gr - r : SLICE;
+        prefetch_next(c, r0 + r, n, c0, ncn);
+        if (a->row_q) {
+          int64_t i, rr;
+          float am = k->quant_blocks(in_at(c, r0 + r, c0), a->ld_in, a->in_kind, n, nc, bw, a,
+                                     a->row_q + (size_t)(r0 + r) * (size_t)a->ld_row_q + (size_t)c0,
+                                     a->ld_row_q, B->sc, B->acc, c->nt);
+          tile_amax = xte_fmaxf(tile_amax, am);
+          for (rr = 0; rr < n; rr++)
+            for (i = 0; i < nbr; i++)
+              xte_store_scale(&a->row_s, r0 + r + rr, c0 / bw + i, B->sc[rr * nbr + i]);
+        } else {
+          (void)k->load_amax(in_at(c, r0 + r, c0), a->ld_in, a->in_kind, n, nc, B->acc);
         }
       }
-      if (a->col_transposed)
-        k->transpose_u8(Qt, nr, nc, TILE, a->col_q + (size_t)c0 * (size_t)a->ld_col_q + (size_t)r0,
-                        a->ld_col_q);
+      k->block_scales(a, B->acc, nc, B->sc);
+      for (j = 0; j < nc; j++) {
+        xte_block_scale s = B->sc[j];
+        tile_amax = xte_fmaxf(tile_amax, B->acc[j]);
+        B->sv[j] = s.scale;
+        if (a->col_transposed)
+          xte_store_scale(&a->col_s, c0 + j, gblk, s);
+        else
+          xte_store_scale(&a->col_s, gblk, c0 + j, s);
+      }
+      k->load_quant_vs(in_at(c, r0 + g, c0), a->ld_in, a->in_kind, gr, nc, B->sv, a->fmt,
+                       a->saturate, cdst, ldc, a->col_transposed ? 0 : c->nt);
     }
+    if (a->col_transposed) store_col_transposed(c, r0, c0, nr, nc, B);
   }
   *tamax = xte_fmaxf(*tamax, tile_amax);
 }
 
 static void quant_range(void *vctx, int64_t b, int64_t e, int tid) {
   qctx *c = (qctx *)vctx;
-  _Alignas(64) float T[TILE * TILE];
-  _Alignas(64) uint8_t Qt[TILE * TILE];
-  _Alignas(64) float acc[TILE], sv[TILE];
+  qbuf B;
   float am = 0.0f;
   int64_t t;
-  for (t = b; t < e; t++) quant_tile(c, t / c->ntc, t % c->ntc, T, Qt, acc, sv, &am);
+  for (t = b; t < e; t++) quant_tile(c, t / c->ntc, t % c->ntc, &B, &am);
+  if (c->nt) c->k->store_fence();
   c->partial[tid] = xte_fmaxf(c->partial[tid], am);
 }
 
 /* Whole-tensor amax for per-tensor current scaling. */
 static void amax_range(void *vctx, int64_t b, int64_t e, int tid) {
   qctx *c = (qctx *)vctx;
-  const xte_quant_args *a = c->a;
-  _Alignas(64) float buf[1024];
-  const size_t es = in_size(a->in_kind);
-  float m = 0.0f;
-  int64_t r, j;
-  for (r = b; r < e; r++) {
-    const char *row = (const char *)a->in + (size_t)r * (size_t)a->ld_in * es;
-    for (j = 0; j < a->K; j += 1024) {
-      int64_t n = a->K - j < 1024 ? a->K - j : 1024;
-      c->k->load_f32(row + (size_t)j * es, a->in_kind, n, buf);
-      m = xte_fmaxf(m, c->k->amax(buf, n));
-    }
-  }
+  float m = c->k->load_amax(in_at(c, b, 0), c->a->ld_in, c->a->in_kind, e - b, c->a->K, NULL);
   c->partial[tid] = xte_fmaxf(c->partial[tid], m);
 }
 
@@ -160,13 +228,20 @@ xte_status xte_cpu_quantize(const xte_quant_args *a, void *handle) {
   qctx c;
   int i;
   float am = 0.0f;
+  size_t out_bytes, big;
   (void)handle;
   memset(&c, 0, sizeof c);
   c.a = a;
   c.k = xte_cpu_kernels_get();
+  c.es = in_size(a->in_kind);
   c.ntr = (a->M + TILE - 1) / TILE;
   c.ntc = (a->K + TILE - 1) / TILE;
   c.per_tensor = a->mode == XTE_SCALING_PER_TENSOR;
+  /* streaming stores once what the call reads and writes is past what the caches would keep */
+  out_bytes = (size_t)a->M * (size_t)a->K * ((a->row_q ? 1u : 0u) + (a->col_q ? 1u : 0u));
+  big = xte_cpu_l3();
+  if (big < ((size_t)8 << 20)) big = (size_t)8 << 20;
+  c.nt = out_bytes + (size_t)a->M * (size_t)a->K * c.es >= big;
   zero_scales(&a->row_s);
   zero_scales(&a->col_s);
   if (c.per_tensor) {
@@ -180,7 +255,14 @@ xte_status xte_cpu_quantize(const xte_quant_args *a, void *handle) {
     if (a->col_s.data) xte_store_scale(&a->col_s, 0, 0, c.ts);
     if (a->scale_out) *a->scale_out = c.ts.scale;
   }
-  if (a->M > 0 && a->K > 0) xte_parallel_for(c.ntr * c.ntc, quant_range, &c);
+  if (a->M > 0 && a->K > 0) {
+    if (!a->row_q && !a->col_q)
+      xte_parallel_for(a->M, amax_range, &c); /* no copy: the amax only */
+    else if (!a->col_q && !a->square)
+      xte_parallel_for(a->M, quant_rows, &c);
+    else
+      xte_parallel_for(c.ntr * c.ntc, quant_range, &c);
+  }
   if (a->amax_out) {
     am = 0.0f;
     for (i = 0; i < 256; i++) am = xte_fmaxf(am, c.partial[i]);

@@ -30,6 +30,30 @@ typedef struct xte_cpu_kernels {
   /* dst[c*ldd + r] = src[r*lds + c] */
   void (*transpose_u8)(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds, uint8_t *dst,
                        int64_t ldd);
+  /* Fused kernels over rows x n elements of the input (kind XTE_NUM_IN_*, row stride lds
+   * elements), read directly with no fp32 buffer; the fp8 output q has row stride ldq. nt: q may be
+   * written with streaming (non-temporal) stores; a thread that used them calls store_fence before
+   * its results are read elsewhere. Same bytes as load_f32 + the kernels above.
+   * Returns max |x| (amax semantics); acc != NULL: acc[c] = max(acc[c], max_r |x[r][c]|) too. */
+  float (*load_amax)(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
+                     float *acc);
+  /* q[r][c] = fp8_RNE(x[r][c] * scale); returns max |x| */
+  float (*load_quant)(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
+                      float scale, int fmt, int sat, uint8_t *q, int64_t ldq, int nt);
+  /* q[r][c] = fp8_RNE(x[r][c] * scale[c]) */
+  void (*load_quant_vs)(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
+                        const float *scale, int fmt, int sat, uint8_t *q, int64_t ldq, int nt);
+  /* Each row in blocks of bw elements (the last may be shorter): per block the amax, its scale
+   * sc[r * ceil(n / bw) + b] = xte_quant_block_scale(a, amax), q = fp8_RNE(x * scale) (a->fmt,
+   * a->saturate); acc as in load_amax. Returns the max of the block amaxes. */
+  float (*quant_blocks)(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
+                        int64_t bw, const xte_quant_args *a, uint8_t *q, int64_t ldq,
+                        xte_block_scale *sc, float *acc, int nt);
+  /* s[i] = xte_quant_block_scale(a, amax[i]) */
+  void (*block_scales)(const xte_quant_args *a, const float *amax, int64_t n, xte_block_scale *s);
+  /* dst[i] = src[i] */
+  void (*copy_u8)(uint8_t *dst, const uint8_t *src, int64_t n, int nt);
+  void (*store_fence)(void);
 } xte_cpu_kernels;
 
 extern const xte_cpu_kernels xte_cpu_kernels_scalar;

@@ -1,6 +1,7 @@
 /* AVX2 + FMA + F16C CPU kernels. Each lane reproduces the shared numerics header bit for bit:
  * the fp8 / bf16 / fp16 conversions are the same integer sequences, tails use the header. */
 #include <immintrin.h>
+#include <string.h>
 
 #include "cpu/xte_cpu.h"
 #include "numerics/xte_numerics.h"
@@ -13,46 +14,75 @@ static inline __m256 abs8(__m256 x) {
 }
 
 /* 8 x fp32 -> 8 fp8 codes in the low byte of each int32 lane (same rule as xte_f32_to_e4m3). */
-static inline V8 cvt_e4m3(__m256 x, int sat) {
-  V8 u = _mm256_castps_si256(x);
-  V8 sign = _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80));
-  V8 a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
-  V8 isnan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000));
-  V8 ovf = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x43E80000));
-  V8 normal = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x3C7FFFFF));
-  V8 odd = _mm256_and_si256(_mm256_srli_epi32(a, 20), _mm256_set1_epi32(1));
-  V8 rn =
-      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32(0x7FFFF)), odd), 20);
-  V8 nv = _mm256_sub_epi32(rn, _mm256_set1_epi32(120 << 3));
-  __m256 y = _mm256_add_ps(_mm256_castsi256_ps(a), _mm256_set1_ps(16384.0f));
-  V8 sv = _mm256_sub_epi32(_mm256_castps_si256(y), _mm256_set1_epi32(0x46800000));
-  V8 r = _mm256_blendv_epi8(sv, nv, normal);
-  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(sat ? 0x7E : 0x7F), ovf);
-  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7F), isnan);
-  return _mm256_or_si256(r, sign);
+#define XTE_AI static inline __attribute__((always_inline))
+
+/* fp32 -> fp8 codes (the same values as xte_f32_to_e4m3 / xte_f32_to_e5m2; the exhaustive
+ * conversion test proves it), one sequence for normal and subnormal results:
+ *   ac = min(|x|, 2^(emax+1))   inf and NaN become 2^(emax+1), which encodes past the max
+ *   e  = max(exponent field of ac, emin), M = e + (23 - mbits) << 23 (the fp32 2^(E + 23 - mbits))
+ *   y  = ac + M in fp32 (RNE): the ulp of y is the format's quantum at ac (at emin also below
+ *        it: the header's subnormal rule), so bits(y) - bits(M) = k = RNE(ac / quantum)
+ *   code = k + (E - emin) << mbits, then overflow (min with the largest code the rule allows),
+ *   NaN and the sign. */
+typedef struct fp8k {
+  V8 clamp, emin, madd, dsub, cmax, nanc;
+  __m128i dsh;
+  int fixnan;
+} fp8k;
+
+static inline fp8k fp8k_make(int fmt, int sat) {
+  fp8k k;
+  int e4 = fmt == XTE_FP8_E4M3;
+  int base = e4 ? 121 : 113, mb = e4 ? 3 : 2;
+  k.clamp = _mm256_set1_epi32(e4 ? 0x44000000 : 0x47800000); /* 512, 65536 */
+  k.emin = _mm256_set1_epi32(base << 23);
+  k.madd = _mm256_set1_epi32((23 - mb) << 23);
+  k.dsub = _mm256_set1_epi32(base << mb);
+  k.dsh = _mm_cvtsi32_si128(23 - mb);
+  k.cmax = _mm256_set1_epi32(e4 ? (sat ? 0x7E : 0x7F) : (sat ? 0x7B : 0x7C));
+  k.nanc = _mm256_set1_epi32(e4 ? 0x7F : 0x7E);
+  k.fixnan = !e4 || sat; /* e4m3 without saturation: NaN already lands on 0x7F */
+  return k;
 }
 
-static inline V8 cvt_e5m2(__m256 x, int sat) {
-  V8 u = _mm256_castps_si256(x);
-  V8 sign = _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80));
-  V8 a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
-  V8 isnan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000));
-  V8 ovf = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x476FFFFF));
-  V8 normal = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x387FFFFF));
-  V8 odd = _mm256_and_si256(_mm256_srli_epi32(a, 21), _mm256_set1_epi32(1));
-  V8 rn =
-      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32(0xFFFFF)), odd), 21);
-  V8 nv = _mm256_sub_epi32(rn, _mm256_set1_epi32(112 << 2));
-  __m256 y = _mm256_add_ps(_mm256_castsi256_ps(a), _mm256_set1_ps(128.0f));
-  V8 sv = _mm256_sub_epi32(_mm256_castps_si256(y), _mm256_set1_epi32(0x43000000));
-  V8 r = _mm256_blendv_epi8(sv, nv, normal);
-  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(sat ? 0x7B : 0x7C), ovf);
-  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7E), isnan);
-  return _mm256_or_si256(r, sign);
+/* magnitude code of a = |x| (bits), NaN not handled */
+XTE_AI V8 cvt_mag(const fp8k *k, V8 a) {
+  V8 ac = _mm256_min_epu32(a, k->clamp);
+  V8 e = _mm256_max_epu32(_mm256_and_si256(ac, _mm256_set1_epi32(0x7F800000)), k->emin);
+  V8 m = _mm256_add_epi32(e, k->madd);
+  V8 d = _mm256_sub_epi32(_mm256_srl_epi32(e, k->dsh), k->dsub);
+  V8 y = _mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(ac), _mm256_castsi256_ps(m)));
+  return _mm256_min_epu32(_mm256_add_epi32(_mm256_sub_epi32(y, m), d), k->cmax);
 }
 
-static inline V8 cvt_fp8(__m256 x, int fmt, int sat) {
-  return fmt == XTE_FP8_E4M3 ? cvt_e4m3(x, sat) : cvt_e5m2(x, sat);
+XTE_AI V8 with_sign(V8 r, V8 u) {
+  return _mm256_or_si256(r, _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80)));
+}
+
+XTE_AI V8 cvt(const fp8k *k, __m256 x) {
+  V8 u = _mm256_castps_si256(x);
+  V8 a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
+  V8 r = cvt_mag(k, a);
+  if (k->fixnan)
+    r = _mm256_blendv_epi8(r, k->nanc, _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000)));
+  return with_sign(r, u);
+}
+
+/* fp8(x * s) for a NaN-free x and a finite s > 0, from ax = |x|: x * s = sign(x) (ax * s) */
+XTE_AI V8 cvt_scaled(const fp8k *k, __m256 x, __m256 ax, __m256 s) {
+  return with_sign(cvt_mag(k, _mm256_castps_si256(_mm256_mul_ps(ax, s))), _mm256_castps_si256(x));
+}
+
+static inline int pos_finite(float s) {
+  return s > 0.0f && s <= 3.40282346638528859812e+38f;
+}
+
+/* max of 8 uint32 (for |x| bits: the float max when no NaN; above 0x7F800000 when one is NaN) */
+XTE_AI uint32_t hmax_u32(V8 v) {
+  __m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4E));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xB1));
+  return (uint32_t)_mm_cvtsi128_si32(m);
 }
 
 /* four vectors of int32 codes (0..255) -> 32 bytes in order */
@@ -62,6 +92,14 @@ static inline void store32(uint8_t *q, V8 r0, V8 r1, V8 r2, V8 r3) {
   V8 b = _mm256_packus_epi16(p01, p23);
   b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
   _mm256_storeu_si256((__m256i *)q, b);
+}
+
+static inline void store32nt(uint8_t *q, V8 r0, V8 r1, V8 r2, V8 r3) {
+  V8 p01 = _mm256_packus_epi32(r0, r1);
+  V8 p23 = _mm256_packus_epi32(r2, r3);
+  V8 b = _mm256_packus_epi16(p01, p23);
+  b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_stream_si256((__m256i *)q, b);
 }
 
 static void load_f32(const void *src, int in_kind, int64_t n, float *dst) {
@@ -119,35 +157,34 @@ static void amax_cols(const float *x, int64_t rows, int64_t cols, int64_t ld, fl
 }
 
 static void quant(const float *x, int64_t n, float scale, int fmt, int sat, uint8_t *q) {
+  fp8k k = fp8k_make(fmt, sat);
   __m256 s = _mm256_set1_ps(scale);
   int64_t i = 0;
   for (; i + 32 <= n; i += 32)
-    store32(q + i, cvt_fp8(_mm256_mul_ps(_mm256_loadu_ps(x + i), s), fmt, sat),
-            cvt_fp8(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8), s), fmt, sat),
-            cvt_fp8(_mm256_mul_ps(_mm256_loadu_ps(x + i + 16), s), fmt, sat),
-            cvt_fp8(_mm256_mul_ps(_mm256_loadu_ps(x + i + 24), s), fmt, sat));
+    store32(q + i, cvt(&k, _mm256_mul_ps(_mm256_loadu_ps(x + i), s)),
+            cvt(&k, _mm256_mul_ps(_mm256_loadu_ps(x + i + 8), s)),
+            cvt(&k, _mm256_mul_ps(_mm256_loadu_ps(x + i + 16), s)),
+            cvt(&k, _mm256_mul_ps(_mm256_loadu_ps(x + i + 24), s)));
   for (; i < n; i++) q[i] = xte_f32_to_fp8(x[i] * scale, fmt, sat);
 }
 
 static void quant_vs(const float *x, int64_t n, const float *sc, int fmt, int sat, uint8_t *q) {
+  fp8k k = fp8k_make(fmt, sat);
   int64_t i = 0;
   for (; i + 32 <= n; i += 32)
-    store32(
-        q + i, cvt_fp8(_mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(sc + i)), fmt, sat),
-        cvt_fp8(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(sc + i + 8)), fmt, sat),
-        cvt_fp8(_mm256_mul_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(sc + i + 16)), fmt, sat),
-        cvt_fp8(_mm256_mul_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(sc + i + 24)), fmt,
-                sat));
+    store32(q + i, cvt(&k, _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(sc + i))),
+            cvt(&k, _mm256_mul_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(sc + i + 8))),
+            cvt(&k, _mm256_mul_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(sc + i + 16))),
+            cvt(&k, _mm256_mul_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(sc + i + 24))));
   for (; i < n; i++) q[i] = xte_f32_to_fp8(x[i] * sc[i], fmt, sat);
 }
 
 static void cast_fp8(const float *x, int64_t n, int fmt, int sat, uint8_t *q) {
+  fp8k k = fp8k_make(fmt, sat);
   int64_t i = 0;
   for (; i + 32 <= n; i += 32)
-    store32(q + i, cvt_fp8(_mm256_loadu_ps(x + i), fmt, sat),
-            cvt_fp8(_mm256_loadu_ps(x + i + 8), fmt, sat),
-            cvt_fp8(_mm256_loadu_ps(x + i + 16), fmt, sat),
-            cvt_fp8(_mm256_loadu_ps(x + i + 24), fmt, sat));
+    store32(q + i, cvt(&k, _mm256_loadu_ps(x + i)), cvt(&k, _mm256_loadu_ps(x + i + 8)),
+            cvt(&k, _mm256_loadu_ps(x + i + 16)), cvt(&k, _mm256_loadu_ps(x + i + 24)));
   for (; i < n; i++) q[i] = xte_f32_to_fp8(x[i], fmt, sat);
 }
 
@@ -234,8 +271,6 @@ static inline void tr16(const uint8_t *s, int64_t lds, uint8_t *d, int64_t ldd) 
     r[b + 2] = _mm_unpacklo_epi64(t[b + 1], t[b + 3]);
     r[b + 3] = _mm_unpackhi_epi64(t[b + 1], t[b + 3]);
   }
-  (void)d;
-  (void)ldd;
   for (i = 0; i < 16; i++) _mm_storeu_si128((__m128i *)(d + i * ldd), r[i]);
 }
 
@@ -248,6 +283,306 @@ static void transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t
     for (c = (r < r16 ? c16 : 0); c < cols; c++) dst[c * ldd + r] = src[r * lds + c];
 }
 
+/* ---------------------------------------------------------------- fused kernels
+ * The bodies take the input kind as a constant (always inlined into one copy per kind). */
+
+XTE_AI __m256 ld8(const void *src, int kind, int64_t i) {
+  if (kind == XTE_NUM_IN_F32) return _mm256_loadu_ps((const float *)src + i);
+  if (kind == XTE_NUM_IN_BF16)
+    return _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)src + i))), 16));
+  return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)src + i)));
+}
+
+XTE_AI float ld1(const void *src, int kind, int64_t i) {
+  if (kind == XTE_NUM_IN_F32) return ((const float *)src)[i];
+  if (kind == XTE_NUM_IN_BF16) return xte_bf16_to_f32(((const uint16_t *)src)[i]);
+  return xte_fp16_to_f32(((const uint16_t *)src)[i]);
+}
+
+XTE_AI float load_amax_body(const void *src, int kind, int64_t n, float *acc) {
+  __m256 m0 = _mm256_setzero_ps(), m1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  float r;
+  if (acc) {
+    for (; i + 8 <= n; i += 8) {
+      __m256 ax = abs8(ld8(src, kind, i));
+      m0 = _mm256_max_ps(ax, m0);
+      _mm256_storeu_ps(acc + i, _mm256_max_ps(ax, _mm256_loadu_ps(acc + i)));
+    }
+  } else {
+    for (; i + 16 <= n; i += 16) {
+      m0 = _mm256_max_ps(abs8(ld8(src, kind, i)), m0);
+      m1 = _mm256_max_ps(abs8(ld8(src, kind, i + 8)), m1);
+    }
+    for (; i + 8 <= n; i += 8) m0 = _mm256_max_ps(abs8(ld8(src, kind, i)), m0);
+  }
+  r = hmax8(_mm256_max_ps(m0, m1));
+  for (; i < n; i++) {
+    float x = ld1(src, kind, i);
+    r = xte_amax_update(r, x);
+    if (acc) acc[i] = xte_amax_update(acc[i], x);
+  }
+  return r;
+}
+
+static float load_amax_r1(const void *src, int in_kind, int64_t n, float *acc) {
+  switch (in_kind) {
+    case XTE_NUM_IN_F32:
+      return load_amax_body(src, XTE_NUM_IN_F32, n, acc);
+    case XTE_NUM_IN_BF16:
+      return load_amax_body(src, XTE_NUM_IN_BF16, n, acc);
+    default:
+      return load_amax_body(src, XTE_NUM_IN_F16, n, acc);
+  }
+}
+
+XTE_AI float load_quant_slow(const void *src, int kind, int64_t n, float scale, int fmt, int sat,
+                             uint8_t *q, int nt) {
+  fp8k k = fp8k_make(fmt, sat);
+  __m256 s = _mm256_set1_ps(scale), m = _mm256_setzero_ps();
+  int64_t i = 0;
+  float r;
+  nt = nt && !((uintptr_t)q & 31);
+  for (; i + 32 <= n; i += 32) {
+    __m256 x0 = ld8(src, kind, i), x1 = ld8(src, kind, i + 8);
+    __m256 x2 = ld8(src, kind, i + 16), x3 = ld8(src, kind, i + 24);
+    V8 r0, r1, r2, r3;
+    m = _mm256_max_ps(abs8(x0), m);
+    m = _mm256_max_ps(abs8(x1), m);
+    m = _mm256_max_ps(abs8(x2), m);
+    m = _mm256_max_ps(abs8(x3), m);
+    r0 = cvt(&k, _mm256_mul_ps(x0, s));
+    r1 = cvt(&k, _mm256_mul_ps(x1, s));
+    r2 = cvt(&k, _mm256_mul_ps(x2, s));
+    r3 = cvt(&k, _mm256_mul_ps(x3, s));
+    if (nt)
+      store32nt(q + i, r0, r1, r2, r3);
+    else
+      store32(q + i, r0, r1, r2, r3);
+  }
+  r = hmax8(m);
+  for (; i < n; i++) {
+    float x = ld1(src, kind, i);
+    r = xte_amax_update(r, x);
+    q[i] = xte_f32_to_fp8(x * scale, fmt, sat);
+  }
+  return r;
+}
+
+/* a finite scale > 0: the fast sequence, watching for NaN (then redone the general way) */
+XTE_AI float load_quant_body(const void *src, int kind, int64_t n, float scale, int fmt, int sat,
+                             uint8_t *q, int nt) {
+  fp8k k;
+  __m256 s = _mm256_set1_ps(scale);
+  V8 mi = _mm256_setzero_si256();
+  int64_t i = 0;
+  uint32_t mb;
+  float r;
+  int ntq = nt && !((uintptr_t)q & 31);
+  if (!pos_finite(scale)) return load_quant_slow(src, kind, n, scale, fmt, sat, q, nt);
+  k = fp8k_make(fmt, sat);
+  for (; i + 32 <= n; i += 32) {
+    __m256 x0 = ld8(src, kind, i), x1 = ld8(src, kind, i + 8);
+    __m256 x2 = ld8(src, kind, i + 16), x3 = ld8(src, kind, i + 24);
+    __m256 a0 = abs8(x0), a1 = abs8(x1), a2 = abs8(x2), a3 = abs8(x3);
+    V8 r0, r1, r2, r3;
+    mi = _mm256_max_epu32(
+        mi, _mm256_max_epu32(_mm256_max_epu32(_mm256_castps_si256(a0), _mm256_castps_si256(a1)),
+                             _mm256_max_epu32(_mm256_castps_si256(a2), _mm256_castps_si256(a3))));
+    r0 = cvt_scaled(&k, x0, a0, s);
+    r1 = cvt_scaled(&k, x1, a1, s);
+    r2 = cvt_scaled(&k, x2, a2, s);
+    r3 = cvt_scaled(&k, x3, a3, s);
+    if (ntq)
+      store32nt(q + i, r0, r1, r2, r3);
+    else
+      store32(q + i, r0, r1, r2, r3);
+  }
+  mb = hmax_u32(mi);
+  if (mb > 0x7F800000u) {
+    if (ntq) _mm_sfence();
+    return load_quant_slow(src, kind, n, scale, fmt, sat, q, nt);
+  }
+  r = xte_bits_f32(mb);
+  for (; i < n; i++) {
+    float x = ld1(src, kind, i);
+    r = xte_amax_update(r, x);
+    q[i] = xte_f32_to_fp8(x * scale, fmt, sat);
+  }
+  return r;
+}
+
+static float load_quant_r1(const void *src, int in_kind, int64_t n, float scale, int fmt, int sat,
+                           uint8_t *q, int nt) {
+  switch (in_kind) {
+    case XTE_NUM_IN_F32:
+      return load_quant_body(src, XTE_NUM_IN_F32, n, scale, fmt, sat, q, nt);
+    case XTE_NUM_IN_BF16:
+      return load_quant_body(src, XTE_NUM_IN_BF16, n, scale, fmt, sat, q, nt);
+    default:
+      return load_quant_body(src, XTE_NUM_IN_F16, n, scale, fmt, sat, q, nt);
+  }
+}
+
+XTE_AI void load_quant_vs_slow(const void *src, int kind, int64_t n, const float *sc, int fmt,
+                               int sat, uint8_t *q, int nt) {
+  fp8k k = fp8k_make(fmt, sat);
+  int64_t i = 0;
+  nt = nt && !((uintptr_t)q & 31);
+  for (; i + 32 <= n; i += 32) {
+    V8 r0 = cvt(&k, _mm256_mul_ps(ld8(src, kind, i), _mm256_loadu_ps(sc + i)));
+    V8 r1 = cvt(&k, _mm256_mul_ps(ld8(src, kind, i + 8), _mm256_loadu_ps(sc + i + 8)));
+    V8 r2 = cvt(&k, _mm256_mul_ps(ld8(src, kind, i + 16), _mm256_loadu_ps(sc + i + 16)));
+    V8 r3 = cvt(&k, _mm256_mul_ps(ld8(src, kind, i + 24), _mm256_loadu_ps(sc + i + 24)));
+    if (nt)
+      store32nt(q + i, r0, r1, r2, r3);
+    else
+      store32(q + i, r0, r1, r2, r3);
+  }
+  for (; i < n; i++) q[i] = xte_f32_to_fp8(ld1(src, kind, i) * sc[i], fmt, sat);
+}
+
+/* finite scales > 0 (the caller checks): the fast sequence, watching for NaN (then redone the
+ * general way) */
+XTE_AI void load_quant_vs_body(const void *src, int kind, int64_t n, const float *sc, int fmt,
+                               int sat, uint8_t *q, int nt) {
+  fp8k k;
+  V8 mi = _mm256_setzero_si256();
+  int64_t i;
+  int ntq = nt && !((uintptr_t)q & 31);
+  k = fp8k_make(fmt, sat);
+  for (i = 0; i + 32 <= n; i += 32) {
+    __m256 x0 = ld8(src, kind, i), x1 = ld8(src, kind, i + 8);
+    __m256 x2 = ld8(src, kind, i + 16), x3 = ld8(src, kind, i + 24);
+    __m256 a0 = abs8(x0), a1 = abs8(x1), a2 = abs8(x2), a3 = abs8(x3);
+    V8 r0, r1, r2, r3;
+    mi = _mm256_max_epu32(
+        mi, _mm256_max_epu32(_mm256_max_epu32(_mm256_castps_si256(a0), _mm256_castps_si256(a1)),
+                             _mm256_max_epu32(_mm256_castps_si256(a2), _mm256_castps_si256(a3))));
+    r0 = cvt_scaled(&k, x0, a0, _mm256_loadu_ps(sc + i));
+    r1 = cvt_scaled(&k, x1, a1, _mm256_loadu_ps(sc + i + 8));
+    r2 = cvt_scaled(&k, x2, a2, _mm256_loadu_ps(sc + i + 16));
+    r3 = cvt_scaled(&k, x3, a3, _mm256_loadu_ps(sc + i + 24));
+    if (ntq)
+      store32nt(q + i, r0, r1, r2, r3);
+    else
+      store32(q + i, r0, r1, r2, r3);
+  }
+  if (hmax_u32(mi) > 0x7F800000u) {
+    if (ntq) _mm_sfence();
+    load_quant_vs_slow(src, kind, n, sc, fmt, sat, q, nt);
+    return;
+  }
+  for (; i < n; i++) q[i] = xte_f32_to_fp8(ld1(src, kind, i) * sc[i], fmt, sat);
+}
+
+static void load_quant_vs_r1(const void *src, int in_kind, int64_t n, const float *scale, int fmt,
+                             int sat, uint8_t *q, int nt, int fast) {
+  switch (in_kind) {
+    case XTE_NUM_IN_F32:
+      if (fast)
+        load_quant_vs_body(src, XTE_NUM_IN_F32, n, scale, fmt, sat, q, nt);
+      else
+        load_quant_vs_slow(src, XTE_NUM_IN_F32, n, scale, fmt, sat, q, nt);
+      break;
+    case XTE_NUM_IN_BF16:
+      if (fast)
+        load_quant_vs_body(src, XTE_NUM_IN_BF16, n, scale, fmt, sat, q, nt);
+      else
+        load_quant_vs_slow(src, XTE_NUM_IN_BF16, n, scale, fmt, sat, q, nt);
+      break;
+    default:
+      if (fast)
+        load_quant_vs_body(src, XTE_NUM_IN_F16, n, scale, fmt, sat, q, nt);
+      else
+        load_quant_vs_slow(src, XTE_NUM_IN_F16, n, scale, fmt, sat, q, nt);
+      break;
+  }
+}
+
+#define ROW(p, r, ld, es) ((const char *)(p) + (size_t)(r) * (size_t)(ld) * (es))
+
+static float load_amax(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
+                       float *acc) {
+  const size_t es = in_kind == XTE_NUM_IN_F32 ? 4 : 2;
+  float m = 0.0f;
+  int64_t r;
+  for (r = 0; r < rows; r++) m = xte_fmaxf(m, load_amax_r1(ROW(src, r, lds, es), in_kind, n, acc));
+  return m;
+}
+
+static float load_quant(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
+                        float scale, int fmt, int sat, uint8_t *q, int64_t ldq, int nt) {
+  const size_t es = in_kind == XTE_NUM_IN_F32 ? 4 : 2;
+  float m = 0.0f;
+  int64_t r;
+  nt = nt && !(ldq & 31);
+  for (r = 0; r < rows; r++)
+    m = xte_fmaxf(
+        m, load_quant_r1(ROW(src, r, lds, es), in_kind, n, scale, fmt, sat, q + r * ldq, nt));
+  return m;
+}
+
+static void load_quant_vs(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
+                          const float *scale, int fmt, int sat, uint8_t *q, int64_t ldq, int nt) {
+  const size_t es = in_kind == XTE_NUM_IN_F32 ? 4 : 2;
+  int64_t r, i;
+  int fast = 1;
+  for (i = 0; i < n; i++) fast &= pos_finite(scale[i]);
+  nt = nt && !(ldq & 31);
+  for (r = 0; r < rows; r++)
+    load_quant_vs_r1(ROW(src, r, lds, es), in_kind, n, scale, fmt, sat, q + r * ldq, nt, fast);
+}
+
+/* The blocks of all rows, 16 at a time: the amax pass, the scales (independent divisions), then
+ * the quantizing pass (the blocks are in L1 by then). */
+static float quant_blocks(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
+                          int64_t bw, const xte_quant_args *a, uint8_t *q, int64_t ldq,
+                          xte_block_scale *sc, float *acc, int nt) {
+  const size_t es = in_kind == XTE_NUM_IN_F32 ? 4 : 2;
+  const int64_t nbr = (n + bw - 1) / bw, total = rows * nbr;
+  float m = 0.0f;
+  int64_t t0, t;
+  nt = nt && !(ldq & 31);
+  for (t0 = 0; t0 < total; t0 += 16) {
+    const int64_t nb = total - t0 < 16 ? total - t0 : 16;
+    float am[16];
+    for (t = 0; t < nb; t++) {
+      const int64_t r = (t0 + t) / nbr, j = (t0 + t - r * nbr) * bw, len = n - j < bw ? n - j : bw;
+      am[t] =
+          load_amax_r1(ROW(src, r, lds, es) + (size_t)j * es, in_kind, len, acc ? acc + j : NULL);
+      m = xte_fmaxf(m, am[t]);
+    }
+    for (t = 0; t < nb; t++) sc[t0 + t] = xte_quant_block_scale(a, am[t]);
+    for (t = 0; t < nb; t++) {
+      const int64_t r = (t0 + t) / nbr, j = (t0 + t - r * nbr) * bw, len = n - j < bw ? n - j : bw;
+      (void)load_quant_r1(ROW(src, r, lds, es) + (size_t)j * es, in_kind, len, sc[t0 + t].scale,
+                          a->fmt, a->saturate, q + r * ldq + j, nt);
+    }
+  }
+  return m;
+}
+
+static void block_scales(const xte_quant_args *a, const float *amax, int64_t n,
+                         xte_block_scale *s) {
+  int64_t i;
+  for (i = 0; i < n; i++) s[i] = xte_quant_block_scale(a, amax[i]);
+}
+
+static void copy_u8(uint8_t *dst, const uint8_t *src, int64_t n, int nt) {
+  int64_t i = 0;
+  if (nt && !((uintptr_t)dst & 31))
+    for (; i + 32 <= n; i += 32)
+      _mm256_stream_si256((__m256i *)(dst + i), _mm256_loadu_si256((const __m256i *)(src + i)));
+  if (i < n) memcpy(dst + i, src + i, (size_t)(n - i));
+}
+
+static void store_fence(void) {
+  _mm_sfence();
+}
+
 const xte_cpu_kernels xte_cpu_kernels_avx2 = {
-    XTE_CPU_ISA_AVX2, load_f32, amax,      amax_cols, quant,
-    quant_vs,         cast_fp8, cast_bf16, cast_fp16, transpose_u8};
+    XTE_CPU_ISA_AVX2, load_f32,     amax,         amax_cols,    quant,      quant_vs,
+    cast_fp8,         cast_bf16,    cast_fp16,    transpose_u8, load_amax,  load_quant,
+    load_quant_vs,    quant_blocks, block_scales, copy_u8,      store_fence};

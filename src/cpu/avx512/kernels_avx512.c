@@ -13,6 +13,8 @@
 #define XTE_AVX512_ISA XTE_CPU_ISA_AVX512
 #endif
 
+#include <string.h>
+
 #include "cpu/xte_cpu.h"
 #include "numerics/xte_numerics.h"
 
@@ -23,45 +25,152 @@ static inline __m512 abs16(__m512 x) {
   return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), S1(0x7FFFFFFF)));
 }
 
-static inline V16 cvt_e4m3(__m512 x, int sat) {
-  V16 u = _mm512_castps_si512(x);
-  V16 sign = _mm512_and_si512(_mm512_srli_epi32(u, 24), S1(0x80));
-  V16 a = _mm512_and_si512(u, S1(0x7FFFFFFF));
-  __mmask16 isnan = _mm512_cmpgt_epi32_mask(a, S1(0x7F800000));
-  __mmask16 ovf = _mm512_cmpgt_epi32_mask(a, S1(0x43E80000));
-  __mmask16 normal = _mm512_cmpgt_epi32_mask(a, S1(0x3C7FFFFF));
-  V16 odd = _mm512_and_si512(_mm512_srli_epi32(a, 20), S1(1));
-  V16 rn = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(a, S1(0x7FFFF)), odd), 20);
-  V16 nv = _mm512_sub_epi32(rn, S1(120 << 3));
-  __m512 y = _mm512_add_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(16384.0f));
-  V16 r = _mm512_sub_epi32(_mm512_castps_si512(y), S1(0x46800000));
-  r = _mm512_mask_mov_epi32(r, normal, nv);
-  r = _mm512_mask_mov_epi32(r, ovf, S1(sat ? 0x7E : 0x7F));
-  r = _mm512_mask_mov_epi32(r, isnan, S1(0x7F));
-  return _mm512_or_si512(r, sign);
+#define XTE_AI static inline __attribute__((always_inline))
+
+/* fp32 -> fp8 codes, one sequence for normal and subnormal results (the same values as
+ * xte_f32_to_e4m3 / xte_f32_to_e5m2, which the exhaustive conversion test proves). For a = |x|:
+ *   eb = max(biased exponent of a, emin)        (emin: the format's smallest normal exponent)
+ *   y  = a + M(eb), M(eb) = 2^(eb - 127 + 23 - mbits), an fp32 RNE addition
+ * For a < 2^(emax+1) the ulp of y is 2^(eb - 127 - mbits), the format's quantum at a (at emin also
+ * below it: the header's subnormal rule), so y = M + k ulp with k = RNE(a / quantum) <= 2^(mbits+1)
+ * and the magnitude code is k + (eb - emin) << mbits = bits(y) - C(eb), C = bits(M) - (eb - emin)
+ * << mbits. M and C come from 32-entry tables indexed by eb mod 32, whose entries past emax + 1 are
+ * those of emax + 1. Every larger a (inf too) gives a code past the largest finite one (at an
+ * index past emax + 1 the sum's k is at least 2^(mbits+1); a wrapped index has M far below a), so
+ * a min with the largest code the rule allows does the overflow; NaN is set apart; then the sign.
+ */
+typedef struct fp8k {
+  V16 mlo, mhi, clo, chi, ebmin, cmax, nanc;
+  int fixnan;
+} fp8k;
+
+/* M and C by eb mod 32 (from the rule above; entries past emax + 1 repeat emax + 1's) */
+static const uint32_t fp8_tables[2][2][32] = {
+    {{0x4A000000, 0x4A800000, 0x4B000000, 0x4B800000, 0x4C000000, 0x4C800000, 0x4D000000,
+      0x4D800000, 0x4E000000, 0x4E000000, 0x4E000000, 0x4E000000, 0x4E000000, 0x4E000000,
+      0x4E000000, 0x4E000000, 0x4E000000, 0x4E000000, 0x4E000000, 0x4E000000, 0x4E000000,
+      0x4E000000, 0x4E000000, 0x4E000000, 0x4E000000, 0x46800000, 0x47000000, 0x47800000,
+      0x48000000, 0x48800000, 0x49000000, 0x49800000},
+     {0x49FFFFC8, 0x4A7FFFC0, 0x4AFFFFB8, 0x4B7FFFB0, 0x4BFFFFA8, 0x4C7FFFA0, 0x4CFFFF98,
+      0x4D7FFF90, 0x4DFFFF88, 0x4DFFFF88, 0x4DFFFF88, 0x4DFFFF88, 0x4DFFFF88, 0x4DFFFF88,
+      0x4DFFFF88, 0x4DFFFF88, 0x4DFFFF88, 0x4DFFFF88, 0x4DFFFF88, 0x4DFFFF88, 0x4DFFFF88,
+      0x4DFFFF88, 0x4DFFFF88, 0x4DFFFF88, 0x4DFFFF88, 0x46800000, 0x46FFFFF8, 0x477FFFF0,
+      0x47FFFFE8, 0x487FFFE0, 0x48FFFFD8, 0x497FFFD0}},
+    {{0x4A800000, 0x4B000000, 0x4B800000, 0x4C000000, 0x4C800000, 0x4D000000, 0x4D800000,
+      0x4E000000, 0x4E800000, 0x4F000000, 0x4F800000, 0x50000000, 0x50800000, 0x51000000,
+      0x51800000, 0x52000000, 0x52000000, 0x43000000, 0x43800000, 0x44000000, 0x44800000,
+      0x45000000, 0x45800000, 0x46000000, 0x46800000, 0x47000000, 0x47800000, 0x48000000,
+      0x48800000, 0x49000000, 0x49800000, 0x4A000000},
+     {0x4A7FFFC4, 0x4AFFFFC0, 0x4B7FFFBC, 0x4BFFFFB8, 0x4C7FFFB4, 0x4CFFFFB0, 0x4D7FFFAC,
+      0x4DFFFFA8, 0x4E7FFFA4, 0x4EFFFFA0, 0x4F7FFF9C, 0x4FFFFF98, 0x507FFF94, 0x50FFFF90,
+      0x517FFF8C, 0x51FFFF88, 0x51FFFF88, 0x43000000, 0x437FFFFC, 0x43FFFFF8, 0x447FFFF4,
+      0x44FFFFF0, 0x457FFFEC, 0x45FFFFE8, 0x467FFFE4, 0x46FFFFE0, 0x477FFFDC, 0x47FFFFD8,
+      0x487FFFD4, 0x48FFFFD0, 0x497FFFCC, 0x49FFFFC8}}};
+
+static inline fp8k fp8k_make(int fmt, int sat) {
+  fp8k k;
+  int e4 = fmt == XTE_FP8_E4M3;
+  const uint32_t(*t)[32] = fp8_tables[e4 ? 0 : 1];
+  k.mlo = _mm512_loadu_si512((const void *)t[0]);
+  k.mhi = _mm512_loadu_si512((const void *)(t[0] + 16));
+  k.clo = _mm512_loadu_si512((const void *)t[1]);
+  k.chi = _mm512_loadu_si512((const void *)(t[1] + 16));
+  k.ebmin = S1(e4 ? 121 : 113);
+  k.cmax = S1(e4 ? (sat ? 0x7E : 0x7F) : (sat ? 0x7B : 0x7C));
+  k.nanc = S1(e4 ? 0x7F : 0x7E);
+  k.fixnan = !e4 || sat; /* e4m3 without saturation: NaN already lands on 0x7F */
+  return k;
 }
 
-static inline V16 cvt_e5m2(__m512 x, int sat) {
-  V16 u = _mm512_castps_si512(x);
-  V16 sign = _mm512_and_si512(_mm512_srli_epi32(u, 24), S1(0x80));
-  V16 a = _mm512_and_si512(u, S1(0x7FFFFFFF));
-  __mmask16 isnan = _mm512_cmpgt_epi32_mask(a, S1(0x7F800000));
-  __mmask16 ovf = _mm512_cmpgt_epi32_mask(a, S1(0x476FFFFF));
-  __mmask16 normal = _mm512_cmpgt_epi32_mask(a, S1(0x387FFFFF));
-  V16 odd = _mm512_and_si512(_mm512_srli_epi32(a, 21), S1(1));
-  V16 rn = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(a, S1(0xFFFFF)), odd), 21);
-  V16 nv = _mm512_sub_epi32(rn, S1(112 << 2));
-  __m512 y = _mm512_add_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(128.0f));
-  V16 r = _mm512_sub_epi32(_mm512_castps_si512(y), S1(0x43000000));
-  r = _mm512_mask_mov_epi32(r, normal, nv);
-  r = _mm512_mask_mov_epi32(r, ovf, S1(sat ? 0x7B : 0x7C));
-  r = _mm512_mask_mov_epi32(r, isnan, S1(0x7E));
-  return _mm512_or_si512(r, sign);
+/* magnitude code of a = |x| (bits), NaN not handled */
+XTE_AI V16 cvt_mag(const fp8k *k, V16 a) {
+  V16 eb = _mm512_max_epu32(_mm512_srli_epi32(a, 23), k->ebmin);
+  V16 m = _mm512_permutex2var_epi32(k->mlo, eb, k->mhi);
+  V16 c = _mm512_permutex2var_epi32(k->clo, eb, k->chi);
+  V16 y = _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(m)));
+  return _mm512_min_epu32(_mm512_sub_epi32(y, c), k->cmax);
 }
 
-static inline void store_fp8(uint8_t *q, __m512 x, int fmt, int sat) {
-  V16 r = fmt == XTE_FP8_E4M3 ? cvt_e4m3(x, sat) : cvt_e5m2(x, sat);
+/* r | the sign bit of u at bit 7 */
+XTE_AI V16 with_sign(V16 r, V16 u) {
+  return _mm512_ternarylogic_epi32(r, _mm512_srli_epi32(u, 24), S1(0x80), 0xF8);
+}
+
+XTE_AI V16 cvt(const fp8k *k, __m512 x) {
+  V16 u = _mm512_castps_si512(x);
+  V16 a = _mm512_and_si512(u, S1(0x7FFFFFFF));
+  V16 r = cvt_mag(k, a);
+  if (k->fixnan) r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epi32_mask(a, S1(0x7F800000)), k->nanc);
+  return with_sign(r, u);
+}
+
+/* fp8(x * s) for a NaN-free x and a finite s > 0, from ax = |x|: x * s = sign(x) (ax * s) */
+XTE_AI V16 cvt_scaled(const fp8k *k, __m512 x, __m512 ax, __m512 s) {
+  return with_sign(cvt_mag(k, _mm512_castps_si512(_mm512_mul_ps(ax, s))), _mm512_castps_si512(x));
+}
+
+static inline int pos_finite(float s) {
+  return s > 0.0f && s <= 3.40282346638528859812e+38f;
+}
+
+/* max of 16 uint32 (for |x| bits: the float max when no NaN; above 0x7F800000 when one is NaN) */
+XTE_AI uint32_t hmax_u32(V16 v) {
+  v = _mm512_max_epu32(v, _mm512_shuffle_i64x2(v, v, 0x4E));
+  v = _mm512_max_epu32(v, _mm512_shuffle_i64x2(v, v, 0xB1));
+  v = _mm512_max_epu32(v, _mm512_shuffle_epi32(v, (_MM_PERM_ENUM)0x4E));
+  v = _mm512_max_epu32(v, _mm512_shuffle_epi32(v, (_MM_PERM_ENUM)0xB1));
+  return (uint32_t)_mm_cvtsi128_si32(_mm512_castsi512_si128(v));
+}
+
+/* four vectors of codes (0..255 in each int32) -> 64 bytes in order */
+XTE_AI V16 pack4(V16 r0, V16 r1, V16 r2, V16 r3) {
+  V16 b = _mm512_packus_epi16(_mm512_packus_epi32(r0, r1), _mm512_packus_epi32(r2, r3));
+  return _mm512_permutexvar_epi32(
+      _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), b);
+}
+
+XTE_AI void store64(uint8_t *q, V16 v, int nt) {
+  if (nt)
+    _mm512_stream_si512((void *)q, v);
+  else
+    _mm512_storeu_si512((void *)q, v);
+}
+
+XTE_AI void store16(uint8_t *q, V16 r) {
   _mm_storeu_si128((__m128i *)q, _mm512_cvtepi32_epi8(r));
+}
+
+XTE_AI __m512 ld16(const void *src, int kind, int64_t i) {
+  if (kind == XTE_NUM_IN_F32) return _mm512_loadu_ps((const float *)src + i);
+  if (kind == XTE_NUM_IN_BF16)
+    return _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)src + i))),
+        16));
+#ifndef XTE_AVX512_SIMDE
+  return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)src + i)));
+#else
+  {
+    float t[16];
+    int j;
+    for (j = 0; j < 16; j++) t[j] = xte_fp16_to_f32(((const uint16_t *)src)[i + j]);
+    return _mm512_loadu_ps(t);
+  }
+#endif
+}
+
+XTE_AI float ld1(const void *src, int kind, int64_t i) {
+  if (kind == XTE_NUM_IN_F32) return ((const float *)src)[i];
+  if (kind == XTE_NUM_IN_BF16) return xte_bf16_to_f32(((const uint16_t *)src)[i]);
+  return xte_fp16_to_f32(((const uint16_t *)src)[i]);
+}
+
+static inline float hmax16(__m512 v) {
+  __m256 h = _mm256_max_ps(_mm512_castps512_ps256(v),
+                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+  return _mm_cvtss_f32(m);
 }
 
 static void load_f32(const void *src, int in_kind, int64_t n, float *dst) {
@@ -108,22 +217,36 @@ static void amax_cols(const float *x, int64_t rows, int64_t cols, int64_t ld, fl
 }
 
 static void quant(const float *x, int64_t n, float scale, int fmt, int sat, uint8_t *q) {
+  fp8k k = fp8k_make(fmt, sat);
   __m512 s = _mm512_set1_ps(scale);
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) store_fp8(q + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), s), fmt, sat);
+  for (; i + 64 <= n; i += 64)
+    _mm512_storeu_si512((void *)(q + i),
+                        pack4(cvt(&k, _mm512_mul_ps(_mm512_loadu_ps(x + i), s)),
+                              cvt(&k, _mm512_mul_ps(_mm512_loadu_ps(x + i + 16), s)),
+                              cvt(&k, _mm512_mul_ps(_mm512_loadu_ps(x + i + 32), s)),
+                              cvt(&k, _mm512_mul_ps(_mm512_loadu_ps(x + i + 48), s))));
+  for (; i + 16 <= n; i += 16) store16(q + i, cvt(&k, _mm512_mul_ps(_mm512_loadu_ps(x + i), s)));
   for (; i < n; i++) q[i] = xte_f32_to_fp8(x[i] * scale, fmt, sat);
 }
 
 static void quant_vs(const float *x, int64_t n, const float *sc, int fmt, int sat, uint8_t *q) {
+  fp8k k = fp8k_make(fmt, sat);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
-    store_fp8(q + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(sc + i)), fmt, sat);
+    store16(q + i, cvt(&k, _mm512_mul_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(sc + i))));
   for (; i < n; i++) q[i] = xte_f32_to_fp8(x[i] * sc[i], fmt, sat);
 }
 
 static void cast_fp8(const float *x, int64_t n, int fmt, int sat, uint8_t *q) {
+  fp8k k = fp8k_make(fmt, sat);
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) store_fp8(q + i, _mm512_loadu_ps(x + i), fmt, sat);
+  for (; i + 64 <= n; i += 64)
+    _mm512_storeu_si512(
+        (void *)(q + i),
+        pack4(cvt(&k, _mm512_loadu_ps(x + i)), cvt(&k, _mm512_loadu_ps(x + i + 16)),
+              cvt(&k, _mm512_loadu_ps(x + i + 32)), cvt(&k, _mm512_loadu_ps(x + i + 48))));
+  for (; i + 16 <= n; i += 16) store16(q + i, cvt(&k, _mm512_loadu_ps(x + i)));
   for (; i < n; i++) q[i] = xte_f32_to_fp8(x[i], fmt, sat);
 }
 
@@ -165,15 +288,760 @@ static void cast_fp16(const float *x, int64_t n, uint16_t *y) {
   for (; i < n; i++) y[i] = xte_f32_to_fp16(x[i]);
 }
 
-static void transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds, uint8_t *dst,
-                         int64_t ldd) {
-  int64_t r, c, rb, cb;
-  for (rb = 0; rb < rows; rb += 32)
-    for (cb = 0; cb < cols; cb += 32)
-      for (c = cb; c < cols && c < cb + 32; c++)
-        for (r = rb; r < rows && r < rb + 32; r++) dst[c * ldd + r] = src[r * lds + c];
+/* 16 rows x 64 bytes: the 16x16 unpack transpose in each 128-bit lane; lane L of r[i] is source
+ * column 16 L + i. */
+static inline void tr16x64(const uint8_t *s, int64_t lds, uint8_t *d, int64_t ldd) {
+  V16 r[16], t[16];
+  int i;
+  for (i = 0; i < 16; i++) r[i] = _mm512_loadu_si512((const void *)(s + i * lds));
+  for (i = 0; i < 8; i++) {
+    t[i] = _mm512_unpacklo_epi8(r[2 * i], r[2 * i + 1]);
+    t[i + 8] = _mm512_unpackhi_epi8(r[2 * i], r[2 * i + 1]);
+  }
+  for (i = 0; i < 4; i++) {
+    r[i] = _mm512_unpacklo_epi16(t[2 * i], t[2 * i + 1]);
+    r[i + 4] = _mm512_unpackhi_epi16(t[2 * i], t[2 * i + 1]);
+    r[i + 8] = _mm512_unpacklo_epi16(t[8 + 2 * i], t[8 + 2 * i + 1]);
+    r[i + 12] = _mm512_unpackhi_epi16(t[8 + 2 * i], t[8 + 2 * i + 1]);
+  }
+  for (i = 0; i < 4; i++) {
+    int b = 4 * i;
+    t[b + 0] = _mm512_unpacklo_epi32(r[b + 0], r[b + 1]);
+    t[b + 1] = _mm512_unpackhi_epi32(r[b + 0], r[b + 1]);
+    t[b + 2] = _mm512_unpacklo_epi32(r[b + 2], r[b + 3]);
+    t[b + 3] = _mm512_unpackhi_epi32(r[b + 2], r[b + 3]);
+  }
+  for (i = 0; i < 4; i++) {
+    int b = 4 * i;
+    r[b + 0] = _mm512_unpacklo_epi64(t[b + 0], t[b + 2]);
+    r[b + 1] = _mm512_unpackhi_epi64(t[b + 0], t[b + 2]);
+    r[b + 2] = _mm512_unpacklo_epi64(t[b + 1], t[b + 3]);
+    r[b + 3] = _mm512_unpackhi_epi64(t[b + 1], t[b + 3]);
+  }
+  for (i = 0; i < 16; i++) {
+    _mm_storeu_si128((__m128i *)(d + i * ldd), _mm512_castsi512_si128(r[i]));
+    _mm_storeu_si128((__m128i *)(d + (16 + i) * ldd), _mm512_extracti32x4_epi32(r[i], 1));
+    _mm_storeu_si128((__m128i *)(d + (32 + i) * ldd), _mm512_extracti32x4_epi32(r[i], 2));
+    _mm_storeu_si128((__m128i *)(d + (48 + i) * ldd), _mm512_extracti32x4_epi32(r[i], 3));
+  }
 }
 
-const xte_cpu_kernels XTE_AVX512_TABLE = {XTE_AVX512_ISA, load_f32,    amax,     amax_cols,
-                                          quant,          quant_vs,    cast_fp8, cast_bf16,
-                                          cast_fp16,      transpose_u8};
+/* 16x16 with SSE unpacks (as the AVX2 kernels) */
+static inline void tr16(const uint8_t *s, int64_t lds, uint8_t *d, int64_t ldd) {
+  __m128i r[16], t[16];
+  int i;
+  for (i = 0; i < 16; i++) r[i] = _mm_loadu_si128((const __m128i *)(s + i * lds));
+  for (i = 0; i < 8; i++) {
+    t[i] = _mm_unpacklo_epi8(r[2 * i], r[2 * i + 1]);
+    t[i + 8] = _mm_unpackhi_epi8(r[2 * i], r[2 * i + 1]);
+  }
+  for (i = 0; i < 4; i++) {
+    r[i] = _mm_unpacklo_epi16(t[2 * i], t[2 * i + 1]);
+    r[i + 4] = _mm_unpackhi_epi16(t[2 * i], t[2 * i + 1]);
+    r[i + 8] = _mm_unpacklo_epi16(t[8 + 2 * i], t[8 + 2 * i + 1]);
+    r[i + 12] = _mm_unpackhi_epi16(t[8 + 2 * i], t[8 + 2 * i + 1]);
+  }
+  for (i = 0; i < 4; i++) {
+    int b = 4 * i;
+    t[b + 0] = _mm_unpacklo_epi32(r[b + 0], r[b + 1]);
+    t[b + 1] = _mm_unpackhi_epi32(r[b + 0], r[b + 1]);
+    t[b + 2] = _mm_unpacklo_epi32(r[b + 2], r[b + 3]);
+    t[b + 3] = _mm_unpackhi_epi32(r[b + 2], r[b + 3]);
+  }
+  for (i = 0; i < 4; i++) {
+    int b = 4 * i;
+    r[b + 0] = _mm_unpacklo_epi64(t[b + 0], t[b + 2]);
+    r[b + 1] = _mm_unpackhi_epi64(t[b + 0], t[b + 2]);
+    r[b + 2] = _mm_unpacklo_epi64(t[b + 1], t[b + 3]);
+    r[b + 3] = _mm_unpackhi_epi64(t[b + 1], t[b + 3]);
+  }
+  for (i = 0; i < 16; i++) _mm_storeu_si128((__m128i *)(d + i * ldd), r[i]);
+}
+
+static void transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds, uint8_t *dst,
+                         int64_t ldd) {
+  int64_t r, c, r16 = rows & ~(int64_t)15, c64 = cols & ~(int64_t)63, c16 = cols & ~(int64_t)15;
+  for (r = 0; r < r16; r += 16) {
+    for (c = 0; c < c64; c += 64) tr16x64(src + r * lds + c, lds, dst + c * ldd + r, ldd);
+    for (; c < c16; c += 16) tr16(src + r * lds + c, lds, dst + c * ldd + r, ldd);
+  }
+  for (r = 0; r < rows; r++)
+    for (c = (r < r16 ? c16 : 0); c < cols; c++) dst[c * ldd + r] = src[r * lds + c];
+}
+
+/* The TE recipes (xte_scale_te) 16 blocks at a time, lane by lane the header's steps; the others
+ * through the header. */
+static void block_scales(const xte_quant_args *a, const float *amax, int64_t n,
+                         xte_block_scale *s) {
+  int64_t i = 0;
+  if (a->recipe == 0 || a->recipe == 2) {
+    const __m512 eps = _mm512_set1_ps(a->eps), fmax = _mm512_set1_ps(xte_fp8_max(a->fmt));
+    const __m512 dmax = _mm512_set1_ps(xte_input_dtype_max(a->in_kind)), one = _mm512_set1_ps(1.0f);
+    const __m512 inf = _mm512_castsi512_ps(S1(0x7F800000));
+    const int pow2 = a->recipe == 2 && a->force_pow_2;
+    for (; i + 16 <= n; i += 16) {
+      _Alignas(64) float sc[16], si[16];
+      __m512 v = _mm512_loadu_ps(amax + i), q;
+      __mmask16 deg;
+      int j;
+      v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, eps, _CMP_LT_OQ), eps);
+      deg = _mm512_cmp_ps_mask(abs16(v), inf, _CMP_EQ_OQ) |
+            _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_EQ_OQ) |
+            _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+      q = _mm512_div_ps(fmax, v);
+      q = _mm512_mask_mov_ps(q, _mm512_cmp_ps_mask(abs16(q), inf, _CMP_EQ_OQ), dmax);
+      if (pow2)
+        q = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(q), S1((int)0xFF800000)));
+      q = _mm512_mask_mov_ps(q, deg, one);
+      _mm512_store_ps(sc, q);
+      _mm512_store_ps(si, _mm512_div_ps(one, q));
+      for (j = 0; j < 16; j++) {
+        s[i + j].scale = sc[j];
+        s[i + j].scale_inv = si[j];
+        s[i + j].e8m0 = 0;
+      }
+    }
+  }
+  for (; i < n; i++) s[i] = xte_quant_block_scale(a, amax[i]);
+}
+
+/* ---- bf16 input in 16-bit lanes: |x| is the word without its sign bit, and for these the
+ * uint16 order is the float order (NaN above 0x7F80), so amaxes are word maxima. Converting, the
+ * words unpack to fp32 (bits << 16) in an order within each 128-bit lane that the packing undoes;
+ * the sign bytes come from the words' high bytes. */
+XTE_AI uint32_t hmax_u16(V16 v) {
+  v = _mm512_max_epu16(v, _mm512_shuffle_i64x2(v, v, 0x4E));
+  v = _mm512_max_epu16(v, _mm512_shuffle_i64x2(v, v, 0xB1));
+  v = _mm512_max_epu16(v, _mm512_shuffle_epi32(v, (_MM_PERM_ENUM)0x4E));
+  v = _mm512_max_epu16(v, _mm512_shuffle_epi32(v, (_MM_PERM_ENUM)0xB1));
+  v = _mm512_max_epu16(v, _mm512_srli_epi32(v, 16));
+  return (uint32_t)_mm_cvtsi128_si32(_mm512_castsi512_si128(v)) & 0xFFFFu;
+}
+
+XTE_AI V16 ldw(const uint16_t *p) {
+  return _mm512_loadu_si512((const void *)p);
+}
+
+XTE_AI V16 absw(V16 z) {
+  return _mm512_and_si512(z, _mm512_set1_epi16(0x7FFF));
+}
+
+/* of 32 words: elements 8L..8L+3 (lo) and 8L+4..8L+7 (hi) of each 128-bit lane L, as fp32 */
+XTE_AI __m512 wlo(V16 z) {
+  return _mm512_castsi512_ps(_mm512_unpacklo_epi16(_mm512_setzero_si512(), z));
+}
+XTE_AI __m512 whi(V16 z) {
+  return _mm512_castsi512_ps(_mm512_unpackhi_epi16(_mm512_setzero_si512(), z));
+}
+
+/* magnitude codes of lo/hi(z0), lo/hi(z1) and the signs of the words z0, z1 -> 64 bytes in order */
+XTE_AI V16 pack_bf16(V16 r0, V16 r1, V16 r2, V16 r3, V16 z0, V16 z1) {
+  V16 b = _mm512_packus_epi16(_mm512_packus_epi32(r0, r1), _mm512_packus_epi32(r2, r3));
+  V16 sb = _mm512_packus_epi16(_mm512_srli_epi16(z0, 8), _mm512_srli_epi16(z1, 8));
+  b = _mm512_ternarylogic_epi32(b, sb, _mm512_set1_epi8((char)0x80), 0xD8); /* bit 7 from sb */
+  return _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), b);
+}
+
+XTE_AI V16 mag_code(const fp8k *k, __m512 ax, __m512 s) {
+  return cvt_mag(k, _mm512_castps_si512(_mm512_mul_ps(ax, s)));
+}
+
+/* ---------------------------------------------------------------- fused kernels
+ * Over rows x n elements of the input (row stride lds elements). The bodies take the input kind
+ * (and the block width) as constants: always inlined into one copy per kind. */
+
+#define ROW(p, r, ld, es) ((const char *)(p) + (size_t)(r) * (size_t)(ld) * (es))
+
+XTE_AI float load_amax_row(const void *src, int kind, int64_t n, float *acc) {
+  __m512 m0 = _mm512_setzero_ps(), m1 = _mm512_setzero_ps();
+  int64_t i = 0;
+  float r;
+  if (acc) {
+    for (; i + 16 <= n; i += 16) {
+      __m512 ax = abs16(ld16(src, kind, i));
+      m0 = _mm512_max_ps(ax, m0);
+      _mm512_storeu_ps(acc + i, _mm512_max_ps(ax, _mm512_loadu_ps(acc + i)));
+    }
+  } else {
+    for (; i + 32 <= n; i += 32) {
+      m0 = _mm512_max_ps(abs16(ld16(src, kind, i)), m0);
+      m1 = _mm512_max_ps(abs16(ld16(src, kind, i + 16)), m1);
+    }
+    for (; i + 16 <= n; i += 16) m0 = _mm512_max_ps(abs16(ld16(src, kind, i)), m0);
+  }
+  r = hmax16(_mm512_max_ps(m0, m1));
+  for (; i < n; i++) {
+    float x = ld1(src, kind, i);
+    r = xte_amax_update(r, x);
+    if (acc) acc[i] = xte_amax_update(acc[i], x);
+  }
+  return r;
+}
+
+XTE_AI float load_amax_body(const void *src, int64_t lds, int kind, int64_t rows, int64_t n,
+                            float *acc) {
+  const size_t es = kind == XTE_NUM_IN_F32 ? 4 : 2;
+  float m = 0.0f;
+  int64_t r;
+  for (r = 0; r < rows; r++) m = xte_fmaxf(m, load_amax_row(ROW(src, r, lds, es), kind, n, acc));
+  return m;
+}
+
+/* bf16, no acc: word maxima (a NaN: the float way) */
+static float load_amax_bf16(const void *src, int64_t lds, int64_t rows, int64_t n) {
+  V16 m0 = _mm512_setzero_si512(), m1 = _mm512_setzero_si512();
+  uint32_t mb;
+  int64_t r, i;
+  for (r = 0; r < rows; r++) {
+    const uint16_t *p = (const uint16_t *)src + r * lds;
+    for (i = 0; i + 64 <= n; i += 64) {
+      m0 = _mm512_max_epu16(m0, absw(ldw(p + i)));
+      m1 = _mm512_max_epu16(m1, absw(ldw(p + i + 32)));
+    }
+  }
+  mb = hmax_u16(_mm512_max_epu16(m0, m1));
+  if (mb > 0x7F80u) return load_amax_body(src, lds, XTE_NUM_IN_BF16, rows, n, NULL);
+  return xte_bits_f32(mb << 16);
+}
+
+static float load_amax(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
+                       float *acc) {
+  if (in_kind == XTE_NUM_IN_BF16 && !acc && n % 64 == 0) return load_amax_bf16(src, lds, rows, n);
+  switch (in_kind) {
+    case XTE_NUM_IN_F32:
+      return load_amax_body(src, lds, XTE_NUM_IN_F32, rows, n, acc);
+    case XTE_NUM_IN_BF16:
+      return load_amax_body(src, lds, XTE_NUM_IN_BF16, rows, n, acc);
+    default:
+      return load_amax_body(src, lds, XTE_NUM_IN_F16, rows, n, acc);
+  }
+}
+
+/* One row, the general sequence (NaN, or a scale that is not finite and > 0). */
+XTE_AI float load_quant_slow(const fp8k *k, const void *src, int kind, int64_t n, float scale,
+                             int fmt, int sat, uint8_t *q, int nt) {
+  __m512 s = _mm512_set1_ps(scale), m = _mm512_setzero_ps();
+  int64_t i = 0;
+  float r;
+  for (; i + 64 <= n; i += 64) {
+    __m512 x0 = ld16(src, kind, i), x1 = ld16(src, kind, i + 16);
+    __m512 x2 = ld16(src, kind, i + 32), x3 = ld16(src, kind, i + 48);
+    m = _mm512_max_ps(abs16(x0), m);
+    m = _mm512_max_ps(abs16(x1), m);
+    m = _mm512_max_ps(abs16(x2), m);
+    m = _mm512_max_ps(abs16(x3), m);
+    store64(q + i,
+            pack4(cvt(k, _mm512_mul_ps(x0, s)), cvt(k, _mm512_mul_ps(x1, s)),
+                  cvt(k, _mm512_mul_ps(x2, s)), cvt(k, _mm512_mul_ps(x3, s))),
+            nt);
+  }
+  for (; i + 16 <= n; i += 16) {
+    __m512 x = ld16(src, kind, i);
+    m = _mm512_max_ps(abs16(x), m);
+    store16(q + i, cvt(k, _mm512_mul_ps(x, s)));
+  }
+  r = hmax16(m);
+  for (; i < n; i++) {
+    float x = ld1(src, kind, i);
+    r = xte_amax_update(r, x);
+    q[i] = xte_f32_to_fp8(x * scale, fmt, sat);
+  }
+  return r;
+}
+
+/* One row, a finite scale > 0: the fast sequence, watching for NaN (then the row is redone by the
+ * general one). */
+XTE_AI float load_quant_row(const fp8k *k, const void *src, int kind, int64_t n, float scale,
+                            int fmt, int sat, uint8_t *q, int nt) {
+  __m512 s = _mm512_set1_ps(scale);
+  V16 mi = _mm512_setzero_si512();
+  int64_t i = 0;
+  uint32_t mb;
+  float r;
+  for (; i + 64 <= n; i += 64) {
+    __m512 x0 = ld16(src, kind, i), x1 = ld16(src, kind, i + 16);
+    __m512 x2 = ld16(src, kind, i + 32), x3 = ld16(src, kind, i + 48);
+    __m512 a0 = abs16(x0), a1 = abs16(x1), a2 = abs16(x2), a3 = abs16(x3);
+    mi = _mm512_max_epu32(
+        mi, _mm512_max_epu32(_mm512_max_epu32(_mm512_castps_si512(a0), _mm512_castps_si512(a1)),
+                             _mm512_max_epu32(_mm512_castps_si512(a2), _mm512_castps_si512(a3))));
+    store64(q + i,
+            pack4(cvt_scaled(k, x0, a0, s), cvt_scaled(k, x1, a1, s), cvt_scaled(k, x2, a2, s),
+                  cvt_scaled(k, x3, a3, s)),
+            nt);
+  }
+  for (; i + 16 <= n; i += 16) {
+    __m512 x = ld16(src, kind, i), ax = abs16(x);
+    mi = _mm512_max_epu32(mi, _mm512_castps_si512(ax));
+    store16(q + i, cvt_scaled(k, x, ax, s));
+  }
+  mb = hmax_u32(mi);
+  if (mb > 0x7F800000u) {
+    if (nt) _mm_sfence();
+    return load_quant_slow(k, src, kind, n, scale, fmt, sat, q, nt);
+  }
+  r = xte_bits_f32(mb);
+  for (; i < n; i++) {
+    float x = ld1(src, kind, i);
+    r = xte_amax_update(r, x);
+    q[i] = xte_f32_to_fp8(x * scale, fmt, sat);
+  }
+  return r;
+}
+
+/* bf16 row, n % 64 == 0, a finite scale > 0; NaN: redone the general way */
+XTE_AI float load_quant_row_bf16(const fp8k *k, const uint16_t *p, int64_t n, float scale, int fmt,
+                                 int sat, uint8_t *q, int nt) {
+  __m512 s = _mm512_set1_ps(scale);
+  V16 mi = _mm512_setzero_si512();
+  uint32_t mb;
+  int64_t i;
+  for (i = 0; i + 64 <= n; i += 64) {
+    V16 z0 = ldw(p + i), z1 = ldw(p + i + 32), a0 = absw(z0), a1 = absw(z1);
+    mi = _mm512_max_epu16(mi, _mm512_max_epu16(a0, a1));
+    store64(q + i,
+            pack_bf16(mag_code(k, wlo(a0), s), mag_code(k, whi(a0), s), mag_code(k, wlo(a1), s),
+                      mag_code(k, whi(a1), s), z0, z1),
+            nt);
+  }
+  mb = hmax_u16(mi);
+  if (mb > 0x7F80u) {
+    if (nt) _mm_sfence();
+    return load_quant_slow(k, p, XTE_NUM_IN_BF16, n, scale, fmt, sat, q, nt);
+  }
+  return xte_bits_f32(mb << 16);
+}
+
+XTE_AI float load_quant_body(const void *src, int64_t lds, int kind, int64_t rows, int64_t n,
+                             float scale, int fmt, int sat, uint8_t *q, int64_t ldq, int nt) {
+  const size_t es = kind == XTE_NUM_IN_F32 ? 4 : 2;
+  fp8k k = fp8k_make(fmt, sat);
+  float m = 0.0f;
+  int64_t r;
+  nt = nt && !((uintptr_t)q & 63) && !(ldq & 63);
+  if (kind == XTE_NUM_IN_BF16 && n % 64 == 0 && pos_finite(scale))
+    for (r = 0; r < rows; r++)
+      m = xte_fmaxf(m, load_quant_row_bf16(&k, (const uint16_t *)src + r * lds, n, scale, fmt, sat,
+                                           q + r * ldq, nt));
+  else if (pos_finite(scale))
+    for (r = 0; r < rows; r++)
+      m = xte_fmaxf(
+          m, load_quant_row(&k, ROW(src, r, lds, es), kind, n, scale, fmt, sat, q + r * ldq, nt));
+  else
+    for (r = 0; r < rows; r++)
+      m = xte_fmaxf(
+          m, load_quant_slow(&k, ROW(src, r, lds, es), kind, n, scale, fmt, sat, q + r * ldq, nt));
+  return m;
+}
+
+static float load_quant(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
+                        float scale, int fmt, int sat, uint8_t *q, int64_t ldq, int nt) {
+  switch (in_kind) {
+    case XTE_NUM_IN_F32:
+      return load_quant_body(src, lds, XTE_NUM_IN_F32, rows, n, scale, fmt, sat, q, ldq, nt);
+    case XTE_NUM_IN_BF16:
+      return load_quant_body(src, lds, XTE_NUM_IN_BF16, rows, n, scale, fmt, sat, q, ldq, nt);
+    default:
+      return load_quant_body(src, lds, XTE_NUM_IN_F16, rows, n, scale, fmt, sat, q, ldq, nt);
+  }
+}
+
+XTE_AI void load_quant_vs_slow(const fp8k *k, const void *src, int kind, int64_t n, const float *sc,
+                               int fmt, int sat, uint8_t *q, int nt) {
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64)
+    store64(q + i,
+            pack4(cvt(k, _mm512_mul_ps(ld16(src, kind, i), _mm512_loadu_ps(sc + i))),
+                  cvt(k, _mm512_mul_ps(ld16(src, kind, i + 16), _mm512_loadu_ps(sc + i + 16))),
+                  cvt(k, _mm512_mul_ps(ld16(src, kind, i + 32), _mm512_loadu_ps(sc + i + 32))),
+                  cvt(k, _mm512_mul_ps(ld16(src, kind, i + 48), _mm512_loadu_ps(sc + i + 48)))),
+            nt);
+  for (; i + 16 <= n; i += 16)
+    store16(q + i, cvt(k, _mm512_mul_ps(ld16(src, kind, i), _mm512_loadu_ps(sc + i))));
+  for (; i < n; i++) q[i] = xte_f32_to_fp8(ld1(src, kind, i) * sc[i], fmt, sat);
+}
+
+XTE_AI void load_quant_vs_row(const fp8k *k, const void *src, int kind, int64_t n, const float *sc,
+                              int fmt, int sat, uint8_t *q, int nt) {
+  V16 mi = _mm512_setzero_si512();
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    __m512 x0 = ld16(src, kind, i), x1 = ld16(src, kind, i + 16);
+    __m512 x2 = ld16(src, kind, i + 32), x3 = ld16(src, kind, i + 48);
+    __m512 a0 = abs16(x0), a1 = abs16(x1), a2 = abs16(x2), a3 = abs16(x3);
+    mi = _mm512_max_epu32(
+        mi, _mm512_max_epu32(_mm512_max_epu32(_mm512_castps_si512(a0), _mm512_castps_si512(a1)),
+                             _mm512_max_epu32(_mm512_castps_si512(a2), _mm512_castps_si512(a3))));
+    store64(q + i,
+            pack4(cvt_scaled(k, x0, a0, _mm512_loadu_ps(sc + i)),
+                  cvt_scaled(k, x1, a1, _mm512_loadu_ps(sc + i + 16)),
+                  cvt_scaled(k, x2, a2, _mm512_loadu_ps(sc + i + 32)),
+                  cvt_scaled(k, x3, a3, _mm512_loadu_ps(sc + i + 48))),
+            nt);
+  }
+  for (; i + 16 <= n; i += 16) {
+    __m512 x = ld16(src, kind, i), ax = abs16(x);
+    mi = _mm512_max_epu32(mi, _mm512_castps_si512(ax));
+    store16(q + i, cvt_scaled(k, x, ax, _mm512_loadu_ps(sc + i)));
+  }
+  if (hmax_u32(mi) > 0x7F800000u) {
+    if (nt) _mm_sfence();
+    load_quant_vs_slow(k, src, kind, n, sc, fmt, sat, q, nt);
+    return;
+  }
+  for (; i < n; i++) q[i] = xte_f32_to_fp8(ld1(src, kind, i) * sc[i], fmt, sat);
+}
+
+/* bf16 rows, n % 64 == 0, n <= 256, finite scales > 0; the scales permuted as wlo / whi order */
+static void load_quant_vs_bf16(const fp8k *k, const void *src, int64_t lds, int64_t rows, int64_t n,
+                               const float *sc, int fmt, int sat, uint8_t *q, int64_t ldq, int nt) {
+  const V16 ilo = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+  const V16 ihi = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  __m512 sp[16];
+  int64_t r, i;
+  for (i = 0; i < n; i += 32) {
+    __m512 s0 = _mm512_loadu_ps(sc + i), s1 = _mm512_loadu_ps(sc + i + 16);
+    sp[i / 16] = _mm512_permutex2var_ps(s0, ilo, s1);
+    sp[i / 16 + 1] = _mm512_permutex2var_ps(s0, ihi, s1);
+  }
+  for (r = 0; r < rows; r++) {
+    const uint16_t *p = (const uint16_t *)src + r * lds;
+    uint8_t *d = q + r * ldq;
+    V16 mi = _mm512_setzero_si512();
+    for (i = 0; i < n; i += 64) {
+      V16 z0 = ldw(p + i), z1 = ldw(p + i + 32), a0 = absw(z0), a1 = absw(z1);
+      mi = _mm512_max_epu16(mi, _mm512_max_epu16(a0, a1));
+      store64(d + i,
+              pack_bf16(mag_code(k, wlo(a0), sp[i / 16]), mag_code(k, whi(a0), sp[i / 16 + 1]),
+                        mag_code(k, wlo(a1), sp[i / 16 + 2]), mag_code(k, whi(a1), sp[i / 16 + 3]),
+                        z0, z1),
+              nt);
+    }
+    if (hmax_u16(mi) > 0x7F80u) {
+      if (nt) _mm_sfence();
+      load_quant_vs_slow(k, p, XTE_NUM_IN_BF16, n, sc, fmt, sat, d, nt);
+    }
+  }
+}
+
+XTE_AI void load_quant_vs_body(const void *src, int64_t lds, int kind, int64_t rows, int64_t n,
+                               const float *sc, int fmt, int sat, uint8_t *q, int64_t ldq, int nt) {
+  const size_t es = kind == XTE_NUM_IN_F32 ? 4 : 2;
+  fp8k k = fp8k_make(fmt, sat);
+  int64_t i, r;
+  __mmask16 ok = 0xFFFF;
+  nt = nt && !((uintptr_t)q & 63) && !(ldq & 63);
+  for (i = 0; i + 16 <= n; i += 16) {
+    __m512 v = _mm512_loadu_ps(sc + i);
+    ok &= _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ) &
+          _mm512_cmp_ps_mask(v, _mm512_set1_ps(3.40282346638528859812e+38f), _CMP_LE_OQ);
+  }
+  if (ok == 0xFFFF && kind == XTE_NUM_IN_BF16 && n % 64 == 0 && n <= 256)
+    load_quant_vs_bf16(&k, src, lds, rows, n, sc, fmt, sat, q, ldq, nt);
+  else if (ok == 0xFFFF)
+    for (r = 0; r < rows; r++)
+      load_quant_vs_row(&k, ROW(src, r, lds, es), kind, n, sc, fmt, sat, q + r * ldq, nt);
+  else
+    for (r = 0; r < rows; r++)
+      load_quant_vs_slow(&k, ROW(src, r, lds, es), kind, n, sc, fmt, sat, q + r * ldq, nt);
+}
+
+static void load_quant_vs(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
+                          const float *scale, int fmt, int sat, uint8_t *q, int64_t ldq, int nt) {
+  switch (in_kind) {
+    case XTE_NUM_IN_F32:
+      load_quant_vs_body(src, lds, XTE_NUM_IN_F32, rows, n, scale, fmt, sat, q, ldq, nt);
+      break;
+    case XTE_NUM_IN_BF16:
+      load_quant_vs_body(src, lds, XTE_NUM_IN_BF16, rows, n, scale, fmt, sat, q, ldq, nt);
+      break;
+    default:
+      load_quant_vs_body(src, lds, XTE_NUM_IN_F16, rows, n, scale, fmt, sat, q, ldq, nt);
+      break;
+  }
+}
+
+/* Blocks of bw (16 | bw, bw | 128) elements. The full 128-element chunks of all rows are taken
+ * QG at a time (in L1): a first pass for the block amaxes, the scales (independent divisions,
+ * pipelined), a second pass to convert and store: the fast sequence when the chunks are NaN-free
+ * and the scales finite and > 0, else the general one. Each row's tail (n % 128) after. */
+#define QG 16
+XTE_AI float quant_blocks_body(const void *src, int64_t lds, int kind, int64_t rows, int64_t n,
+                               int bw, const xte_quant_args *a, uint8_t *q, int64_t ldq,
+                               xte_block_scale *sc, float *acc, int nt) {
+  const size_t es = kind == XTE_NUM_IN_F32 ? 4 : 2;
+  const int nvb = bw / 16, nb = 128 / bw;
+  const int64_t cpr = n / 128, nbr = (n + bw - 1) / bw, total = rows * cpr;
+  fp8k k = fp8k_make(a->fmt, a->saturate);
+  float m = 0.0f;
+  int64_t t0, r;
+  nt = nt && !((uintptr_t)q & 63) && !(ldq & 63);
+  for (t0 = 0; t0 < total; t0 += QG) {
+    const int nch = (int)(total - t0 < QG ? total - t0 : QG);
+    int64_t cr[QG], co[QG]; /* row, column of each chunk */
+    int c, v, b, fast = 1;
+    uint32_t bm[QG * 8], any = 0;
+    float sf[QG * 8];
+    for (c = 0; c < nch; c++) {
+      cr[c] = (t0 + c) / cpr;
+      co[c] = (t0 + c - cr[c] * cpr) * 128;
+    }
+    for (c = 0; c < nch; c++) {
+      const void *s = ROW(src, cr[c], lds, es);
+      const int64_t o = co[c];
+      V16 av[8];
+#pragma GCC unroll 8
+      for (v = 0; v < 8; v++) {
+        __m512 ax = abs16(ld16(s, kind, o + 16 * v));
+        av[v] = _mm512_castps_si512(ax);
+        if (acc)
+          _mm512_storeu_ps(acc + o + 16 * v, _mm512_max_ps(ax, _mm512_loadu_ps(acc + o + 16 * v)));
+      }
+#pragma GCC unroll 8
+      for (b = 0; b < nb; b++) {
+        V16 mm = av[b * nvb];
+#pragma GCC unroll 8
+        for (v = 1; v < nvb; v++) mm = _mm512_max_epu32(av[b * nvb + v], mm);
+        bm[c * nb + b] = hmax_u32(mm);
+        any |= bm[c * nb + b] > 0x7F800000u;
+      }
+    }
+    if (any) /* a NaN: block amaxes with NaN never winning */
+      for (c = 0; c < nch; c++)
+        for (b = 0; b < nb; b++) {
+          const void *s = ROW(src, cr[c], lds, es);
+          __m512 mm = _mm512_setzero_ps();
+          for (v = 0; v < nvb; v++)
+            mm = _mm512_max_ps(abs16(ld16(s, kind, co[c] + bw * b + 16 * v)), mm);
+          bm[c * nb + b] = xte_f32_bits(hmax16(mm));
+        }
+    {
+      xte_block_scale bs[QG * 8];
+      float amf[QG * 8];
+      for (c = 0; c < nch * nb; c++) amf[c] = xte_bits_f32(bm[c]);
+      block_scales(a, amf, nch * nb, bs);
+      for (c = 0; c < nch; c++)
+        for (b = 0; b < nb; b++) {
+          const int t = c * nb + b;
+          sc[cr[c] * nbr + co[c] / bw + b] = bs[t];
+          sf[t] = bs[t].scale;
+          m = xte_fmaxf(m, amf[t]);
+          fast &= pos_finite(bs[t].scale);
+        }
+    }
+    if (fast && !any) {
+      for (c = 0; c < nch; c++) {
+        const void *s = ROW(src, cr[c], lds, es);
+        uint8_t *d = q + cr[c] * ldq + co[c];
+        V16 rr[8];
+#pragma GCC unroll 8
+        for (v = 0; v < 8; v++) {
+          __m512 x = ld16(s, kind, co[c] + 16 * v);
+          rr[v] = cvt_scaled(&k, x, abs16(x), _mm512_set1_ps(sf[c * nb + v / nvb]));
+        }
+        store64(d, pack4(rr[0], rr[1], rr[2], rr[3]), nt);
+        store64(d + 64, pack4(rr[4], rr[5], rr[6], rr[7]), nt);
+      }
+    } else {
+      for (c = 0; c < nch; c++) {
+        const void *s = ROW(src, cr[c], lds, es);
+        uint8_t *d = q + cr[c] * ldq + co[c];
+        V16 rr[8];
+#pragma GCC unroll 8
+        for (v = 0; v < 8; v++)
+          rr[v] = cvt(&k, _mm512_mul_ps(ld16(s, kind, co[c] + 16 * v),
+                                        _mm512_set1_ps(sf[c * nb + v / nvb])));
+        store64(d, pack4(rr[0], rr[1], rr[2], rr[3]), nt);
+        store64(d + 64, pack4(rr[4], rr[5], rr[6], rr[7]), nt);
+      }
+    }
+  }
+  if (n > cpr * 128)
+    for (r = 0; r < rows; r++) {
+      const void *s = ROW(src, r, lds, es);
+      int64_t j, bi;
+      for (j = cpr * 128, bi = cpr * nb; j < n; j += bw, bi++) {
+        int64_t len = n - j < bw ? n - j : bw;
+        const void *sj = (const char *)s + (size_t)j * es;
+        float am = load_amax_row(sj, kind, len, acc ? acc + j : NULL);
+        xte_block_scale bs = xte_quant_block_scale(a, am);
+        sc[r * nbr + bi] = bs;
+        m = xte_fmaxf(m, am);
+        (void)load_quant_slow(&k, sj, kind, len, bs.scale, a->fmt, a->saturate, q + r * ldq + j, 0);
+      }
+    }
+  return m;
+}
+
+/* bf16, bw 32 or 128, n % 128 == 0 (acc: n == 128, its maxima kept as words in registers): as
+ * quant_blocks_body with word amaxes and the bf16 packing. */
+XTE_AI float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64_t n, int bw,
+                               const xte_quant_args *a, uint8_t *q, int64_t ldq,
+                               xte_block_scale *sc, float *acc, int nt) {
+  const int zb = bw / 32, nb = 128 / bw;
+  const int64_t cpr = n / 128, nbr = n / bw, total = rows * cpr;
+  const uint16_t *in = (const uint16_t *)src;
+  fp8k k = fp8k_make(a->fmt, a->saturate);
+  V16 acw[4];
+  float m = 0.0f;
+  int64_t t0, r;
+  int nan_seen = 0, i;
+  for (i = 0; i < 4; i++) acw[i] = _mm512_setzero_si512();
+  nt = nt && !((uintptr_t)q & 63) && !(ldq & 63);
+  for (t0 = 0; t0 < total; t0 += QG) {
+    const int nch = (int)(total - t0 < QG ? total - t0 : QG);
+    int64_t cr[QG], co[QG];
+    int c, b, fast = 1;
+    uint32_t any = 0;
+    float amf[QG * 4], sf[QG * 4];
+    xte_block_scale bs[QG * 4];
+    for (c = 0; c < nch; c++) {
+      cr[c] = (t0 + c) / cpr;
+      co[c] = (t0 + c - cr[c] * cpr) * 128;
+    }
+    for (c = 0; c < nch; c++) {
+      const uint16_t *p = in + cr[c] * lds + co[c];
+      V16 za[4];
+#pragma GCC unroll 4
+      for (i = 0; i < 4; i++) {
+        za[i] = absw(ldw(p + 32 * i));
+        if (acc) acw[i] = _mm512_max_epu16(acw[i], za[i]);
+      }
+      if (zb == 4) {
+        uint32_t mb = hmax_u16(
+            _mm512_max_epu16(_mm512_max_epu16(za[0], za[1]), _mm512_max_epu16(za[2], za[3])));
+        any |= mb > 0x7F80u;
+        amf[c] = xte_bits_f32(mb << 16);
+      } else {
+#pragma GCC unroll 4
+        for (b = 0; b < 4; b++) {
+          uint32_t mb = hmax_u16(za[b]);
+          any |= mb > 0x7F80u;
+          amf[c * 4 + b] = xte_bits_f32(mb << 16);
+        }
+      }
+    }
+    if (any) { /* a NaN: block amaxes with NaN never winning */
+      nan_seen = 1;
+      for (c = 0; c < nch; c++)
+        for (b = 0; b < nb; b++)
+          amf[c * nb + b] =
+              load_amax_row(in + cr[c] * lds + co[c] + bw * b, XTE_NUM_IN_BF16, bw, NULL);
+    }
+    block_scales(a, amf, nch * nb, bs);
+    for (c = 0; c < nch; c++)
+      for (b = 0; b < nb; b++) {
+        const int t = c * nb + b;
+        sc[cr[c] * nbr + co[c] / bw + b] = bs[t];
+        sf[t] = bs[t].scale;
+        m = xte_fmaxf(m, amf[t]);
+        fast &= pos_finite(bs[t].scale);
+      }
+    if (fast && !any) {
+      for (c = 0; c < nch; c++) {
+        const uint16_t *p = in + cr[c] * lds + co[c];
+        uint8_t *d = q + cr[c] * ldq + co[c];
+        V16 z[4], rr[8];
+#pragma GCC unroll 4
+        for (i = 0; i < 4; i++) {
+          __m512 sv = _mm512_set1_ps(sf[c * nb + i / zb]);
+          V16 za;
+          z[i] = ldw(p + 32 * i);
+          za = absw(z[i]);
+          rr[2 * i] = mag_code(&k, wlo(za), sv);
+          rr[2 * i + 1] = mag_code(&k, whi(za), sv);
+        }
+        store64(d, pack_bf16(rr[0], rr[1], rr[2], rr[3], z[0], z[1]), nt);
+        store64(d + 64, pack_bf16(rr[4], rr[5], rr[6], rr[7], z[2], z[3]), nt);
+      }
+    } else {
+      for (c = 0; c < nch; c++) {
+        const uint16_t *p = in + cr[c] * lds + co[c];
+        uint8_t *d = q + cr[c] * ldq + co[c];
+        V16 rr[8];
+        int v;
+#pragma GCC unroll 8
+        for (v = 0; v < 8; v++)
+          rr[v] = cvt(&k, _mm512_mul_ps(ld16(p, XTE_NUM_IN_BF16, 16 * v),
+                                        _mm512_set1_ps(sf[c * nb + v / (2 * zb)])));
+        store64(d, pack4(rr[0], rr[1], rr[2], rr[3]), nt);
+        store64(d + 64, pack4(rr[4], rr[5], rr[6], rr[7]), nt);
+      }
+    }
+  }
+  if (acc) {
+    if (nan_seen) {
+      for (r = 0; r < rows; r++) (void)load_amax_row(in + r * lds, XTE_NUM_IN_BF16, 128, acc);
+    } else {
+      for (i = 0; i < 4; i++) {
+        __m512 x0 = _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(acw[i])), 16));
+        __m512 x1 = _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(acw[i], 1)), 16));
+        _mm512_storeu_ps(acc + 32 * i, _mm512_max_ps(x0, _mm512_loadu_ps(acc + 32 * i)));
+        _mm512_storeu_ps(acc + 32 * i + 16, _mm512_max_ps(x1, _mm512_loadu_ps(acc + 32 * i + 16)));
+      }
+    }
+  }
+  return m;
+}
+
+/* Any block width: per block the amax, then the general sequence. */
+static float quant_blocks_any(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
+                              int64_t bw, const xte_quant_args *a, uint8_t *q, int64_t ldq,
+                              xte_block_scale *sc, float *acc) {
+  const size_t es = in_kind == XTE_NUM_IN_F32 ? 4 : 2;
+  const int64_t nbr = (n + bw - 1) / bw;
+  float m = 0.0f;
+  int64_t r, j, b;
+  for (r = 0; r < rows; r++)
+    for (j = 0, b = 0; j < n; j += bw, b++) {
+      int64_t len = n - j < bw ? n - j : bw;
+      const void *s = ROW(src, r, lds, es) + (size_t)j * es;
+      float am = load_amax(s, 0, in_kind, 1, len, acc ? acc + j : NULL);
+      sc[r * nbr + b] = xte_quant_block_scale(a, am);
+      m = xte_fmaxf(m, am);
+      (void)load_quant(s, 0, in_kind, 1, len, sc[r * nbr + b].scale, a->fmt, a->saturate,
+                       q + r * ldq + j, 0, 0);
+    }
+  return m;
+}
+
+static float quant_blocks(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
+                          int64_t bw, const xte_quant_args *a, uint8_t *q, int64_t ldq,
+                          xte_block_scale *sc, float *acc, int nt) {
+#define QB(KIND, BW) return quant_blocks_body(src, lds, KIND, rows, n, BW, a, q, ldq, sc, acc, nt)
+  if (bw == 128) {
+    if (in_kind == XTE_NUM_IN_F32) QB(XTE_NUM_IN_F32, 128);
+    if (in_kind == XTE_NUM_IN_BF16 && n % 128 == 0 && (!acc || n == 128))
+      return quant_blocks_bf16(src, lds, rows, n, 128, a, q, ldq, sc, acc, nt);
+    if (in_kind == XTE_NUM_IN_BF16) QB(XTE_NUM_IN_BF16, 128);
+    QB(XTE_NUM_IN_F16, 128);
+  }
+  if (bw == 32) {
+    if (in_kind == XTE_NUM_IN_F32) QB(XTE_NUM_IN_F32, 32);
+    if (in_kind == XTE_NUM_IN_BF16 && n % 128 == 0 && (!acc || n == 128))
+      return quant_blocks_bf16(src, lds, rows, n, 32, a, q, ldq, sc, acc, nt);
+    if (in_kind == XTE_NUM_IN_BF16) QB(XTE_NUM_IN_BF16, 32);
+    QB(XTE_NUM_IN_F16, 32);
+  }
+#undef QB
+  return quant_blocks_any(src, lds, in_kind, rows, n, bw, a, q, ldq, sc, acc);
+}
+
+static void copy_u8(uint8_t *dst, const uint8_t *src, int64_t n, int nt) {
+  int64_t i = 0;
+  if (nt && !((uintptr_t)dst & 63))
+    for (; i + 64 <= n; i += 64)
+      _mm512_stream_si512((void *)(dst + i), _mm512_loadu_si512((const void *)(src + i)));
+  if (i < n) memcpy(dst + i, src + i, (size_t)(n - i));
+}
+
+static void store_fence(void) {
+  _mm_sfence();
+}
+
+const xte_cpu_kernels XTE_AVX512_TABLE = {
+    XTE_AVX512_ISA, load_f32,     amax,         amax_cols,    quant,      quant_vs,
+    cast_fp8,       cast_bf16,    cast_fp16,    transpose_u8, load_amax,  load_quant,
+    load_quant_vs,  quant_blocks, block_scales, copy_u8,      store_fence};

@@ -61,6 +61,88 @@ static void transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t
     for (c = 0; c < cols; c++) dst[c * ldd + r] = src[r * lds + c];
 }
 
+static float ld1(const void *src, int in_kind, int64_t i) {
+  if (in_kind == XTE_NUM_IN_F32) return ((const float *)src)[i];
+  if (in_kind == XTE_NUM_IN_BF16) return xte_bf16_to_f32(((const uint16_t *)src)[i]);
+  return xte_fp16_to_f32(((const uint16_t *)src)[i]);
+}
+
+#define ROW(p, r, ld, es) ((const char *)(p) + (size_t)(r) * (size_t)(ld) * (es))
+
+static float load_amax(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
+                       float *acc) {
+  const size_t es = in_kind == XTE_NUM_IN_F32 ? 4 : 2;
+  float m = 0.0f;
+  int64_t r, i;
+  for (r = 0; r < rows; r++)
+    for (i = 0; i < n; i++) {
+      float x = ld1(ROW(src, r, lds, es), in_kind, i);
+      m = xte_amax_update(m, x);
+      if (acc) acc[i] = xte_amax_update(acc[i], x);
+    }
+  return m;
+}
+
+static float load_quant(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
+                        float scale, int fmt, int sat, uint8_t *q, int64_t ldq, int nt) {
+  const size_t es = in_kind == XTE_NUM_IN_F32 ? 4 : 2;
+  float m = 0.0f;
+  int64_t r, i;
+  (void)nt;
+  for (r = 0; r < rows; r++)
+    for (i = 0; i < n; i++) {
+      float x = ld1(ROW(src, r, lds, es), in_kind, i);
+      m = xte_amax_update(m, x);
+      q[r * ldq + i] = xte_f32_to_fp8(x * scale, fmt, sat);
+    }
+  return m;
+}
+
+static void load_quant_vs(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
+                          const float *scale, int fmt, int sat, uint8_t *q, int64_t ldq, int nt) {
+  const size_t es = in_kind == XTE_NUM_IN_F32 ? 4 : 2;
+  int64_t r, i;
+  (void)nt;
+  for (r = 0; r < rows; r++)
+    for (i = 0; i < n; i++)
+      q[r * ldq + i] = xte_f32_to_fp8(ld1(ROW(src, r, lds, es), in_kind, i) * scale[i], fmt, sat);
+}
+
+static float quant_blocks(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
+                          int64_t bw, const xte_quant_args *a, uint8_t *q, int64_t ldq,
+                          xte_block_scale *sc, float *acc, int nt) {
+  const size_t es = in_kind == XTE_NUM_IN_F32 ? 4 : 2;
+  const int64_t nbr = (n + bw - 1) / bw;
+  float m = 0.0f;
+  int64_t r, j, b;
+  for (r = 0; r < rows; r++)
+    for (j = 0, b = 0; j < n; j += bw, b++) {
+      int64_t len = n - j < bw ? n - j : bw;
+      const void *s = ROW(src, r, lds, es) + (size_t)j * es;
+      float am = load_amax(s, 0, in_kind, 1, len, acc ? acc + j : NULL);
+      sc[r * nbr + b] = xte_quant_block_scale(a, am);
+      m = xte_fmaxf(m, am);
+      (void)load_quant(s, 0, in_kind, 1, len, sc[r * nbr + b].scale, a->fmt, a->saturate,
+                       q + r * ldq + j, 0, nt);
+    }
+  return m;
+}
+
+static void block_scales(const xte_quant_args *a, const float *amax, int64_t n,
+                         xte_block_scale *s) {
+  int64_t i;
+  for (i = 0; i < n; i++) s[i] = xte_quant_block_scale(a, amax[i]);
+}
+
+static void copy_u8(uint8_t *dst, const uint8_t *src, int64_t n, int nt) {
+  int64_t i;
+  (void)nt;
+  for (i = 0; i < n; i++) dst[i] = src[i];
+}
+
+static void store_fence(void) {}
+
 const xte_cpu_kernels xte_cpu_kernels_scalar = {
-    XTE_CPU_ISA_SCALAR, load_f32, amax,      amax_cols, quant,
-    quant_vs,           cast_fp8, cast_bf16, cast_fp16, transpose_u8};
+    XTE_CPU_ISA_SCALAR, load_f32,     amax,         amax_cols,    quant,      quant_vs,
+    cast_fp8,           cast_bf16,    cast_fp16,    transpose_u8, load_amax,  load_quant,
+    load_quant_vs,      quant_blocks, block_scales, copy_u8,      store_fence};
