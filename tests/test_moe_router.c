@@ -521,3 +521,19 @@ Test(moe_router, simd_streamed_outputs) {
   rng_seed(6);
   run_case(&c, 6000, 1);
 }
+
+/* The fused lane pass (score, bias, lane maxima in one pass; no groups, not aux) on every score
+ * function, bf16 logits, and sizes with a single-vector and a scalar tail on both lane widths. */
+Test(moe_router, simd_fused_pass_shapes) {
+  rcfg c1 = {408, 8, 1, 0, 0, 0, 1, 1, 2.827f}; /* bf16; 408 = 12 * 32 + 16 + 8 */
+  rcfg c2 = {100, 4, 2, 0, 0, 0, 1, 0, 1.5f};   /* sqrtsoftplus, no groups */
+  rcfg c3 = {392, 6, 0, 1, 0, 0, 1, 1, 1.0f};   /* pre-softmax + bias, bf16 */
+  rcfg c4 = {72, 1, 0, 0, 0, 0, 1, 0, 3.0f};    /* post-softmax + bias, topk 1 */
+  rcfg c5 = {384, 8, 1, 0, 0, 0, 0, 0, 1.0f};   /* sigmoid without bias */
+  rng_seed(7);
+  run_case(&c1, 57, 1);
+  run_case(&c2, 57, 1);
+  run_case(&c3, 57, 1);
+  run_case(&c4, 57, 1);
+  run_case(&c5, 57, 1);
+}

@@ -23,12 +23,15 @@
  * constants, the same IEEE operations in the same order, the branches as selects, so every lane
  * gives the scalar function's bits. The including file (src/cpu/avx2/moe_avx2.c,
  * src/cpu/avx512/moe_avx512.c) defines XTE_MOE_VW lanes, the vector / mask types xv / xm and the
- * operations xv_*: ld, st, 1 (broadcast), add, sub, mul, div, fma, neg (sign flip), gt / ge / lt
- * / le / eq (ordered compares), nan, max(a, b) = a > b ? a : b (b when either is NaN: x86 maxps),
- * sel(m, a, b) = m ? a : b, pow2 (2^k for an integral k in the normal exponent range), and for
- * masks xm_and, xm_bits (one bit per lane) and XTE_MOE_VMASK (every lane's bit); xv_cand(dst, m,
- * base) writes base + the lanes set in m, ascending, to dst (VW ints written) and counts them;
- * xv_stream(p, v) is a non-temporal store to p (VW * 4-byte aligned), xv_sfence() orders them. */
+ * operations xv_*: ld, st, 1 (broadcast), add, sub, mul, div, fma, fnma(a, b, c) = c - a b fused
+ * (the same bits as fma(-a, b, c)), neg (sign flip), negif(m, a) = m ? -a : a, round (nearest,
+ * ties to even), gt / ge / lt / le / eq (ordered compares), nan, max(a, b) = a > b ? a : b (b
+ * when either is NaN: x86 maxps), sel(m, a, b) = m ? a : b, pow2 (2^k for an integral k in the
+ * normal exponent range), ldexp(y, k) = RN(y 2^k) for an integral k in [-125, 127] (with
+ * XTE_MOE_SCALEF: in [-150, 128], one rounding), and for masks xm_and, xm_bits (one bit per
+ * lane) and XTE_MOE_VMASK (every lane's bit); xv_cand(dst, m, base) writes base + the lanes set
+ * in m, ascending, to dst (VW ints written) and counts them; xv_stream(p, v) is a non-temporal
+ * store to p (VW * 4-byte aligned), xv_sfence() orders them. */
 static inline xv xv_expm1_poly(xv r) {
   xv p = xv_1(2.48015873015873e-05f);
   p = xv_fma(p, r, xv_1(1.98412698412698e-04f));
@@ -40,33 +43,55 @@ static inline xv xv_expm1_poly(xv r) {
   return xv_fma(p, xv_mul(r, r), r);
 }
 
-/* xte_expf. xte_ldexp_small(y, k) = RN(y 2^k) is (y 2^k1) 2^k2 with an exact first product:
- * k1 = 1, k2 = k - 1 above 127; k1 = k + 64, k2 = -64 below -125; else k1 = k, k2 = 0. When
- * every lane is in [-86, 88] (no NaN, k in [-125, 127]) that is the one product y 2^k. */
+/* xte_expf. k = rint(x log2e): xte_rint_small's (t + magic) - magic, or the rounding
+ * instruction, which differs only in the sign of a zero k; -k ln2 + x is then x whichever the
+ * sign (x != 0), or +-0 for x = +-0, where expm1_poly(+-0) = +0 alike. xte_ldexp_small(y, k) =
+ * RN(y 2^k) is (y 2^k1) 2^k2 with an exact first product: k1 = 1, k2 = k - 1 above 127;
+ * k1 = k + 64, k2 = -64 below -125; else k1 = k, k2 = 0, the one rounding of y 2^k. */
 static inline xv xv_expf(xv x) {
-  const xv magic = xv_1(12582912.0f);
-  xv k = xv_sub(xv_add(xv_mul(x, xv_1(1.44269502162933349609375f)), magic), magic);
-  xv nk = xv_neg(k), r, y, k1, k2, res;
-  xm hi, lo;
-  r = xv_fma(nk, xv_1(0.693147182464599609375f), x);
-  r = xv_fma(nk, xv_1(-1.904654323148236e-09f), r);
+  xv k = xv_round(xv_mul(x, xv_1(1.44269502162933349609375f)));
+  xv r = xv_fnma(k, xv_1(0.693147182464599609375f), x), y, res;
+  r = xv_fnma(k, xv_1(-1.904654323148236e-09f), r);
   y = xv_add(xv_1(1.0f), xv_expm1_poly(r));
-  if (xm_bits(xm_and(xv_ge(x, xv_1(-86.0f)), xv_le(x, xv_1(88.0f)))) == XTE_MOE_VMASK)
-    return xv_mul(y, xv_pow2(k));
-  hi = xv_gt(k, xv_1(127.0f));
-  lo = xv_lt(k, xv_1(-125.0f));
-  k1 = xv_sel(hi, xv_1(1.0f), xv_sel(lo, xv_add(k, xv_1(64.0f)), k));
-  k2 = xv_sel(hi, xv_sub(k, xv_1(1.0f)), xv_sel(lo, xv_1(-64.0f), xv_1(0.0f)));
-  res = xv_mul(xv_mul(y, xv_pow2(k1)), xv_pow2(k2));
+#ifdef XTE_MOE_SCALEF
+  /* y 2^k rounded once for every k of x in [-104, 89]; outside, the limits and NaN */
+  res = xv_ldexp(y, k);
   res = xv_sel(xv_lt(x, xv_1(-103.97909545898438f)), xv_1(0.0f), res);
   res = xv_sel(xv_gt(x, xv_1(88.72283935546875f)), xv_1(xte_bits_f32(0x7F800000u)), res);
   return xv_sel(xv_nan(x), xv_add(x, x), res);
+#else
+  if (xm_bits(xm_and(xv_ge(x, xv_1(-86.0f)), xv_le(x, xv_1(88.0f)))) == XTE_MOE_VMASK)
+    return xv_ldexp(y, k); /* every k in [-125, 127] */
+  {
+    xm hi = xv_gt(k, xv_1(127.0f)), lo = xv_lt(k, xv_1(-125.0f));
+    xv k1 = xv_sel(hi, xv_1(1.0f), xv_sel(lo, xv_add(k, xv_1(64.0f)), k));
+    xv k2 = xv_sel(hi, xv_sub(k, xv_1(1.0f)), xv_sel(lo, xv_1(-64.0f), xv_1(0.0f)));
+    res = xv_mul(xv_mul(y, xv_pow2(k1)), xv_pow2(k2));
+    res = xv_sel(xv_lt(x, xv_1(-103.97909545898438f)), xv_1(0.0f), res);
+    res = xv_sel(xv_gt(x, xv_1(88.72283935546875f)), xv_1(xte_bits_f32(0x7F800000u)), res);
+    return xv_sel(xv_nan(x), xv_add(x, x), res);
+  }
+#endif
+}
+
+/* xv_expf for a <= 0 or NaN. With XTE_MOE_SCALEF only the underflow below -103.97 needs a
+ * select: y 2^k cannot overflow, and a NaN a is carried through every step unchanged (x86 passes
+ * a NaN operand on, quieted, and every NaN here is a's), as x + x does in the scalar code. */
+static inline xv xv_expf_neg(xv a) {
+#ifdef XTE_MOE_SCALEF
+  xv k = xv_round(xv_mul(a, xv_1(1.44269502162933349609375f)));
+  xv r = xv_fnma(k, xv_1(0.693147182464599609375f), a);
+  r = xv_fnma(k, xv_1(-1.904654323148236e-09f), r);
+  return xv_ldexp_nlt(xv_add(xv_1(1.0f), xv_expm1_poly(r)), k, a, -103.97909545898438f);
+#else
+  return xv_expf(a);
+#endif
 }
 
 /* xte_sigmoidf: 1 / (1 + e^-x) for x >= 0, e^x / (1 + e^x) otherwise (NaN: the second). */
 static inline xv xv_sigmoidf(xv x) {
   xm pos = xv_ge(x, xv_1(0.0f));
-  xv e = xv_expf(xv_sel(pos, xv_neg(x), x));
+  xv e = xv_expf_neg(xv_negif(pos, x));
   return xv_div(xv_sel(pos, xv_1(1.0f), e), xv_add(xv_1(1.0f), e));
 }
 #endif
@@ -118,8 +143,20 @@ static void softmax_set(const float *x, const int *set, int n, float *p) {
 /* softmax_set over all E experts (the same steps; the exponentials and divisions lane-wise). */
 static void softmax_all(const float *x, int E, float *p) {
   float m = xte_bits_f32(0xFF800000u), sum = 0.0f;
-  int e;
-  for (e = 0; e < E; e++) m = xte_fmaxf(m, x[e]);
+  int e = 0;
+#ifdef XTE_MOE_VW
+  /* the maximum lane-wise (NaN ignored as by fmaxf); the order only decides the sign of a zero
+   * maximum, which x - m does not see (x - +-0 = x for x != 0, and exp(+-0) = 1) */
+  {
+    float ml[XTE_MOE_VW];
+    xv acc = xv_1(m);
+    int i;
+    for (; e + XTE_MOE_VW <= E; e += XTE_MOE_VW) acc = xv_max(xv_ld(x + e), acc);
+    xv_st(ml, acc);
+    for (i = 0; i < XTE_MOE_VW; i++) m = xte_fmaxf(m, ml[i]);
+  }
+#endif
+  for (; e < E; e++) m = xte_fmaxf(m, x[e]);
   e = 0;
 #ifdef XTE_MOE_VW
   for (; e + XTE_MOE_VW <= E; e += XTE_MOE_VW) xv_st(p + e, xv_expf(xv_sub(xv_ld(x + e), xv_1(m))));
@@ -143,10 +180,13 @@ static void sort_asc(int *v, int n) {
 }
 
 /* Top-k of sel among the allowed experts (allowed NULL: all) in rank order into idx, and the
- * same experts ascending into asc. */
-static int topk_row(const float *sel, int E, const uint8_t *allowed, int k, int *idx, int *asc) {
+ * same experts ascending into asc. mx: NULL, or the 16 lane maxima of sel (below) when the
+ * caller has them. */
+static int topk_row(const float *sel, int E, const uint8_t *allowed, int k, const float *mx,
+                    int *idx, int *asc) {
   float vals[MAXK];
   int n = 0, e = 0;
+  (void)mx;
   if (allowed) {
     for (e = 0; e < E; e++)
       if (allowed[e]) xte_moe_topk_insert(vals, idx, &n, k, sel[e], e);
@@ -154,18 +194,24 @@ static int topk_row(const float *sel, int E, const uint8_t *allowed, int k, int 
   }
 #ifdef XTE_MOE_VW
   /* The top-k of a set is that of any subset holding it (the rank order is total). The maxima of
-   * 16 disjoint strided subsets (lanes) are elements (NaN never wins, and a subset of NaNs only
-   * keeps -inf), so when at least k experts are >= thr = the k-th largest maximum, those hold
-   * the top-k: every other expert is smaller or NaN. Otherwise (NaN-heavy rows) all are scanned. */
+   * 16 disjoint subsets (lane i: the experts e = i mod 16 of the whole 16-groups) are elements (NaN
+   * never wins, and a subset of NaNs only keeps -inf), so when at least k experts are >= thr = the
+   * k-th largest maximum, those hold the top-k: every other expert is smaller or NaN, and at least
+   * k rank before it. Otherwise (NaN-heavy rows) all are scanned. */
   if (E >= 4 * 16) {
     enum { NACC = 16 / XTE_MOE_VW };
-    float mx[16], cv[16], thr = xte_bits_f32(0xFF800000u);
+    float mxl[16], cv[16], thr = xte_bits_f32(0xFF800000u);
     int cand[MAXE + 16], nc = 0, i, q;
     xv acc[NACC];
-    for (q = 0; q < NACC; q++) acc[q] = xv_1(xte_bits_f32(0xFF800000u));
-    for (e = 0; e + 16 <= E; e += 16)
-      for (q = 0; q < NACC; q++) acc[q] = xv_max(xv_ld(sel + e + q * XTE_MOE_VW), acc[q]);
-    for (q = 0; q < NACC; q++) xv_st(mx + q * XTE_MOE_VW, acc[q]);
+    if (mx) {
+      for (q = 0; q < NACC; q++) acc[q] = xv_ld(mx + q * XTE_MOE_VW);
+    } else {
+      for (q = 0; q < NACC; q++) acc[q] = xv_1(xte_bits_f32(0xFF800000u));
+      for (e = 0; e + 16 <= E; e += 16)
+        for (q = 0; q < NACC; q++) acc[q] = xv_max(xv_ld(sel + e + q * XTE_MOE_VW), acc[q]);
+      for (q = 0; q < NACC; q++) xv_st(mxl + q * XTE_MOE_VW, acc[q]);
+      mx = mxl;
+    }
     /* the k-th largest maximum: the largest m with at least k maxima >= m */
     for (i = 0; i < 16; i++) {
       int c = 0;
@@ -215,6 +261,17 @@ sort:
   return n;
 }
 
+/* Per-thread row buffers. pr / mr (the dense probs and map rows staged for the non-temporal
+ * stores) are all zero between rows: a row sets its k entries and clears them after. */
+typedef struct router_ws {
+  float x[MAXE], sc[MAXE], sel[MAXE], w[MAXE];
+#ifdef XTE_MOE_VW
+  float pr[MAXE];
+  uint8_t mr[MAXE];
+#endif
+  int stream;
+} router_ws;
+
 #ifdef XTE_MOE_VW
 /* Large outputs (the dense probs and map) are written with non-temporal stores from a row built
  * in L1: no read for ownership of lines that are wholly overwritten. */
@@ -226,42 +283,120 @@ static void stream_row(void *dst, const void *src, size_t n) {
   const size_t V = XTE_MOE_VW * 4;
   size_t h = (V - (size_t)((uintptr_t)d % V)) % V;
   if (h > n) h = n;
-  memcpy(d, s, h);
+  if (h) memcpy(d, s, h);
   for (d += h, s += h, n -= h; n >= V; n -= V, d += V, s += V)
     xv_stream((float *)d, xv_ld((const float *)s));
-  memcpy(d, s, n);
+  if (n) memcpy(d, s, n);
+}
+
+static const float xte_moe_zero_bias[MAXE];
+
+/* The scores (into sc, or the logits themselves for the post-top-k softmax: returned), the
+ * selection scores sel = score + bias (bias 0 when none: + 0 changes only the sign of a zero,
+ * which the rank order ignores) and the 16 lane maxima of sel (topk_row), in one pass over the
+ * row where the score is lane-wise (sigmoid), else in a second pass over the scores. */
+static const float *scores_lanes(const xte_router_args *a, const float *x, float *sc, float *sel,
+                                 float *mx) {
+  const int E = (int)a->E, V = XTE_MOE_VW;
+  const float *b = a->bias ? a->bias : xte_moe_zero_bias, *scp = sc;
+  xv acc0 = xv_1(xte_bits_f32(0xFF800000u)), acc1 = acc0;
+  int e = 0;
+  if (a->score == XTE_MOE_SIGMOID) {
+    for (; e + 2 * V <= E; e += 2 * V) {
+      xv s0 = xv_sigmoidf(xv_ld(x + e)), s1 = xv_sigmoidf(xv_ld(x + e + V));
+      xv_st(sc + e, s0);
+      xv_st(sc + e + V, s1);
+      s0 = xv_add(s0, xv_ld(b + e));
+      s1 = xv_add(s1, xv_ld(b + e + V));
+      xv_st(sel + e, s0);
+      xv_st(sel + e + V, s1);
+      acc0 = xv_max(s0, acc0);
+      acc1 = xv_max(s1, acc1);
+    }
+    for (; e + V <= E; e += V) {
+      xv s0 = xv_sigmoidf(xv_ld(x + e));
+      xv_st(sc + e, s0);
+      s0 = xv_add(s0, xv_ld(b + e));
+      xv_st(sel + e, s0);
+      acc0 = xv_max(s0, acc0); /* at most one: e = 0 mod 16, lanes e + i */
+    }
+    for (; e < E; e++) {
+      sc[e] = xte_moe_score(x[e], XTE_MOE_SIGMOID);
+      sel[e] = sc[e] + b[e];
+    }
+  } else {
+    if (a->score != XTE_MOE_SOFTMAX)
+      score_row(x, E, a->score, sc);
+    else if (a->pre_softmax)
+      softmax_all(x, E, sc);
+    else
+      scp = x;
+    for (; e + 2 * V <= E; e += 2 * V) {
+      xv s0 = xv_add(xv_ld(scp + e), xv_ld(b + e)),
+         s1 = xv_add(xv_ld(scp + e + V), xv_ld(b + e + V));
+      xv_st(sel + e, s0);
+      xv_st(sel + e + V, s1);
+      acc0 = xv_max(s0, acc0);
+      acc1 = xv_max(s1, acc1);
+    }
+    for (; e < E; e++) sel[e] = scp[e] + b[e];
+  }
+  /* lane i of the maxima: the experts e = i mod 16 (AVX-512: both accumulators; AVX2: acc0 the
+   * first 8 of each 16-group, acc1 the second 8) */
+  if (V == 16) {
+    xv_st(mx, xv_max(acc0, acc1));
+  } else {
+    xv_st(mx, acc0);
+    xv_st(mx + V, acc1);
+  }
+  return scp;
 }
 #endif
 
-static void router_row(const xte_router_args *a, int64_t t, float *x, float *sc, float *sel,
-                       int stream) {
+static void router_row(const xte_router_args *a, int64_t t, router_ws *ws) {
   const int E = (int)a->E, k = a->topk;
   int idx[MAXK], asc[MAXK], e, j, n;
-  float w[MAXE];
+  float *sc = ws->sc, *sel = ws->sel, *w = ws->w;
+  const float *x, *scp = sc, *mx = NULL;
   uint8_t allowed[MAXE];
   int softmax = a->score == XTE_MOE_SOFTMAX;
-  (void)stream;
-  load_row(&a->logits, t, E, x);
-  /* scores */
-  if (softmax) {
-    if (a->pre_softmax)
-      softmax_all(x, E, sc);
-    else
-      for (e = 0; e < E; e++) sc[e] = x[e];
+  if (a->logits.dtype == XTE_DTYPE_FP32) {
+    x = (const float *)a->logits.data + t * a->logits.ld;
   } else {
-    score_row(x, E, a->score, sc);
+    load_row(&a->logits, t, E, ws->x);
+    x = ws->x;
   }
-  if (a->aux && !softmax && k > 1) { /* aux scores: normalised over all E */
-    float s = 0.0f;
-    for (e = 0; e < E; e++) s += sc[e];
-    s = s + XTE_MOE_NORM_EPS;
-    if (a->saved.data) memcpy((float *)a->saved.data + t * a->saved.ld, sc, (size_t)E * 4);
-    for (e = 0; e < E; e++) sc[e] = sc[e] / s;
-  } else if (a->saved.data && (!softmax || a->pre_softmax)) {
-    memcpy((float *)a->saved.data + t * a->saved.ld, sc, (size_t)E * 4);
+#ifdef XTE_MOE_VW
+  float mxv[16];
+  if (!a->aux && a->num_groups <= 1 && E >= 4 * 16) {
+    scp = scores_lanes(a, x, sc, sel, mxv);
+    mx = mxv;
+    if (a->saved.data && (!softmax || a->pre_softmax))
+      memcpy((float *)a->saved.data + t * a->saved.ld, sc, (size_t)E * 4);
+  } else
+#endif
+  {
+    /* scores */
+    if (softmax) {
+      if (a->pre_softmax)
+        softmax_all(x, E, sc);
+      else
+        for (e = 0; e < E; e++) sc[e] = x[e];
+    } else {
+      score_row(x, E, a->score, sc);
+    }
+    if (a->aux && !softmax && k > 1) { /* aux scores: normalised over all E */
+      float s = 0.0f;
+      for (e = 0; e < E; e++) s += sc[e];
+      s = s + XTE_MOE_NORM_EPS;
+      if (a->saved.data) memcpy((float *)a->saved.data + t * a->saved.ld, sc, (size_t)E * 4);
+      for (e = 0; e < E; e++) sc[e] = sc[e] / s;
+    } else if (a->saved.data && (!softmax || a->pre_softmax)) {
+      memcpy((float *)a->saved.data + t * a->saved.ld, sc, (size_t)E * 4);
+    }
+    /* selection scores */
+    for (e = 0; e < E; e++) sel[e] = a->bias ? sc[e] + a->bias[e] : sc[e];
   }
-  /* selection scores */
-  for (e = 0; e < E; e++) sel[e] = a->bias ? sc[e] + a->bias[e] : sc[e];
   if (a->num_groups > 1) {
     const int G = a->num_groups, gs = E / G, per = k / a->group_topk;
     float gv[MAXE], tv[MAXK];
@@ -277,38 +412,37 @@ static void router_row(const xte_router_args *a, int64_t t, float *x, float *sc,
     memset(allowed, 0, (size_t)E);
     for (j = 0; j < ng; j++) keep[j] = gidx[j];
     for (j = 0; j < ng; j++) memset(allowed + keep[j] * gs, 1, (size_t)gs);
-    n = topk_row(sel, E, allowed, k, idx, asc);
+    n = topk_row(sel, E, allowed, k, NULL, idx, asc);
   } else {
-    n = topk_row(sel, E, NULL, k, idx, asc);
+    n = topk_row(sel, E, NULL, k, mx, idx, asc);
   }
   /* weights (unbiased scores); w is read at the selected experts only, but for aux (all set)
    * and the saved post-top-k softmax (0 elsewhere) */
   if (a->aux) {
-    for (e = 0; e < E; e++) w[e] = sc[e];
+    for (e = 0; e < E; e++) w[e] = scp[e];
   } else if (softmax && !a->pre_softmax) {
     for (e = 0; e < E; e++) w[e] = 0.0f;
-    softmax_set(sc, asc, n, w);
+    softmax_set(scp, asc, n, w);
     if (a->saved.data) memcpy((float *)a->saved.data + t * a->saved.ld, w, (size_t)E * 4);
   } else if (!softmax && k > 1) {
     float s = 0.0f;
-    for (j = 0; j < n; j++) s += sc[asc[j]];
+    for (j = 0; j < n; j++) s += scp[asc[j]];
     s = s + XTE_MOE_NORM_EPS;
-    for (j = 0; j < n; j++) w[asc[j]] = sc[asc[j]] / s;
+    for (j = 0; j < n; j++) w[asc[j]] = scp[asc[j]] / s;
   } else {
-    for (j = 0; j < n; j++) w[asc[j]] = sc[asc[j]];
+    for (j = 0; j < n; j++) w[asc[j]] = scp[asc[j]];
   }
   /* outputs */
   if (a->probs.data) {
     float *p = (float *)a->probs.data + t * a->probs.ld;
 #ifdef XTE_MOE_VW
-    float pr[MAXE];
-    if (stream) {
+    if (ws->stream) {
       if (a->aux) {
         stream_row(p, w, (size_t)E * 4);
       } else {
-        for (e = 0; e < E; e++) pr[e] = 0.0f;
-        for (j = 0; j < n; j++) pr[idx[j]] = a->scaling * w[idx[j]];
-        stream_row(p, pr, (size_t)E * 4);
+        for (j = 0; j < n; j++) ws->pr[idx[j]] = a->scaling * w[idx[j]];
+        stream_row(p, ws->pr, (size_t)E * 4);
+        for (j = 0; j < n; j++) ws->pr[idx[j]] = 0.0f;
       }
     } else
 #endif
@@ -322,11 +456,10 @@ static void router_row(const xte_router_args *a, int64_t t, float *x, float *sc,
   if (a->map.data) {
     uint8_t *m = (uint8_t *)a->map.data + t * a->map.ld;
 #ifdef XTE_MOE_VW
-    uint8_t mr[MAXE];
-    if (stream) {
-      memset(mr, 0, (size_t)E);
-      for (j = 0; j < n; j++) mr[idx[j]] = 1;
-      stream_row(m, mr, (size_t)E);
+    if (ws->stream) {
+      for (j = 0; j < n; j++) ws->mr[idx[j]] = 1;
+      stream_row(m, ws->mr, (size_t)E);
+      for (j = 0; j < n; j++) ws->mr[idx[j]] = 0;
     } else
 #endif
     {
@@ -340,12 +473,12 @@ static void router_row(const xte_router_args *a, int64_t t, float *x, float *sc,
     for (j = 0; j < n; j++) b[idx[j] / 8] |= (uint8_t)(1u << (idx[j] % 8));
   }
   if (a->idx.data) {
-    for (j = 0; j < k; j++) {
-      int v = j < n ? idx[j] : -1;
-      if (a->idx.dtype == XTE_DTYPE_INT32)
-        ((int32_t *)a->idx.data)[t * a->idx.ld + j] = v;
-      else
-        ((int64_t *)a->idx.data)[t * a->idx.ld + j] = v;
+    if (a->idx.dtype == XTE_DTYPE_INT32) {
+      int32_t *io = (int32_t *)a->idx.data + t * a->idx.ld;
+      for (j = 0; j < k; j++) io[j] = j < n ? idx[j] : -1;
+    } else {
+      int64_t *io = (int64_t *)a->idx.data + t * a->idx.ld;
+      for (j = 0; j < k; j++) io[j] = j < n ? idx[j] : -1;
     }
   }
   if (a->weights.data) {
@@ -356,16 +489,20 @@ static void router_row(const xte_router_args *a, int64_t t, float *x, float *sc,
 
 static void router_range(void *ctx, int64_t b, int64_t e, int tid) {
   const xte_router_args *a = (const xte_router_args *)ctx;
-  float x[MAXE], sc[MAXE], sel[MAXE];
+  router_ws ws;
   int64_t t;
-  int stream = 0;
   (void)tid;
+  ws.stream = 0;
 #ifdef XTE_MOE_VW
-  stream = a->T * a->E * 4 >= XTE_MOE_STREAM_BYTES;
+  ws.stream = a->T * a->E * 4 >= XTE_MOE_STREAM_BYTES;
+  if (ws.stream) {
+    memset(ws.pr, 0, sizeof ws.pr);
+    memset(ws.mr, 0, sizeof ws.mr);
+  }
 #endif
-  for (t = b; t < e; t++) router_row(a, t, x, sc, sel, stream);
+  for (t = b; t < e; t++) router_row(a, t, &ws);
 #ifdef XTE_MOE_VW
-  if (stream) xv_sfence();
+  if (ws.stream) xv_sfence();
 #endif
 }
 

@@ -20,6 +20,9 @@ typedef __m256 xm;
 #define xv_mul(a, b) _mm256_mul_ps((a), (b))
 #define xv_div(a, b) _mm256_div_ps((a), (b))
 #define xv_fma(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define xv_fnma(a, b, c) _mm256_fnmadd_ps((a), (b), (c))
+#define xv_round(a) _mm256_round_ps((a), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define xv_negif(m, a) _mm256_xor_ps((a), _mm256_and_ps((m), _mm256_set1_ps(-0.0f)))
 #define xv_neg(a) _mm256_xor_ps((a), _mm256_set1_ps(-0.0f))
 #define xv_gt(a, b) _mm256_cmp_ps((a), (b), _CMP_GT_OQ)
 #define xv_ge(a, b) _mm256_cmp_ps((a), (b), _CMP_GE_OQ)
@@ -38,6 +41,7 @@ static inline __m256 xv_pow2(__m256 k) {
   __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127));
   return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
 }
+#define xv_ldexp(y, k) xv_mul((y), xv_pow2(k))
 
 /* Writes base + the lanes set in m (ascending) to dst (8 ints written), returns their count. */
 static const uint32_t xte_moe_lanes_lut[256] = {

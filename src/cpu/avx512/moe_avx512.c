@@ -23,6 +23,11 @@ typedef __mmask16 xm;
 #define xv_mul(a, b) _mm512_mul_ps((a), (b))
 #define xv_div(a, b) _mm512_div_ps((a), (b))
 #define xv_fma(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define xv_fnma(a, b, c) _mm512_fnmadd_ps((a), (b), (c))
+#define xv_round(a) _mm512_roundscale_ps((a), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define xv_negif(m, a)                                                                           \
+  _mm512_castsi512_ps(_mm512_mask_xor_epi32(_mm512_castps_si512(a), (m), _mm512_castps_si512(a), \
+                                            _mm512_set1_epi32(INT32_MIN)))
 #define xv_neg(a) \
   _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi32(INT32_MIN)))
 #define xv_gt(a, b) _mm512_cmp_ps_mask((a), (b), _CMP_GT_OQ)
@@ -42,6 +47,17 @@ static inline __m512 xv_pow2(__m512 k) {
   __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127));
   return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
 }
+#ifdef XTE_AVX512_SIMDE
+/* SIMDe's scalef multiplies by exp2(floor(k)), exact only where 2^k is normal */
+#define xv_ldexp(y, k) xv_mul((y), xv_pow2(k))
+#else
+/* vscalefps: y 2^k with one rounding for any integral k (subnormal results included) */
+#define XTE_MOE_SCALEF 1
+#define xv_ldexp(y, k) _mm512_scalef_ps((y), (k))
+/* y 2^k where a >= lim or a is NaN, else +0 */
+#define xv_ldexp_nlt(y, k, a, lim) \
+  _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask((a), _mm512_set1_ps(lim), _CMP_NLT_UQ), (y), (k))
+#endif
 
 /* Writes base + the lanes set in m (ascending) to dst (16 ints written), returns their count. */
 static inline int xv_cand(int *dst, unsigned m, int base) {
