@@ -33,7 +33,15 @@ static const void *in_at(const qctx *c, int64_t r, int64_t col) {
   return (const char *)c->a->in + ((size_t)r * (size_t)c->a->ld_in + (size_t)col) * c->es;
 }
 
-static void prefetch_l2(const void *p, size_t bytes) {
+/* Always inlined, as is prefetch_next: GCC finds a static function of nothing but prefetches free
+ * of side effects and drops its calls. */
+#if defined(__GNUC__)
+#define XTE_INLINE static inline __attribute__((always_inline))
+#else
+#define XTE_INLINE static inline
+#endif
+
+XTE_INLINE void prefetch_l2(const void *p, size_t bytes) {
 #if defined(__GNUC__)
   size_t o;
   for (o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)p + o, 0, 2);
@@ -102,21 +110,29 @@ static void store_col_transposed(const qctx *c, int64_t r0, int64_t c0, int64_t 
                   nr, c->nt);
 }
 
-/* Rows [r, r + n) of the next tile of the panel into L2 */
-static void prefetch_next(const qctx *c, int64_t r, int64_t n, int64_t c0, int64_t ncn) {
+/* What a tile prefetches into L2 while it works: rows [rn, rn + nrn), columns [cn, cn + ncn) of
+ * the input (ncn 0: nothing), spread over the tile's slices */
+typedef struct qnext {
+  int64_t rn, nrn, cn, ncn;
+} qnext;
+
+/* Part p of np of the rows of x */
+XTE_INLINE void prefetch_next(const qctx *c, const qnext *x, int64_t p, int64_t np) {
   int64_t i;
-  if (ncn)
-    for (i = 0; i < n; i++) prefetch_l2(in_at(c, r + i, c0 + TILE), (size_t)ncn * c->es);
+  if (x->ncn)
+    for (i = x->nrn * p / np; i < x->nrn * (p + 1) / np; i++)
+      prefetch_l2(in_at(c, x->rn + i, x->cn), (size_t)x->ncn * c->es);
 }
 
-static void quant_tile(qctx *c, int64_t tr, int64_t tc, qbuf *B, float *tamax) {
+/* pre >= 0: the tile's amax (square blocks), found by the caller */
+static void quant_tile(qctx *c, int64_t tr, int64_t tc, const qnext *nx, float pre, qbuf *B,
+                       float *tamax) {
   const xte_quant_args *a = c->a;
   const xte_cpu_kernels *k = c->k;
   const int64_t r0 = tr * TILE, c0 = tc * TILE;
   const int64_t nr = a->M - r0 < TILE ? a->M - r0 : TILE;
   const int64_t nc = a->K - c0 < TILE ? a->K - c0 : TILE;
-  /* the next tile of the panel, to prefetch */
-  const int64_t ncn = tc + 1 < c->ntc ? (a->K - c0 - TILE < TILE ? a->K - c0 - TILE : TILE) : 0;
+  const int64_t nsl = (nr + SLICE - 1) / SLICE; /* slices */
   int64_t r, j, g, n;
   float tile_amax = 0.0f;
 
@@ -126,18 +142,25 @@ static void quant_tile(qctx *c, int64_t tr, int64_t tc, qbuf *B, float *tamax) {
     uint8_t *dst = buffered ? B->Qt : a->row_q + (size_t)r0 * (size_t)a->ld_row_q + (size_t)c0;
     int64_t ldd = buffered ? TILE : a->ld_row_q;
     if (a->square) {
-      for (r = 0; r < nr; r += n) {
-        n = nr - r < SLICE ? nr - r : SLICE;
-        prefetch_next(c, r0 + r, n, c0, ncn);
-        tile_amax = xte_fmaxf(
-            tile_amax, k->load_amax(in_at(c, r0 + r, c0), a->ld_in, a->in_kind, n, nc, NULL));
+      if (pre >= 0.0f) {
+        tile_amax = pre;
+      } else { /* the prefetch spread over both passes */
+        for (r = 0; r < nr; r += n) {
+          n = nr - r < SLICE ? nr - r : SLICE;
+          prefetch_next(c, nx, r / SLICE, 2 * nsl);
+          tile_amax = xte_fmaxf(
+              tile_amax, k->load_amax(in_at(c, r0 + r, c0), a->ld_in, a->in_kind, n, nc, NULL));
+        }
       }
       sq = xte_quant_block_scale(a, tile_amax);
     }
     for (r = 0; r < nr; r += n) {
       float am;
       n = nr - r < SLICE ? nr - r : SLICE;
-      if (!a->square) prefetch_next(c, r0 + r, n, c0, ncn);
+      if (a->square && pre < 0.0f)
+        prefetch_next(c, nx, nsl + r / SLICE, 2 * nsl);
+      else
+        prefetch_next(c, nx, r / SLICE, nsl);
       am = k->load_quant(in_at(c, r0 + r, c0), a->ld_in, a->in_kind, n, nc, sq.scale, a->fmt,
                          a->saturate, dst + r * ldd, ldd, buffered ? 0 : c->nt);
       if (c->per_tensor) tile_amax = xte_fmaxf(tile_amax, am);
@@ -171,7 +194,7 @@ static void quant_tile(qctx *c, int64_t tr, int64_t tc, qbuf *B, float *tamax) {
       for (j = 0; j < nc; j++) B->acc[j] = 0.0f;
       for (r = g; r < g + gr; r += n) {
         n = g + gr - r < SLICE ? g + gr - r : SLICE;
-        prefetch_next(c, r0 + r, n, c0, ncn);
+        prefetch_next(c, nx, r / SLICE, nsl);
         if (a->row_q) {
           int64_t i, rr;
           float am = k->quant_blocks(in_at(c, r0 + r, c0), a->ld_in, a->in_kind, n, nc, bw, a,
@@ -203,12 +226,71 @@ static void quant_tile(qctx *c, int64_t tr, int64_t tc, qbuf *B, float *tamax) {
   *tamax = xte_fmaxf(*tamax, tile_amax);
 }
 
+/* Tile t's rows and columns */
+static void tile_region(const qctx *c, int64_t t, qnext *x) {
+  const int64_t tr = t / c->ntc, tc = t % c->ntc;
+  x->rn = tr * TILE;
+  x->nrn = c->a->M - x->rn < TILE ? c->a->M - x->rn : TILE;
+  x->cn = tc * TILE;
+  x->ncn = c->a->K - x->cn < TILE ? c->a->K - x->cn : TILE;
+}
+
+/* Square blocks: WIDE-byte runs of tiles of a panel at a time (in L2): their amaxes row by row
+ * (the run was prefetched into L2 while the previous one converted, in long contiguous rows), then
+ * tile by tile the conversion, which prefetches the next run. */
+#define WIDE (256 << 10)
+static void quant_range_square(qctx *c, int64_t b, int64_t e, qbuf *B, float *am) {
+  const xte_quant_args *a = c->a;
+  const int64_t gmax = (int64_t)(WIDE / ((size_t)TILE * TILE * c->es)) > 0
+                           ? (int64_t)(WIDE / ((size_t)TILE * TILE * c->es))
+                           : 1;
+  float pa[64];
+  int64_t t, g, i, r;
+  for (t = b; t < e; t += g) {
+    const int64_t tc = t % c->ntc;
+    qnext run, nx = {0, 0, 0, 0};
+    g = c->ntc - tc < gmax ? c->ntc - tc : gmax;
+    if (e - t < g) g = e - t;
+    tile_region(c, t, &run);
+    run.ncn = a->K - run.cn < g * TILE ? a->K - run.cn : g * TILE;
+    if (t + g < e) { /* the next run */
+      int64_t gn = c->ntc - (t + g) % c->ntc < gmax ? c->ntc - (t + g) % c->ntc : gmax;
+      if (e - t - g < gn) gn = e - t - g;
+      tile_region(c, t + g, &nx);
+      nx.ncn = a->K - nx.cn < gn * TILE ? a->K - nx.cn : gn * TILE;
+    }
+    for (i = 0; i < g; i++) pa[i] = 0.0f;
+    for (r = 0; r < run.nrn; r += SLICE)
+      for (i = 0; i < g; i++) {
+        const int64_t c0 = run.cn + i * TILE;
+        const int64_t nc = a->K - c0 < TILE ? a->K - c0 : TILE;
+        const int64_t n = run.nrn - r < SLICE ? run.nrn - r : SLICE;
+        pa[i] = xte_fmaxf(
+            pa[i], c->k->load_amax(in_at(c, run.rn + r, c0), a->ld_in, a->in_kind, n, nc, NULL));
+      }
+    for (i = 0; i < g; i++) {
+      qnext part = nx; /* tile i prefetches its share of the next run's rows */
+      part.rn = nx.rn + nx.nrn * i / g;
+      part.nrn = nx.nrn * (i + 1) / g - nx.nrn * i / g;
+      quant_tile(c, (t + i) / c->ntc, (t + i) % c->ntc, &part, pa[i], B, am);
+    }
+  }
+}
+
 static void quant_range(void *vctx, int64_t b, int64_t e, int tid) {
   qctx *c = (qctx *)vctx;
   qbuf B;
   float am = 0.0f;
   int64_t t;
-  for (t = b; t < e; t++) quant_tile(c, t / c->ntc, t % c->ntc, &B, &am);
+  if (c->a->square && !c->per_tensor) {
+    quant_range_square(c, b, e, &B, &am);
+  } else {
+    for (t = b; t < e; t++) {
+      qnext nx = {0, 0, 0, 0};
+      if (t + 1 < e) tile_region(c, t + 1, &nx);
+      quant_tile(c, t / c->ntc, t % c->ntc, &nx, -1.0f, &B, &am);
+    }
+  }
   if (c->nt) c->k->store_fence();
   c->partial[tid] = xte_fmaxf(c->partial[tid], am);
 }

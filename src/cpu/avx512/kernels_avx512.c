@@ -452,6 +452,14 @@ XTE_AI V16 mag_code(const fp8k *k, __m512 ax, __m512 s) {
 
 #define ROW(p, r, ld, es) ((const char *)(p) + (size_t)(r) * (size_t)(ld) * (es))
 
+/* The 128-element chunk t of rows x (cpr chunks) into L1 (the next group's chunks, fetched while
+ * this group converts: the memory stays busy during the compute) */
+XTE_AI void prefetch_chunk(const void *src, int64_t lds, size_t es, int64_t cpr, int64_t t) {
+  const char *p = ROW(src, t / cpr, lds, es) + (size_t)(t % cpr) * 128 * es;
+  size_t o;
+  for (o = 0; o < 128 * es; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+}
+
 XTE_AI float load_amax_row(const void *src, int kind, int64_t n, float *acc) {
   __m512 m0 = _mm512_setzero_ps(), m1 = _mm512_setzero_ps();
   int64_t i = 0;
@@ -834,6 +842,7 @@ XTE_AI float quant_blocks_body(const void *src, int64_t lds, int kind, int64_t r
         const void *s = ROW(src, cr[c], lds, es);
         uint8_t *d = q + cr[c] * ldq + co[c];
         V16 rr[8];
+        if (t0 + QG + c < total) prefetch_chunk(src, lds, es, cpr, t0 + QG + c);
 #pragma GCC unroll 8
         for (v = 0; v < 8; v++) {
           __m512 x = ld16(s, kind, co[c] + 16 * v);
@@ -942,6 +951,7 @@ XTE_AI float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64
         const uint16_t *p = in + cr[c] * lds + co[c];
         uint8_t *d = q + cr[c] * ldq + co[c];
         V16 z[4], rr[8];
+        if (t0 + QG + c < total) prefetch_chunk(src, lds, 2, cpr, t0 + QG + c);
 #pragma GCC unroll 4
         for (i = 0; i < 4; i++) {
           __m512 sv = _mm512_set1_ps(sf[c * nb + i / zb]);
