@@ -446,6 +446,84 @@ XTE_AI V16 mag_code(const fp8k *k, __m512 ax, __m512 s) {
   return cvt_mag(k, _mm512_castps_si512(_mm512_mul_ps(ax, s)));
 }
 
+/* ---- bf16 words and a power-of-two scale 2^k (TE_BLOCK with force_pow_2, MX): for a word w of
+ * |x| with x * 2^k a normal fp32 (w >= T, T the word of 2^(emin - k), emin the format's smallest
+ * normal exponent), the product's bits are (w << 16) + (k << 23) exactly, and the header's integer
+ * rounding of them (normal results) is, with sh = 7 - mbits and odd = (w >> sh) & 1,
+ *   ((w + odd + 2^(sh-1) - 1 + (k << 7)) >> sh) - B      (B = 960 for E4M3, 448 for E5M2)
+ *   = ((w + odd) -sat D) >> sh,  D = (B << sh) - (2^(sh-1) - 1) - (k << 7)
+ * in uint16 lanes (w + odd <= 0x8000; D >= 0 for the k allowed, so a zero word gives 0). The value
+ * only grows with w, so past the largest finite code (an overflowing product included) the min
+ * with the largest code the rule allows does the overflow, as in cvt_mag. Words w < T: see
+ * p2w_code. NaN words are the callers' (they redo the row the general way). k in [-100, 109] keeps
+ * D in [0, 0xFFFF], T a normal bf16 word, and codes 0 for bf16 subnormals. */
+XTE_AI int p2w_ok(float s) {
+  uint32_t u = xte_f32_bits(s);
+  return (u & 0x7FFFFFu) == 0 && (u >> 23) >= 27u && (u >> 23) <= 236u;
+}
+
+XTE_AI uint16_t p2w_d(float s, int fmt) {
+  int k = (int)(xte_f32_bits(s) >> 23) - 127;
+  return (uint16_t)(fmt == XTE_FP8_E4M3 ? 15353 - 128 * k : 14321 - 128 * k);
+}
+
+XTE_AI uint16_t p2w_t(float s, int fmt) {
+  int k = (int)(xte_f32_bits(s) >> 23) - 127;
+  return (uint16_t)((fmt == XTE_FP8_E4M3 ? 121 - k : 113 - k) << 7);
+}
+
+typedef struct p2wk {
+  __m128i sh;
+  V16 one, cmax, sgn, c7f, c15, c16, c7fff;
+} p2wk;
+
+static inline p2wk p2wk_make(int fmt, int sat) {
+  p2wk w;
+  int e4 = fmt == XTE_FP8_E4M3;
+  w.sh = _mm_cvtsi32_si128(e4 ? 4 : 5);
+  w.one = _mm512_set1_epi16(1);
+  w.cmax = _mm512_set1_epi16((short)(e4 ? (sat ? 0x7E : 0x7F) : (sat ? 0x7B : 0x7C)));
+  w.sgn = _mm512_set1_epi16(0x80);
+  w.c7f = _mm512_set1_epi16(0x7F);
+  w.c15 = _mm512_set1_epi16(15);
+  w.c16 = _mm512_set1_epi16(16);
+  w.c7fff = _mm512_set1_epi16(0x7FFF);
+  return w;
+}
+
+/* S0 - k for the subnormal results of p2w_code (S0 = 125 for E4M3, 118 for E5M2) */
+XTE_AI uint16_t p2w_s(float s, int fmt) {
+  int k = (int)(xte_f32_bits(s) >> 23) - 127;
+  return (uint16_t)((fmt == XTE_FP8_E4M3 ? 125 : 118) - k);
+}
+
+/* codes of the words z (sign included, in the low byte of each word). Lanes |w| < t (subnormal
+ * results, zero and bf16 subnormals included): the header adds 2^14 (2^7) in fp32, i.e. rounds
+ * |x| 2^k 2^9 (2^16) to an integer, RNE; with v = 0x80 | (w & 0x7F) and E = w >> 7 that is v
+ * shifted right by s = S0 - k - E (>= 5 here), rounded to nearest even; s is clamped to 15, where
+ * the code is 0 (v < 2^8), as it is past it (a product below 2^-126 too). */
+XTE_AI V16 p2w_code(const p2wk *w, V16 z, V16 d, V16 t, V16 sk) {
+  V16 a = absw(z);
+  V16 odd = _mm512_and_si512(_mm512_srl_epi16(a, w->sh), w->one);
+  V16 r = _mm512_srl_epi16(_mm512_subs_epu16(_mm512_add_epi16(a, odd), d), w->sh);
+  __mmask32 lo = _mm512_cmplt_epu16_mask(a, t);
+  r = _mm512_min_epu16(r, w->cmax);
+  if (lo) {
+    V16 sh = _mm512_min_epu16(_mm512_sub_epi16(sk, _mm512_srli_epi16(a, 7)), w->c15);
+    V16 v = _mm512_ternarylogic_epi32(a, w->c7f, w->sgn, 0xEA); /* (a & 0x7F) | 0x80 */
+    V16 od = _mm512_and_si512(_mm512_srlv_epi16(v, sh), w->one);
+    V16 h = _mm512_srlv_epi16(w->c7fff, _mm512_sub_epi16(w->c16, sh)); /* 2^(s-1) - 1 */
+    r = _mm512_mask_srlv_epi16(r, lo, _mm512_add_epi16(_mm512_add_epi16(v, h), od), sh);
+  }
+  return _mm512_ternarylogic_epi32(r, _mm512_srli_epi16(z, 8), w->sgn, 0xF8);
+}
+
+/* 2 x 32 word codes -> 64 bytes in order */
+XTE_AI V16 p2w_pack(V16 c0, V16 c1) {
+  return _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7),
+                                  _mm512_packus_epi16(c0, c1));
+}
+
 /* ---------------------------------------------------------------- fused kernels
  * Over rows x n elements of the input (row stride lds elements). The bodies take the input kind
  * (and the block width) as constants: always inlined into one copy per kind. */
@@ -706,11 +784,26 @@ static void load_quant_vs_bf16(const fp8k *k, const void *src, int64_t lds, int6
   const V16 ilo = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
   const V16 ihi = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
   __m512 sp[16];
+  _Alignas(64) uint16_t pd[256], pt[256], ps[256];
+  V16 dv[8], tv[8], sv[8];
+  const p2wk w = p2wk_make(fmt, sat);
   int64_t r, i;
+  int p2 = 1;
   for (i = 0; i < n; i += 32) {
     __m512 s0 = _mm512_loadu_ps(sc + i), s1 = _mm512_loadu_ps(sc + i + 16);
     sp[i / 16] = _mm512_permutex2var_ps(s0, ilo, s1);
     sp[i / 16 + 1] = _mm512_permutex2var_ps(s0, ihi, s1);
+  }
+  for (i = 0; i < n; i++) {
+    p2 &= p2w_ok(sc[i]);
+    pd[i] = p2w_d(sc[i], fmt);
+    pt[i] = p2w_t(sc[i], fmt);
+    ps[i] = p2w_s(sc[i], fmt);
+  }
+  for (i = 0; i < n; i += 32) {
+    dv[i / 32] = _mm512_load_si512((const void *)(pd + i));
+    tv[i / 32] = _mm512_load_si512((const void *)(pt + i));
+    sv[i / 32] = _mm512_load_si512((const void *)(ps + i));
   }
   for (r = 0; r < rows; r++) {
     const uint16_t *p = (const uint16_t *)src + r * lds;
@@ -719,6 +812,13 @@ static void load_quant_vs_bf16(const fp8k *k, const void *src, int64_t lds, int6
     for (i = 0; i < n; i += 64) {
       V16 z0 = ldw(p + i), z1 = ldw(p + i + 32), a0 = absw(z0), a1 = absw(z1);
       mi = _mm512_max_epu16(mi, _mm512_max_epu16(a0, a1));
+      if (p2) {
+        store64(d + i,
+                p2w_pack(p2w_code(&w, z0, dv[i / 32], tv[i / 32], sv[i / 32]),
+                         p2w_code(&w, z1, dv[i / 32 + 1], tv[i / 32 + 1], sv[i / 32 + 1])),
+                nt);
+        continue;
+      }
       store64(d + i,
               pack_bf16(mag_code(k, wlo(a0), sp[i / 16]), mag_code(k, whi(a0), sp[i / 16 + 1]),
                         mag_code(k, wlo(a1), sp[i / 16 + 2]), mag_code(k, whi(a1), sp[i / 16 + 3]),
@@ -891,6 +991,7 @@ XTE_AI float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64
   const int64_t cpr = n / 128, nbr = n / bw, total = rows * cpr;
   const uint16_t *in = (const uint16_t *)src;
   fp8k k = fp8k_make(a->fmt, a->saturate);
+  const p2wk w = p2wk_make(a->fmt, a->saturate);
   V16 acw[4];
   float m = 0.0f;
   int64_t t0, r;
@@ -900,9 +1001,10 @@ XTE_AI float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64
   for (t0 = 0; t0 < total; t0 += QG) {
     const int nch = (int)(total - t0 < QG ? total - t0 : QG);
     int64_t cr[QG], co[QG];
-    int c, b, fast = 1;
+    int c, b, fast = 1, p2 = 1;
     uint32_t any = 0;
     float amf[QG * 4], sf[QG * 4];
+    uint16_t pd[QG * 4], pt[QG * 4], ps[QG * 4];
     xte_block_scale bs[QG * 4];
     for (c = 0; c < nch; c++) {
       cr[c] = (t0 + c) / cpr;
@@ -945,8 +1047,27 @@ XTE_AI float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64
         sf[t] = bs[t].scale;
         m = xte_fmaxf(m, amf[t]);
         fast &= pos_finite(bs[t].scale);
+        p2 &= p2w_ok(bs[t].scale);
+        pd[t] = p2w_d(bs[t].scale, a->fmt);
+        pt[t] = p2w_t(bs[t].scale, a->fmt);
+        ps[t] = p2w_s(bs[t].scale, a->fmt);
       }
-    if (fast && !any) {
+    if (fast && !any && p2) {
+      for (c = 0; c < nch; c++) {
+        const uint16_t *p = in + cr[c] * lds + co[c];
+        uint8_t *d = q + cr[c] * ldq + co[c];
+        V16 cc[4];
+        if (t0 + QG + c < total) prefetch_chunk(src, lds, 2, cpr, t0 + QG + c);
+#pragma GCC unroll 4
+        for (i = 0; i < 4; i++) {
+          const int t = c * nb + i / zb;
+          cc[i] = p2w_code(&w, ldw(p + 32 * i), _mm512_set1_epi16((short)pd[t]),
+                           _mm512_set1_epi16((short)pt[t]), _mm512_set1_epi16((short)ps[t]));
+        }
+        store64(d, p2w_pack(cc[0], cc[1]), nt);
+        store64(d + 64, p2w_pack(cc[2], cc[3]), nt);
+      }
+    } else if (fast && !any) {
       for (c = 0; c < nch; c++) {
         const uint16_t *p = in + cr[c] * lds + co[c];
         uint8_t *d = q + cr[c] * ldq + co[c];
