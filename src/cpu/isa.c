@@ -20,9 +20,6 @@ static unsigned detect_available(void) {
   unsigned a, b, c, d, avail = 1u << XTE_CPU_ISA_SCALAR;
   unsigned long long xcr0 = 0;
   int osxsave, avx, fma, f16c, avx2 = 0, avx512 = 0;
-#ifdef XTE_HAVE_SIMDE
-  avail |= 1u << XTE_CPU_ISA_AVX512_SIMDE;
-#endif
   if (!__get_cpuid(1, &a, &b, &c, &d)) return avail;
   osxsave = (c >> 27) & 1;
   avx = (c >> 28) & 1;
@@ -36,6 +33,10 @@ static unsigned detect_available(void) {
     avx512 = ((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1);
   }
   if (avx && avx2 && fma && f16c && (xcr0 & 0x6) == 0x6) avail |= 1u << XTE_CPU_ISA_AVX2;
+#ifdef XTE_HAVE_SIMDE
+  /* the SIMDe objects are compiled for AVX2 + FMA + F16C */
+  if (avail & (1u << XTE_CPU_ISA_AVX2)) avail |= 1u << XTE_CPU_ISA_AVX512_SIMDE;
+#endif
 #ifdef XTE_HAVE_AVX512
   if ((avail & (1u << XTE_CPU_ISA_AVX2)) && avx512 && (xcr0 & 0xE6) == 0xE6)
     avail |= 1u << XTE_CPU_ISA_AVX512;
