@@ -459,38 +459,37 @@ static xte_status unpermute_common(const xte_moe_routing *routing, const xte_ten
   return XTE_SUCCESS;
 }
 
-xte_status xte_moe_unpermute(const xte_tensor *input, const xte_moe_routing *routing,
-                             const xte_tensor *row_map, const xte_tensor *probs, xte_tensor *out,
+/* out[t] = sum over the token's slots of (prob *) in[row]: the unpermute, and the backward of the
+ * permute (no probs), which is the same gather-sum. */
+static xte_status gather_sum(const xte_tensor *in, const char *in_name, xte_tensor *out,
+                             const char *out_name, const xte_moe_routing *routing,
+                             const xte_tensor *row_map, const xte_tensor *probs,
                              xte_stream stream) {
   xte_unpermute_args a;
   xte_exec ex;
   memset(&a, 0, sizeof a);
-  XTE_CHECK_PTR(input, "input");
+  XTE_CHECK_PTR(in, in_name);
   XTE_CHECK_PTR(row_map, "row_map");
-  XTE_CHECK_PTR(out, "out");
-  XTE_TRY(view(input, "input", F32 | BF16, -1, -1, &a.in));
-  XTE_TRY(view(out, "out", F32 | BF16, -1, a.in.cols, &a.out));
+  XTE_CHECK_PTR(out, out_name);
+  XTE_TRY(view(in, in_name, F32 | BF16, -1, -1, &a.in));
+  XTE_TRY(view(out, out_name, F32 | BF16, -1, a.in.cols, &a.out));
   XTE_TRY(unpermute_common(routing, row_map, probs, a.out.rows, &a));
   XTE_TRY(moe_exec(stream, &ex));
   xte_clear_error();
   return ex.ops->moe->unpermute(&a, XTE_UNPERMUTE_FWD, ex.handle);
 }
 
+xte_status xte_moe_unpermute(const xte_tensor *input, const xte_moe_routing *routing,
+                             const xte_tensor *row_map, const xte_tensor *probs, xte_tensor *out,
+                             xte_stream stream) {
+  return gather_sum(input, "input", out, "out", routing, row_map, probs, stream);
+}
+
 xte_status xte_moe_permute_backward(const xte_tensor *grad_output, const xte_moe_routing *routing,
                                     const xte_tensor *row_map, xte_tensor *grad_input,
                                     xte_stream stream) {
-  xte_unpermute_args a;
-  xte_exec ex;
-  memset(&a, 0, sizeof a);
-  XTE_CHECK_PTR(grad_output, "grad_output");
-  XTE_CHECK_PTR(row_map, "row_map");
-  XTE_CHECK_PTR(grad_input, "grad_input");
-  XTE_TRY(view(grad_output, "grad_output", F32 | BF16, -1, -1, &a.in));
-  XTE_TRY(view(grad_input, "grad_input", F32 | BF16, -1, a.in.cols, &a.out));
-  XTE_TRY(unpermute_common(routing, row_map, NULL, a.out.rows, &a));
-  XTE_TRY(moe_exec(stream, &ex));
-  xte_clear_error();
-  return ex.ops->moe->unpermute(&a, XTE_UNPERMUTE_FWD, ex.handle);
+  return gather_sum(grad_output, "grad_output", grad_input, "grad_input", routing, row_map, NULL,
+                    stream);
 }
 
 xte_status xte_moe_unpermute_backward(const xte_tensor *grad_out, const xte_tensor *input,
