@@ -3,6 +3,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "cpu/transpose_u8_net.h"
 #include "cpu/xte_cpu.h"
 #include "numerics/xte_numerics.h"
 
@@ -246,31 +247,7 @@ static inline void tr16(const uint8_t *s, int64_t lds, uint8_t *d, int64_t ldd) 
   __m128i r[16], t[16];
   int i;
   for (i = 0; i < 16; i++) r[i] = _mm_loadu_si128((const __m128i *)(s + i * lds));
-  for (i = 0; i < 8; i++) {
-    t[i] = _mm_unpacklo_epi8(r[2 * i], r[2 * i + 1]);
-    t[i + 8] = _mm_unpackhi_epi8(r[2 * i], r[2 * i + 1]);
-  }
-  for (i = 0; i < 4; i++) {
-    r[i] = _mm_unpacklo_epi16(t[2 * i], t[2 * i + 1]);
-    r[i + 4] = _mm_unpackhi_epi16(t[2 * i], t[2 * i + 1]);
-    r[i + 8] = _mm_unpacklo_epi16(t[8 + 2 * i], t[8 + 2 * i + 1]);
-    r[i + 12] = _mm_unpackhi_epi16(t[8 + 2 * i], t[8 + 2 * i + 1]);
-  }
-  for (i = 0; i < 4; i++) {
-    int b = 4 * i;
-    t[b + 0] = _mm_unpacklo_epi32(r[b + 0], r[b + 1]);
-    t[b + 1] = _mm_unpackhi_epi32(r[b + 0], r[b + 1]);
-    t[b + 2] = _mm_unpacklo_epi32(r[b + 2], r[b + 3]);
-    t[b + 3] = _mm_unpackhi_epi32(r[b + 2], r[b + 3]);
-  }
-  /* t[4i + j] holds, for source rows of quarter i... assemble 64-bit halves */
-  for (i = 0; i < 4; i++) {
-    int b = 4 * i;
-    r[b + 0] = _mm_unpacklo_epi64(t[b + 0], t[b + 2]);
-    r[b + 1] = _mm_unpackhi_epi64(t[b + 0], t[b + 2]);
-    r[b + 2] = _mm_unpacklo_epi64(t[b + 1], t[b + 3]);
-    r[b + 3] = _mm_unpackhi_epi64(t[b + 1], t[b + 3]);
-  }
+  XTE_TR16_NETWORK(_mm, r, t);
   for (i = 0; i < 16; i++) _mm_storeu_si128((__m128i *)(d + i * ldd), r[i]);
 }
 
