@@ -193,6 +193,38 @@ xte_status xte_router_forward(const xte_tensor *logits, const xte_tensor *expert
   return ex.ops->moe->router_forward(&a, ex.handle);
 }
 
+/* topk of the aux-score entry points: 1..min(XTE_MOE_MAX_K, E). */
+static xte_status check_topk(int topk, int64_t E) {
+  if (topk < 1 || topk > XTE_MOE_MAX_K || topk > E)
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "topk = %d: want 1..min(%d, E = %lld)", topk,
+                         XTE_MOE_MAX_K, (long long)E);
+  return XTE_SUCCESS;
+}
+
+/* The gradient [T, E] of a router backward: sets a->T, a->E. */
+static xte_status grad_view(const xte_tensor *g, const char *name, xte_router_bwd_args *a) {
+  XTE_TRY(view(g, name, F32, -1, -1, &a->grad_probs));
+  a->T = a->grad_probs.rows;
+  a->E = a->grad_probs.cols;
+  if (a->E < 1 || a->E > XTE_MOE_MAX_E)
+    return xte_set_error(XTE_ERROR_SHAPE, "%s has %lld experts (columns): want 1..%d", name,
+                         (long long)a->E, XTE_MOE_MAX_E);
+  return XTE_SUCCESS;
+}
+
+/* saved, the logits (sqrtsoftplus only) and grad_logits of a router backward, all [T, E]. */
+static xte_status bwd_views(const xte_tensor *saved, const xte_tensor *logits, int score,
+                            xte_tensor *grad_logits, xte_router_bwd_args *a) {
+  XTE_TRY(view(saved, "saved", F32, a->T, a->E, &a->saved));
+  if (score == XTE_ROUTER_SQRTSOFTPLUS) {
+    if (!logits || !logits->data)
+      return xte_set_error(XTE_ERROR_NULL_POINTER,
+                           "logits is NULL: the sqrtsoftplus backward needs the logits");
+    XTE_TRY(view(logits, "logits", F32 | BF16, a->T, a->E, &a->logits));
+  }
+  return view(grad_logits, "grad_logits", F32 | BF16, a->T, a->E, &a->grad_logits);
+}
+
 xte_status xte_router_backward(const xte_tensor *grad_probs, const xte_tensor *routing_map,
                                const xte_tensor *saved, const xte_tensor *logits,
                                const xte_router_config *config, xte_tensor *grad_logits,
@@ -205,22 +237,10 @@ xte_status xte_router_backward(const xte_tensor *grad_probs, const xte_tensor *r
   XTE_CHECK_PTR(saved, "saved");
   XTE_CHECK_PTR(config, "config");
   XTE_CHECK_PTR(grad_logits, "grad_logits");
-  XTE_TRY(view(grad_probs, "grad_probs", F32, -1, -1, &a.grad_probs));
-  a.T = a.grad_probs.rows;
-  a.E = a.grad_probs.cols;
-  if (a.E < 1 || a.E > XTE_MOE_MAX_E)
-    return xte_set_error(XTE_ERROR_SHAPE, "grad_probs has %lld experts (columns): want 1..%d",
-                         (long long)a.E, XTE_MOE_MAX_E);
+  XTE_TRY(grad_view(grad_probs, "grad_probs", &a));
   XTE_TRY(check_config(config, a.E));
   XTE_TRY(view(routing_map, "routing_map", U8, a.T, a.E, &a.map));
-  XTE_TRY(view(saved, "saved", F32, a.T, a.E, &a.saved));
-  if (config->score_function == XTE_ROUTER_SQRTSOFTPLUS) {
-    if (!logits || !logits->data)
-      return xte_set_error(XTE_ERROR_NULL_POINTER,
-                           "logits is NULL: the sqrtsoftplus backward needs the logits");
-    XTE_TRY(view(logits, "logits", F32 | BF16, a.T, a.E, &a.logits));
-  }
-  XTE_TRY(view(grad_logits, "grad_logits", F32 | BF16, a.T, a.E, &a.grad_logits));
+  XTE_TRY(bwd_views(saved, logits, (int)config->score_function, grad_logits, &a));
   XTE_TRY(moe_exec(stream, &ex));
   a.topk = config->topk;
   a.score = (int)config->score_function;
@@ -241,9 +261,7 @@ xte_status xte_router_aux_scores(const xte_tensor *logits, int topk,
   XTE_CHECK_PTR(saved, "saved");
   XTE_TRY(logits_view(logits, &a.logits, &a.T, &a.E));
   XTE_TRY(check_score(score_function, "score_function"));
-  if (topk < 1 || topk > XTE_MOE_MAX_K || topk > a.E)
-    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "topk = %d: want 1..min(%d, E = %lld)", topk,
-                         XTE_MOE_MAX_K, (long long)a.E);
+  XTE_TRY(check_topk(topk, a.E));
   XTE_TRY(view(scores, "scores", F32, a.T, a.E, &a.probs));
   XTE_TRY(view_opt(routing_map, "routing_map", U8, a.T, a.E, &a.map));
   XTE_TRY(view(saved, "saved", F32, a.T, a.E, &a.saved));
@@ -269,23 +287,9 @@ xte_status xte_router_aux_scores_backward(const xte_tensor *grad_scores, const x
   XTE_CHECK_PTR(saved, "saved");
   XTE_CHECK_PTR(grad_logits, "grad_logits");
   XTE_TRY(check_score(score_function, "score_function"));
-  XTE_TRY(view(grad_scores, "grad_scores", F32, -1, -1, &a.grad_probs));
-  a.T = a.grad_probs.rows;
-  a.E = a.grad_probs.cols;
-  if (a.E < 1 || a.E > XTE_MOE_MAX_E)
-    return xte_set_error(XTE_ERROR_SHAPE, "grad_scores has %lld experts (columns): want 1..%d",
-                         (long long)a.E, XTE_MOE_MAX_E);
-  if (topk < 1 || topk > XTE_MOE_MAX_K || topk > a.E)
-    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "topk = %d: want 1..min(%d, E = %lld)", topk,
-                         XTE_MOE_MAX_K, (long long)a.E);
-  XTE_TRY(view(saved, "saved", F32, a.T, a.E, &a.saved));
-  if (score_function == XTE_ROUTER_SQRTSOFTPLUS) {
-    if (!logits || !logits->data)
-      return xte_set_error(XTE_ERROR_NULL_POINTER,
-                           "logits is NULL: the sqrtsoftplus backward needs the logits");
-    XTE_TRY(view(logits, "logits", F32 | BF16, a.T, a.E, &a.logits));
-  }
-  XTE_TRY(view(grad_logits, "grad_logits", F32 | BF16, a.T, a.E, &a.grad_logits));
+  XTE_TRY(grad_view(grad_scores, "grad_scores", &a));
+  XTE_TRY(check_topk(topk, a.E));
+  XTE_TRY(bwd_views(saved, logits, (int)score_function, grad_logits, &a));
   XTE_TRY(moe_exec(stream, &ex));
   a.topk = topk;
   a.score = (int)score_function;
