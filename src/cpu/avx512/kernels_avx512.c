@@ -429,7 +429,8 @@ XTE_AI uint16_t p2w_t(float s, int fmt) {
 
 typedef struct p2wk {
   __m128i sh;
-  V16 one, cmax, sgn, c7f, c15, c16, c7fff;
+  V16 one, cmax, sgn, mbits;
+  __m512 magic;
 } p2wk;
 
 static inline p2wk p2wk_make(int fmt, int sat) {
@@ -439,36 +440,29 @@ static inline p2wk p2wk_make(int fmt, int sat) {
   w.one = _mm512_set1_epi16(1);
   w.cmax = _mm512_set1_epi16((short)(e4 ? (sat ? 0x7E : 0x7F) : (sat ? 0x7B : 0x7C)));
   w.sgn = _mm512_set1_epi16(0x80);
-  w.c7f = _mm512_set1_epi16(0x7F);
-  w.c15 = _mm512_set1_epi16(15);
-  w.c16 = _mm512_set1_epi16(16);
-  w.c7fff = _mm512_set1_epi16(0x7FFF);
+  w.mbits = S1(e4 ? 0x46800000 : 0x43000000);
+  w.magic = _mm512_castsi512_ps(w.mbits);
   return w;
 }
 
-/* S0 - k for the subnormal results of p2w_code (S0 = 125 for E4M3, 118 for E5M2) */
-XTE_AI uint16_t p2w_s(float s, int fmt) {
-  int k = (int)(xte_f32_bits(s) >> 23) - 127;
-  return (uint16_t)((fmt == XTE_FP8_E4M3 ? 125 : 118) - k);
-}
-
-/* codes of the words z (sign included, in the low byte of each word). Lanes |w| < t (subnormal
- * results, zero and bf16 subnormals included): the header adds 2^14 (2^7) in fp32, i.e. rounds
- * |x| 2^k 2^9 (2^16) to an integer, RNE; with v = 0x80 | (w & 0x7F) and E = w >> 7 that is v
- * shifted right by s = S0 - k - E (>= 5 here), rounded to nearest even; s is clamped to 15, where
- * the code is 0 (v < 2^8), as it is past it (a product below 2^-126 too). */
-XTE_AI V16 p2w_code(const p2wk *w, V16 z, V16 d, V16 t, V16 sk) {
+/* codes of the words z (sign included, in the low byte of each word); s_lo / s_hi: the lanes'
+ * scales 2^k as fp32 in wlo / whi order. Lanes |w| < t (subnormal results, zero and bf16
+ * subnormals included): the header rounds |x| 2^k to the subnormal quantum Q (2^-9 for E4M3,
+ * 2^-16 for E5M2) by an fp32 addition of 2^23 Q, whose sum's low bits are the code; |x| 2^k is
+ * exact in fp32 for the k allowed or far below Q / 2, so one fused multiply-add,
+ * fma(|x|, 2^k, 2^23 Q), gives that sum. */
+XTE_AI V16 p2w_code(const p2wk *w, V16 z, V16 d, V16 t, __m512 s_lo, __m512 s_hi) {
   V16 a = absw(z);
   V16 odd = _mm512_and_si512(_mm512_srl_epi16(a, w->sh), w->one);
   V16 r = _mm512_srl_epi16(_mm512_subs_epu16(_mm512_add_epi16(a, odd), d), w->sh);
   __mmask32 lo = _mm512_cmplt_epu16_mask(a, t);
   r = _mm512_min_epu16(r, w->cmax);
   if (lo) {
-    V16 sh = _mm512_min_epu16(_mm512_sub_epi16(sk, _mm512_srli_epi16(a, 7)), w->c15);
-    V16 v = _mm512_ternarylogic_epi32(a, w->c7f, w->sgn, 0xEA); /* (a & 0x7F) | 0x80 */
-    V16 od = _mm512_and_si512(_mm512_srlv_epi16(v, sh), w->one);
-    V16 h = _mm512_srlv_epi16(w->c7fff, _mm512_sub_epi16(w->c16, sh)); /* 2^(s-1) - 1 */
-    r = _mm512_mask_srlv_epi16(r, lo, _mm512_add_epi16(_mm512_add_epi16(v, h), od), sh);
+    V16 ylo = _mm512_castps_si512(_mm512_fmadd_ps(wlo(a), s_lo, w->magic));
+    V16 yhi = _mm512_castps_si512(_mm512_fmadd_ps(whi(a), s_hi, w->magic));
+    r = _mm512_mask_mov_epi16(
+        r, lo,
+        _mm512_packus_epi32(_mm512_sub_epi32(ylo, w->mbits), _mm512_sub_epi32(yhi, w->mbits)));
   }
   return _mm512_ternarylogic_epi32(r, _mm512_srli_epi16(z, 8), w->sgn, 0xF8);
 }
@@ -653,6 +647,29 @@ XTE_AI float load_quant_row_bf16(const fp8k *k, const uint16_t *p, int64_t n, fl
   return xte_bits_f32(mb << 16);
 }
 
+/* bf16 row, n % 64 == 0, a power-of-two scale (p2w_ok): the word sequence; NaN: redone the
+ * general way */
+XTE_AI float load_quant_row_p2w(const fp8k *k, const p2wk *w, const uint16_t *p, int64_t n,
+                                float scale, int fmt, int sat, uint8_t *q, int nt) {
+  const V16 d = _mm512_set1_epi16((short)p2w_d(scale, fmt));
+  const V16 t = _mm512_set1_epi16((short)p2w_t(scale, fmt));
+  const __m512 s = _mm512_set1_ps(scale);
+  V16 mi = _mm512_setzero_si512();
+  uint32_t mb;
+  int64_t i;
+  for (i = 0; i + 64 <= n; i += 64) {
+    V16 z0 = ldw(p + i), z1 = ldw(p + i + 32);
+    mi = _mm512_max_epu16(mi, _mm512_max_epu16(absw(z0), absw(z1)));
+    store64(q + i, p2w_pack(p2w_code(w, z0, d, t, s, s), p2w_code(w, z1, d, t, s, s)), nt);
+  }
+  mb = hmax_u16(mi);
+  if (mb > 0x7F80u) {
+    if (nt) _mm_sfence();
+    return load_quant_slow(k, p, XTE_NUM_IN_BF16, n, scale, fmt, sat, q, nt);
+  }
+  return xte_bits_f32(mb << 16);
+}
+
 XTE_AI float load_quant_body(const void *src, int64_t lds, int kind, int64_t rows, int64_t n,
                              float scale, int fmt, int sat, uint8_t *q, int64_t ldq, int nt) {
   const size_t es = kind == XTE_NUM_IN_F32 ? 4 : 2;
@@ -660,7 +677,12 @@ XTE_AI float load_quant_body(const void *src, int64_t lds, int kind, int64_t row
   float m = 0.0f;
   int64_t r;
   nt = nt && !((uintptr_t)q & 63) && !(ldq & 63);
-  if (kind == XTE_NUM_IN_BF16 && n % 64 == 0 && pos_finite(scale))
+  if (kind == XTE_NUM_IN_BF16 && n % 64 == 0 && p2w_ok(scale)) {
+    const p2wk w = p2wk_make(fmt, sat);
+    for (r = 0; r < rows; r++)
+      m = xte_fmaxf(m, load_quant_row_p2w(&k, &w, (const uint16_t *)src + r * lds, n, scale, fmt,
+                                          sat, q + r * ldq, nt));
+  } else if (kind == XTE_NUM_IN_BF16 && n % 64 == 0 && pos_finite(scale))
     for (r = 0; r < rows; r++)
       m = xte_fmaxf(m, load_quant_row_bf16(&k, (const uint16_t *)src + r * lds, n, scale, fmt, sat,
                                            q + r * ldq, nt));
@@ -739,8 +761,8 @@ static void load_quant_vs_bf16(const fp8k *k, const void *src, int64_t lds, int6
   const V16 ilo = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
   const V16 ihi = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
   __m512 sp[16];
-  _Alignas(64) uint16_t pd[256], pt[256], ps[256];
-  V16 dv[8], tv[8], sv[8];
+  _Alignas(64) uint16_t pd[256], pt[256];
+  V16 dv[8], tv[8];
   const p2wk w = p2wk_make(fmt, sat);
   int64_t r, i;
   int p2 = 1;
@@ -753,12 +775,10 @@ static void load_quant_vs_bf16(const fp8k *k, const void *src, int64_t lds, int6
     p2 &= p2w_ok(sc[i]);
     pd[i] = p2w_d(sc[i], fmt);
     pt[i] = p2w_t(sc[i], fmt);
-    ps[i] = p2w_s(sc[i], fmt);
   }
   for (i = 0; i < n; i += 32) {
     dv[i / 32] = _mm512_load_si512((const void *)(pd + i));
     tv[i / 32] = _mm512_load_si512((const void *)(pt + i));
-    sv[i / 32] = _mm512_load_si512((const void *)(ps + i));
   }
   for (r = 0; r < rows; r++) {
     const uint16_t *p = (const uint16_t *)src + r * lds;
@@ -769,8 +789,9 @@ static void load_quant_vs_bf16(const fp8k *k, const void *src, int64_t lds, int6
       mi = _mm512_max_epu16(mi, _mm512_max_epu16(a0, a1));
       if (p2) {
         store64(d + i,
-                p2w_pack(p2w_code(&w, z0, dv[i / 32], tv[i / 32], sv[i / 32]),
-                         p2w_code(&w, z1, dv[i / 32 + 1], tv[i / 32 + 1], sv[i / 32 + 1])),
+                p2w_pack(p2w_code(&w, z0, dv[i / 32], tv[i / 32], sp[i / 16], sp[i / 16 + 1]),
+                         p2w_code(&w, z1, dv[i / 32 + 1], tv[i / 32 + 1], sp[i / 16 + 2],
+                                  sp[i / 16 + 3])),
                 nt);
         continue;
       }
@@ -959,7 +980,7 @@ XTE_AI float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64
     int c, b, fast = 1, p2 = 1;
     uint32_t any = 0;
     float amf[QG * 4], sf[QG * 4];
-    uint16_t pd[QG * 4], pt[QG * 4], ps[QG * 4];
+    uint16_t pd[QG * 4], pt[QG * 4];
     xte_block_scale bs[QG * 4];
     for (c = 0; c < nch; c++) {
       cr[c] = (t0 + c) / cpr;
@@ -1005,7 +1026,6 @@ XTE_AI float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64
         p2 &= p2w_ok(bs[t].scale);
         pd[t] = p2w_d(bs[t].scale, a->fmt);
         pt[t] = p2w_t(bs[t].scale, a->fmt);
-        ps[t] = p2w_s(bs[t].scale, a->fmt);
       }
     if (fast && !any && p2) {
       for (c = 0; c < nch; c++) {
@@ -1017,7 +1037,8 @@ XTE_AI float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64
         for (i = 0; i < 4; i++) {
           const int t = c * nb + i / zb;
           cc[i] = p2w_code(&w, ldw(p + 32 * i), _mm512_set1_epi16((short)pd[t]),
-                           _mm512_set1_epi16((short)pt[t]), _mm512_set1_epi16((short)ps[t]));
+                           _mm512_set1_epi16((short)pt[t]), _mm512_set1_ps(sf[t]),
+                           _mm512_set1_ps(sf[t]));
         }
         store64(d, p2w_pack(cc[0], cc[1]), nt);
         store64(d + 64, p2w_pack(cc[2], cc[3]), nt);
