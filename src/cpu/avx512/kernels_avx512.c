@@ -647,27 +647,32 @@ XTE_AI float load_quant_row_bf16(const fp8k *k, const uint16_t *p, int64_t n, fl
   return xte_bits_f32(mb << 16);
 }
 
-/* bf16 row, n % 64 == 0, a power-of-two scale (p2w_ok): the word sequence; NaN: redone the
- * general way */
-XTE_AI float load_quant_row_p2w(const fp8k *k, const p2wk *w, const uint16_t *p, int64_t n,
-                                float scale, int fmt, int sat, uint8_t *q, int nt) {
+/* bf16 rows, n % 64 == 0, a power-of-two scale (p2w_ok): the word sequence; a NaN anywhere: all
+ * rows redone the general way */
+static float load_quant_p2w(const fp8k *k, const uint16_t *p, int64_t lds, int64_t rows, int64_t n,
+                            float scale, int fmt, int sat, uint8_t *q, int64_t ldq, int nt) {
+  const p2wk w = p2wk_make(fmt, sat);
   const V16 d = _mm512_set1_epi16((short)p2w_d(scale, fmt));
   const V16 t = _mm512_set1_epi16((short)p2w_t(scale, fmt));
   const __m512 s = _mm512_set1_ps(scale);
   V16 mi = _mm512_setzero_si512();
   uint32_t mb;
-  int64_t i;
-  for (i = 0; i + 64 <= n; i += 64) {
-    V16 z0 = ldw(p + i), z1 = ldw(p + i + 32);
-    mi = _mm512_max_epu16(mi, _mm512_max_epu16(absw(z0), absw(z1)));
-    store64(q + i, p2w_pack(p2w_code(w, z0, d, t, s, s), p2w_code(w, z1, d, t, s, s)), nt);
-  }
+  float m = 0.0f;
+  int64_t r, i;
+  for (r = 0; r < rows; r++)
+    for (i = 0; i + 64 <= n; i += 64) {
+      V16 z0 = ldw(p + r * lds + i), z1 = ldw(p + r * lds + i + 32);
+      mi = _mm512_max_epu16(mi, _mm512_max_epu16(absw(z0), absw(z1)));
+      store64(q + r * ldq + i, p2w_pack(p2w_code(&w, z0, d, t, s, s), p2w_code(&w, z1, d, t, s, s)),
+              nt);
+    }
   mb = hmax_u16(mi);
-  if (mb > 0x7F80u) {
-    if (nt) _mm_sfence();
-    return load_quant_slow(k, p, XTE_NUM_IN_BF16, n, scale, fmt, sat, q, nt);
-  }
-  return xte_bits_f32(mb << 16);
+  if (mb <= 0x7F80u) return xte_bits_f32(mb << 16);
+  if (nt) _mm_sfence();
+  for (r = 0; r < rows; r++)
+    m = xte_fmaxf(
+        m, load_quant_slow(k, p + r * lds, XTE_NUM_IN_BF16, n, scale, fmt, sat, q + r * ldq, nt));
+  return m;
 }
 
 XTE_AI float load_quant_body(const void *src, int64_t lds, int kind, int64_t rows, int64_t n,
@@ -677,12 +682,9 @@ XTE_AI float load_quant_body(const void *src, int64_t lds, int kind, int64_t row
   float m = 0.0f;
   int64_t r;
   nt = nt && !((uintptr_t)q & 63) && !(ldq & 63);
-  if (kind == XTE_NUM_IN_BF16 && n % 64 == 0 && p2w_ok(scale)) {
-    const p2wk w = p2wk_make(fmt, sat);
-    for (r = 0; r < rows; r++)
-      m = xte_fmaxf(m, load_quant_row_p2w(&k, &w, (const uint16_t *)src + r * lds, n, scale, fmt,
-                                          sat, q + r * ldq, nt));
-  } else if (kind == XTE_NUM_IN_BF16 && n % 64 == 0 && pos_finite(scale))
+  if (kind == XTE_NUM_IN_BF16 && n % 64 == 0 && p2w_ok(scale))
+    m = load_quant_p2w(&k, (const uint16_t *)src, lds, rows, n, scale, fmt, sat, q, ldq, nt);
+  else if (kind == XTE_NUM_IN_BF16 && n % 64 == 0 && pos_finite(scale))
     for (r = 0; r < rows; r++)
       m = xte_fmaxf(m, load_quant_row_bf16(&k, (const uint16_t *)src + r * lds, n, scale, fmt, sat,
                                            q + r * ldq, nt));
