@@ -3,6 +3,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "cpu/p2w.h"
 #include "cpu/transpose_u8_net.h"
 #include "cpu/xte_cpu.h"
 #include "numerics/xte_numerics.h"
@@ -478,6 +479,139 @@ static void load_quant_vs_r1(const void *src, int in_kind, int64_t n, const floa
   }
 }
 
+/* ---------------------------------------------------------------- bf16 words
+ * bf16 input in 16-bit lanes with a power-of-two scale (cpu/p2w.h): |x| is the word without its
+ * sign bit, and for these the uint16 order is the float order (NaN above 0x7F80), so amaxes are
+ * word maxima. */
+
+XTE_AI V8 ldw(const uint16_t *p) {
+  return _mm256_loadu_si256((const __m256i *)p);
+}
+
+XTE_AI V8 absw(V8 z) {
+  return _mm256_and_si256(z, _mm256_set1_epi16(0x7FFF));
+}
+
+/* max of 16 uint16 (phminposuw on the complement) */
+XTE_AI uint32_t hmax_u16(V8 v) {
+  __m128i m = _mm_max_epu16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  m = _mm_minpos_epu16(_mm_xor_si128(m, _mm_set1_epi32(-1)));
+  return ~(uint32_t)_mm_cvtsi128_si32(m) & 0xFFFFu;
+}
+
+typedef struct p2wk {
+  __m128i sh;
+  V8 one, cmax, sgn, mbits;
+  __m256 magic;
+} p2wk;
+
+static inline p2wk p2wk_make(int fmt, int sat) {
+  p2wk w;
+  w.sh = _mm_cvtsi32_si128(fmt == XTE_FP8_E4M3 ? 4 : 5);
+  w.one = _mm256_set1_epi16(1);
+  w.cmax = _mm256_set1_epi16((short)p2w_cmax(fmt, sat));
+  w.sgn = _mm256_set1_epi16(0x80);
+  w.mbits = _mm256_set1_epi32((int)p2w_magic(fmt));
+  w.magic = _mm256_castsi256_ps(w.mbits);
+  return w;
+}
+
+/* Codes of the 16 words z (sign included, in the low byte of each word). d, t: p2w_d and p2w_t
+ * per lane (t < 0x8000, so a signed compare is the unsigned one); s_lo / s_hi: the lanes' scales as
+ * fp32 in unpack order (words 0-3, 8-11 and 4-7, 12-15). Lanes |w| < t by the fma of cpu/p2w.h. */
+XTE_AI V8 p2w_code(const p2wk *w, V8 z, V8 d, V8 t, __m256 s_lo, __m256 s_hi) {
+  V8 a = absw(z);
+  V8 odd = _mm256_and_si256(_mm256_srl_epi16(a, w->sh), w->one);
+  V8 r = _mm256_srl_epi16(_mm256_subs_epu16(_mm256_add_epi16(a, odd), d), w->sh);
+  V8 lo = _mm256_cmpgt_epi16(t, a);
+  r = _mm256_min_epu16(r, w->cmax);
+  if (!_mm256_testz_si256(lo, lo)) {
+    V8 ylo = _mm256_castps_si256(_mm256_fmadd_ps(
+        _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), a)), s_lo, w->magic));
+    V8 yhi = _mm256_castps_si256(_mm256_fmadd_ps(
+        _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), a)), s_hi, w->magic));
+    r = _mm256_blendv_epi8(
+        r, _mm256_packus_epi32(_mm256_sub_epi32(ylo, w->mbits), _mm256_sub_epi32(yhi, w->mbits)),
+        lo);
+  }
+  return _mm256_or_si256(r, _mm256_and_si256(_mm256_srli_epi16(z, 8), w->sgn));
+}
+
+/* 2 x 16 word codes -> 32 bytes in order */
+XTE_AI void p2w_store(uint8_t *q, V8 c0, V8 c1, int nt) {
+  V8 b = _mm256_permute4x64_epi64(_mm256_packus_epi16(c0, c1), 0xD8);
+  if (nt)
+    _mm256_stream_si256((__m256i *)q, b);
+  else
+    _mm256_storeu_si256((__m256i *)q, b);
+}
+
+/* bf16 rows, n % 32 == 0, one power-of-two scale (p2w_ok); returns 0 when a NaN was seen (the
+ * caller redoes the rows the general way), else 1 with *amax set */
+static int load_quant_p2w(const uint16_t *p, int64_t lds, int64_t rows, int64_t n, float scale,
+                          int fmt, int sat, uint8_t *q, int64_t ldq, int nt, float *amax) {
+  const p2wk w = p2wk_make(fmt, sat);
+  const V8 d = _mm256_set1_epi16((short)p2w_d(scale, fmt));
+  const V8 t = _mm256_set1_epi16((short)p2w_t(scale, fmt));
+  const __m256 s = _mm256_set1_ps(scale);
+  V8 mi = _mm256_setzero_si256();
+  uint32_t mb;
+  int64_t r, i;
+  for (r = 0; r < rows; r++)
+    for (i = 0; i + 32 <= n; i += 32) {
+      V8 z0 = ldw(p + r * lds + i), z1 = ldw(p + r * lds + i + 16);
+      mi = _mm256_max_epu16(mi, _mm256_max_epu16(absw(z0), absw(z1)));
+      p2w_store(q + r * ldq + i, p2w_code(&w, z0, d, t, s, s), p2w_code(&w, z1, d, t, s, s), nt);
+    }
+  mb = hmax_u16(mi);
+  if (mb > 0x7F80u) {
+    if (nt) _mm_sfence();
+    return 0;
+  }
+  *amax = xte_bits_f32(mb << 16);
+  return 1;
+}
+
+/* bf16 rows, n % 32 == 0, n <= 256, per-column power-of-two scales (all p2w_ok); 0 when a NaN was
+ * seen (the caller redoes the rows) */
+static int load_quant_vs_p2w(const uint16_t *p, int64_t lds, int64_t rows, int64_t n,
+                             const float *sc, int fmt, int sat, uint8_t *q, int64_t ldq, int nt) {
+  const p2wk w = p2wk_make(fmt, sat);
+  _Alignas(32) uint16_t pd[256], pt[256];
+  _Alignas(32) float sl[256], sh[256];
+  V8 mi = _mm256_setzero_si256();
+  int64_t r, i, j;
+  for (i = 0; i < n; i++) {
+    pd[i] = p2w_d(sc[i], fmt);
+    pt[i] = p2w_t(sc[i], fmt);
+  }
+  for (i = 0; i < n; i += 16)
+    for (j = 0; j < 4; j++) {
+      sl[i / 2 + j] = sc[i + j];
+      sl[i / 2 + 4 + j] = sc[i + 8 + j];
+      sh[i / 2 + j] = sc[i + 4 + j];
+      sh[i / 2 + 4 + j] = sc[i + 12 + j];
+    }
+  for (r = 0; r < rows; r++)
+    for (i = 0; i + 32 <= n; i += 32) {
+      V8 z0 = ldw(p + r * lds + i), z1 = ldw(p + r * lds + i + 16);
+      mi = _mm256_max_epu16(mi, _mm256_max_epu16(absw(z0), absw(z1)));
+      p2w_store(q + r * ldq + i,
+                p2w_code(&w, z0, _mm256_load_si256((const __m256i *)(pd + i)),
+                         _mm256_load_si256((const __m256i *)(pt + i)), _mm256_load_ps(sl + i / 2),
+                         _mm256_load_ps(sh + i / 2)),
+                p2w_code(&w, z1, _mm256_load_si256((const __m256i *)(pd + i + 16)),
+                         _mm256_load_si256((const __m256i *)(pt + i + 16)),
+                         _mm256_load_ps(sl + i / 2 + 8), _mm256_load_ps(sh + i / 2 + 8)),
+                nt);
+    }
+  if (hmax_u16(mi) > 0x7F80u) {
+    if (nt) _mm_sfence();
+    return 0;
+  }
+  return 1;
+}
+
 #define ROW(p, r, ld, es) ((const char *)(p) + (size_t)(r) * (size_t)(ld) * (es))
 
 static float load_amax(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
@@ -494,7 +628,10 @@ static float load_quant(const void *src, int64_t lds, int in_kind, int64_t rows,
   const size_t es = in_kind == XTE_NUM_IN_F32 ? 4 : 2;
   float m = 0.0f;
   int64_t r;
-  nt = nt && !(ldq & 31);
+  nt = nt && !(ldq & 31) && !((uintptr_t)q & 31);
+  if (in_kind == XTE_NUM_IN_BF16 && n % 32 == 0 && p2w_ok(scale) &&
+      load_quant_p2w((const uint16_t *)src, lds, rows, n, scale, fmt, sat, q, ldq, nt, &m))
+    return m;
   for (r = 0; r < rows; r++)
     m = xte_fmaxf(
         m, load_quant_r1(ROW(src, r, lds, es), in_kind, n, scale, fmt, sat, q + r * ldq, nt));
@@ -505,12 +642,125 @@ static void load_quant_vs(const void *src, int64_t lds, int in_kind, int64_t row
                           const float *scale, int fmt, int sat, uint8_t *q, int64_t ldq, int nt) {
   const size_t es = in_kind == XTE_NUM_IN_F32 ? 4 : 2;
   int64_t r, i;
-  int fast = 1;
-  for (i = 0; i < n; i++) fast &= pos_finite(scale[i]);
+  int fast = 1, p2 = in_kind == XTE_NUM_IN_BF16 && n % 32 == 0 && n <= 256;
+  for (i = 0; i < n; i++) {
+    fast &= pos_finite(scale[i]);
+    p2 &= p2w_ok(scale[i]);
+  }
   nt = nt && !(ldq & 31);
+  if (p2 && load_quant_vs_p2w((const uint16_t *)src, lds, rows, n, scale, fmt, sat, q, ldq,
+                              nt && !((uintptr_t)q & 31)))
+    return;
   for (r = 0; r < rows; r++)
     load_quant_vs_r1(ROW(src, r, lds, es), in_kind, n, scale, fmt, sat, q + r * ldq, nt, fast);
 }
+
+/* bf16, blocks of bw = 32 or 128, n % 128 == 0 (acc: n == 128, its maxima kept as words): groups
+ * of QG 128-element chunks (in L1): word amaxes, the scales, then the word sequence when every
+ * scale of the group is a power of two it takes (else, or with a NaN in the group, the general
+ * sequence block by block). */
+#define QG 16
+static float quant_blocks_bf16(const uint16_t *in, int64_t lds, int64_t rows, int64_t n, int bw,
+                               const xte_quant_args *a, uint8_t *q, int64_t ldq,
+                               xte_block_scale *sc, float *acc, int nt) {
+  const int zb = bw / 16, nb = 128 / bw;
+  const int64_t cpr = n / 128, nbr = n / bw, total = rows * cpr;
+  const p2wk w = p2wk_make(a->fmt, a->saturate);
+  V8 acw[8];
+  float m = 0.0f;
+  int64_t t0, r, row = 0, col = 0;
+  int nan_seen = 0, i;
+  for (i = 0; i < 8; i++) acw[i] = _mm256_setzero_si256();
+  nt = nt && !((uintptr_t)q & 31) && !(ldq & 31);
+  for (t0 = 0; t0 < total; t0 += QG) {
+    const int nch = (int)(total - t0 < QG ? total - t0 : QG);
+    const uint16_t *cp[QG];
+    uint8_t *cq[QG];
+    int64_t cs[QG]; /* index in sc of the chunk's first block */
+    int c, b, p2 = 1;
+    uint32_t any = 0;
+    float amf[QG * 4], sf[QG * 4];
+    for (c = 0; c < nch; c++) {
+      cp[c] = in + row * lds + col;
+      cq[c] = q + row * ldq + col;
+      cs[c] = row * nbr + col / bw;
+      if ((col += 128) == n) {
+        col = 0;
+        row++;
+      }
+    }
+    for (c = 0; c < nch; c++) {
+      V8 za[8];
+#pragma GCC unroll 8
+      for (i = 0; i < 8; i++) {
+        za[i] = absw(ldw(cp[c] + 16 * i));
+        if (acc) acw[i] = _mm256_max_epu16(acw[i], za[i]);
+      }
+#pragma GCC unroll 4
+      for (b = 0; b < nb; b++) {
+        V8 mm = za[b * zb];
+        uint32_t mb;
+        for (i = 1; i < zb; i++) mm = _mm256_max_epu16(mm, za[b * zb + i]);
+        mb = hmax_u16(mm);
+        any |= mb > 0x7F80u;
+        amf[c * nb + b] = xte_bits_f32(mb << 16);
+      }
+    }
+    if (any) { /* a NaN: block amaxes with NaN never winning, the general sequence */
+      nan_seen = 1;
+      for (c = 0; c < nch; c++)
+        for (b = 0; b < nb; b++)
+          amf[c * nb + b] = load_amax_r1(cp[c] + bw * b, XTE_NUM_IN_BF16, bw, NULL);
+    }
+    for (c = 0; c < nch; c++)
+      for (b = 0; b < nb; b++) {
+        xte_block_scale bs = xte_quant_block_scale(a, amf[c * nb + b]);
+        sc[cs[c] + b] = bs;
+        sf[c * nb + b] = bs.scale;
+        m = xte_fmaxf(m, amf[c * nb + b]);
+        p2 &= p2w_ok(bs.scale);
+      }
+    if (p2 && !any) {
+      for (c = 0; c < nch; c++) {
+        if (t0 + QG + c < total) { /* the next group's chunk c into L1 */
+          const int64_t tn = t0 + QG + c;
+          const char *pn = (const char *)(in + (tn / cpr) * lds + (tn % cpr) * 128);
+          for (i = 0; i < 256; i += 64) _mm_prefetch(pn + i, _MM_HINT_T0);
+        }
+#pragma GCC unroll 4
+        for (i = 0; i < 8; i += 2) {
+          const int t = c * nb + i / zb;
+          const V8 d = _mm256_set1_epi16((short)p2w_d(sf[t], a->fmt));
+          const V8 th = _mm256_set1_epi16((short)p2w_t(sf[t], a->fmt));
+          const __m256 sv = _mm256_set1_ps(sf[t]);
+          p2w_store(cq[c] + 16 * i, p2w_code(&w, ldw(cp[c] + 16 * i), d, th, sv, sv),
+                    p2w_code(&w, ldw(cp[c] + 16 * i + 16), d, th, sv, sv), nt);
+        }
+      }
+    } else {
+      for (c = 0; c < nch; c++)
+        for (b = 0; b < nb; b++)
+          (void)load_quant_r1(cp[c] + bw * b, XTE_NUM_IN_BF16, bw, sf[c * nb + b], a->fmt,
+                              a->saturate, cq[c] + bw * b, nt);
+    }
+  }
+  if (acc) {
+    if (nan_seen) {
+      for (r = 0; r < rows; r++) (void)load_amax_r1(in + r * lds, XTE_NUM_IN_BF16, 128, acc);
+    } else {
+      for (i = 0; i < 8; i++) {
+        __m256 x0 = _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(acw[i])), 16));
+        __m256 x1 = _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(acw[i], 1)), 16));
+        _mm256_storeu_ps(acc + 16 * i, _mm256_max_ps(x0, _mm256_loadu_ps(acc + 16 * i)));
+        _mm256_storeu_ps(acc + 16 * i + 8, _mm256_max_ps(x1, _mm256_loadu_ps(acc + 16 * i + 8)));
+      }
+    }
+  }
+  return m;
+}
+#undef QG
 
 /* The blocks of all rows, 16 at a time: the amax pass, the scales (independent divisions), then
  * the quantizing pass (the blocks are in L1 by then). */
@@ -521,6 +771,8 @@ static float quant_blocks(const void *src, int64_t lds, int in_kind, int64_t row
   const int64_t nbr = (n + bw - 1) / bw, total = rows * nbr;
   float m = 0.0f;
   int64_t t0, t;
+  if (in_kind == XTE_NUM_IN_BF16 && (bw == 128 || bw == 32) && n % 128 == 0 && (!acc || n == 128))
+    return quant_blocks_bf16((const uint16_t *)src, lds, rows, n, (int)bw, a, q, ldq, sc, acc, nt);
   nt = nt && !(ldq & 31);
   for (t0 = 0; t0 < total; t0 += 16) {
     const int64_t nb = total - t0 < 16 ? total - t0 : 16;

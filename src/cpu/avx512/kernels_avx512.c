@@ -15,6 +15,7 @@
 
 #include <string.h>
 
+#include "cpu/p2w.h"
 #include "cpu/transpose_u8_net.h"
 #include "cpu/xte_cpu.h"
 #include "numerics/xte_numerics.h"
@@ -401,32 +402,7 @@ XTE_AI V16 mag_code(const fp8k *k, __m512 ax, __m512 s) {
   return cvt_mag(k, _mm512_castps_si512(_mm512_mul_ps(ax, s)));
 }
 
-/* ---- bf16 words and a power-of-two scale 2^k (TE_BLOCK with force_pow_2, MX): for a word w of
- * |x| with x * 2^k a normal fp32 (w >= T, T the word of 2^(emin - k), emin the format's smallest
- * normal exponent), the product's bits are (w << 16) + (k << 23) exactly, and the header's integer
- * rounding of them (normal results) is, with sh = 7 - mbits and odd = (w >> sh) & 1,
- *   ((w + odd + 2^(sh-1) - 1 + (k << 7)) >> sh) - B      (B = 960 for E4M3, 448 for E5M2)
- *   = ((w + odd) -sat D) >> sh,  D = (B << sh) - (2^(sh-1) - 1) - (k << 7)
- * in uint16 lanes (w + odd <= 0x8000; D >= 0 for the k allowed, so a zero word gives 0). The value
- * only grows with w, so past the largest finite code (an overflowing product included) the min
- * with the largest code the rule allows does the overflow, as in cvt_mag. Words w < T: see
- * p2w_code. NaN words are the callers' (they redo the row the general way). k in [-100, 109] keeps
- * D in [0, 0xFFFF], T a normal bf16 word, and codes 0 for bf16 subnormals. */
-XTE_AI int p2w_ok(float s) {
-  uint32_t u = xte_f32_bits(s);
-  return (u & 0x7FFFFFu) == 0 && (u >> 23) >= 27u && (u >> 23) <= 236u;
-}
-
-XTE_AI uint16_t p2w_d(float s, int fmt) {
-  int k = (int)(xte_f32_bits(s) >> 23) - 127;
-  return (uint16_t)(fmt == XTE_FP8_E4M3 ? 15353 - 128 * k : 14321 - 128 * k);
-}
-
-XTE_AI uint16_t p2w_t(float s, int fmt) {
-  int k = (int)(xte_f32_bits(s) >> 23) - 127;
-  return (uint16_t)((fmt == XTE_FP8_E4M3 ? 121 - k : 113 - k) << 7);
-}
-
+/* ---- bf16 words and a power-of-two scale 2^k: see cpu/p2w.h */
 typedef struct p2wk {
   __m128i sh;
   V16 one, cmax, sgn, mbits;
@@ -435,22 +411,17 @@ typedef struct p2wk {
 
 static inline p2wk p2wk_make(int fmt, int sat) {
   p2wk w;
-  int e4 = fmt == XTE_FP8_E4M3;
-  w.sh = _mm_cvtsi32_si128(e4 ? 4 : 5);
+  w.sh = _mm_cvtsi32_si128(fmt == XTE_FP8_E4M3 ? 4 : 5);
   w.one = _mm512_set1_epi16(1);
-  w.cmax = _mm512_set1_epi16((short)(e4 ? (sat ? 0x7E : 0x7F) : (sat ? 0x7B : 0x7C)));
+  w.cmax = _mm512_set1_epi16((short)p2w_cmax(fmt, sat));
   w.sgn = _mm512_set1_epi16(0x80);
-  w.mbits = S1(e4 ? 0x46800000 : 0x43000000);
+  w.mbits = S1((int)p2w_magic(fmt));
   w.magic = _mm512_castsi512_ps(w.mbits);
   return w;
 }
 
 /* codes of the words z (sign included, in the low byte of each word); s_lo / s_hi: the lanes'
- * scales 2^k as fp32 in wlo / whi order. Lanes |w| < t (subnormal results, zero and bf16
- * subnormals included): the header rounds |x| 2^k to the subnormal quantum Q (2^-9 for E4M3,
- * 2^-16 for E5M2) by an fp32 addition of 2^23 Q, whose sum's low bits are the code; |x| 2^k is
- * exact in fp32 for the k allowed or far below Q / 2, so one fused multiply-add,
- * fma(|x|, 2^k, 2^23 Q), gives that sum. */
+ * scales 2^k as fp32 in wlo / whi order; lanes |w| < t by the fma of cpu/p2w.h. */
 XTE_AI V16 p2w_code(const p2wk *w, V16 z, V16 d, V16 t, __m512 s_lo, __m512 s_hi) {
   V16 a = absw(z);
   V16 odd = _mm512_and_si512(_mm512_srl_epi16(a, w->sh), w->one);

@@ -1,0 +1,50 @@
+/* Scalar parameters of the SIMD kernels' bf16 power-of-two word path (AVX2 and AVX-512 alike). */
+#ifndef XTE_CPU_P2W_H
+#define XTE_CPU_P2W_H
+
+#include <stdint.h>
+
+#include "numerics/xte_numerics.h"
+
+/* ---- bf16 words and a power-of-two scale 2^k (TE_BLOCK with force_pow_2, MX): for a word w of
+ * |x| with x * 2^k a normal fp32 (w >= T, T the word of 2^(emin - k), emin the format's smallest
+ * normal exponent), the product's bits are (w << 16) + (k << 23) exactly, and the header's integer
+ * rounding of them (normal results) is, with sh = 7 - mbits and odd = (w >> sh) & 1,
+ *   ((w + odd + 2^(sh-1) - 1 + (k << 7)) >> sh) - B      (B = 960 for E4M3, 448 for E5M2)
+ *   = ((w + odd) -sat D) >> sh,  D = (B << sh) - (2^(sh-1) - 1) - (k << 7)
+ * in uint16 lanes (w + odd <= 0x8000; D >= 0 for the k allowed, so a zero word gives 0). The value
+ * only grows with w, so past the largest finite code (an overflowing product included) the min
+ * with the largest code the rule allows does the overflow, as in cvt_mag. NaN words are the
+ * callers' (they redo the row the general way). k in [-100, 109] keeps D in [0, 0xFFFF], T a normal
+ * bf16 word, and codes 0 for bf16 subnormals.
+ * Words w < T (subnormal results, zero and bf16 subnormals included): the header rounds |x| 2^k
+ * to the subnormal quantum Q (2^-9 for E4M3, 2^-16 for E5M2) by an fp32 addition of 2^23 Q, whose
+ * sum's low bits are the code; |x| 2^k is exact in fp32 for the k allowed or far below Q / 2, so
+ * one fused multiply-add, fma(|x|, 2^k, 2^23 Q), gives that sum: code = bits(sum) - bits(2^23 Q).
+ */
+static inline int p2w_ok(float s) {
+  uint32_t u = xte_f32_bits(s);
+  return (u & 0x7FFFFFu) == 0 && (u >> 23) >= 27u && (u >> 23) <= 236u;
+}
+
+static inline uint16_t p2w_d(float s, int fmt) {
+  int k = (int)(xte_f32_bits(s) >> 23) - 127;
+  return (uint16_t)(fmt == XTE_FP8_E4M3 ? 15353 - 128 * k : 14321 - 128 * k);
+}
+
+static inline uint16_t p2w_t(float s, int fmt) {
+  int k = (int)(xte_f32_bits(s) >> 23) - 127;
+  return (uint16_t)((fmt == XTE_FP8_E4M3 ? 121 - k : 113 - k) << 7);
+}
+
+/* bits of 2^23 Q */
+static inline uint32_t p2w_magic(int fmt) {
+  return fmt == XTE_FP8_E4M3 ? 0x46800000u : 0x43000000u;
+}
+
+/* the largest magnitude code the rule allows (overflow: saturated, or NaN / inf) */
+static inline uint16_t p2w_cmax(int fmt, int sat) {
+  return (uint16_t)(fmt == XTE_FP8_E4M3 ? (sat ? 0x7E : 0x7F) : (sat ? 0x7B : 0x7C));
+}
+
+#endif /* XTE_CPU_P2W_H */
