@@ -764,6 +764,110 @@ static float quant_blocks_bf16(const uint16_t *in, int64_t lds, int64_t rows, in
 
 /* The blocks of all rows, 16 at a time: the amax pass, the scales (independent divisions), then
  * the quantizing pass (the blocks are in L1 by then). */
+/* Blocks of bw (8 | bw, bw | 128) elements, the full 128-element chunks of all rows QG at a time
+ * (in L1): block amaxes, the scales, then the fast sequence when the group is NaN-free and its
+ * scales finite and > 0 (else the general one), prefetching the next group's chunks while it
+ * converts. Each row's tail (n % 128) after, block by block. */
+#define QG 16
+XTE_AI float quant_blocks_grp(const void *src, int64_t lds, int kind, int64_t rows, int64_t n,
+                              int bw, const xte_quant_args *a, uint8_t *q, int64_t ldq,
+                              xte_block_scale *sc, float *acc, int nt) {
+  const size_t es = kind == XTE_NUM_IN_F32 ? 4 : 2;
+  const int nvb = bw / 8, nb = 128 / bw;
+  const int64_t cpr = n / 128, nbr = (n + bw - 1) / bw, total = rows * cpr;
+  const fp8k k = fp8k_make(a->fmt, a->saturate);
+  float m = 0.0f;
+  int64_t t0, r;
+  nt = nt && !((uintptr_t)q & 31) && !(ldq & 31);
+  for (t0 = 0; t0 < total; t0 += QG) {
+    const int nch = (int)(total - t0 < QG ? total - t0 : QG);
+    int64_t cr[QG], co[QG];
+    int c, v, b, fast = 1;
+    uint32_t any = 0;
+    float amf[QG * 16], sf[QG * 16];
+    for (c = 0; c < nch; c++) {
+      cr[c] = (t0 + c) / cpr;
+      co[c] = (t0 + c - cr[c] * cpr) * 128;
+    }
+    for (c = 0; c < nch; c++) {
+      const void *s = ROW(src, cr[c], lds, es);
+      for (b = 0; b < nb; b++) {
+        V8 mm = _mm256_setzero_si256();
+        uint32_t mb;
+        for (v = 0; v < nvb; v++) {
+          const int64_t o = co[c] + bw * b + 8 * v;
+          __m256 ax = abs8(ld8(s, kind, o));
+          mm = _mm256_max_epu32(mm, _mm256_castps_si256(ax));
+          if (acc) _mm256_storeu_ps(acc + o, _mm256_max_ps(ax, _mm256_loadu_ps(acc + o)));
+        }
+        mb = hmax_u32(mm);
+        any |= mb > 0x7F800000u;
+        amf[c * nb + b] = xte_bits_f32(mb);
+      }
+    }
+    if (any) /* a NaN: block amaxes with NaN never winning */
+      for (c = 0; c < nch; c++)
+        for (b = 0; b < nb; b++)
+          amf[c * nb + b] =
+              load_amax_body((const char *)ROW(src, cr[c], lds, es) + (size_t)(co[c] + bw * b) * es,
+                             kind, bw, NULL);
+    for (c = 0; c < nch; c++)
+      for (b = 0; b < nb; b++) {
+        xte_block_scale bs = xte_quant_block_scale(a, amf[c * nb + b]);
+        sc[cr[c] * nbr + co[c] / bw + b] = bs;
+        sf[c * nb + b] = bs.scale;
+        m = xte_fmaxf(m, amf[c * nb + b]);
+        fast &= pos_finite(bs.scale);
+      }
+    for (c = 0; c < nch; c++) {
+      const void *s = ROW(src, cr[c], lds, es);
+      uint8_t *d = q + cr[c] * ldq + co[c];
+      if (t0 + QG + c < total) { /* the next group's chunk c into L1 */
+        const int64_t tn = t0 + QG + c;
+        const char *pn = ROW(src, tn / cpr, lds, es) + (size_t)(tn % cpr) * 128 * es;
+        for (v = 0; v < (int)(128 * es); v += 64) _mm_prefetch(pn + v, _MM_HINT_T0);
+      }
+      for (v = 0; v < 16; v += 4) {
+        const __m256 sv = _mm256_set1_ps(sf[c * nb + 8 * v / bw]);
+        __m256 x0 = ld8(s, kind, co[c] + 8 * v), x1 = ld8(s, kind, co[c] + 8 * v + 8);
+        __m256 x2 = ld8(s, kind, co[c] + 8 * v + 16), x3 = ld8(s, kind, co[c] + 8 * v + 24);
+        V8 r0, r1, r2, r3;
+        if (fast && !any) {
+          r0 = cvt_scaled(&k, x0, abs8(x0), sv);
+          r1 = cvt_scaled(&k, x1, abs8(x1), sv);
+          r2 = cvt_scaled(&k, x2, abs8(x2), sv);
+          r3 = cvt_scaled(&k, x3, abs8(x3), sv);
+        } else {
+          r0 = cvt(&k, _mm256_mul_ps(x0, sv));
+          r1 = cvt(&k, _mm256_mul_ps(x1, sv));
+          r2 = cvt(&k, _mm256_mul_ps(x2, sv));
+          r3 = cvt(&k, _mm256_mul_ps(x3, sv));
+        }
+        if (nt)
+          store32nt(d + 8 * v, r0, r1, r2, r3);
+        else
+          store32(d + 8 * v, r0, r1, r2, r3);
+      }
+    }
+  }
+  if (n > cpr * 128)
+    for (r = 0; r < rows; r++) {
+      const char *s = ROW(src, r, lds, es);
+      int64_t j, bi;
+      for (j = cpr * 128, bi = cpr * nb; j < n; j += bw, bi++) {
+        const int64_t len = n - j < bw ? n - j : bw;
+        const float am = load_amax_body(s + (size_t)j * es, kind, len, acc ? acc + j : NULL);
+        const xte_block_scale bs = xte_quant_block_scale(a, am);
+        sc[r * nbr + bi] = bs;
+        m = xte_fmaxf(m, am);
+        (void)load_quant_slow(s + (size_t)j * es, kind, len, bs.scale, a->fmt, a->saturate,
+                              q + r * ldq + j, 0);
+      }
+    }
+  return m;
+}
+#undef QG
+
 static float quant_blocks(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
                           int64_t bw, const xte_quant_args *a, uint8_t *q, int64_t ldq,
                           xte_block_scale *sc, float *acc, int nt) {
@@ -773,6 +877,18 @@ static float quant_blocks(const void *src, int64_t lds, int in_kind, int64_t row
   int64_t t0, t;
   if (in_kind == XTE_NUM_IN_BF16 && (bw == 128 || bw == 32) && n % 128 == 0 && (!acc || n == 128))
     return quant_blocks_bf16((const uint16_t *)src, lds, rows, n, (int)bw, a, q, ldq, sc, acc, nt);
+#define QB(KIND, BW) return quant_blocks_grp(src, lds, KIND, rows, n, BW, a, q, ldq, sc, acc, nt)
+  if (bw == 128) {
+    if (in_kind == XTE_NUM_IN_F32) QB(XTE_NUM_IN_F32, 128);
+    if (in_kind == XTE_NUM_IN_BF16) QB(XTE_NUM_IN_BF16, 128);
+    QB(XTE_NUM_IN_F16, 128);
+  }
+  if (bw == 32) {
+    if (in_kind == XTE_NUM_IN_F32) QB(XTE_NUM_IN_F32, 32);
+    if (in_kind == XTE_NUM_IN_BF16) QB(XTE_NUM_IN_BF16, 32);
+    QB(XTE_NUM_IN_F16, 32);
+  }
+#undef QB
   nt = nt && !(ldq & 31);
   for (t0 = 0; t0 < total; t0 += 16) {
     const int64_t nb = total - t0 < 16 ? total - t0 : 16;
