@@ -171,7 +171,7 @@ void xte_bench_register(const char *name, const char *anchor, const char *metric
   cases().push_back(c);
 }
 
-int xte_bench_run(const char *filter, const char *json_path, double min_time_s) {
+int xte_bench_run(const char *filter, const char *json_path, double min_time_s, int rounds) {
   std::vector<std::string> args = {"xte"};
   if (json_path && *json_path) {
     args.push_back(std::string("--benchmark_out=") + json_path);
@@ -230,7 +230,10 @@ int xte_bench_run(const char *filter, const char *json_path, double min_time_s) 
   }
 
   Recorder rec;
-  benchmark::RunSpecifiedBenchmarks(&rec);
+  for (int r = 0; r < (rounds > 1 ? rounds : 1); r++) {
+    if (rounds > 1) std::printf("round %d of %d\n", r + 1, rounds);
+    benchmark::RunSpecifiedBenchmarks(&rec);
+  }
 
   // The ratio table.
   std::vector<Row> rows;

@@ -32,13 +32,15 @@ void xte_bench_fail(xte_bench_state *st, const char *why);
 /* Registers a case. name: "quantize/1x128/bf16/64MiB"; anchor: the name of the case it is
  * compared with (NULL for an anchor itself); metric: "GB/s" or "GFLOP/s", the rate the ratio
  * compares. arg is passed to fn and owned by the suite (may be NULL). */
-void xte_bench_register(const char *name, const char *anchor, const char *metric,
-                        xte_bench_fn fn, void *arg);
+void xte_bench_register(const char *name, const char *anchor, const char *metric, xte_bench_fn fn,
+                        void *arg);
 
 /* Runs the registered cases whose name contains filter (NULL: all), Google Benchmark's
  * console output plus, when json_path is not NULL, its JSON report in that file; then prints
- * a table "case, rate, anchor, anchor rate, ratio". Returns 0 on success. */
-int xte_bench_run(const char *filter, const char *json_path, double min_time_s);
+ * a table "case, rate, anchor, anchor rate, ratio". rounds (>= 1): the selected cases run that
+ * many times in turn, anchors among them, and each case is rated by its fastest round (the JSON
+ * report holds the last round's runs and the ratios of the fastest). Returns 0 on success. */
+int xte_bench_run(const char *filter, const char *json_path, double min_time_s, int rounds);
 
 #ifdef __cplusplus
 }

@@ -79,11 +79,14 @@ static void bench_usage(FILE *f) {
   const xte_bench_suite_entry *s;
   fprintf(f,
           "usage: xte bench <suite|all> [--filter S] [--json FILE] [--min-time SECONDS]\n"
-          "                 [--threads N] [--isa ISA]\n"
+          "                 [--rounds N] [--threads N] [--isa ISA]\n"
           "       xte bench list\n\n"
           "  --filter S          run the cases whose name contains S (and their anchors)\n"
           "  --json FILE         also write Google Benchmark's JSON report, with the ratios\n"
           "  --min-time SECONDS  minimum timed time per case (default: Google Benchmark's)\n"
+          "  --rounds N          run the selected cases N times in turn, anchors among them, and\n"
+          "                      rate each case by its fastest round (default 1): steadier\n"
+          "                      ratios on a noisy machine\n"
           "  --threads N         threads of xte's CPU pool and of the anchors (default: cores)\n"
           "  --isa ISA           CPU kernels: scalar, avx2, avx512, avx512_simde\n\n"
           "suites:");
@@ -115,7 +118,7 @@ static int is_opt(const char *arg, const char *opt) {
 static int cmd_bench(int argc, char **argv) {
   const char *suite = NULL, *filter = NULL, *json = NULL;
   double min_time = 0;
-  int threads = -1, isa = -1, i;
+  int threads = -1, isa = -1, rounds = 1, i;
   const xte_bench_suite_entry *s;
   xte_status rc;
 
@@ -137,6 +140,16 @@ static int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "xte bench: --min-time '%s': want seconds > 0\n", v);
         return 2;
       }
+    } else if (is_opt(a, "--rounds")) {
+      long t;
+      if (!(v = opt_value(argc, argv, &i, "--rounds"))) return 2;
+      errno = 0;
+      t = strtol(v, &end, 10);
+      if (errno || end == v || *end || t < 1 || t > 100) {
+        fprintf(stderr, "xte bench: --rounds '%s': want an integer in [1, 100]\n", v);
+        return 2;
+      }
+      rounds = (int)t;
     } else if (is_opt(a, "--threads")) {
       long t;
       if (!(v = opt_value(argc, argv, &i, "--threads"))) return 2;
@@ -204,7 +217,7 @@ static int cmd_bench(int argc, char **argv) {
   } else {
     for (s = xte_bench_suites; s->name; s++) s->fn();
   }
-  return xte_bench_run(filter, json, min_time);
+  return xte_bench_run(filter, json, min_time, rounds);
 }
 
 /* ---------------------------------------------------------------- main */
