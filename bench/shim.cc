@@ -6,6 +6,7 @@
 // and appended to the JSON report as "xte_ratios".
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -33,7 +34,7 @@ struct Case {
 };
 
 struct Result {
-  double seconds = 0;  // real time per iteration
+  std::vector<double> times;  // real time per iteration, one per round
   bool error = false;
   std::string message;
   bool have = false;
@@ -58,9 +59,8 @@ class Recorder : public benchmark::ConsoleReporter {
       res.have = true;
       res.error = r.error_occurred;
       res.message = r.error_message;
-      // Several repetitions: keep the fastest (the least disturbed by a noisy machine).
       double t = r.iterations > 0 ? r.real_accumulated_time / (double)r.iterations : 0;
-      if (!r.error_occurred && (res.seconds == 0 || t < res.seconds)) res.seconds = t;
+      if (!r.error_occurred && t > 0) res.times.push_back(t);
     }
     ConsoleReporter::ReportRuns(reports);
   }
@@ -72,10 +72,20 @@ const Case *find_case(const std::string &name) {
   return nullptr;
 }
 
+// The median of the rounds' times: a round disturbed by the machine, either way, does not decide.
+double median_seconds(const Result &r) {
+  std::vector<double> t = r.times;
+  size_t n = t.size();
+  if (n == 0) return 0;
+  std::sort(t.begin(), t.end());
+  return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
 double rate_of(const Case &c, const Result &r) {
-  if (!r.have || r.error || r.seconds <= 0) return NAN;
+  double sec = median_seconds(r);
+  if (!r.have || r.error || sec <= 0) return NAN;
   double work = c.metric == "GFLOP/s" ? c.flops : c.bytes;
-  return work > 0 ? work / r.seconds * 1e-9 : NAN;
+  return work > 0 ? work / sec * 1e-9 : NAN;
 }
 
 struct Row {

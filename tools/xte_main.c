@@ -85,7 +85,7 @@ static void bench_usage(FILE *f) {
           "  --json FILE         also write Google Benchmark's JSON report, with the ratios\n"
           "  --min-time SECONDS  minimum timed time per case (default: Google Benchmark's)\n"
           "  --rounds N          run the selected cases N times in turn, anchors among them, and\n"
-          "                      rate each case by its fastest round (default 1): steadier\n"
+          "                      rate each case by its median round (default 1): steadier\n"
           "                      ratios on a noisy machine\n"
           "  --threads N         threads of xte's CPU pool and of the anchors (default: cores)\n"
           "  --isa ISA           CPU kernels: scalar, avx2, avx512, avx512_simde\n\n"

@@ -124,6 +124,27 @@ XTE_INLINE void prefetch_next(const qctx *c, const qnext *x, int64_t p, int64_t 
       prefetch_l2(in_at(c, x->rn + i, x->cn), (size_t)x->ncn * c->es);
 }
 
+/* A full-width bf16 tile of 1 x 128 row blocks with its transposed 128 x 1 column copy, both from
+ * one read by the kernel table's quant_rc when it has one; 0: the general path does the tile. */
+static int quant_tile_rc(const qctx *c, int64_t r0, int64_t c0, int64_t nr, int64_t nc,
+                         const qnext *nx, qbuf *B, float *tamax) {
+  const xte_quant_args *a = c->a;
+  xte_block_scale rs[TILE], cs[TILE];
+  float am;
+  int64_t i;
+  if (!c->k->quant_rc || !a->row_q || !a->col_transposed || a->in_kind != XTE_NUM_IN_BF16 ||
+      a->row_bw != TILE || a->col_bh != TILE || nc != TILE ||
+      !c->k->quant_rc(in_at(c, r0, c0), a->ld_in, nr, a,
+                      a->row_q + (size_t)r0 * (size_t)a->ld_row_q + (size_t)c0, a->ld_row_q, rs,
+                      B->Qt, cs, &am, nx->ncn ? in_at(c, nx->rn, nx->cn) : NULL, nx->nrn, c->nt))
+    return 0;
+  for (i = 0; i < nr; i++) xte_store_scale(&a->row_s, r0 + i, c0 / TILE, rs[i]);
+  for (i = 0; i < nc; i++) xte_store_scale(&a->col_s, c0 + i, r0 / TILE, cs[i]);
+  store_col_transposed(c, r0, c0, nr, nc, B);
+  *tamax = xte_fmaxf(*tamax, am);
+  return 1;
+}
+
 /* pre >= 0: the tile's amax (square blocks), found by the caller */
 static void quant_tile(qctx *c, int64_t tr, int64_t tc, const qnext *nx, float pre, qbuf *B,
                        float *tamax) {
@@ -181,7 +202,7 @@ static void quant_tile(qctx *c, int64_t tr, int64_t tc, const qnext *nx, float p
         if (a->square) xte_store_scale(&a->col_s, tr, tc, sq);
       }
     }
-  } else {
+  } else if (!quant_tile_rc(c, r0, c0, nr, nc, nx, B, &tile_amax)) {
     /* 1 x bw rowwise blocks and bh x 1 columnwise blocks (here the columnwise copy exists) */
     const int64_t bw = a->row_bw, bh = a->col_bh, nbr = (nc + bw - 1) / bw;
     for (g = 0; g < nr; g += bh) {

@@ -54,6 +54,17 @@ typedef struct xte_cpu_kernels {
   /* dst[i] = src[i] */
   void (*copy_u8)(uint8_t *dst, const uint8_t *src, int64_t n, int nt);
   void (*store_fence)(void);
+  /* Optional (NULL: none). One tile of nr <= 128 rows x 128 columns of bf16 input in 1 x 128 row
+   * blocks and one 128 x 1 column block per column, in one read of the tile for both copies: the
+   * row copy rq (row stride ldrq), the column codes cq (nr x 128, row stride 128, not transposed),
+   * the scales rsc[nr] and csc[128] (xte_quant_block_scale), *amax the tile's max |x|; while it
+   * converts it prefetches pf_rows rows (stride lds) of 128 elements from pf into L2. Returns 0,
+   * leaving to the caller's general path every output it may have written, when the tile holds a
+   * NaN or a scale that its fast sequence does not take. Same bytes as quant_blocks + block_scales
+   * + load_quant_vs. */
+  int (*quant_rc)(const void *src, int64_t lds, int64_t nr, const xte_quant_args *a, uint8_t *rq,
+                  int64_t ldrq, xte_block_scale *rsc, uint8_t *cq, xte_block_scale *csc,
+                  float *amax, const void *pf, int64_t pf_rows, int nt);
 } xte_cpu_kernels;
 
 extern const xte_cpu_kernels xte_cpu_kernels_scalar;

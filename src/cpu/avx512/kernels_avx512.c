@@ -1109,6 +1109,92 @@ static float quant_blocks(const void *src, int64_t lds, int in_kind, int64_t row
   return quant_blocks_any(src, lds, in_kind, rows, n, bw, a, q, ldq, sc, acc);
 }
 
+/* One 128-column bf16 tile, both copies from one read (see the table): a first pass for the word
+ * maxima of each row and of each column, the scales, then per row the row codes (the row's scale
+ * broadcast) and the column codes (the columns' scales per lane) of the same words. */
+static int quant_rc(const void *src, int64_t lds, int64_t nr, const xte_quant_args *a, uint8_t *rq,
+                    int64_t ldrq, xte_block_scale *rsc, uint8_t *cq, xte_block_scale *csc,
+                    float *amax, const void *pf, int64_t pf_rows, int nt) {
+  const V16 ilo = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+  const V16 ihi = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  const uint16_t *in = (const uint16_t *)src;
+  const p2wk w = p2wk_make(a->fmt, a->saturate);
+  V16 acw[4], dv[4], tv[4];
+  __m512 sp[8];
+  _Alignas(64) float ram[128], cam[128], cs[128];
+  _Alignas(64) uint16_t pd[128], pt[128];
+  uint32_t bad = 0;
+  float m = 0.0f;
+  int64_t r;
+  int i, ok = 1;
+  for (i = 0; i < 4; i++) acw[i] = _mm512_setzero_si512();
+  for (r = 0; r < nr; r++) {
+    const uint16_t *p = in + r * lds;
+    V16 z[4];
+    uint32_t mb;
+    for (i = 0; i < 4; i++) {
+      z[i] = absw(ldw(p + 32 * i));
+      acw[i] = _mm512_max_epu16(acw[i], z[i]);
+    }
+    mb = hmax_u16(_mm512_max_epu16(_mm512_max_epu16(z[0], z[1]), _mm512_max_epu16(z[2], z[3])));
+    bad |= mb > 0x7F80u;
+    ram[r] = xte_bits_f32(mb << 16);
+  }
+  if (bad) return 0;
+  for (i = 0; i < 4; i++) {
+    _mm512_store_si512(
+        (void *)(cam + 32 * i),
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(acw[i])), 16));
+    _mm512_store_si512(
+        (void *)(cam + 32 * i + 16),
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(acw[i], 1)), 16));
+  }
+  block_scales(a, ram, nr, rsc);
+  block_scales(a, cam, 128, csc);
+  for (r = 0; r < nr; r++) {
+    ok &= p2w_ok(rsc[r].scale);
+    m = xte_fmaxf(m, ram[r]);
+  }
+  for (i = 0; i < 128; i++) {
+    ok &= p2w_ok(csc[i].scale);
+    cs[i] = csc[i].scale;
+    pd[i] = p2w_d(cs[i], a->fmt);
+    pt[i] = p2w_t(cs[i], a->fmt);
+  }
+  if (!ok) return 0;
+  for (i = 0; i < 4; i++) {
+    __m512 s0 = _mm512_load_ps(cs + 32 * i), s1 = _mm512_load_ps(cs + 32 * i + 16);
+    sp[2 * i] = _mm512_permutex2var_ps(s0, ilo, s1);
+    sp[2 * i + 1] = _mm512_permutex2var_ps(s0, ihi, s1);
+    dv[i] = _mm512_load_si512((const void *)(pd + 32 * i));
+    tv[i] = _mm512_load_si512((const void *)(pt + 32 * i));
+  }
+  nt = nt && !((uintptr_t)rq & 63) && !(ldrq & 63);
+  for (r = 0; r < nr; r++) {
+    const uint16_t *p = in + r * lds;
+    const float s = rsc[r].scale;
+    const V16 d = _mm512_set1_epi16((short)p2w_d(s, a->fmt));
+    const V16 t = _mm512_set1_epi16((short)p2w_t(s, a->fmt));
+    const __m512 sv = _mm512_set1_ps(s);
+    V16 cr[4], cc[4];
+    if (pf && r < pf_rows) {
+      const char *pn = (const char *)pf + (size_t)r * (size_t)lds * 2;
+      for (i = 0; i < 256; i += 64) _mm_prefetch(pn + i, _MM_HINT_T1);
+    }
+    for (i = 0; i < 4; i++) {
+      const V16 z = ldw(p + 32 * i);
+      cr[i] = p2w_code(&w, z, d, t, sv, sv);
+      cc[i] = p2w_code(&w, z, dv[i], tv[i], sp[2 * i], sp[2 * i + 1]);
+    }
+    store64(rq + r * ldrq, p2w_pack(cr[0], cr[1]), nt);
+    store64(rq + r * ldrq + 64, p2w_pack(cr[2], cr[3]), nt);
+    store64(cq + r * 128, p2w_pack(cc[0], cc[1]), 0);
+    store64(cq + r * 128 + 64, p2w_pack(cc[2], cc[3]), 0);
+  }
+  *amax = m;
+  return 1;
+}
+
 static void copy_u8(uint8_t *dst, const uint8_t *src, int64_t n, int nt) {
   int64_t i = 0;
   if (nt && !((uintptr_t)dst & 63))
@@ -1122,6 +1208,6 @@ static void store_fence(void) {
 }
 
 const xte_cpu_kernels XTE_AVX512_TABLE = {
-    XTE_AVX512_ISA, load_f32,     amax,         amax_cols,    quant,      quant_vs,
-    cast_fp8,       cast_bf16,    cast_fp16,    transpose_u8, load_amax,  load_quant,
-    load_quant_vs,  quant_blocks, block_scales, copy_u8,      store_fence};
+    XTE_AVX512_ISA, load_f32,     amax,         amax_cols,    quant,       quant_vs,
+    cast_fp8,       cast_bf16,    cast_fp16,    transpose_u8, load_amax,   load_quant,
+    load_quant_vs,  quant_blocks, block_scales, copy_u8,      store_fence, quant_rc};
