@@ -2,11 +2,15 @@
  *
  * The SIMD kernels take shortcuts when a block's scale is an exact power of two (TE
  * Float8BlockScaling with force_pow_2, DeepGEMM UE8M0, MXFP8): bf16 inputs are converted on
- * their 16-bit words. This sweep makes every scale exponent k reachable with bf16 input
- * (amax = fp8_max * 2^-k, so scale = 2^k exactly) and puts, next to that amax, every finite bf16
- * value whose magnitude does not exceed it (so it cannot change the amax), plus rows holding a
- * NaN. Each ISA's rowwise and columnwise bytes and scales must equal the scalar path's (which
- * tests/test_quantize_recipes.c checks against an independent oracle). */
+ * their 16-bit words, and fp32 inputs on bf16 words rounded to odd (the high half, its low bit
+ * set when the low half is not zero). This sweep makes every scale exponent k reachable with bf16
+ * input (amax = fp8_max * 2^-k, so scale = 2^k exactly) and puts, next to that amax, every finite
+ * bf16 value whose magnitude does not exceed it (so it cannot change the amax), plus rows holding
+ * a NaN. The fp32 sweep takes the same words as the high halves of fp32 values whose low halves
+ * cycle through 0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF and pseudo-random ones (ties at the fp8
+ * precision, just above and just below them, for every word). Each ISA's rowwise and columnwise
+ * bytes and scales must equal the scalar path's (which tests/test_quantize_recipes.c checks
+ * against an independent oracle). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -72,9 +76,25 @@ typedef struct out {
   size_t srow_bytes, scol_bytes;
 } out;
 
-static void run(const uint16_t *x, int64_t M, xte_recipe recipe, xte_scaling_mode mode,
-                xte_scale_layout layout, xte_dtype fp8, int sat, out *o) {
-  xte_tensor in = xte_tensor_2d((void *)x, XTE_DTYPE_BF16, M, K);
+/* The fp32 input of the sweep: word w of x as the high half, a low half from the cycle above */
+static uint32_t *widen(const uint16_t *x, int64_t n) {
+  static const uint32_t lows[6] = {0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF};
+  uint32_t *y = (uint32_t *)malloc((size_t)n * sizeof(uint32_t));
+  uint64_t s = 0x9E3779B97F4A7C15ull;
+  int64_t i;
+  cr_assert_not_null(y);
+  for (i = 0; i < n; i++) {
+    uint32_t lo;
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    lo = i % 7 < 6 ? lows[i % 7] : (uint32_t)(s >> 48);
+    y[i] = ((uint32_t)x[i] << 16) | (i % K == 0 ? 0u : lo); /* the amax elements stay exact */
+  }
+  return y;
+}
+
+static void run(const void *x, xte_dtype in_dtype, int64_t M, xte_recipe recipe,
+                xte_scaling_mode mode, xte_scale_layout layout, xte_dtype fp8, int sat, out *o) {
+  xte_tensor in = xte_tensor_2d((void *)x, in_dtype, M, K);
   xte_qtensor q;
   xte_quant_config cfg = xte_quant_config_default();
   int64_t rr, rc, cr, cc;
@@ -110,7 +130,8 @@ static void release(out *o) {
   free(o->scol);
 }
 
-static void sweep(xte_recipe recipe, xte_scaling_mode mode, xte_scale_layout layout) {
+static void sweep(xte_recipe recipe, xte_scaling_mode mode, xte_scale_layout layout,
+                  xte_dtype in_dtype) {
   static const xte_cpu_isa isas[] = {XTE_CPU_ISA_AVX2, XTE_CPU_ISA_AVX512,
                                      XTE_CPU_ISA_AVX512_SIMDE};
   static const xte_dtype fmts[] = {XTE_DTYPE_E4M3, XTE_DTYPE_E5M2};
@@ -118,12 +139,14 @@ static void sweep(xte_recipe recipe, xte_scaling_mode mode, xte_scale_layout lay
   for (f = 0; f < 2; f++) {
     int64_t M;
     uint16_t *x = build_input(fmts[f] == XTE_DTYPE_E4M3 ? 448.0f : 57344.0f, &M);
+    void *xin = in_dtype == XTE_DTYPE_FP32 ? (void *)widen(x, M * K) : (void *)x;
     cr_assert_gt(M, 10000, "the sweep built only %lld rows", (long long)M);
-    cr_log_info("%s: %lld rows of %d", xte_dtype_name(fmts[f]), (long long)M, K);
+    cr_log_info("%s input, %s: %lld rows of %d", xte_dtype_name(in_dtype), xte_dtype_name(fmts[f]),
+                (long long)M, K);
     for (sat = 0; sat < 2; sat++) {
       out ref, got;
       cr_assert_eq(xte_cpu_set_isa(XTE_CPU_ISA_SCALAR), XTE_SUCCESS);
-      run(x, M, recipe, mode, layout, fmts[f], sat, &ref);
+      run(xin, in_dtype, M, recipe, mode, layout, fmts[f], sat, &ref);
       for (i = 0; i < 3; i++) {
         xte_status st = xte_cpu_set_isa(isas[i]);
         if (st == XTE_ERROR_UNSUPPORTED) {
@@ -131,7 +154,7 @@ static void sweep(xte_recipe recipe, xte_scaling_mode mode, xte_scale_layout lay
           continue;
         }
         cr_assert_eq(st, XTE_SUCCESS);
-        run(x, M, recipe, mode, layout, fmts[f], sat, &got);
+        run(xin, in_dtype, M, recipe, mode, layout, fmts[f], sat, &got);
         cr_expect_eq(memcmp(ref.row, got.row, (size_t)(M * K)), 0,
                      "rowwise bytes differ: %s, %s, saturate %d", xte_cpu_isa_name(isas[i]),
                      xte_dtype_name(fmts[f]), sat);
@@ -147,6 +170,7 @@ static void sweep(xte_recipe recipe, xte_scaling_mode mode, xte_scale_layout lay
       }
       release(&ref);
     }
+    if (xin != (void *)x) free(xin);
     free(x);
   }
   cr_assert_gt(tested, 0, "no SIMD ISA could run: nothing was compared");
@@ -154,17 +178,31 @@ static void sweep(xte_recipe recipe, xte_scaling_mode mode, xte_scale_layout lay
 }
 
 Test(quantize_pow2_sweep, te_block_1x128) {
-  sweep(XTE_RECIPE_TE_BLOCK, XTE_SCALING_BLOCK_1x128, XTE_SCALE_LAYOUT_TE_GEMM);
+  sweep(XTE_RECIPE_TE_BLOCK, XTE_SCALING_BLOCK_1x128, XTE_SCALE_LAYOUT_TE_GEMM, XTE_DTYPE_BF16);
 }
 
 Test(quantize_pow2_sweep, deepgemm_ue8m0_1x128) {
-  sweep(XTE_RECIPE_DEEPGEMM_UE8M0, XTE_SCALING_BLOCK_1x128, XTE_SCALE_LAYOUT_COMPACT);
+  sweep(XTE_RECIPE_DEEPGEMM_UE8M0, XTE_SCALING_BLOCK_1x128, XTE_SCALE_LAYOUT_COMPACT,
+        XTE_DTYPE_BF16);
 }
 
 Test(quantize_pow2_sweep, te_block_128x128) {
-  sweep(XTE_RECIPE_TE_BLOCK, XTE_SCALING_BLOCK_128x128, XTE_SCALE_LAYOUT_TE_GEMM);
+  sweep(XTE_RECIPE_TE_BLOCK, XTE_SCALING_BLOCK_128x128, XTE_SCALE_LAYOUT_TE_GEMM, XTE_DTYPE_BF16);
 }
 
 Test(quantize_pow2_sweep, mx_te_1x32) {
-  sweep(XTE_RECIPE_MX_TE, XTE_SCALING_MXFP8_1x32, XTE_SCALE_LAYOUT_MX_SWIZZLED);
+  sweep(XTE_RECIPE_MX_TE, XTE_SCALING_MXFP8_1x32, XTE_SCALE_LAYOUT_MX_SWIZZLED, XTE_DTYPE_BF16);
+}
+
+Test(quantize_pow2_sweep, te_block_1x128_fp32) {
+  sweep(XTE_RECIPE_TE_BLOCK, XTE_SCALING_BLOCK_1x128, XTE_SCALE_LAYOUT_TE_GEMM, XTE_DTYPE_FP32);
+}
+
+Test(quantize_pow2_sweep, deepgemm_ue8m0_1x128_fp32) {
+  sweep(XTE_RECIPE_DEEPGEMM_UE8M0, XTE_SCALING_BLOCK_1x128, XTE_SCALE_LAYOUT_COMPACT,
+        XTE_DTYPE_FP32);
+}
+
+Test(quantize_pow2_sweep, te_block_128x128_fp32) {
+  sweep(XTE_RECIPE_TE_BLOCK, XTE_SCALING_BLOCK_128x128, XTE_SCALE_LAYOUT_TE_GEMM, XTE_DTYPE_FP32);
 }

@@ -124,15 +124,16 @@ XTE_INLINE void prefetch_next(const qctx *c, const qnext *x, int64_t p, int64_t 
       prefetch_l2(in_at(c, x->rn + i, x->cn), (size_t)x->ncn * c->es);
 }
 
-/* A full-width bf16 tile of 1 x 128 row blocks with its transposed 128 x 1 column copy, both from
- * one read by the kernel table's quant_rc when it has one; 0: the general path does the tile. */
+/* A full-width tile (bf16 or fp32) of 1 x 128 row blocks with its transposed 128 x 1 column copy,
+ * both from one read by the kernel table's quant_rc when it has one; 0: the general path does the
+ * tile. */
 static int quant_tile_rc(const qctx *c, int64_t r0, int64_t c0, int64_t nr, int64_t nc,
                          const qnext *nx, qbuf *B, float *tamax) {
   const xte_quant_args *a = c->a;
   xte_block_scale rs[TILE], cs[TILE];
   float am;
   int64_t i;
-  if (!c->k->quant_rc || !a->row_q || !a->col_transposed || a->in_kind != XTE_NUM_IN_BF16 ||
+  if (!c->k->quant_rc || !a->row_q || !a->col_transposed || a->in_kind == XTE_NUM_IN_F16 ||
       a->row_bw != TILE || a->col_bh != TILE || nc != TILE ||
       !c->k->quant_rc(in_at(c, r0, c0), a->ld_in, nr, a,
                       a->row_q + (size_t)r0 * (size_t)a->ld_row_q + (size_t)c0, a->ld_row_q, rs,

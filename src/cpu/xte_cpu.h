@@ -54,7 +54,8 @@ typedef struct xte_cpu_kernels {
   /* dst[i] = src[i] */
   void (*copy_u8)(uint8_t *dst, const uint8_t *src, int64_t n, int nt);
   void (*store_fence)(void);
-  /* Optional (NULL: none). One tile of nr <= 128 rows x 128 columns of bf16 input in 1 x 128 row
+  /* Optional (NULL: none). One tile of nr <= 128 rows x 128 columns of input (a->in_kind, any the
+   * kernel takes: else it returns 0) in 1 x 128 row
    * blocks and one 128 x 1 column block per column, in one read of the tile for both copies: the
    * row copy rq (row stride ldrq), the column codes cq (nr x 128, row stride 128, not transposed),
    * the scales rsc[nr] and csc[128] (xte_quant_block_scale), *amax the tile's max |x|; while it

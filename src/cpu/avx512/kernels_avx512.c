@@ -1112,9 +1112,10 @@ static float quant_blocks(const void *src, int64_t lds, int in_kind, int64_t row
 /* One 128-column bf16 tile, both copies from one read (see the table): a first pass for the word
  * maxima of each row and of each column, the scales, then per row the row codes (the row's scale
  * broadcast) and the column codes (the columns' scales per lane) of the same words. */
-static int quant_rc(const void *src, int64_t lds, int64_t nr, const xte_quant_args *a, uint8_t *rq,
-                    int64_t ldrq, xte_block_scale *rsc, uint8_t *cq, xte_block_scale *csc,
-                    float *amax, const void *pf, int64_t pf_rows, int nt) {
+static int quant_rc_bf16(const void *src, int64_t lds, int64_t nr, const xte_quant_args *a,
+                         uint8_t *rq, int64_t ldrq, xte_block_scale *rsc, uint8_t *cq,
+                         xte_block_scale *csc, float *amax, const void *pf, int64_t pf_rows,
+                         int nt) {
   const V16 ilo = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
   const V16 ihi = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
   const uint16_t *in = (const uint16_t *)src;
@@ -1193,6 +1194,116 @@ static int quant_rc(const void *src, int64_t lds, int64_t nr, const xte_quant_ar
   }
   *amax = m;
   return 1;
+}
+
+/* fp32 x with a power-of-two scale: the bf16 word of x rounded to odd (its high half, the low bit
+ * set when the low half is not zero) rounds, at 3 or 2 mantissa bits (normal results) or at the
+ * subnormal quantum, as x itself does (two or more bits below the kept ones: rounding to odd then
+ * to nearest even is rounding to nearest even), and is below T exactly when x is. Two vectors of
+ * 16 -> 32 words: in each 128-bit lane L elements 4L..4L+3 of x0, then of x1 (the packus order;
+ * pack4's permutation puts the codes back in order). */
+XTE_AI V16 rto_words(V16 x0, V16 x1) {
+  const V16 lo1 = S1(0xFFFF0001), one = S1(1);
+  V16 t0 = _mm512_min_epu16(x0, lo1), t1 = _mm512_min_epu16(x1, lo1);
+  return _mm512_packus_epi32(_mm512_ternarylogic_epi32(_mm512_srli_epi32(t0, 16), t0, one, 0xF8),
+                             _mm512_ternarylogic_epi32(_mm512_srli_epi32(t1, 16), t1, one, 0xF8));
+}
+
+/* 2 x 32 codes of rto_words order -> 64 bytes in order */
+XTE_AI V16 rto_pack(V16 c0, V16 c1) {
+  return _mm512_permutexvar_epi32(
+      _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15),
+      _mm512_packus_epi16(c0, c1));
+}
+
+/* quant_rc for fp32 input: exact fp32 maxima, then the word sequence on rto_words */
+static int quant_rc_f32(const void *src, int64_t lds, int64_t nr, const xte_quant_args *a,
+                        uint8_t *rq, int64_t ldrq, xte_block_scale *rsc, uint8_t *cq,
+                        xte_block_scale *csc, float *amax, const void *pf, int64_t pf_rows,
+                        int nt) {
+  const float *in = (const float *)src;
+  const p2wk w = p2wk_make(a->fmt, a->saturate);
+  V16 acc[8], dv[4], tv[4];
+  _Alignas(64) float ram[128], cam[128], cs[128];
+  _Alignas(64) uint16_t pd[128], pt[128];
+  uint32_t bad = 0;
+  float m = 0.0f;
+  int64_t r;
+  int i, j, ok = 1;
+  if (nr < 1 || nr > 128) return 0;
+  for (i = 0; i < 8; i++) acc[i] = _mm512_setzero_si512();
+  for (r = 0; r < nr; r++) {
+    const float *p = in + r * lds;
+    V16 mm = _mm512_setzero_si512();
+    uint32_t mb;
+    for (i = 0; i < 8; i++) {
+      V16 ax = _mm512_castps_si512(abs16(_mm512_loadu_ps(p + 16 * i)));
+      acc[i] = _mm512_max_epu32(acc[i], ax);
+      mm = _mm512_max_epu32(mm, ax);
+    }
+    mb = hmax_u32(mm);
+    bad |= mb > 0x7F800000u;
+    ram[r] = xte_bits_f32(mb);
+  }
+  if (bad) return 0;
+  for (i = 0; i < 8; i++) _mm512_store_si512((void *)(cam + 16 * i), acc[i]);
+  block_scales(a, ram, nr, rsc);
+  block_scales(a, cam, 128, csc);
+  for (r = 0; r < nr; r++) {
+    ok &= p2w_ok(rsc[r].scale);
+    m = xte_fmaxf(m, ram[r]);
+  }
+  for (i = 0; i < 128; i++) {
+    ok &= p2w_ok(csc[i].scale);
+    cs[i] = csc[i].scale;
+  }
+  if (!ok) return 0;
+  for (i = 0; i < 128; i++) { /* word position i of the rto_words order: column c */
+    const int v = i / 32, L = (i % 32) / 8, e = i % 8;
+    const int c = 32 * v + (e < 4 ? 4 * L + e : 16 + 4 * L + e - 4);
+    pd[i] = p2w_d(cs[c], a->fmt);
+    pt[i] = p2w_t(cs[c], a->fmt);
+  }
+  for (i = 0; i < 4; i++) {
+    dv[i] = _mm512_load_si512((const void *)(pd + 32 * i));
+    tv[i] = _mm512_load_si512((const void *)(pt + 32 * i));
+  }
+  nt = nt && !((uintptr_t)rq & 63) && !(ldrq & 63);
+  for (r = 0; r < nr; r++) {
+    const float *p = in + r * lds;
+    const float s = rsc[r].scale;
+    const V16 d = _mm512_set1_epi16((short)p2w_d(s, a->fmt));
+    const V16 t = _mm512_set1_epi16((short)p2w_t(s, a->fmt));
+    const __m512 sv = _mm512_set1_ps(s);
+    V16 cr[4], cc[4];
+    if (pf && r < pf_rows) {
+      const char *pn = (const char *)pf + (size_t)r * (size_t)lds * 4;
+      for (j = 0; j < 512; j += 64) _mm_prefetch(pn + j, _MM_HINT_T1);
+    }
+    for (i = 0; i < 4; i++) {
+      const V16 z = rto_words(_mm512_loadu_si512((const void *)(p + 32 * i)),
+                              _mm512_loadu_si512((const void *)(p + 32 * i + 16)));
+      cr[i] = p2w_code(&w, z, d, t, sv, sv);
+      cc[i] = p2w_code(&w, z, dv[i], tv[i], _mm512_load_ps(cs + 32 * i),
+                       _mm512_load_ps(cs + 32 * i + 16));
+    }
+    store64(rq + r * ldrq, rto_pack(cr[0], cr[1]), nt);
+    store64(rq + r * ldrq + 64, rto_pack(cr[2], cr[3]), nt);
+    store64(cq + r * 128, rto_pack(cc[0], cc[1]), 0);
+    store64(cq + r * 128 + 64, rto_pack(cc[2], cc[3]), 0);
+  }
+  *amax = m;
+  return 1;
+}
+
+static int quant_rc(const void *src, int64_t lds, int64_t nr, const xte_quant_args *a, uint8_t *rq,
+                    int64_t ldrq, xte_block_scale *rsc, uint8_t *cq, xte_block_scale *csc,
+                    float *amax, const void *pf, int64_t pf_rows, int nt) {
+  if (a->in_kind == XTE_NUM_IN_BF16)
+    return quant_rc_bf16(src, lds, nr, a, rq, ldrq, rsc, cq, csc, amax, pf, pf_rows, nt);
+  if (a->in_kind == XTE_NUM_IN_F32)
+    return quant_rc_f32(src, lds, nr, a, rq, ldrq, rsc, cq, csc, amax, pf, pf_rows, nt);
+  return 0;
 }
 
 static void copy_u8(uint8_t *dst, const uint8_t *src, int64_t n, int nt) {
