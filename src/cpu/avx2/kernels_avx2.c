@@ -915,6 +915,163 @@ static void block_scales(const xte_quant_args *a, const float *amax, int64_t n,
   for (i = 0; i < n; i++) s[i] = xte_quant_block_scale(a, amax[i]);
 }
 
+/* ---------------------------------------------------------------- one read, both copies
+ * quant_rc (see the kernel table): a 128-column tile of bf16 or fp32 input in 1 x 128 row blocks
+ * and 128 x 1 column blocks. A first pass for the exact maxima of each row and each column, the
+ * scales, then per row the row codes (its scale broadcast) and the column codes (the columns'
+ * scales per lane) from the same words: bf16 words, or for fp32 the bf16 words rounded to odd (the
+ * high half, the low bit set when the low half is not zero), which round at the fp8 precision or
+ * the subnormal quantum (two or more bits below the kept ones) as x itself does and are below T
+ * exactly when x is. */
+
+/* 2 x 8 fp32 -> 16 words rounded to odd, in each 128-bit lane L elements 4L..4L+3 of x0 then of
+ * x1 (the packus order; store32's permutation puts the codes back in order) */
+XTE_AI V8 rto_words(V8 x0, V8 x1) {
+  const V8 lo1 = _mm256_set1_epi32((int)0xFFFF0001u), one = _mm256_set1_epi32(1);
+  V8 t0 = _mm256_min_epu16(x0, lo1), t1 = _mm256_min_epu16(x1, lo1);
+  return _mm256_packus_epi32(_mm256_or_si256(_mm256_srli_epi32(t0, 16), _mm256_and_si256(t0, one)),
+                             _mm256_or_si256(_mm256_srli_epi32(t1, 16), _mm256_and_si256(t1, one)));
+}
+
+/* 2 x 16 codes of rto_words order -> 32 bytes in order */
+XTE_AI void rto_store(uint8_t *q, V8 c0, V8 c1, int nt) {
+  V8 b = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(c0, c1),
+                                     _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  if (nt)
+    _mm256_stream_si256((__m256i *)q, b);
+  else
+    _mm256_storeu_si256((__m256i *)q, b);
+}
+
+/* The scales of the tile from its maxima; 0 unless every one is a power of two the word sequence
+ * takes. Per word position i of the conversion order, col[i] is the column. */
+static int rc_scales(const xte_quant_args *a, const float *ram, int64_t nr, const float *cam,
+                     xte_block_scale *rsc, xte_block_scale *csc, const int *col, uint16_t *pd,
+                     uint16_t *pt, float *amax) {
+  float m = 0.0f;
+  int64_t r;
+  int i, ok = 1;
+  block_scales(a, ram, nr, rsc);
+  block_scales(a, cam, 128, csc);
+  for (r = 0; r < nr; r++) {
+    ok &= p2w_ok(rsc[r].scale);
+    m = xte_fmaxf(m, ram[r]);
+  }
+  for (i = 0; i < 128; i++) {
+    ok &= p2w_ok(csc[i].scale);
+    pd[i] = p2w_d(csc[col[i]].scale, a->fmt);
+    pt[i] = p2w_t(csc[col[i]].scale, a->fmt);
+  }
+  *amax = m;
+  return ok;
+}
+
+static int quant_rc(const void *src, int64_t lds, int64_t nr, const xte_quant_args *a, uint8_t *rq,
+                    int64_t ldrq, xte_block_scale *rsc, uint8_t *cq, xte_block_scale *csc,
+                    float *amax, const void *pf, int64_t pf_rows, int nt) {
+  const int f32 = a->in_kind == XTE_NUM_IN_F32;
+  const size_t es = f32 ? 4 : 2;
+  const p2wk w = p2wk_make(a->fmt, a->saturate);
+  V8 acc[16];
+  _Alignas(32) float ram[128], cam[128], sl[128], sh[128];
+  _Alignas(32) uint16_t pd[128], pt[128];
+  int col[128];
+  uint32_t bad = 0;
+  int64_t r;
+  int i, j;
+  if ((!f32 && a->in_kind != XTE_NUM_IN_BF16) || nr < 1 || nr > 128) return 0;
+  for (i = 0; i < 16; i++) acc[i] = _mm256_setzero_si256();
+  for (r = 0; r < nr; r++) {
+    const char *p = (const char *)src + (size_t)r * (size_t)lds * es;
+    V8 mm = _mm256_setzero_si256();
+    uint32_t mb;
+    if (f32) {
+      for (i = 0; i < 16; i++) {
+        V8 x = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(p + 32 * i)),
+                                _mm256_set1_epi32(0x7FFFFFFF));
+        acc[i] = _mm256_max_epu32(acc[i], x);
+        mm = _mm256_max_epu32(mm, x);
+      }
+      mb = hmax_u32(mm);
+      bad |= mb > 0x7F800000u;
+      ram[r] = xte_bits_f32(mb);
+    } else {
+      for (i = 0; i < 8; i++) {
+        V8 x = absw(ldw((const uint16_t *)p + 16 * i));
+        acc[i] = _mm256_max_epu16(acc[i], x);
+        mm = _mm256_max_epu16(mm, x);
+      }
+      mb = hmax_u16(mm);
+      bad |= mb > 0x7F80u;
+      ram[r] = xte_bits_f32(mb << 16);
+    }
+  }
+  if (bad) return 0;
+  if (f32) {
+    for (i = 0; i < 16; i++) _mm256_store_si256((__m256i *)(cam + 8 * i), acc[i]);
+  } else {
+    for (i = 0; i < 8; i++) {
+      _mm256_store_si256(
+          (__m256i *)(cam + 16 * i),
+          _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(acc[i])), 16));
+      _mm256_store_si256(
+          (__m256i *)(cam + 16 * i + 8),
+          _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(acc[i], 1)), 16));
+    }
+  }
+  for (i = 0; i < 128; i++) { /* word position i: in lane L = (i % 16) / 8 of its vector, e */
+    const int v = i / 16, L = (i % 16) / 8, e = i % 8;
+    col[i] = f32 ? 16 * v + (e < 4 ? 4 * L + e : 8 + 4 * L + e - 4) : i;
+  }
+  if (!rc_scales(a, ram, nr, cam, rsc, csc, col, pd, pt, amax)) return 0;
+  for (i = 0; i < 128; i += 16) /* the fma's scales: words 0-3, 8-11 (lo) and 4-7, 12-15 (hi) */
+    for (j = 0; j < 4; j++) {
+      sl[i / 2 + j] = csc[col[i + j]].scale;
+      sl[i / 2 + 4 + j] = csc[col[i + 8 + j]].scale;
+      sh[i / 2 + j] = csc[col[i + 4 + j]].scale;
+      sh[i / 2 + 4 + j] = csc[col[i + 12 + j]].scale;
+    }
+  nt = nt && !((uintptr_t)rq & 31) && !(ldrq & 31);
+  for (r = 0; r < nr; r++) {
+    const char *p = (const char *)src + (size_t)r * (size_t)lds * es;
+    const float s = rsc[r].scale;
+    const V8 d = _mm256_set1_epi16((short)p2w_d(s, a->fmt));
+    const V8 t = _mm256_set1_epi16((short)p2w_t(s, a->fmt));
+    const __m256 sv = _mm256_set1_ps(s);
+    if (pf && r < pf_rows) {
+      const char *pn = (const char *)pf + (size_t)r * (size_t)lds * es;
+      for (j = 0; j < (int)(128 * es); j += 64) _mm_prefetch(pn + j, _MM_HINT_T1);
+    }
+    for (i = 0; i < 8; i += 2) {
+      V8 z0, z1, r0, r1, c0, c1;
+      if (f32) {
+        const __m256i *x = (const __m256i *)(p + 64 * i);
+        z0 = rto_words(_mm256_loadu_si256(x), _mm256_loadu_si256(x + 1));
+        z1 = rto_words(_mm256_loadu_si256(x + 2), _mm256_loadu_si256(x + 3));
+      } else {
+        z0 = ldw((const uint16_t *)p + 16 * i);
+        z1 = ldw((const uint16_t *)p + 16 * i + 16);
+      }
+      r0 = p2w_code(&w, z0, d, t, sv, sv);
+      r1 = p2w_code(&w, z1, d, t, sv, sv);
+      c0 = p2w_code(&w, z0, _mm256_load_si256((const __m256i *)(pd + 16 * i)),
+                    _mm256_load_si256((const __m256i *)(pt + 16 * i)), _mm256_load_ps(sl + 8 * i),
+                    _mm256_load_ps(sh + 8 * i));
+      c1 = p2w_code(&w, z1, _mm256_load_si256((const __m256i *)(pd + 16 * i + 16)),
+                    _mm256_load_si256((const __m256i *)(pt + 16 * i + 16)),
+                    _mm256_load_ps(sl + 8 * i + 8), _mm256_load_ps(sh + 8 * i + 8));
+      if (f32) {
+        rto_store(rq + r * ldrq + 16 * i, r0, r1, nt);
+        rto_store(cq + r * 128 + 16 * i, c0, c1, 0);
+      } else {
+        p2w_store(rq + r * ldrq + 16 * i, r0, r1, nt);
+        p2w_store(cq + r * 128 + 16 * i, c0, c1, 0);
+      }
+    }
+  }
+  return 1;
+}
+
 static void copy_u8(uint8_t *dst, const uint8_t *src, int64_t n, int nt) {
   int64_t i = 0;
   if (nt && !((uintptr_t)dst & 31))
@@ -930,4 +1087,4 @@ static void store_fence(void) {
 const xte_cpu_kernels xte_cpu_kernels_avx2 = {
     XTE_CPU_ISA_AVX2, load_f32,     amax,         amax_cols,    quant,       quant_vs,
     cast_fp8,         cast_bf16,    cast_fp16,    transpose_u8, load_amax,   load_quant,
-    load_quant_vs,    quant_blocks, block_scales, copy_u8,      store_fence, NULL};
+    load_quant_vs,    quant_blocks, block_scales, copy_u8,      store_fence, quant_rc};
