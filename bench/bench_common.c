@@ -2,6 +2,8 @@
 /* Helpers shared by the benchmark suites (see bench_common.h). */
 #include "bench_common.h"
 
+#include "cpu/xte_spin.h"
+
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -90,8 +92,8 @@ static struct {
   pthread_mutex_t mu;
   pthread_cond_t wake, done;
   int created;
-  unsigned long gen;
-  int pending, nt;
+  _Atomic unsigned long gen, pending;
+  int nt;
   xte_bench_team_fn fn;
   void *ctx;
 } team = {PTHREAD_MUTEX_INITIALIZER,
@@ -116,18 +118,25 @@ static void *team_worker(void *arg) {
     CPU_SET((int)(me % ncpu), &set);
     (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);
   }
-  pthread_mutex_lock(&team.mu);
-  for (;;) {
-    while (team.gen == seen) pthread_cond_wait(&team.wake, &team.mu);
-    seen = team.gen;
-    if (me < team.nt) {
-      xte_bench_team_fn fn = team.fn;
-      void *ctx = team.ctx;
-      int nt = team.nt;
-      pthread_mutex_unlock(&team.mu);
+  for (;;) { /* spin, then sleep, as xte's own pool does (cpu/xte_spin.h) */
+    xte_bench_team_fn fn;
+    void *ctx;
+    int nt;
+    (void)xte_spin_wait(&team.gen, seen, 1);
+    pthread_mutex_lock(&team.mu);
+    while (atomic_load(&team.gen) == seen) pthread_cond_wait(&team.wake, &team.mu);
+    seen = atomic_load(&team.gen);
+    fn = team.fn;
+    ctx = team.ctx;
+    nt = team.nt;
+    pthread_mutex_unlock(&team.mu);
+    if (me < nt) {
       fn(ctx, me, nt);
-      pthread_mutex_lock(&team.mu);
-      if (--team.pending == 0) pthread_cond_signal(&team.done);
+      if (atomic_fetch_sub(&team.pending, 1) == 1) {
+        pthread_mutex_lock(&team.mu);
+        pthread_cond_signal(&team.done);
+        pthread_mutex_unlock(&team.mu);
+      }
     }
   }
   return NULL;
@@ -159,14 +168,16 @@ void xte_bench_team_run(xte_bench_team_fn fn, void *ctx) {
   team.fn = fn;
   team.ctx = ctx;
   team.nt = nt;
-  team.pending = nt - 1;
-  team.gen++;
+  atomic_store(&team.pending, (unsigned long)(nt - 1));
+  atomic_fetch_add_explicit(&team.gen, 1, memory_order_release);
   pthread_cond_broadcast(&team.wake);
   pthread_mutex_unlock(&team.mu);
   fn(ctx, 0, nt);
-  pthread_mutex_lock(&team.mu);
-  while (team.pending > 0) pthread_cond_wait(&team.done, &team.mu);
-  pthread_mutex_unlock(&team.mu);
+  if (!xte_spin_wait(&team.pending, 0, 0)) {
+    pthread_mutex_lock(&team.mu);
+    while (atomic_load(&team.pending) > 0) pthread_cond_wait(&team.done, &team.mu);
+    pthread_mutex_unlock(&team.mu);
+  }
   pthread_mutex_unlock(&team_job);
 }
 

@@ -1,6 +1,8 @@
 #define _POSIX_C_SOURCE 200809L
 /* CPU thread pool sized and pinned from hwloc (XTE_NUM_THREADS overrides). Static partition:
- * the work split depends only on n and the thread count, never on timing. */
+ * the work split depends only on n and the thread count, never on timing. Waiting, a worker (for
+ * the next job) and the caller (for the workers) spin a while before they sleep (cpu/xte_spin.h).
+ */
 #include <hwloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -10,6 +12,7 @@
 #include <string.h>
 
 #include "cpu/xte_cpu.h"
+#include "cpu/xte_spin.h"
 #include "xte_internal.h"
 
 #define XTE_POOL_MAX 256
@@ -20,8 +23,8 @@ typedef struct pool {
   pthread_t tid[XTE_POOL_MAX];
   int created;          /* workers started (tid 1..created) */
   _Atomic int nthreads; /* threads a job uses, caller included */
-  unsigned long gen;
-  int pending;
+  _Atomic unsigned long gen;
+  _Atomic unsigned long pending;
   xte_range_fn fn;
   void *ctx;
   int64_t n;
@@ -30,6 +33,7 @@ typedef struct pool {
 } pool;
 
 static pool P;
+
 static pthread_once_t topo_once = PTHREAD_ONCE_INIT;
 static hwloc_topology_t topo;
 static int topo_ok, phys_cores = 1;
@@ -93,19 +97,28 @@ static void *worker(void *arg) {
       if (core) hwloc_set_cpubind(topo, core->cpuset, HWLOC_CPUBIND_THREAD);
     }
   }
-  pthread_mutex_lock(&P.mu);
   for (;;) {
-    while (P.gen == seen) pthread_cond_wait(&P.wake, &P.mu);
-    seen = P.gen;
-    if (me < P.job_threads) {
-      xte_range_fn fn = P.fn;
-      void *ctx = P.ctx;
-      int64_t n = P.n;
-      int nt = P.job_threads, pt = P.per_thread;
-      pthread_mutex_unlock(&P.mu);
+    xte_range_fn fn;
+    void *ctx;
+    int64_t n;
+    int nt, pt;
+    (void)xte_spin_wait(&P.gen, seen, 1);
+    pthread_mutex_lock(&P.mu);
+    while (atomic_load(&P.gen) == seen) pthread_cond_wait(&P.wake, &P.mu);
+    seen = atomic_load(&P.gen);
+    fn = P.fn;
+    ctx = P.ctx;
+    n = P.n;
+    nt = P.job_threads;
+    pt = P.per_thread;
+    pthread_mutex_unlock(&P.mu);
+    if (me < nt) {
       run_share(me, nt, fn, ctx, n, pt);
-      pthread_mutex_lock(&P.mu);
-      if (--P.pending == 0) pthread_cond_signal(&P.done);
+      if (atomic_fetch_sub(&P.pending, 1) == 1) { /* the last one: wake a sleeping caller */
+        pthread_mutex_lock(&P.mu);
+        pthread_cond_signal(&P.done);
+        pthread_mutex_unlock(&P.mu);
+      }
     }
   }
   return NULL;
@@ -140,16 +153,18 @@ static int run_job(int64_t n, xte_range_fn fn, void *ctx, int per_thread, int ma
   P.n = n;
   P.per_thread = per_thread;
   P.job_threads = nt;
-  P.pending = nt - 1;
-  P.gen++;
+  atomic_store(&P.pending, (unsigned long)(nt - 1));
+  atomic_fetch_add_explicit(&P.gen, 1, memory_order_release);
   pthread_cond_broadcast(&P.wake);
   pthread_mutex_unlock(&P.mu);
   in_worker = 1;
   run_share(0, nt, fn, ctx, n, per_thread);
   in_worker = 0;
-  pthread_mutex_lock(&P.mu);
-  while (P.pending > 0) pthread_cond_wait(&P.done, &P.mu);
-  pthread_mutex_unlock(&P.mu);
+  if (!xte_spin_wait(&P.pending, 0, 0)) {
+    pthread_mutex_lock(&P.mu);
+    while (atomic_load(&P.pending) > 0) pthread_cond_wait(&P.done, &P.mu);
+    pthread_mutex_unlock(&P.mu);
+  }
   pthread_mutex_unlock(&job_mu);
   (void)t;
   return nt;
