@@ -13,6 +13,7 @@
 #define TILE 128
 #define ROW_SCALES 256 /* block scales per quant_blocks call on the row path */
 #define SLICE 16       /* rows per kernel call in a tile (prefetching the next tile between) */
+#define PF_TILES 2     /* tiles walked one by one prefetch the tile this far ahead */
 
 typedef struct qctx {
   const xte_quant_args *a;
@@ -307,9 +308,16 @@ static void quant_range(void *vctx, int64_t b, int64_t e, int tid) {
   if (c->a->square && !c->per_tensor) {
     quant_range_square(c, b, e, &B, &am);
   } else {
+    /* each tile prefetches the one two ahead (the first also the next): the fetches have a whole
+     * tile's time to land */
     for (t = b; t < e; t++) {
       qnext nx = {0, 0, 0, 0};
-      if (t + 1 < e) tile_region(c, t + 1, &nx);
+      if (t == b && t + 1 < e) {
+        tile_region(c, t + 1, &nx);
+        prefetch_next(c, &nx, 0, 1);
+        nx.ncn = 0;
+      }
+      if (t + PF_TILES < e) tile_region(c, t + PF_TILES, &nx);
       quant_tile(c, t / c->ntc, t % c->ntc, &nx, -1.0f, &B, &am);
     }
   }
