@@ -115,6 +115,22 @@ static int is_opt(const char *arg, const char *opt) {
   return strncmp(arg, opt, n) == 0 && (arg[n] == 0 || arg[n] == '=');
 }
 
+/* The integer value of option argv[*i] in [lo, hi] into *out: 1, else 0 after a message. */
+static int int_opt(int argc, char **argv, int *i, const char *opt, long lo, long hi, int *out) {
+  const char *v = opt_value(argc, argv, i, opt);
+  char *end;
+  long t;
+  if (!v) return 0;
+  errno = 0;
+  t = strtol(v, &end, 10);
+  if (errno || end == v || *end || t < lo || t > hi) {
+    fprintf(stderr, "xte bench: %s '%s': want an integer in [%ld, %ld]\n", opt, v, lo, hi);
+    return 0;
+  }
+  *out = (int)t;
+  return 1;
+}
+
 static int cmd_bench(int argc, char **argv) {
   const char *suite = NULL, *filter = NULL, *json = NULL;
   double min_time = 0;
@@ -141,25 +157,9 @@ static int cmd_bench(int argc, char **argv) {
         return 2;
       }
     } else if (is_opt(a, "--rounds")) {
-      long t;
-      if (!(v = opt_value(argc, argv, &i, "--rounds"))) return 2;
-      errno = 0;
-      t = strtol(v, &end, 10);
-      if (errno || end == v || *end || t < 1 || t > 100) {
-        fprintf(stderr, "xte bench: --rounds '%s': want an integer in [1, 100]\n", v);
-        return 2;
-      }
-      rounds = (int)t;
+      if (!int_opt(argc, argv, &i, "--rounds", 1, 100, &rounds)) return 2;
     } else if (is_opt(a, "--threads")) {
-      long t;
-      if (!(v = opt_value(argc, argv, &i, "--threads"))) return 2;
-      errno = 0;
-      t = strtol(v, &end, 10);
-      if (errno || end == v || *end || t < 1 || t > 256) {
-        fprintf(stderr, "xte bench: --threads '%s': want an integer in [1, 256]\n", v);
-        return 2;
-      }
-      threads = (int)t;
+      if (!int_opt(argc, argv, &i, "--threads", 1, 256, &threads)) return 2;
     } else if (is_opt(a, "--isa")) {
       int k;
       if (!(v = opt_value(argc, argv, &i, "--isa"))) return 2;

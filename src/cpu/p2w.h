@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "numerics/xte_numerics.h"
+#include "xte_kernel_args.h"
 
 /* ---- bf16 words and a power-of-two scale 2^k (TE_BLOCK with force_pow_2, MX): for a word w of
  * |x| with x * 2^k a normal fp32 (w >= T, T the word of 2^(emin - k), emin the format's smallest
@@ -45,6 +46,37 @@ static inline uint32_t p2w_magic(int fmt) {
 /* the largest magnitude code the rule allows (overflow: saturated, or NaN / inf) */
 static inline uint16_t p2w_cmax(int fmt, int sat) {
   return (uint16_t)(fmt == XTE_FP8_E4M3 ? (sat ? 0x7E : 0x7F) : (sat ? 0x7B : 0x7C));
+}
+
+/* fp32 input converted on bf16 words rounded to odd, two vectors of W / 2 floats packed (packus,
+ * per 128-bit lane of 8 words: 4 of the first vector, then 4 of the second) into W words: the
+ * column of word position i of a 128-column row */
+static inline int p2w_rto_col(int i, int W) {
+  const int v = i / W, L = (i % W) / 8, e = i % 8;
+  return W * v + (e < 4 ? 4 * L + e : W / 2 + 4 * L + e - 4);
+}
+
+/* The quant_rc kernels' tile: 1 if every row scale (nr) and column scale (128) is a power of two
+ * the word sequence takes; then pd / pt hold p2w_d / p2w_t of the column of each word position
+ * (col: that column, NULL for the identity) and *amax the max of the row maxima ram. */
+static inline int p2w_tile_params(const xte_quant_args *a, const xte_block_scale *rsc,
+                                  const float *ram, int64_t nr, const xte_block_scale *csc,
+                                  const int *col, uint16_t *pd, uint16_t *pt, float *amax) {
+  float m = 0.0f;
+  int64_t r;
+  int i, ok = 1;
+  for (r = 0; r < nr; r++) {
+    ok &= p2w_ok(rsc[r].scale);
+    m = xte_fmaxf(m, ram[r]);
+  }
+  for (i = 0; i < 128; i++) {
+    const float s = csc[col ? col[i] : i].scale;
+    ok &= p2w_ok(csc[i].scale);
+    pd[i] = p2w_d(s, a->fmt);
+    pt[i] = p2w_t(s, a->fmt);
+  }
+  *amax = m;
+  return ok;
 }
 
 #endif /* XTE_CPU_P2W_H */

@@ -943,29 +943,6 @@ XTE_AI void rto_store(uint8_t *q, V8 c0, V8 c1, int nt) {
     _mm256_storeu_si256((__m256i *)q, b);
 }
 
-/* The scales of the tile from its maxima; 0 unless every one is a power of two the word sequence
- * takes. Per word position i of the conversion order, col[i] is the column. */
-static int rc_scales(const xte_quant_args *a, const float *ram, int64_t nr, const float *cam,
-                     xte_block_scale *rsc, xte_block_scale *csc, const int *col, uint16_t *pd,
-                     uint16_t *pt, float *amax) {
-  float m = 0.0f;
-  int64_t r;
-  int i, ok = 1;
-  block_scales(a, ram, nr, rsc);
-  block_scales(a, cam, 128, csc);
-  for (r = 0; r < nr; r++) {
-    ok &= p2w_ok(rsc[r].scale);
-    m = xte_fmaxf(m, ram[r]);
-  }
-  for (i = 0; i < 128; i++) {
-    ok &= p2w_ok(csc[i].scale);
-    pd[i] = p2w_d(csc[col[i]].scale, a->fmt);
-    pt[i] = p2w_t(csc[col[i]].scale, a->fmt);
-  }
-  *amax = m;
-  return ok;
-}
-
 static int quant_rc(const void *src, int64_t lds, int64_t nr, const xte_quant_args *a, uint8_t *rq,
                     int64_t ldrq, xte_block_scale *rsc, uint8_t *cq, xte_block_scale *csc,
                     float *amax, const void *pf, int64_t pf_rows, int nt) {
@@ -1019,11 +996,10 @@ static int quant_rc(const void *src, int64_t lds, int64_t nr, const xte_quant_ar
           _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(acc[i], 1)), 16));
     }
   }
-  for (i = 0; i < 128; i++) { /* word position i: in lane L = (i % 16) / 8 of its vector, e */
-    const int v = i / 16, L = (i % 16) / 8, e = i % 8;
-    col[i] = f32 ? 16 * v + (e < 4 ? 4 * L + e : 8 + 4 * L + e - 4) : i;
-  }
-  if (!rc_scales(a, ram, nr, cam, rsc, csc, col, pd, pt, amax)) return 0;
+  for (i = 0; i < 128; i++) col[i] = f32 ? p2w_rto_col(i, 16) : i;
+  block_scales(a, ram, nr, rsc);
+  block_scales(a, cam, 128, csc);
+  if (!p2w_tile_params(a, rsc, ram, nr, csc, col, pd, pt, amax)) return 0;
   for (i = 0; i < 128; i += 16) /* the fma's scales: words 0-3, 8-11 (lo) and 4-7, 12-15 (hi) */
     for (j = 0; j < 4; j++) {
       sl[i / 2 + j] = csc[col[i + j]].scale;

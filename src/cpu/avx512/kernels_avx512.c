@@ -1109,99 +1109,12 @@ static float quant_blocks(const void *src, int64_t lds, int in_kind, int64_t row
   return quant_blocks_any(src, lds, in_kind, rows, n, bw, a, q, ldq, sc, acc);
 }
 
-/* One 128-column bf16 tile, both copies from one read (see the table): a first pass for the word
- * maxima of each row and of each column, the scales, then per row the row codes (the row's scale
- * broadcast) and the column codes (the columns' scales per lane) of the same words. */
-static int quant_rc_bf16(const void *src, int64_t lds, int64_t nr, const xte_quant_args *a,
-                         uint8_t *rq, int64_t ldrq, xte_block_scale *rsc, uint8_t *cq,
-                         xte_block_scale *csc, float *amax, const void *pf, int64_t pf_rows,
-                         int nt) {
-  const V16 ilo = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
-  const V16 ihi = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
-  const uint16_t *in = (const uint16_t *)src;
-  const p2wk w = p2wk_make(a->fmt, a->saturate);
-  V16 acw[4], dv[4], tv[4];
-  __m512 sp[8];
-  _Alignas(64) float ram[128], cam[128], cs[128];
-  _Alignas(64) uint16_t pd[128], pt[128];
-  uint32_t bad = 0;
-  float m = 0.0f;
-  int64_t r;
-  int i, ok = 1;
-  for (i = 0; i < 4; i++) acw[i] = _mm512_setzero_si512();
-  for (r = 0; r < nr; r++) {
-    const uint16_t *p = in + r * lds;
-    V16 z[4];
-    uint32_t mb;
-    for (i = 0; i < 4; i++) {
-      z[i] = absw(ldw(p + 32 * i));
-      acw[i] = _mm512_max_epu16(acw[i], z[i]);
-    }
-    mb = hmax_u16(_mm512_max_epu16(_mm512_max_epu16(z[0], z[1]), _mm512_max_epu16(z[2], z[3])));
-    bad |= mb > 0x7F80u;
-    ram[r] = xte_bits_f32(mb << 16);
-  }
-  if (bad) return 0;
-  for (i = 0; i < 4; i++) {
-    _mm512_store_si512(
-        (void *)(cam + 32 * i),
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(acw[i])), 16));
-    _mm512_store_si512(
-        (void *)(cam + 32 * i + 16),
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(acw[i], 1)), 16));
-  }
-  block_scales(a, ram, nr, rsc);
-  block_scales(a, cam, 128, csc);
-  for (r = 0; r < nr; r++) {
-    ok &= p2w_ok(rsc[r].scale);
-    m = xte_fmaxf(m, ram[r]);
-  }
-  for (i = 0; i < 128; i++) {
-    ok &= p2w_ok(csc[i].scale);
-    cs[i] = csc[i].scale;
-    pd[i] = p2w_d(cs[i], a->fmt);
-    pt[i] = p2w_t(cs[i], a->fmt);
-  }
-  if (!ok) return 0;
-  for (i = 0; i < 4; i++) {
-    __m512 s0 = _mm512_load_ps(cs + 32 * i), s1 = _mm512_load_ps(cs + 32 * i + 16);
-    sp[2 * i] = _mm512_permutex2var_ps(s0, ilo, s1);
-    sp[2 * i + 1] = _mm512_permutex2var_ps(s0, ihi, s1);
-    dv[i] = _mm512_load_si512((const void *)(pd + 32 * i));
-    tv[i] = _mm512_load_si512((const void *)(pt + 32 * i));
-  }
-  nt = nt && !((uintptr_t)rq & 63) && !(ldrq & 63);
-  for (r = 0; r < nr; r++) {
-    const uint16_t *p = in + r * lds;
-    const float s = rsc[r].scale;
-    const V16 d = _mm512_set1_epi16((short)p2w_d(s, a->fmt));
-    const V16 t = _mm512_set1_epi16((short)p2w_t(s, a->fmt));
-    const __m512 sv = _mm512_set1_ps(s);
-    V16 cr[4], cc[4];
-    if (pf && r < pf_rows) {
-      const char *pn = (const char *)pf + (size_t)r * (size_t)lds * 2;
-      for (i = 0; i < 256; i += 64) _mm_prefetch(pn + i, _MM_HINT_T1);
-    }
-    for (i = 0; i < 4; i++) {
-      const V16 z = ldw(p + 32 * i);
-      cr[i] = p2w_code(&w, z, d, t, sv, sv);
-      cc[i] = p2w_code(&w, z, dv[i], tv[i], sp[2 * i], sp[2 * i + 1]);
-    }
-    store64(rq + r * ldrq, p2w_pack(cr[0], cr[1]), nt);
-    store64(rq + r * ldrq + 64, p2w_pack(cr[2], cr[3]), nt);
-    store64(cq + r * 128, p2w_pack(cc[0], cc[1]), 0);
-    store64(cq + r * 128 + 64, p2w_pack(cc[2], cc[3]), 0);
-  }
-  *amax = m;
-  return 1;
-}
-
 /* fp32 x with a power-of-two scale: the bf16 word of x rounded to odd (its high half, the low bit
  * set when the low half is not zero) rounds, at 3 or 2 mantissa bits (normal results) or at the
  * subnormal quantum, as x itself does (two or more bits below the kept ones: rounding to odd then
  * to nearest even is rounding to nearest even), and is below T exactly when x is. Two vectors of
- * 16 -> 32 words: in each 128-bit lane L elements 4L..4L+3 of x0, then of x1 (the packus order;
- * pack4's permutation puts the codes back in order). */
+ * 16 -> 32 words: in each 128-bit lane L elements 4L..4L+3 of x0, then of x1 (the packus order,
+ * p2w_rto_col; pack4's permutation puts the codes back in order). */
 XTE_AI V16 rto_words(V16 x0, V16 x1) {
   const V16 lo1 = S1(0xFFFF0001), one = S1(1);
   V16 t0 = _mm512_min_epu16(x0, lo1), t1 = _mm512_min_epu16(x1, lo1);
@@ -1216,83 +1129,99 @@ XTE_AI V16 rto_pack(V16 c0, V16 c1) {
       _mm512_packus_epi16(c0, c1));
 }
 
-/* quant_rc for fp32 input: exact fp32 maxima, then the word sequence on rto_words */
-static int quant_rc_f32(const void *src, int64_t lds, int64_t nr, const xte_quant_args *a,
-                        uint8_t *rq, int64_t ldrq, xte_block_scale *rsc, uint8_t *cq,
-                        xte_block_scale *csc, float *amax, const void *pf, int64_t pf_rows,
-                        int nt) {
-  const float *in = (const float *)src;
+/* One 128-column tile, both copies from one read (see the table): a first pass for the exact
+ * maxima of each row and each column, the scales, then per row the row codes (the row's scale
+ * broadcast) and the column codes (the columns' scales per lane) of the same words: bf16 words,
+ * or for fp32 (f32, a constant) rto_words. */
+XTE_AI int quant_rc_body(const void *src, int64_t lds, int64_t nr, const xte_quant_args *a,
+                         uint8_t *rq, int64_t ldrq, xte_block_scale *rsc, uint8_t *cq,
+                         xte_block_scale *csc, float *amax, const void *pf, int64_t pf_rows, int nt,
+                         int f32) {
+  const V16 ilo = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+  const V16 ihi = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  const size_t es = f32 ? 4 : 2;
   const p2wk w = p2wk_make(a->fmt, a->saturate);
   V16 acc[8], dv[4], tv[4];
+  __m512 sp[8];
   _Alignas(64) float ram[128], cam[128], cs[128];
   _Alignas(64) uint16_t pd[128], pt[128];
+  int col[128];
   uint32_t bad = 0;
-  float m = 0.0f;
   int64_t r;
-  int i, j, ok = 1;
+  int i;
   if (nr < 1 || nr > 128) return 0;
   for (i = 0; i < 8; i++) acc[i] = _mm512_setzero_si512();
   for (r = 0; r < nr; r++) {
-    const float *p = in + r * lds;
+    const char *p = (const char *)src + (size_t)r * (size_t)lds * es;
     V16 mm = _mm512_setzero_si512();
-    uint32_t mb;
-    for (i = 0; i < 8; i++) {
-      V16 ax = _mm512_castps_si512(abs16(_mm512_loadu_ps(p + 16 * i)));
-      acc[i] = _mm512_max_epu32(acc[i], ax);
-      mm = _mm512_max_epu32(mm, ax);
+    for (i = 0; i < (f32 ? 8 : 4); i++) {
+      V16 x = _mm512_loadu_si512((const void *)(p + 64 * i));
+      x = f32 ? _mm512_and_si512(x, S1(0x7FFFFFFF)) : absw(x);
+      acc[i] = f32 ? _mm512_max_epu32(acc[i], x) : _mm512_max_epu16(acc[i], x);
+      mm = f32 ? _mm512_max_epu32(mm, x) : _mm512_max_epu16(mm, x);
     }
-    mb = hmax_u32(mm);
-    bad |= mb > 0x7F800000u;
-    ram[r] = xte_bits_f32(mb);
+    if (f32) {
+      const uint32_t mb = hmax_u32(mm);
+      bad |= mb > 0x7F800000u;
+      ram[r] = xte_bits_f32(mb);
+    } else {
+      const uint32_t mb = hmax_u16(mm);
+      bad |= mb > 0x7F80u;
+      ram[r] = xte_bits_f32(mb << 16);
+    }
   }
   if (bad) return 0;
-  for (i = 0; i < 8; i++) _mm512_store_si512((void *)(cam + 16 * i), acc[i]);
+  for (i = 0; i < (f32 ? 8 : 4); i++)
+    if (f32) {
+      _mm512_store_si512((void *)(cam + 16 * i), acc[i]);
+    } else {
+      _mm512_store_si512(
+          (void *)(cam + 32 * i),
+          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(acc[i])), 16));
+      _mm512_store_si512(
+          (void *)(cam + 32 * i + 16),
+          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(acc[i], 1)), 16));
+    }
   block_scales(a, ram, nr, rsc);
   block_scales(a, cam, 128, csc);
-  for (r = 0; r < nr; r++) {
-    ok &= p2w_ok(rsc[r].scale);
-    m = xte_fmaxf(m, ram[r]);
-  }
   for (i = 0; i < 128; i++) {
-    ok &= p2w_ok(csc[i].scale);
+    col[i] = p2w_rto_col(i, 32);
     cs[i] = csc[i].scale;
   }
-  if (!ok) return 0;
-  for (i = 0; i < 128; i++) { /* word position i of the rto_words order: column c */
-    const int v = i / 32, L = (i % 32) / 8, e = i % 8;
-    const int c = 32 * v + (e < 4 ? 4 * L + e : 16 + 4 * L + e - 4);
-    pd[i] = p2w_d(cs[c], a->fmt);
-    pt[i] = p2w_t(cs[c], a->fmt);
-  }
-  for (i = 0; i < 4; i++) {
+  if (!p2w_tile_params(a, rsc, ram, nr, csc, f32 ? col : NULL, pd, pt, amax)) return 0;
+  for (i = 0; i < 4; i++) { /* the fma's scales in wlo / whi order (fp32: the columns in order) */
+    __m512 s0 = _mm512_load_ps(cs + 32 * i), s1 = _mm512_load_ps(cs + 32 * i + 16);
+    sp[2 * i] = f32 ? s0 : _mm512_permutex2var_ps(s0, ilo, s1);
+    sp[2 * i + 1] = f32 ? s1 : _mm512_permutex2var_ps(s0, ihi, s1);
     dv[i] = _mm512_load_si512((const void *)(pd + 32 * i));
     tv[i] = _mm512_load_si512((const void *)(pt + 32 * i));
   }
   nt = nt && !((uintptr_t)rq & 63) && !(ldrq & 63);
   for (r = 0; r < nr; r++) {
-    const float *p = in + r * lds;
+    const char *p = (const char *)src + (size_t)r * (size_t)lds * es;
     const float s = rsc[r].scale;
     const V16 d = _mm512_set1_epi16((short)p2w_d(s, a->fmt));
     const V16 t = _mm512_set1_epi16((short)p2w_t(s, a->fmt));
     const __m512 sv = _mm512_set1_ps(s);
     V16 cr[4], cc[4];
     if (pf && r < pf_rows) {
-      const char *pn = (const char *)pf + (size_t)r * (size_t)lds * 4;
-      for (j = 0; j < 512; j += 64) _mm_prefetch(pn + j, _MM_HINT_T1);
+      const char *pn = (const char *)pf + (size_t)r * (size_t)lds * es;
+      for (i = 0; i < (int)(128 * es); i += 64) _mm_prefetch(pn + i, _MM_HINT_T1);
     }
     for (i = 0; i < 4; i++) {
-      const V16 z = rto_words(_mm512_loadu_si512((const void *)(p + 32 * i)),
-                              _mm512_loadu_si512((const void *)(p + 32 * i + 16)));
+      const V16 z = f32 ? rto_words(_mm512_loadu_si512((const void *)(p + 128 * i)),
+                                    _mm512_loadu_si512((const void *)(p + 128 * i + 64)))
+                        : _mm512_loadu_si512((const void *)(p + 64 * i));
       cr[i] = p2w_code(&w, z, d, t, sv, sv);
-      cc[i] = p2w_code(&w, z, dv[i], tv[i], _mm512_load_ps(cs + 32 * i),
-                       _mm512_load_ps(cs + 32 * i + 16));
+      cc[i] = p2w_code(&w, z, dv[i], tv[i], sp[2 * i], sp[2 * i + 1]);
     }
-    store64(rq + r * ldrq, rto_pack(cr[0], cr[1]), nt);
-    store64(rq + r * ldrq + 64, rto_pack(cr[2], cr[3]), nt);
-    store64(cq + r * 128, rto_pack(cc[0], cc[1]), 0);
-    store64(cq + r * 128 + 64, rto_pack(cc[2], cc[3]), 0);
+    for (i = 0; i < 2; i++) {
+      store64(rq + r * ldrq + 64 * i,
+              f32 ? rto_pack(cr[2 * i], cr[2 * i + 1]) : p2w_pack(cr[2 * i], cr[2 * i + 1]), nt);
+      store64(cq + r * 128 + 64 * i,
+              f32 ? rto_pack(cc[2 * i], cc[2 * i + 1]) : p2w_pack(cc[2 * i], cc[2 * i + 1]), 0);
+    }
   }
-  *amax = m;
   return 1;
 }
 
@@ -1300,9 +1229,9 @@ static int quant_rc(const void *src, int64_t lds, int64_t nr, const xte_quant_ar
                     int64_t ldrq, xte_block_scale *rsc, uint8_t *cq, xte_block_scale *csc,
                     float *amax, const void *pf, int64_t pf_rows, int nt) {
   if (a->in_kind == XTE_NUM_IN_BF16)
-    return quant_rc_bf16(src, lds, nr, a, rq, ldrq, rsc, cq, csc, amax, pf, pf_rows, nt);
+    return quant_rc_body(src, lds, nr, a, rq, ldrq, rsc, cq, csc, amax, pf, pf_rows, nt, 0);
   if (a->in_kind == XTE_NUM_IN_F32)
-    return quant_rc_f32(src, lds, nr, a, rq, ldrq, rsc, cq, csc, amax, pf, pf_rows, nt);
+    return quant_rc_body(src, lds, nr, a, rq, ldrq, rsc, cq, csc, amax, pf, pf_rows, nt, 1);
   return 0;
 }
 
