@@ -516,15 +516,17 @@ static inline p2wk p2wk_make(int fmt, int sat) {
   return w;
 }
 
-/* Codes of the 16 words z (sign included, in the low byte of each word). d, t: p2w_d and p2w_t
- * per lane (t < 0x8000, so a signed compare is the unsigned one); s_lo / s_hi: the lanes' scales as
- * fp32 in unpack order (words 0-3, 8-11 and 4-7, 12-15). Lanes |w| < t by the fma of cpu/p2w.h. */
-XTE_AI V8 p2w_code(const p2wk *w, V8 z, V8 d, V8 t, __m256 s_lo, __m256 s_hi) {
+/* Magnitude codes of the 16 words z (in the low byte of each word). d, t: p2w_d and p2w_t per
+ * lane (t < 0x8000, so a signed compare is the unsigned one); s_lo / s_hi: the lanes' scales as
+ * fp32 in unpack order (words 0-3, 8-11 and 4-7, 12-15). Lanes |w| < t by the fma of cpu/p2w.h.
+ * clamp 0: the caller knows that no |x| s exceeds the format's largest finite value (then no code
+ * passes cmax). */
+XTE_AI V8 p2w_mag(const p2wk *w, V8 z, V8 d, V8 t, __m256 s_lo, __m256 s_hi, int clamp) {
   V8 a = absw(z);
   V8 odd = _mm256_and_si256(_mm256_srl_epi16(a, w->sh), w->one);
   V8 r = _mm256_srl_epi16(_mm256_subs_epu16(_mm256_add_epi16(a, odd), d), w->sh);
   V8 lo = _mm256_cmpgt_epi16(t, a);
-  r = _mm256_min_epu16(r, w->cmax);
+  if (clamp) r = _mm256_min_epu16(r, w->cmax);
   if (!_mm256_testz_si256(lo, lo)) {
     V8 ylo = _mm256_castps_si256(_mm256_fmadd_ps(
         _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), a)), s_lo, w->magic));
@@ -534,7 +536,19 @@ XTE_AI V8 p2w_code(const p2wk *w, V8 z, V8 d, V8 t, __m256 s_lo, __m256 s_hi) {
         r, _mm256_packus_epi32(_mm256_sub_epi32(ylo, w->mbits), _mm256_sub_epi32(yhi, w->mbits)),
         lo);
   }
-  return _mm256_or_si256(r, _mm256_and_si256(_mm256_srli_epi16(z, 8), w->sgn));
+  return r;
+}
+
+/* Codes of the 16 words z, sign included */
+XTE_AI V8 p2w_code(const p2wk *w, V8 z, V8 d, V8 t, __m256 s_lo, __m256 s_hi) {
+  return _mm256_or_si256(p2w_mag(w, z, d, t, s_lo, s_hi, 1),
+                         _mm256_and_si256(_mm256_srli_epi16(z, 8), w->sgn));
+}
+
+/* The sign bytes of the words z0, z1 in packus_epi16 order: a word with its sign bit set packs
+ * (signed saturation) to 0x80; any other to a byte below 0x80 */
+XTE_AI V8 sign_bytes(V8 z0, V8 z1) {
+  return _mm256_and_si256(_mm256_packs_epi16(z0, z1), _mm256_set1_epi8((char)0x80));
 }
 
 /* 2 x 16 word codes -> 32 bytes in order */
@@ -946,30 +960,20 @@ XTE_AI V8 rto_words(V8 x0, V8 x1) {
                              _mm256_or_si256(_mm256_srli_epi32(t1, 16), _mm256_and_si256(t1, one)));
 }
 
-/* 2 x 16 codes of rto_words order -> 32 bytes in order */
-XTE_AI void rto_store(uint8_t *q, V8 c0, V8 c1, int nt) {
-  V8 b = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(c0, c1),
-                                     _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-  if (nt)
-    _mm256_stream_si256((__m256i *)q, b);
-  else
-    _mm256_storeu_si256((__m256i *)q, b);
-}
-
-static int quant_rc(const void *src, int64_t lds, int64_t nr, const xte_quant_args *a, uint8_t *rq,
-                    int64_t ldrq, xte_block_scale *rsc, uint8_t *cq, xte_block_scale *csc,
-                    float *amax, const void *pf, int64_t pf_rows, int nt) {
-  const int f32 = a->in_kind == XTE_NUM_IN_F32;
+/* The first pass of quant_rc and the tile's parameters: rsc, csc, pd / pt / sl / sh by word
+ * position, *amax, and *clamp 0 when no |x| s of the tile passes the largest finite value (true
+ * for the TE and DeepGEMM scales). 0: not a tile for the word sequence. */
+static int rc_prepare(const void *src, int64_t lds, int64_t nr, const xte_quant_args *a, int f32,
+                      xte_block_scale *rsc, xte_block_scale *csc, uint16_t *pd, uint16_t *pt,
+                      float *sl, float *sh, float *amax, int *clamp) {
   const size_t es = f32 ? 4 : 2;
-  const p2wk w = p2wk_make(a->fmt, a->saturate);
+  const float fmax = xte_fp8_max(a->fmt);
   V8 acc[16];
-  _Alignas(32) float ram[128], cam[128], sl[128], sh[128];
-  _Alignas(32) uint16_t pd[128], pt[128];
+  _Alignas(32) float ram[128], cam[128];
   int col[128];
   uint32_t bad = 0;
   int64_t r;
-  int i, j;
-  if ((!f32 && a->in_kind != XTE_NUM_IN_BF16) || nr < 1 || nr > 128) return 0;
+  int i, j, over = 0;
   for (i = 0; i < 16; i++) acc[i] = _mm256_setzero_si256();
   for (r = 0; r < nr; r++) {
     const char *p = (const char *)src + (size_t)r * (size_t)lds * es;
@@ -1013,6 +1017,9 @@ static int quant_rc(const void *src, int64_t lds, int64_t nr, const xte_quant_ar
   block_scales(a, ram, nr, rsc);
   block_scales(a, cam, 128, csc);
   if (!p2w_tile_params(a, rsc, ram, nr, csc, col, pd, pt, amax)) return 0;
+  for (r = 0; r < nr; r++) over |= !(ram[r] * rsc[r].scale <= fmax); /* exact: 2^k scales */
+  for (i = 0; i < 128; i++) over |= !(cam[i] * csc[i].scale <= fmax);
+  *clamp = over;
   for (i = 0; i < 128; i += 16) /* the fma's scales: words 0-3, 8-11 (lo) and 4-7, 12-15 (hi) */
     for (j = 0; j < 4; j++) {
       sl[i / 2 + j] = csc[col[i + j]].scale;
@@ -1020,7 +1027,19 @@ static int quant_rc(const void *src, int64_t lds, int64_t nr, const xte_quant_ar
       sh[i / 2 + j] = csc[col[i + 4 + j]].scale;
       sh[i / 2 + 4 + j] = csc[col[i + 12 + j]].scale;
     }
-  nt = nt && !((uintptr_t)rq & 31) && !(ldrq & 31);
+  return 1;
+}
+
+/* The second pass of quant_rc: per row the row codes and the column codes of the same words */
+XTE_AI void rc_convert(const void *src, int64_t lds, int64_t nr, const xte_quant_args *a,
+                       uint8_t *rq, int64_t ldrq, const xte_block_scale *rsc, uint8_t *cq,
+                       const uint16_t *pd, const uint16_t *pt, const float *sl, const float *sh,
+                       const void *pf, int64_t pf_rows, int nt, int f32, int clamp) {
+  const size_t es = f32 ? 4 : 2;
+  const p2wk w = p2wk_make(a->fmt, a->saturate);
+  const V8 perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  int64_t r;
+  int i, j;
   for (r = 0; r < nr; r++) {
     const char *p = (const char *)src + (size_t)r * (size_t)lds * es;
     const float s = rsc[r].scale;
@@ -1032,7 +1051,7 @@ static int quant_rc(const void *src, int64_t lds, int64_t nr, const xte_quant_ar
       for (j = 0; j < (int)(128 * es); j += 64) _mm_prefetch(pn + j, _MM_HINT_T1);
     }
     for (i = 0; i < 8; i += 2) {
-      V8 z0, z1, r0, r1, c0, c1;
+      V8 z0, z1, sb, br, bc;
       if (f32) {
         const __m256i *x = (const __m256i *)(p + 64 * i);
         z0 = rto_words(_mm256_loadu_si256(x), _mm256_loadu_si256(x + 1));
@@ -1041,23 +1060,51 @@ static int quant_rc(const void *src, int64_t lds, int64_t nr, const xte_quant_ar
         z0 = ldw((const uint16_t *)p + 16 * i);
         z1 = ldw((const uint16_t *)p + 16 * i + 16);
       }
-      r0 = p2w_code(&w, z0, d, t, sv, sv);
-      r1 = p2w_code(&w, z1, d, t, sv, sv);
-      c0 = p2w_code(&w, z0, _mm256_load_si256((const __m256i *)(pd + 16 * i)),
-                    _mm256_load_si256((const __m256i *)(pt + 16 * i)), _mm256_load_ps(sl + 8 * i),
-                    _mm256_load_ps(sh + 8 * i));
-      c1 = p2w_code(&w, z1, _mm256_load_si256((const __m256i *)(pd + 16 * i + 16)),
-                    _mm256_load_si256((const __m256i *)(pt + 16 * i + 16)),
-                    _mm256_load_ps(sl + 8 * i + 8), _mm256_load_ps(sh + 8 * i + 8));
-      if (f32) {
-        rto_store(rq + r * ldrq + 16 * i, r0, r1, nt);
-        rto_store(cq + r * 128 + 16 * i, c0, c1, 0);
-      } else {
-        p2w_store(rq + r * ldrq + 16 * i, r0, r1, nt);
-        p2w_store(cq + r * 128 + 16 * i, c0, c1, 0);
-      }
+      sb = sign_bytes(z0, z1);
+      br = _mm256_or_si256(sb, _mm256_packus_epi16(p2w_mag(&w, z0, d, t, sv, sv, clamp),
+                                                   p2w_mag(&w, z1, d, t, sv, sv, clamp)));
+      bc = _mm256_or_si256(
+          sb, _mm256_packus_epi16(
+                  p2w_mag(&w, z0, _mm256_load_si256((const __m256i *)(pd + 16 * i)),
+                          _mm256_load_si256((const __m256i *)(pt + 16 * i)),
+                          _mm256_load_ps(sl + 8 * i), _mm256_load_ps(sh + 8 * i), clamp),
+                  p2w_mag(&w, z1, _mm256_load_si256((const __m256i *)(pd + 16 * i + 16)),
+                          _mm256_load_si256((const __m256i *)(pt + 16 * i + 16)),
+                          _mm256_load_ps(sl + 8 * i + 8), _mm256_load_ps(sh + 8 * i + 8), clamp)));
+      /* in order: the 64-bit quarters (bf16 words), the 32-bit groups of rto_words (fp32) */
+      br = f32 ? _mm256_permutevar8x32_epi32(br, perm) : _mm256_permute4x64_epi64(br, 0xD8);
+      bc = f32 ? _mm256_permutevar8x32_epi32(bc, perm) : _mm256_permute4x64_epi64(bc, 0xD8);
+      if (nt)
+        _mm256_stream_si256((__m256i *)(rq + r * ldrq + 16 * i), br);
+      else
+        _mm256_storeu_si256((__m256i *)(rq + r * ldrq + 16 * i), br);
+      _mm256_storeu_si256((__m256i *)(cq + r * 128 + 16 * i), bc);
     }
   }
+}
+
+static int quant_rc(const void *src, int64_t lds, int64_t nr, const xte_quant_args *a, uint8_t *rq,
+                    int64_t ldrq, xte_block_scale *rsc, uint8_t *cq, xte_block_scale *csc,
+                    float *amax, const void *pf, int64_t pf_rows, int nt) {
+  const int f32 = a->in_kind == XTE_NUM_IN_F32;
+  _Alignas(32) float sl[128], sh[128];
+  _Alignas(32) uint16_t pd[128], pt[128];
+  int clamp;
+  if ((!f32 && a->in_kind != XTE_NUM_IN_BF16) || nr < 1 || nr > 128 ||
+      !rc_prepare(src, lds, nr, a, f32, rsc, csc, pd, pt, sl, sh, amax, &clamp))
+    return 0;
+  nt = nt && !((uintptr_t)rq & 31) && !(ldrq & 31);
+#define RC(F, C) \
+  rc_convert(src, lds, nr, a, rq, ldrq, rsc, cq, pd, pt, sl, sh, pf, pf_rows, nt, F, C)
+  if (f32 && clamp)
+    RC(1, 1);
+  else if (f32)
+    RC(1, 0);
+  else if (clamp)
+    RC(0, 1);
+  else
+    RC(0, 0);
+#undef RC
   return 1;
 }
 
