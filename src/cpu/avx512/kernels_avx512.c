@@ -420,14 +420,14 @@ static inline p2wk p2wk_make(int fmt, int sat) {
   return w;
 }
 
-/* codes of the words z (sign included, in the low byte of each word); s_lo / s_hi: the lanes'
- * scales 2^k as fp32 in wlo / whi order; lanes |w| < t by the fma of cpu/p2w.h. */
-XTE_AI V16 p2w_code(const p2wk *w, V16 z, V16 d, V16 t, __m512 s_lo, __m512 s_hi) {
+/* magnitude codes of the words z; clamp 0: the caller knows that no |x| s passes the largest
+ * finite value (then no code passes cmax) */
+XTE_AI V16 p2w_mag(const p2wk *w, V16 z, V16 d, V16 t, __m512 s_lo, __m512 s_hi, int clamp) {
   V16 a = absw(z);
   V16 odd = _mm512_and_si512(_mm512_srl_epi16(a, w->sh), w->one);
   V16 r = _mm512_srl_epi16(_mm512_subs_epu16(_mm512_add_epi16(a, odd), d), w->sh);
   __mmask32 lo = _mm512_cmplt_epu16_mask(a, t);
-  r = _mm512_min_epu16(r, w->cmax);
+  if (clamp) r = _mm512_min_epu16(r, w->cmax);
   if (lo) {
     V16 ylo = _mm512_castps_si512(_mm512_fmadd_ps(wlo(a), s_lo, w->magic));
     V16 yhi = _mm512_castps_si512(_mm512_fmadd_ps(whi(a), s_hi, w->magic));
@@ -435,7 +435,14 @@ XTE_AI V16 p2w_code(const p2wk *w, V16 z, V16 d, V16 t, __m512 s_lo, __m512 s_hi
         r, lo,
         _mm512_packus_epi32(_mm512_sub_epi32(ylo, w->mbits), _mm512_sub_epi32(yhi, w->mbits)));
   }
-  return _mm512_ternarylogic_epi32(r, _mm512_srli_epi16(z, 8), w->sgn, 0xF8);
+  return r;
+}
+
+/* codes of the words z (sign included, in the low byte of each word); s_lo / s_hi: the lanes'
+ * scales 2^k as fp32 in wlo / whi order; lanes |w| < t by the fma of cpu/p2w.h. */
+XTE_AI V16 p2w_code(const p2wk *w, V16 z, V16 d, V16 t, __m512 s_lo, __m512 s_hi) {
+  return _mm512_ternarylogic_epi32(p2w_mag(w, z, d, t, s_lo, s_hi, 1), _mm512_srli_epi16(z, 8),
+                                   w->sgn, 0xF8);
 }
 
 /* 2 x 32 word codes -> 64 bytes in order */
@@ -1129,6 +1136,46 @@ XTE_AI V16 rto_pack(V16 c0, V16 c1) {
       _mm512_packus_epi16(c0, c1));
 }
 
+/* quant_rc's second pass: per row the row codes and the column codes of the same words; clamp 0
+ * when no |x| s of the tile passes the largest finite value (true for the TE and DeepGEMM
+ * scales) */
+XTE_AI void rc_convert(const void *src, int64_t lds, int64_t nr, const xte_quant_args *a,
+                       uint8_t *rq, int64_t ldrq, const xte_block_scale *rsc, uint8_t *cq,
+                       const V16 *dv, const V16 *tv, const __m512 *sp, const void *pf,
+                       int64_t pf_rows, int nt, int f32, int clamp) {
+  const size_t es = f32 ? 4 : 2;
+  const p2wk w = p2wk_make(a->fmt, a->saturate);
+  int64_t r;
+  int i;
+  for (r = 0; r < nr; r++) {
+    const char *p = (const char *)src + (size_t)r * (size_t)lds * es;
+    const float s = rsc[r].scale;
+    const V16 d = _mm512_set1_epi16((short)p2w_d(s, a->fmt));
+    const V16 t = _mm512_set1_epi16((short)p2w_t(s, a->fmt));
+    const __m512 sv = _mm512_set1_ps(s);
+    V16 cr[4], cc[4];
+    if (pf && r < pf_rows) {
+      const char *pn = (const char *)pf + (size_t)r * (size_t)lds * es;
+      for (i = 0; i < (int)(128 * es); i += 64) _mm_prefetch(pn + i, _MM_HINT_T1);
+    }
+    for (i = 0; i < 4; i++) {
+      const V16 z = f32 ? rto_words(_mm512_loadu_si512((const void *)(p + 128 * i)),
+                                    _mm512_loadu_si512((const void *)(p + 128 * i + 64)))
+                        : _mm512_loadu_si512((const void *)(p + 64 * i));
+      const V16 sg = _mm512_srli_epi16(z, 8);
+      cr[i] = _mm512_ternarylogic_epi32(p2w_mag(&w, z, d, t, sv, sv, clamp), sg, w.sgn, 0xF8);
+      cc[i] = _mm512_ternarylogic_epi32(
+          p2w_mag(&w, z, dv[i], tv[i], sp[2 * i], sp[2 * i + 1], clamp), sg, w.sgn, 0xF8);
+    }
+    for (i = 0; i < 2; i++) {
+      store64(rq + r * ldrq + 64 * i,
+              f32 ? rto_pack(cr[2 * i], cr[2 * i + 1]) : p2w_pack(cr[2 * i], cr[2 * i + 1]), nt);
+      store64(cq + r * 128 + 64 * i,
+              f32 ? rto_pack(cc[2 * i], cc[2 * i + 1]) : p2w_pack(cc[2 * i], cc[2 * i + 1]), 0);
+    }
+  }
+}
+
 /* One 128-column tile, both copies from one read (see the table): a first pass for the exact
  * maxima of each row and each column, the scales, then per row the row codes (the row's scale
  * broadcast) and the column codes (the columns' scales per lane) of the same words: bf16 words,
@@ -1140,15 +1187,15 @@ XTE_AI int quant_rc_body(const void *src, int64_t lds, int64_t nr, const xte_qua
   const V16 ilo = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
   const V16 ihi = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
   const size_t es = f32 ? 4 : 2;
-  const p2wk w = p2wk_make(a->fmt, a->saturate);
   V16 acc[8], dv[4], tv[4];
   __m512 sp[8];
   _Alignas(64) float ram[128], cam[128], cs[128];
   _Alignas(64) uint16_t pd[128], pt[128];
   int col[128];
+  const float fmax = xte_fp8_max(a->fmt);
   uint32_t bad = 0;
   int64_t r;
-  int i;
+  int i, over = 0;
   if (nr < 1 || nr > 128) return 0;
   for (i = 0; i < 8; i++) acc[i] = _mm512_setzero_si512();
   for (r = 0; r < nr; r++) {
@@ -1196,32 +1243,13 @@ XTE_AI int quant_rc_body(const void *src, int64_t lds, int64_t nr, const xte_qua
     dv[i] = _mm512_load_si512((const void *)(pd + 32 * i));
     tv[i] = _mm512_load_si512((const void *)(pt + 32 * i));
   }
+  for (r = 0; r < nr; r++) over |= !(ram[r] * rsc[r].scale <= fmax); /* exact: 2^k scales */
+  for (i = 0; i < 128; i++) over |= !(cam[i] * csc[i].scale <= fmax);
   nt = nt && !((uintptr_t)rq & 63) && !(ldrq & 63);
-  for (r = 0; r < nr; r++) {
-    const char *p = (const char *)src + (size_t)r * (size_t)lds * es;
-    const float s = rsc[r].scale;
-    const V16 d = _mm512_set1_epi16((short)p2w_d(s, a->fmt));
-    const V16 t = _mm512_set1_epi16((short)p2w_t(s, a->fmt));
-    const __m512 sv = _mm512_set1_ps(s);
-    V16 cr[4], cc[4];
-    if (pf && r < pf_rows) {
-      const char *pn = (const char *)pf + (size_t)r * (size_t)lds * es;
-      for (i = 0; i < (int)(128 * es); i += 64) _mm_prefetch(pn + i, _MM_HINT_T1);
-    }
-    for (i = 0; i < 4; i++) {
-      const V16 z = f32 ? rto_words(_mm512_loadu_si512((const void *)(p + 128 * i)),
-                                    _mm512_loadu_si512((const void *)(p + 128 * i + 64)))
-                        : _mm512_loadu_si512((const void *)(p + 64 * i));
-      cr[i] = p2w_code(&w, z, d, t, sv, sv);
-      cc[i] = p2w_code(&w, z, dv[i], tv[i], sp[2 * i], sp[2 * i + 1]);
-    }
-    for (i = 0; i < 2; i++) {
-      store64(rq + r * ldrq + 64 * i,
-              f32 ? rto_pack(cr[2 * i], cr[2 * i + 1]) : p2w_pack(cr[2 * i], cr[2 * i + 1]), nt);
-      store64(cq + r * 128 + 64 * i,
-              f32 ? rto_pack(cc[2 * i], cc[2 * i + 1]) : p2w_pack(cc[2 * i], cc[2 * i + 1]), 0);
-    }
-  }
+  if (over)
+    rc_convert(src, lds, nr, a, rq, ldrq, rsc, cq, dv, tv, sp, pf, pf_rows, nt, f32, 1);
+  else
+    rc_convert(src, lds, nr, a, rq, ldrq, rsc, cq, dv, tv, sp, pf, pf_rows, nt, f32, 0);
   return 1;
 }
 
