@@ -72,20 +72,36 @@ const Case *find_case(const std::string &name) {
   return nullptr;
 }
 
-// The median of the rounds' times: a round disturbed by the machine, either way, does not decide.
-double median_seconds(const Result &r) {
-  std::vector<double> t = r.times;
+// Medians over the rounds: a round disturbed by the machine, either way, does not decide.
+double median(std::vector<double> t) {
   size_t n = t.size();
   if (n == 0) return 0;
   std::sort(t.begin(), t.end());
   return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
+double work_of(const Case &c) {
+  return c.metric == "GFLOP/s" ? c.flops : c.bytes;
+}
+
 double rate_of(const Case &c, const Result &r) {
-  double sec = median_seconds(r);
+  double sec = median(r.times);
   if (!r.have || r.error || sec <= 0) return NAN;
-  double work = c.metric == "GFLOP/s" ? c.flops : c.bytes;
-  return work > 0 ? work / sec * 1e-9 : NAN;
+  return work_of(c) > 0 ? work_of(c) / sec * 1e-9 : NAN;
+}
+
+// Case c against its anchor a (in c's metric): with several rounds, the median of the rounds'
+// ratios, each round's case against the same round's anchor (the machine's load drifts slower
+// than a round); else the ratio of the rates.
+double ratio_of(const Case &c, const Result &rc, const Case &a, const Result &ra) {
+  if (rc.times.size() > 1 && rc.times.size() == ra.times.size() && work_of(c) > 0 &&
+      work_of(a) > 0) {
+    std::vector<double> q;
+    for (size_t i = 0; i < rc.times.size(); i++)
+      q.push_back((work_of(c) / rc.times[i]) / (work_of(a) / ra.times[i]));
+    return median(q);
+  }
+  return rate_of(c, rc) / rate_of(a, ra);
 }
 
 struct Row {
@@ -269,7 +285,7 @@ int xte_bench_run(const char *filter, const char *json_path, double min_time_s, 
       Case as = *a;
       as.metric = c.metric;
       row.anchor_rate = rate_of(as, results()[a->name]);
-      row.ratio = row.rate / row.anchor_rate;
+      row.ratio = ratio_of(c, r, as, results()[a->name]);
     }
     rows.push_back(row);
     char rate[32];

@@ -38,8 +38,9 @@ void xte_bench_register(const char *name, const char *anchor, const char *metric
 /* Runs the registered cases whose name contains filter (NULL: all), Google Benchmark's
  * console output plus, when json_path is not NULL, its JSON report in that file; then prints
  * a table "case, rate, anchor, anchor rate, ratio". rounds (>= 1): the selected cases run that
- * many times in turn, anchors among them, and each case is rated by its median round (the JSON
- * report holds the last round's runs and the ratios of the medians). Returns 0 on success. */
+ * many times in turn, anchors among them; each case's rate is its median round and its ratio the
+ * median of the rounds' ratios (the case against the same round's anchor); the JSON report holds
+ * the last round's runs and those ratios. Returns 0 on success. */
 int xte_bench_run(const char *filter, const char *json_path, double min_time_s, int rounds);
 
 #ifdef __cplusplus

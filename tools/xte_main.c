@@ -84,9 +84,9 @@ static void bench_usage(FILE *f) {
           "  --filter S          run the cases whose name contains S (and their anchors)\n"
           "  --json FILE         also write Google Benchmark's JSON report, with the ratios\n"
           "  --min-time SECONDS  minimum timed time per case (default: Google Benchmark's)\n"
-          "  --rounds N          run the selected cases N times in turn, anchors among them, and\n"
-          "                      rate each case by its median round (default 1): steadier\n"
-          "                      ratios on a noisy machine\n"
+          "  --rounds N          run the selected cases N times in turn, anchors among them; a\n"
+          "                      case's ratio is the median of the rounds' ratios (default 1):\n"
+          "                      steadier ratios on a noisy machine\n"
           "  --threads N         threads of xte's CPU pool and of the anchors (default: cores)\n"
           "  --isa ISA           CPU kernels: scalar, avx2, avx512, avx512_simde\n\n"
           "suites:");
