@@ -3,8 +3,10 @@
  * into 128 x 128 tiles of the input (128 x 128 blocks and every columnwise copy), each owned by
  * one thread. The per-ISA fused kernels read the input directly (no fp32 copy): block amax, scale
  * (shared numerics), convert, store; the transposed columnwise copy goes through an L1 buffer and
- * a byte transpose. Tiles are walked left to right within a 128-row panel, prefetching the next
- * tile's rows; large outputs are written with streaming stores. */
+ * a byte transpose (1 x 128 rows with it: both copies from one read of the tile, quant_rc, where
+ * the ISA has it). Tiles are walked left to right within a 128-row panel, prefetching the rows of
+ * the tile two ahead (128 x 128 blocks: runs of tiles, the next run); large outputs are written
+ * with streaming stores. */
 #include <string.h>
 
 #include "cpu/xte_cpu.h"
