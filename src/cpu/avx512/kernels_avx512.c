@@ -945,6 +945,7 @@ XTE_AI float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64
                                xte_block_scale *sc, float *acc, int nt) {
   const int zb = bw / 32, nb = 128 / bw;
   const int64_t cpr = n / 128, nbr = n / bw, total = rows * cpr;
+  const float fmax = xte_fp8_max(a->fmt);
   const uint16_t *in = (const uint16_t *)src;
   fp8k k = fp8k_make(a->fmt, a->saturate);
   const p2wk w = p2wk_make(a->fmt, a->saturate);
@@ -957,7 +958,7 @@ XTE_AI float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64
   for (t0 = 0; t0 < total; t0 += QG) {
     const int nch = (int)(total - t0 < QG ? total - t0 : QG);
     int64_t cr[QG], co[QG];
-    int c, b, fast = 1, p2 = 1;
+    int c, b, fast = 1, p2 = 1, over = 0;
     uint32_t any = 0;
     float amf[QG * 4], sf[QG * 4];
     uint16_t pd[QG * 4], pt[QG * 4];
@@ -1004,6 +1005,7 @@ XTE_AI float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64
         m = xte_fmaxf(m, amf[t]);
         fast &= pos_finite(bs[t].scale);
         p2 &= p2w_ok(bs[t].scale);
+        over |= !(amf[t] * bs[t].scale <= fmax); /* exact for 2^k scales */
         pd[t] = p2w_d(bs[t].scale, a->fmt);
         pt[t] = p2w_t(bs[t].scale, a->fmt);
       }
@@ -1016,9 +1018,13 @@ XTE_AI float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64
 #pragma GCC unroll 4
         for (i = 0; i < 4; i++) {
           const int t = c * nb + i / zb;
-          cc[i] = p2w_code(&w, ldw(p + 32 * i), _mm512_set1_epi16((short)pd[t]),
-                           _mm512_set1_epi16((short)pt[t]), _mm512_set1_ps(sf[t]),
-                           _mm512_set1_ps(sf[t]));
+          const V16 z = ldw(p + 32 * i);
+          const V16 dd = _mm512_set1_epi16((short)pd[t]), tt = _mm512_set1_epi16((short)pt[t]);
+          const __m512 sv = _mm512_set1_ps(sf[t]);
+          /* no clamp when no |x| s of the group passes the largest finite value */
+          cc[i] = _mm512_ternarylogic_epi32(
+              over ? p2w_mag(&w, z, dd, tt, sv, sv, 1) : p2w_mag(&w, z, dd, tt, sv, sv, 0),
+              _mm512_srli_epi16(z, 8), w.sgn, 0xF8);
         }
         store64(d, p2w_pack(cc[0], cc[1]), nt);
         store64(d + 64, p2w_pack(cc[2], cc[3]), nt);
