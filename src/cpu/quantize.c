@@ -15,6 +15,7 @@
 #define TILE 128
 #define ROW_SCALES 256 /* block scales per quant_blocks call on the row path */
 #define SLICE 16       /* rows per kernel call in a tile (prefetching the next tile between) */
+#define SQ_SLICE 4     /* the same in one-scale tiles: shorter prefetch bursts */
 #define PF_TILES 2     /* tiles walked one by one prefetch the tile this far ahead */
 
 typedef struct qctx {
@@ -157,7 +158,8 @@ static void quant_tile(qctx *c, int64_t tr, int64_t tc, const qnext *nx, float p
   const int64_t r0 = tr * TILE, c0 = tc * TILE;
   const int64_t nr = a->M - r0 < TILE ? a->M - r0 : TILE;
   const int64_t nc = a->K - c0 < TILE ? a->K - c0 : TILE;
-  const int64_t nsl = (nr + SLICE - 1) / SLICE; /* slices */
+  const int64_t nsl = (nr + SLICE - 1) / SLICE;       /* slices */
+  const int64_t nsq = (nr + SQ_SLICE - 1) / SQ_SLICE; /* one-scale slices */
   int64_t r, j, g, n;
   float tile_amax = 0.0f;
 
@@ -171,8 +173,8 @@ static void quant_tile(qctx *c, int64_t tr, int64_t tc, const qnext *nx, float p
         tile_amax = pre;
       } else { /* the prefetch spread over both passes */
         for (r = 0; r < nr; r += n) {
-          n = nr - r < SLICE ? nr - r : SLICE;
-          prefetch_next(c, nx, r / SLICE, 2 * nsl);
+          n = nr - r < SQ_SLICE ? nr - r : SQ_SLICE;
+          prefetch_next(c, nx, r / SQ_SLICE, 2 * nsq);
           tile_amax = xte_fmaxf(
               tile_amax, k->load_amax(in_at(c, r0 + r, c0), a->ld_in, a->in_kind, n, nc, NULL));
         }
@@ -181,11 +183,11 @@ static void quant_tile(qctx *c, int64_t tr, int64_t tc, const qnext *nx, float p
     }
     for (r = 0; r < nr; r += n) {
       float am;
-      n = nr - r < SLICE ? nr - r : SLICE;
+      n = nr - r < SQ_SLICE ? nr - r : SQ_SLICE;
       if (a->square && pre < 0.0f)
-        prefetch_next(c, nx, nsl + r / SLICE, 2 * nsl);
+        prefetch_next(c, nx, nsq + r / SQ_SLICE, 2 * nsq);
       else
-        prefetch_next(c, nx, r / SLICE, nsl);
+        prefetch_next(c, nx, r / SQ_SLICE, nsq);
       am = k->load_quant(in_at(c, r0 + r, c0), a->ld_in, a->in_kind, n, nc, sq.scale, a->fmt,
                          a->saturate, dst + r * ldd, ldd, buffered ? 0 : c->nt);
       if (c->per_tensor) tile_amax = xte_fmaxf(tile_amax, am);
@@ -285,11 +287,11 @@ static void quant_range_square(qctx *c, int64_t b, int64_t e, qbuf *B, float *am
       nx.ncn = a->K - nx.cn < gn * TILE ? a->K - nx.cn : gn * TILE;
     }
     for (i = 0; i < g; i++) pa[i] = 0.0f;
-    for (r = 0; r < run.nrn; r += SLICE)
+    for (r = 0; r < run.nrn; r += SQ_SLICE)
       for (i = 0; i < g; i++) {
         const int64_t c0 = run.cn + i * TILE;
         const int64_t nc = a->K - c0 < TILE ? a->K - c0 : TILE;
-        const int64_t n = run.nrn - r < SLICE ? run.nrn - r : SLICE;
+        const int64_t n = run.nrn - r < SQ_SLICE ? run.nrn - r : SQ_SLICE;
         pa[i] = xte_fmaxf(
             pa[i], c->k->load_amax(in_at(c, run.rn + r, c0), a->ld_in, a->in_kind, n, nc, NULL));
       }
