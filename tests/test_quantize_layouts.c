@@ -590,7 +590,7 @@ static void strided_case(const combo *cb, int64_t M, int64_t K) {
   xte_qtensor q;
   xte_tensor x;
   int64_t i, j, r, c;
-  float amax;
+  float amax, s = 2.0f; /* q.scale: the per-tensor scale out (used by both calls below) */
   cr_assert(dense && wide && rq && cq && rs && cs);
   gen_input(dense, XTE_DTYPE_FP32, M, K, (unsigned)(M * 3 + K));
   for (i = 0; i < M; i++)
@@ -616,11 +616,8 @@ static void strided_case(const combo *cb, int64_t M, int64_t K) {
   q.scaling_mode = cb->mode;
   q.recipe = cb->recipe;
   q.amax = &amax;
-  {
-    float s = 2.0f;
-    q.scale = &s;
-    cr_assert_eq(xte_quantize(&x, &q, NULL, NULL), XTE_SUCCESS, "%s", xte_last_error());
-  }
+  q.scale = &s;
+  cr_assert_eq(xte_quantize(&x, &q, NULL, NULL), XTE_SUCCESS, "%s", xte_last_error());
   for (r = 0; r < M; r++)
     for (c = 0; c < ldr; c++)
       if (rq[r * ldr + c] != (c < K ? ref.q[0][r * K + c] : 0xA5)) {

@@ -33,9 +33,9 @@ static inline uint16_t p2w_d(float s, int fmt) {
   return (uint16_t)(fmt == XTE_FP8_E4M3 ? 15353 - 128 * k : 14321 - 128 * k);
 }
 
-static inline uint16_t p2w_t(float s, int fmt) {
+static inline uint16_t p2w_t(float s, int fmt) { /* (unsigned: callers may ask of any scale) */
   int k = (int)(xte_f32_bits(s) >> 23) - 127;
-  return (uint16_t)((fmt == XTE_FP8_E4M3 ? 121 - k : 113 - k) << 7);
+  return (uint16_t)((uint32_t)(fmt == XTE_FP8_E4M3 ? 121 - k : 113 - k) << 7);
 }
 
 /* bits of 2^23 Q */
