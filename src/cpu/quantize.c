@@ -7,6 +7,7 @@
  * the ISA has it). Tiles are walked left to right within a 128-row panel, prefetching the rows of
  * the tile two ahead (128 x 128 blocks: runs of tiles, the next run); large outputs are written
  * with streaming stores. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu/xte_cpu.h"
@@ -103,11 +104,18 @@ typedef struct qbuf {
   xte_block_scale sc[TILE * 8]; /* rowwise block scales of a group of rows (bw >= 16) */
 } qbuf;
 
-/* The transposed columnwise copy of Qt (nr x nc) */
+/* The transposed columnwise copy of Qt (nr x nc): straight into the copy where the ISA has
+ * transpose_nt, else through Tt and a (streaming) copy of its rows */
 static void store_col_transposed(const qctx *c, int64_t r0, int64_t c0, int64_t nr, int64_t nc,
                                  qbuf *B) {
   const xte_quant_args *a = c->a;
   int64_t j;
+  if (c->k->transpose_nt) {
+    c->k->transpose_nt(B->Qt, nr, nc, TILE,
+                       a->col_q + (size_t)c0 * (size_t)a->ld_col_q + (size_t)r0, a->ld_col_q,
+                       c->nt);
+    return;
+  }
   c->k->transpose_u8(B->Qt, nr, nc, TILE, B->Tt, TILE);
   for (j = 0; j < nc; j++)
     c->k->copy_u8(a->col_q + (size_t)(c0 + j) * (size_t)a->ld_col_q + (size_t)r0, B->Tt + j * TILE,
@@ -358,6 +366,10 @@ xte_status xte_cpu_quantize(const xte_quant_args *a, void *handle) {
   big = xte_cpu_l3();
   if (big < ((size_t)8 << 20)) big = (size_t)8 << 20;
   c.nt = out_bytes + (size_t)a->M * (size_t)a->K * c.es >= big;
+  {
+    const char *e = getenv("XTE_STREAMING_STORES"); /* 0 / 1: never / always (the caller's cache) */
+    if (e && (*e == '0' || *e == '1')) c.nt = *e == '1';
+  }
   zero_scales(&a->row_s);
   zero_scales(&a->col_s);
   if (c.per_tensor) {

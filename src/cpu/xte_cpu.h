@@ -66,6 +66,10 @@ typedef struct xte_cpu_kernels {
   int (*quant_rc)(const void *src, int64_t lds, int64_t nr, const xte_quant_args *a, uint8_t *rq,
                   int64_t ldrq, xte_block_scale *rsc, uint8_t *cq, xte_block_scale *csc,
                   float *amax, const void *pf, int64_t pf_rows, int nt);
+  /* Optional (NULL: none). transpose_u8 that writes dst directly, in whole 64-byte rows of dst
+   * with streaming stores when nt (the caller fences), for the transposed columnwise copies. */
+  void (*transpose_nt)(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds, uint8_t *dst,
+                       int64_t ldd, int nt);
 } xte_cpu_kernels;
 
 extern const xte_cpu_kernels xte_cpu_kernels_scalar;

@@ -325,6 +325,32 @@ static void transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t
     for (c = (r < r16 ? c16 : 0); c < cols; c++) dst[c * ldd + r] = src[r * lds + c];
 }
 
+/* 64 rows x 16 bytes -> 16 rows of 64 bytes: lane q of r[i] is source row 16 q + i, so after the
+ * network r[c] is the whole destination row c */
+static inline void tr64x16(const uint8_t *s, int64_t lds, uint8_t *d, int64_t ldd, int nt) {
+  V16 r[16], t[16];
+  int i, q;
+  for (i = 0; i < 16; i++) {
+    r[i] = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(s + i * lds)));
+    for (q = 1; q < 4; q++)
+      r[i] =
+          _mm512_inserti32x4(r[i], _mm_loadu_si128((const __m128i *)(s + (16 * q + i) * lds)), q);
+  }
+  XTE_TR16_NETWORK(_mm512, r, t);
+  for (i = 0; i < 16; i++) store64(d + i * ldd, r[i], nt);
+}
+
+static void transpose_nt(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds, uint8_t *dst,
+                         int64_t ldd, int nt) {
+  const int64_t r64 = rows & ~(int64_t)63, c16 = cols & ~(int64_t)15;
+  int64_t r, c;
+  nt = nt && !((uintptr_t)dst & 63) && !(ldd & 63);
+  for (r = 0; r < r64; r += 64)
+    for (c = 0; c < c16; c += 16) tr64x16(src + r * lds + c, lds, dst + c * ldd + r, ldd, nt);
+  if (c16 < cols) transpose_u8(src + c16, r64, cols - c16, lds, dst + c16 * ldd, ldd);
+  if (r64 < rows) transpose_u8(src + r64 * lds, rows - r64, cols, lds, dst + r64, ldd);
+}
+
 /* The TE recipes (xte_scale_te) 16 blocks at a time, lane by lane the header's steps; the others
  * through the header. */
 static void block_scales(const xte_quant_args *a, const float *amax, int64_t n,
@@ -1282,6 +1308,6 @@ static void store_fence(void) {
 }
 
 const xte_cpu_kernels XTE_AVX512_TABLE = {
-    XTE_AVX512_ISA, load_f32,     amax,         amax_cols,    quant,       quant_vs,
-    cast_fp8,       cast_bf16,    cast_fp16,    transpose_u8, load_amax,   load_quant,
-    load_quant_vs,  quant_blocks, block_scales, copy_u8,      store_fence, quant_rc};
+    XTE_AVX512_ISA, load_f32,  amax,         amax_cols, quant,       quant_vs,      cast_fp8,
+    cast_bf16,      cast_fp16, transpose_u8, load_amax, load_quant,  load_quant_vs, quant_blocks,
+    block_scales,   copy_u8,   store_fence,  quant_rc,  transpose_nt};
