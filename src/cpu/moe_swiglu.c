@@ -106,7 +106,10 @@ static void fused_tile(fctx *fc, int64_t tr, int64_t tc, float *T, uint8_t *Qt, 
         k->quant_vs(T + r * TILE, nc, sv, a->fmt, a->saturate, dst);
       }
     }
-    if (a->col_transposed)
+    if (a->col_transposed && k->transpose_nt) /* whole 64-byte rows where the ISA has it */
+      k->transpose_nt(Qt, nr, nc, TILE, a->col_q + (size_t)c0 * (size_t)a->ld_col_q + (size_t)r0,
+                      a->ld_col_q, 0);
+    else if (a->col_transposed)
       k->transpose_u8(Qt, nr, nc, TILE, a->col_q + (size_t)c0 * (size_t)a->ld_col_q + (size_t)r0,
                       a->ld_col_q);
   }
