@@ -521,13 +521,13 @@ static inline p2wk p2wk_make(int fmt, int sat) {
  * fp32 in unpack order (words 0-3, 8-11 and 4-7, 12-15). Lanes |w| < t by the fma of cpu/p2w.h.
  * clamp 0: the caller knows that no |x| s exceeds the format's largest finite value (then no code
  * passes cmax). */
-XTE_AI V8 p2w_mag(const p2wk *w, V8 z, V8 d, V8 t, __m256 s_lo, __m256 s_hi, int clamp) {
+XTE_AI V8 p2w_mag(const p2wk *w, V8 z, V8 d, V8 t, __m256 s_lo, __m256 s_hi, int clamp, int sub) {
   V8 a = absw(z);
   V8 odd = _mm256_and_si256(_mm256_srl_epi16(a, w->sh), w->one);
   V8 r = _mm256_srl_epi16(_mm256_subs_epu16(_mm256_add_epi16(a, odd), d), w->sh);
   V8 lo = _mm256_cmpgt_epi16(t, a);
   if (clamp) r = _mm256_min_epu16(r, w->cmax);
-  if (!_mm256_testz_si256(lo, lo)) {
+  if (sub == P2W_SUB_ALWAYS || !_mm256_testz_si256(lo, lo)) {
     V8 ylo = _mm256_castps_si256(_mm256_fmadd_ps(
         _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), a)), s_lo, w->magic));
     V8 yhi = _mm256_castps_si256(_mm256_fmadd_ps(
@@ -540,8 +540,8 @@ XTE_AI V8 p2w_mag(const p2wk *w, V8 z, V8 d, V8 t, __m256 s_lo, __m256 s_hi, int
 }
 
 /* Codes of the 16 words z, sign included */
-XTE_AI V8 p2w_code(const p2wk *w, V8 z, V8 d, V8 t, __m256 s_lo, __m256 s_hi) {
-  return _mm256_or_si256(p2w_mag(w, z, d, t, s_lo, s_hi, 1),
+XTE_AI V8 p2w_code(const p2wk *w, V8 z, V8 d, V8 t, __m256 s_lo, __m256 s_hi, int sub) {
+  return _mm256_or_si256(p2w_mag(w, z, d, t, s_lo, s_hi, 1, sub),
                          _mm256_and_si256(_mm256_srli_epi16(z, 8), w->sgn));
 }
 
@@ -575,7 +575,8 @@ static int load_quant_p2w(const uint16_t *p, int64_t lds, int64_t rows, int64_t 
     for (i = 0; i + 32 <= n; i += 32) {
       V8 z0 = ldw(p + r * lds + i), z1 = ldw(p + r * lds + i + 16);
       mi = _mm256_max_epu16(mi, _mm256_max_epu16(absw(z0), absw(z1)));
-      p2w_store(q + r * ldq + i, p2w_code(&w, z0, d, t, s, s), p2w_code(&w, z1, d, t, s, s), nt);
+      p2w_store(q + r * ldq + i, p2w_code(&w, z0, d, t, s, s, P2W_SUB_ALWAYS),
+                p2w_code(&w, z1, d, t, s, s, P2W_SUB_ALWAYS), nt);
     }
   mb = hmax_u16(mi);
   if (mb > 0x7F80u) {
@@ -610,14 +611,15 @@ static int load_quant_vs_p2w(const uint16_t *p, int64_t lds, int64_t rows, int64
     for (i = 0; i + 32 <= n; i += 32) {
       V8 z0 = ldw(p + r * lds + i), z1 = ldw(p + r * lds + i + 16);
       mi = _mm256_max_epu16(mi, _mm256_max_epu16(absw(z0), absw(z1)));
-      p2w_store(q + r * ldq + i,
-                p2w_code(&w, z0, _mm256_load_si256((const __m256i *)(pd + i)),
-                         _mm256_load_si256((const __m256i *)(pt + i)), _mm256_load_ps(sl + i / 2),
-                         _mm256_load_ps(sh + i / 2)),
-                p2w_code(&w, z1, _mm256_load_si256((const __m256i *)(pd + i + 16)),
-                         _mm256_load_si256((const __m256i *)(pt + i + 16)),
-                         _mm256_load_ps(sl + i / 2 + 8), _mm256_load_ps(sh + i / 2 + 8)),
-                nt);
+      p2w_store(
+          q + r * ldq + i,
+          p2w_code(&w, z0, _mm256_load_si256((const __m256i *)(pd + i)),
+                   _mm256_load_si256((const __m256i *)(pt + i)), _mm256_load_ps(sl + i / 2),
+                   _mm256_load_ps(sh + i / 2), P2W_SUB_ALWAYS),
+          p2w_code(&w, z1, _mm256_load_si256((const __m256i *)(pd + i + 16)),
+                   _mm256_load_si256((const __m256i *)(pt + i + 16)),
+                   _mm256_load_ps(sl + i / 2 + 8), _mm256_load_ps(sh + i / 2 + 8), P2W_SUB_ALWAYS),
+          nt);
     }
   if (hmax_u16(mi) > 0x7F80u) {
     if (nt) _mm_sfence();
@@ -760,8 +762,8 @@ static float quant_blocks_bf16(const uint16_t *in, int64_t lds, int64_t rows, in
           const V8 d = _mm256_set1_epi16((short)p2w_d(sf[t], a->fmt));
           const V8 th = _mm256_set1_epi16((short)p2w_t(sf[t], a->fmt));
           const __m256 sv = _mm256_set1_ps(sf[t]);
-          p2w_store(cq[c] + 16 * i, p2w_code(&w, ldw(cp[c] + 16 * i), d, th, sv, sv),
-                    p2w_code(&w, ldw(cp[c] + 16 * i + 16), d, th, sv, sv), nt);
+          p2w_store(cq[c] + 16 * i, p2w_code(&w, ldw(cp[c] + 16 * i), d, th, sv, sv, P2W_SUB_RARE),
+                    p2w_code(&w, ldw(cp[c] + 16 * i + 16), d, th, sv, sv, P2W_SUB_RARE), nt);
         }
       }
     } else {
@@ -1061,16 +1063,19 @@ XTE_AI void rc_convert(const void *src, int64_t lds, int64_t nr, const xte_quant
         z1 = ldw((const uint16_t *)p + 16 * i + 16);
       }
       sb = sign_bytes(z0, z1);
-      br = _mm256_or_si256(sb, _mm256_packus_epi16(p2w_mag(&w, z0, d, t, sv, sv, clamp),
-                                                   p2w_mag(&w, z1, d, t, sv, sv, clamp)));
+      br = _mm256_or_si256(sb,
+                           _mm256_packus_epi16(p2w_mag(&w, z0, d, t, sv, sv, clamp, P2W_SUB_RARE),
+                                               p2w_mag(&w, z1, d, t, sv, sv, clamp, P2W_SUB_RARE)));
       bc = _mm256_or_si256(
-          sb, _mm256_packus_epi16(
-                  p2w_mag(&w, z0, _mm256_load_si256((const __m256i *)(pd + 16 * i)),
-                          _mm256_load_si256((const __m256i *)(pt + 16 * i)),
-                          _mm256_load_ps(sl + 8 * i), _mm256_load_ps(sh + 8 * i), clamp),
-                  p2w_mag(&w, z1, _mm256_load_si256((const __m256i *)(pd + 16 * i + 16)),
-                          _mm256_load_si256((const __m256i *)(pt + 16 * i + 16)),
-                          _mm256_load_ps(sl + 8 * i + 8), _mm256_load_ps(sh + 8 * i + 8), clamp)));
+          sb,
+          _mm256_packus_epi16(
+              p2w_mag(&w, z0, _mm256_load_si256((const __m256i *)(pd + 16 * i)),
+                      _mm256_load_si256((const __m256i *)(pt + 16 * i)), _mm256_load_ps(sl + 8 * i),
+                      _mm256_load_ps(sh + 8 * i), clamp, P2W_SUB_ALWAYS),
+              p2w_mag(&w, z1, _mm256_load_si256((const __m256i *)(pd + 16 * i + 16)),
+                      _mm256_load_si256((const __m256i *)(pt + 16 * i + 16)),
+                      _mm256_load_ps(sl + 8 * i + 8), _mm256_load_ps(sh + 8 * i + 8), clamp,
+                      P2W_SUB_ALWAYS)));
       /* in order: the 64-bit quarters (bf16 words), the 32-bit groups of rto_words (fp32) */
       br = f32 ? _mm256_permutevar8x32_epi32(br, perm) : _mm256_permute4x64_epi64(br, 0xD8);
       bc = f32 ? _mm256_permutevar8x32_epi32(bc, perm) : _mm256_permute4x64_epi64(bc, 0xD8);

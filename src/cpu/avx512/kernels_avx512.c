@@ -447,14 +447,15 @@ static inline p2wk p2wk_make(int fmt, int sat) {
 }
 
 /* magnitude codes of the words z; clamp 0: the caller knows that no |x| s passes the largest
- * finite value (then no code passes cmax) */
-XTE_AI V16 p2w_mag(const p2wk *w, V16 z, V16 d, V16 t, __m512 s_lo, __m512 s_hi, int clamp) {
+ * finite value (then no code passes cmax); sub: P2W_SUB_RARE or P2W_SUB_ALWAYS (cpu/p2w.h) */
+XTE_AI V16 p2w_mag(const p2wk *w, V16 z, V16 d, V16 t, __m512 s_lo, __m512 s_hi, int clamp,
+                   int sub) {
   V16 a = absw(z);
   V16 odd = _mm512_and_si512(_mm512_srl_epi16(a, w->sh), w->one);
   V16 r = _mm512_srl_epi16(_mm512_subs_epu16(_mm512_add_epi16(a, odd), d), w->sh);
   __mmask32 lo = _mm512_cmplt_epu16_mask(a, t);
   if (clamp) r = _mm512_min_epu16(r, w->cmax);
-  if (lo) {
+  if (sub == P2W_SUB_ALWAYS || lo) {
     V16 ylo = _mm512_castps_si512(_mm512_fmadd_ps(wlo(a), s_lo, w->magic));
     V16 yhi = _mm512_castps_si512(_mm512_fmadd_ps(whi(a), s_hi, w->magic));
     r = _mm512_mask_mov_epi16(
@@ -466,8 +467,8 @@ XTE_AI V16 p2w_mag(const p2wk *w, V16 z, V16 d, V16 t, __m512 s_lo, __m512 s_hi,
 
 /* codes of the words z (sign included, in the low byte of each word); s_lo / s_hi: the lanes'
  * scales 2^k as fp32 in wlo / whi order; lanes |w| < t by the fma of cpu/p2w.h. */
-XTE_AI V16 p2w_code(const p2wk *w, V16 z, V16 d, V16 t, __m512 s_lo, __m512 s_hi) {
-  return _mm512_ternarylogic_epi32(p2w_mag(w, z, d, t, s_lo, s_hi, 1), _mm512_srli_epi16(z, 8),
+XTE_AI V16 p2w_code(const p2wk *w, V16 z, V16 d, V16 t, __m512 s_lo, __m512 s_hi, int sub) {
+  return _mm512_ternarylogic_epi32(p2w_mag(w, z, d, t, s_lo, s_hi, 1, sub), _mm512_srli_epi16(z, 8),
                                    w->sgn, 0xF8);
 }
 
@@ -667,7 +668,9 @@ static float load_quant_p2w(const fp8k *k, const uint16_t *p, int64_t lds, int64
     for (i = 0; i + 64 <= n; i += 64) {
       V16 z0 = ldw(p + r * lds + i), z1 = ldw(p + r * lds + i + 32);
       mi = _mm512_max_epu16(mi, _mm512_max_epu16(absw(z0), absw(z1)));
-      store64(q + r * ldq + i, p2w_pack(p2w_code(&w, z0, d, t, s, s), p2w_code(&w, z1, d, t, s, s)),
+      store64(q + r * ldq + i,
+              p2w_pack(p2w_code(&w, z0, d, t, s, s, P2W_SUB_ALWAYS),
+                       p2w_code(&w, z1, d, t, s, s, P2W_SUB_ALWAYS)),
               nt);
     }
   mb = hmax_u16(mi);
@@ -795,9 +798,10 @@ static void load_quant_vs_bf16(const fp8k *k, const void *src, int64_t lds, int6
       mi = _mm512_max_epu16(mi, _mm512_max_epu16(a0, a1));
       if (p2) {
         store64(d + i,
-                p2w_pack(p2w_code(&w, z0, dv[i / 32], tv[i / 32], sp[i / 16], sp[i / 16 + 1]),
+                p2w_pack(p2w_code(&w, z0, dv[i / 32], tv[i / 32], sp[i / 16], sp[i / 16 + 1],
+                                  P2W_SUB_ALWAYS),
                          p2w_code(&w, z1, dv[i / 32 + 1], tv[i / 32 + 1], sp[i / 16 + 2],
-                                  sp[i / 16 + 3])),
+                                  sp[i / 16 + 3], P2W_SUB_ALWAYS)),
                 nt);
         continue;
       }
@@ -1048,9 +1052,9 @@ XTE_AI float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64
           const V16 dd = _mm512_set1_epi16((short)pd[t]), tt = _mm512_set1_epi16((short)pt[t]);
           const __m512 sv = _mm512_set1_ps(sf[t]);
           /* no clamp when no |x| s of the group passes the largest finite value */
-          cc[i] = _mm512_ternarylogic_epi32(
-              over ? p2w_mag(&w, z, dd, tt, sv, sv, 1) : p2w_mag(&w, z, dd, tt, sv, sv, 0),
-              _mm512_srli_epi16(z, 8), w.sgn, 0xF8);
+          cc[i] = _mm512_ternarylogic_epi32(over ? p2w_mag(&w, z, dd, tt, sv, sv, 1, P2W_SUB_RARE)
+                                                 : p2w_mag(&w, z, dd, tt, sv, sv, 0, P2W_SUB_RARE),
+                                            _mm512_srli_epi16(z, 8), w.sgn, 0xF8);
         }
         store64(d, p2w_pack(cc[0], cc[1]), nt);
         store64(d + 64, p2w_pack(cc[2], cc[3]), nt);
@@ -1195,9 +1199,11 @@ XTE_AI void rc_convert(const void *src, int64_t lds, int64_t nr, const xte_quant
                                     _mm512_loadu_si512((const void *)(p + 128 * i + 64)))
                         : _mm512_loadu_si512((const void *)(p + 64 * i));
       const V16 sg = _mm512_srli_epi16(z, 8);
-      cr[i] = _mm512_ternarylogic_epi32(p2w_mag(&w, z, d, t, sv, sv, clamp), sg, w.sgn, 0xF8);
+      cr[i] = _mm512_ternarylogic_epi32(p2w_mag(&w, z, d, t, sv, sv, clamp, P2W_SUB_RARE), sg,
+                                        w.sgn, 0xF8);
       cc[i] = _mm512_ternarylogic_epi32(
-          p2w_mag(&w, z, dv[i], tv[i], sp[2 * i], sp[2 * i + 1], clamp), sg, w.sgn, 0xF8);
+          p2w_mag(&w, z, dv[i], tv[i], sp[2 * i], sp[2 * i + 1], clamp, P2W_SUB_ALWAYS), sg, w.sgn,
+          0xF8);
     }
     for (i = 0; i < 2; i++) {
       store64(rq + r * ldrq + 64 * i,
