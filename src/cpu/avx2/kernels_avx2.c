@@ -261,6 +261,46 @@ static void transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t
     for (c = (r < r16 ? c16 : 0); c < cols; c++) dst[c * ldd + r] = src[r * lds + c];
 }
 
+/* 64 rows x 16 bytes -> 16 rows of 64 bytes. Two halves of 32 rows: lane q of r[i] is source row
+ * 16 q + i, so after the network r[c] is 32 bytes of destination row c; the first half's rows wait
+ * in h while the second is transposed, then each destination row is stored whole (both 32-byte
+ * halves back to back: a streaming store fills its line before the next line starts). */
+static inline void tr64x16(const uint8_t *s, int64_t lds, uint8_t *d, int64_t ldd, int nt) {
+  V8 r[16], t[16], h[16];
+  int i, k;
+  for (k = 0; k < 2; k++) {
+    for (i = 0; i < 16; i++)
+      r[i] = _mm256_loadu2_m128i((const __m128i *)(s + (32 * k + 16 + i) * lds),
+                                 (const __m128i *)(s + (32 * k + i) * lds));
+    XTE_TR16_NETWORK(_mm256, r, t);
+    if (k == 0)
+      for (i = 0; i < 16; i++) h[i] = r[i];
+  }
+  for (i = 0; i < 16; i++) {
+    __m256i *q = (__m256i *)(d + i * ldd);
+    if (nt) {
+      _mm256_stream_si256(q, h[i]);
+      _mm256_stream_si256(q + 1, r[i]);
+    } else {
+      _mm256_storeu_si256(q, h[i]);
+      _mm256_storeu_si256(q + 1, r[i]);
+    }
+  }
+}
+
+/* The transposed copy straight into its destination (no buffer and copy pass): 64-byte rows,
+ * streaming stores when nt and the destination rows are 64-byte aligned */
+static void transpose_nt(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds, uint8_t *dst,
+                         int64_t ldd, int nt) {
+  const int64_t r64 = rows & ~(int64_t)63, c16 = cols & ~(int64_t)15;
+  int64_t r, c;
+  nt = nt && !((uintptr_t)dst & 63) && !(ldd & 63);
+  for (r = 0; r < r64; r += 64)
+    for (c = 0; c < c16; c += 16) tr64x16(src + r * lds + c, lds, dst + c * ldd + r, ldd, nt);
+  if (c16 < cols) transpose_u8(src + c16, r64, cols - c16, lds, dst + c16 * ldd, ldd);
+  if (r64 < rows) transpose_u8(src + r64 * lds, rows - r64, cols, lds, dst + r64, ldd);
+}
+
 /* ---------------------------------------------------------------- fused kernels
  * The bodies take the input kind as a constant (always inlined into one copy per kind). */
 
@@ -1126,6 +1166,6 @@ static void store_fence(void) {
 }
 
 const xte_cpu_kernels xte_cpu_kernels_avx2 = {
-    XTE_CPU_ISA_AVX2, load_f32,  amax,         amax_cols, quant,      quant_vs,      cast_fp8,
-    cast_bf16,        cast_fp16, transpose_u8, load_amax, load_quant, load_quant_vs, quant_blocks,
-    block_scales,     copy_u8,   store_fence,  quant_rc,  NULL};
+    XTE_CPU_ISA_AVX2, load_f32,  amax,         amax_cols, quant,       quant_vs,      cast_fp8,
+    cast_bf16,        cast_fp16, transpose_u8, load_amax, load_quant,  load_quant_vs, quant_blocks,
+    block_scales,     copy_u8,   store_fence,  quant_rc,  transpose_nt};
