@@ -187,6 +187,10 @@ static void quant_tile(qctx *c, int64_t tr, int64_t tc, const qnext *nx, float p
     int buffered = a->col_q != NULL;
     uint8_t *dst = buffered ? B->Qt : a->row_q + (size_t)r0 * (size_t)a->ld_row_q + (size_t)c0;
     int64_t ldd = buffered ? TILE : a->ld_row_q;
+    /* both copies: the rowwise one written with the buffer (from one conversion where the ISA
+     * has load_quant_dup, else copied from it) */
+    const int dup = buffered && a->row_q != NULL;
+    uint8_t *rq = dup ? a->row_q + (size_t)r0 * (size_t)a->ld_row_q + (size_t)c0 : NULL;
     if (a->square) {
       if (pre >= 0.0f) {
         tile_amax = pre;
@@ -207,14 +211,19 @@ static void quant_tile(qctx *c, int64_t tr, int64_t tc, const qnext *nx, float p
         prefetch_next(c, nx, nsq + r / SQ_SLICE, 2 * nsq);
       else
         prefetch_next(c, nx, r / SQ_SLICE, nsq);
-      am = k->load_quant(in_at(c, r0 + r, c0), a->ld_in, a->in_kind, n, nc, sq.scale, a->fmt,
-                         a->saturate, dst + r * ldd, ldd, buffered ? 0 : c->nt);
+      if (!dup || !k->load_quant_dup ||
+          !k->load_quant_dup(in_at(c, r0 + r, c0), a->ld_in, a->in_kind, n, nc, sq.scale, a->fmt,
+                             a->saturate, rq + r * a->ld_row_q, a->ld_row_q, c->nt, dst + r * ldd,
+                             ldd, &am)) {
+        int64_t j2;
+        am = k->load_quant(in_at(c, r0 + r, c0), a->ld_in, a->in_kind, n, nc, sq.scale, a->fmt,
+                           a->saturate, dst + r * ldd, ldd, buffered ? 0 : c->nt);
+        if (dup) /* the rowwise copy of these rows from the buffer */
+          for (j2 = r; j2 < r + n; j2++)
+            k->copy_u8(rq + j2 * a->ld_row_q, B->Qt + j2 * TILE, nc, c->nt);
+      }
       if (c->per_tensor) tile_amax = xte_fmaxf(tile_amax, am);
     }
-    if (a->row_q && buffered)
-      for (r = 0; r < nr; r++)
-        k->copy_u8(a->row_q + (size_t)(r0 + r) * (size_t)a->ld_row_q + (size_t)c0, B->Qt + r * TILE,
-                   nc, c->nt);
     if (a->row_q && a->square) xte_store_scale(&a->row_s, tr, tc, sq);
     if (a->col_q) {
       if (a->col_transposed) {

@@ -70,6 +70,14 @@ typedef struct xte_cpu_kernels {
    * with streaming stores when nt (the caller fences), for the transposed columnwise copies. */
   void (*transpose_nt)(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds, uint8_t *dst,
                        int64_t ldd, int nt);
+  /* Optional (NULL: none). load_quant's bytes written twice from one conversion: to q (row stride
+   * ldq, streaming stores when nt) and to q2 (row stride ldq2, cached: a tile's transpose buffer),
+   * *amax set; for the rows it takes (bf16, a power-of-two scale its word sequence takes, no NaN).
+   * Returns 0 for others, which the caller then converts the general way (overwriting whatever
+   * was written). */
+  int (*load_quant_dup)(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
+                        float scale, int fmt, int sat, uint8_t *q, int64_t ldq, int nt, uint8_t *q2,
+                        int64_t ldq2, float *amax);
 } xte_cpu_kernels;
 
 extern const xte_cpu_kernels xte_cpu_kernels_scalar;

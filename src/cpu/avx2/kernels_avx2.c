@@ -592,18 +592,27 @@ XTE_AI V8 sign_bytes(V8 z0, V8 z1) {
 }
 
 /* 2 x 16 word codes -> 32 bytes in order */
-XTE_AI void p2w_store(uint8_t *q, V8 c0, V8 c1, int nt) {
-  V8 b = _mm256_permute4x64_epi64(_mm256_packus_epi16(c0, c1), 0xD8);
+XTE_AI void p2w_st(uint8_t *q, V8 b, int nt) {
   if (nt)
     _mm256_stream_si256((__m256i *)q, b);
   else
     _mm256_storeu_si256((__m256i *)q, b);
 }
 
-/* bf16 rows, n % 32 == 0, one power-of-two scale (p2w_ok); returns 0 when a NaN was seen (the
- * caller redoes the rows the general way), else 1 with *amax set */
-static int load_quant_p2w(const uint16_t *p, int64_t lds, int64_t rows, int64_t n, float scale,
-                          int fmt, int sat, uint8_t *q, int64_t ldq, int nt, float *amax) {
+XTE_AI V8 p2w_pack(V8 c0, V8 c1) {
+  return _mm256_permute4x64_epi64(_mm256_packus_epi16(c0, c1), 0xD8);
+}
+
+XTE_AI void p2w_store(uint8_t *q, V8 c0, V8 c1, int nt) {
+  p2w_st(q, p2w_pack(c0, c1), nt);
+}
+
+/* bf16 rows, n % 32 == 0, one power-of-two scale (p2w_ok), the codes to q and, when q2 is not
+ * NULL, also to q2 (row stride ldq2, cached stores); returns 0 when a NaN was seen (the caller
+ * redoes the rows the general way), else 1 with *amax set */
+XTE_AI int load_quant_p2w(const uint16_t *p, int64_t lds, int64_t rows, int64_t n, float scale,
+                          int fmt, int sat, uint8_t *q, int64_t ldq, int nt, uint8_t *q2,
+                          int64_t ldq2, float *amax) {
   const p2wk w = p2wk_make(fmt, sat);
   const V8 d = _mm256_set1_epi16((short)p2w_d(scale, fmt));
   const V8 t = _mm256_set1_epi16((short)p2w_t(scale, fmt));
@@ -615,8 +624,10 @@ static int load_quant_p2w(const uint16_t *p, int64_t lds, int64_t rows, int64_t 
     for (i = 0; i + 32 <= n; i += 32) {
       V8 z0 = ldw(p + r * lds + i), z1 = ldw(p + r * lds + i + 16);
       mi = _mm256_max_epu16(mi, _mm256_max_epu16(absw(z0), absw(z1)));
-      p2w_store(q + r * ldq + i, p2w_code(&w, z0, d, t, s, s, P2W_SUB_ALWAYS),
-                p2w_code(&w, z1, d, t, s, s, P2W_SUB_ALWAYS), nt);
+      const V8 b = p2w_pack(p2w_code(&w, z0, d, t, s, s, P2W_SUB_ALWAYS),
+                            p2w_code(&w, z1, d, t, s, s, P2W_SUB_ALWAYS));
+      p2w_st(q + r * ldq + i, b, nt);
+      if (q2) _mm256_storeu_si256((__m256i *)(q2 + r * ldq2 + i), b);
     }
   mb = hmax_u16(mi);
   if (mb > 0x7F80u) {
@@ -699,12 +710,21 @@ static float load_quant(const void *src, int64_t lds, int in_kind, int64_t rows,
   int64_t r;
   nt = nt && !(ldq & 31) && !((uintptr_t)q & 31);
   if (in_kind == XTE_NUM_IN_BF16 && n % 32 == 0 && p2w_ok(scale) &&
-      load_quant_p2w((const uint16_t *)src, lds, rows, n, scale, fmt, sat, q, ldq, nt, &m))
+      load_quant_p2w((const uint16_t *)src, lds, rows, n, scale, fmt, sat, q, ldq, nt, NULL, 0, &m))
     return m;
   for (r = 0; r < rows; r++)
     m = xte_fmaxf(
         m, load_quant_r1(ROW(src, r, lds, es), in_kind, n, scale, fmt, sat, q + r * ldq, nt));
   return m;
+}
+
+static int load_quant_dup(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
+                          float scale, int fmt, int sat, uint8_t *q, int64_t ldq, int nt,
+                          uint8_t *q2, int64_t ldq2, float *amax) {
+  nt = nt && !(ldq & 31) && !((uintptr_t)q & 31);
+  return in_kind == XTE_NUM_IN_BF16 && n % 32 == 0 && p2w_ok(scale) &&
+         load_quant_p2w((const uint16_t *)src, lds, rows, n, scale, fmt, sat, q, ldq, nt, q2, ldq2,
+                        amax);
 }
 
 static void load_quant_vs(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
@@ -1166,6 +1186,6 @@ static void store_fence(void) {
 }
 
 const xte_cpu_kernels xte_cpu_kernels_avx2 = {
-    XTE_CPU_ISA_AVX2, load_f32,  amax,         amax_cols, quant,       quant_vs,      cast_fp8,
-    cast_bf16,        cast_fp16, transpose_u8, load_amax, load_quant,  load_quant_vs, quant_blocks,
-    block_scales,     copy_u8,   store_fence,  quant_rc,  transpose_nt};
+    XTE_CPU_ISA_AVX2, load_f32,  amax,         amax_cols, quant,        quant_vs,      cast_fp8,
+    cast_bf16,        cast_fp16, transpose_u8, load_amax, load_quant,   load_quant_vs, quant_blocks,
+    block_scales,     copy_u8,   store_fence,  quant_rc,  transpose_nt, load_quant_dup};

@@ -652,10 +652,12 @@ XTE_AI float load_quant_row_bf16(const fp8k *k, const uint16_t *p, int64_t n, fl
   return xte_bits_f32(mb << 16);
 }
 
-/* bf16 rows, n % 64 == 0, a power-of-two scale (p2w_ok): the word sequence; a NaN anywhere: all
- * rows redone the general way */
-static float load_quant_p2w(const fp8k *k, const uint16_t *p, int64_t lds, int64_t rows, int64_t n,
-                            float scale, int fmt, int sat, uint8_t *q, int64_t ldq, int nt) {
+/* bf16 rows, n % 64 == 0, a power-of-two scale (p2w_ok): the word sequence, the codes to q and,
+ * when q2 is not NULL, also to q2 (row stride ldq2, cached stores); a NaN anywhere: all rows
+ * redone the general way (q2: -1 returned instead, the caller redoes them) */
+XTE_AI float load_quant_p2w(const fp8k *k, const uint16_t *p, int64_t lds, int64_t rows, int64_t n,
+                            float scale, int fmt, int sat, uint8_t *q, int64_t ldq, int nt,
+                            uint8_t *q2, int64_t ldq2) {
   const p2wk w = p2wk_make(fmt, sat);
   const V16 d = _mm512_set1_epi16((short)p2w_d(scale, fmt));
   const V16 t = _mm512_set1_epi16((short)p2w_t(scale, fmt));
@@ -668,14 +670,15 @@ static float load_quant_p2w(const fp8k *k, const uint16_t *p, int64_t lds, int64
     for (i = 0; i + 64 <= n; i += 64) {
       V16 z0 = ldw(p + r * lds + i), z1 = ldw(p + r * lds + i + 32);
       mi = _mm512_max_epu16(mi, _mm512_max_epu16(absw(z0), absw(z1)));
-      store64(q + r * ldq + i,
-              p2w_pack(p2w_code(&w, z0, d, t, s, s, P2W_SUB_ALWAYS),
-                       p2w_code(&w, z1, d, t, s, s, P2W_SUB_ALWAYS)),
-              nt);
+      const V16 b = p2w_pack(p2w_code(&w, z0, d, t, s, s, P2W_SUB_ALWAYS),
+                             p2w_code(&w, z1, d, t, s, s, P2W_SUB_ALWAYS));
+      store64(q + r * ldq + i, b, nt);
+      if (q2) _mm512_storeu_si512((void *)(q2 + r * ldq2 + i), b);
     }
   mb = hmax_u16(mi);
   if (mb <= 0x7F80u) return xte_bits_f32(mb << 16);
   if (nt) _mm_sfence();
+  if (q2) return -1.0f;
   for (r = 0; r < rows; r++)
     m = xte_fmaxf(
         m, load_quant_slow(k, p + r * lds, XTE_NUM_IN_BF16, n, scale, fmt, sat, q + r * ldq, nt));
@@ -690,7 +693,8 @@ XTE_AI float load_quant_body(const void *src, int64_t lds, int kind, int64_t row
   int64_t r;
   nt = nt && !((uintptr_t)q & 63) && !(ldq & 63);
   if (kind == XTE_NUM_IN_BF16 && n % 64 == 0 && p2w_ok(scale))
-    m = load_quant_p2w(&k, (const uint16_t *)src, lds, rows, n, scale, fmt, sat, q, ldq, nt);
+    m = load_quant_p2w(&k, (const uint16_t *)src, lds, rows, n, scale, fmt, sat, q, ldq, nt, NULL,
+                       0);
   else if (kind == XTE_NUM_IN_BF16 && n % 64 == 0 && pos_finite(scale))
     for (r = 0; r < rows; r++)
       m = xte_fmaxf(m, load_quant_row_bf16(&k, (const uint16_t *)src + r * lds, n, scale, fmt, sat,
@@ -716,6 +720,20 @@ static float load_quant(const void *src, int64_t lds, int in_kind, int64_t rows,
     default:
       return load_quant_body(src, lds, XTE_NUM_IN_F16, rows, n, scale, fmt, sat, q, ldq, nt);
   }
+}
+
+static int load_quant_dup(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
+                          float scale, int fmt, int sat, uint8_t *q, int64_t ldq, int nt,
+                          uint8_t *q2, int64_t ldq2, float *amax) {
+  fp8k k = fp8k_make(fmt, sat);
+  float m;
+  if (in_kind != XTE_NUM_IN_BF16 || n % 64 != 0 || !p2w_ok(scale)) return 0;
+  nt = nt && !((uintptr_t)q & 63) && !(ldq & 63);
+  m = load_quant_p2w(&k, (const uint16_t *)src, lds, rows, n, scale, fmt, sat, q, ldq, nt, q2,
+                     ldq2);
+  if (m < 0.0f) return 0;
+  *amax = m;
+  return 1;
 }
 
 XTE_AI void load_quant_vs_slow(const fp8k *k, const void *src, int kind, int64_t n, const float *sc,
@@ -1314,6 +1332,6 @@ static void store_fence(void) {
 }
 
 const xte_cpu_kernels XTE_AVX512_TABLE = {
-    XTE_AVX512_ISA, load_f32,  amax,         amax_cols, quant,       quant_vs,      cast_fp8,
-    cast_bf16,      cast_fp16, transpose_u8, load_amax, load_quant,  load_quant_vs, quant_blocks,
-    block_scales,   copy_u8,   store_fence,  quant_rc,  transpose_nt};
+    XTE_AVX512_ISA, load_f32,  amax,         amax_cols, quant,        quant_vs,      cast_fp8,
+    cast_bf16,      cast_fp16, transpose_u8, load_amax, load_quant,   load_quant_vs, quant_blocks,
+    block_scales,   copy_u8,   store_fence,  quant_rc,  transpose_nt, load_quant_dup};
