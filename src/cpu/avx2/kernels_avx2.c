@@ -703,6 +703,9 @@ static float load_amax(const void *src, int64_t lds, int in_kind, int64_t rows, 
   return m;
 }
 
+/* below, with the other fp32 word kernels */
+static int load_quant_p2w_f32(const float *p, int64_t lds, int64_t rows, int64_t n, float scale,
+                              int fmt, int sat, uint8_t *q, int64_t ldq, int nt, float *amax);
 static float load_quant(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
                         float scale, int fmt, int sat, uint8_t *q, int64_t ldq, int nt) {
   const size_t es = in_kind == XTE_NUM_IN_F32 ? 4 : 2;
@@ -711,6 +714,9 @@ static float load_quant(const void *src, int64_t lds, int in_kind, int64_t rows,
   nt = nt && !(ldq & 31) && !((uintptr_t)q & 31);
   if (in_kind == XTE_NUM_IN_BF16 && n % 32 == 0 && p2w_ok(scale) &&
       load_quant_p2w((const uint16_t *)src, lds, rows, n, scale, fmt, sat, q, ldq, nt, NULL, 0, &m))
+    return m;
+  if (in_kind == XTE_NUM_IN_F32 && n % 32 == 0 && p2w_ok(scale) &&
+      load_quant_p2w_f32((const float *)src, lds, rows, n, scale, fmt, sat, q, ldq, nt, &m))
     return m;
   for (r = 0; r < rows; r++)
     m = xte_fmaxf(
@@ -1020,6 +1026,45 @@ XTE_AI V8 rto_words(V8 x0, V8 x1) {
   V8 t0 = _mm256_min_epu16(x0, lo1), t1 = _mm256_min_epu16(x1, lo1);
   return _mm256_packus_epi32(_mm256_or_si256(_mm256_srli_epi32(t0, 16), _mm256_and_si256(t0, one)),
                              _mm256_or_si256(_mm256_srli_epi32(t1, 16), _mm256_and_si256(t1, one)));
+}
+
+/* fp32 rows, n % 32 == 0, one power-of-two scale (p2w_ok): the word sequence on words rounded to
+ * odd (the codes of x itself, as above); the amax from the fp32 values. 0 when a NaN was seen
+ * (the caller redoes the rows the general way), else 1 with *amax set */
+static int load_quant_p2w_f32(const float *p, int64_t lds, int64_t rows, int64_t n, float scale,
+                              int fmt, int sat, uint8_t *q, int64_t ldq, int nt, float *amax) {
+  const p2wk w = p2wk_make(fmt, sat);
+  const V8 d = _mm256_set1_epi16((short)p2w_d(scale, fmt));
+  const V8 t = _mm256_set1_epi16((short)p2w_t(scale, fmt));
+  const V8 perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7), am = _mm256_set1_epi32(0x7FFFFFFF);
+  const __m256 s = _mm256_set1_ps(scale);
+  V8 mi = _mm256_setzero_si256();
+  uint32_t mb;
+  int64_t r, i;
+  for (r = 0; r < rows; r++)
+    for (i = 0; i + 32 <= n; i += 32) {
+      const __m256i *x = (const __m256i *)(p + r * lds + i);
+      V8 x0 = _mm256_loadu_si256(x), x1 = _mm256_loadu_si256(x + 1);
+      V8 x2 = _mm256_loadu_si256(x + 2), x3 = _mm256_loadu_si256(x + 3);
+      V8 z0 = rto_words(x0, x1), z1 = rto_words(x2, x3);
+      mi = _mm256_max_epu32(
+          mi,
+          _mm256_max_epu32(_mm256_max_epu32(_mm256_and_si256(x0, am), _mm256_and_si256(x1, am)),
+                           _mm256_max_epu32(_mm256_and_si256(x2, am), _mm256_and_si256(x3, am))));
+      p2w_st(q + r * ldq + i,
+             _mm256_permutevar8x32_epi32(
+                 _mm256_packus_epi16(p2w_code(&w, z0, d, t, s, s, P2W_SUB_ALWAYS),
+                                     p2w_code(&w, z1, d, t, s, s, P2W_SUB_ALWAYS)),
+                 perm),
+             nt);
+    }
+  mb = hmax_u32(mi);
+  if (mb > 0x7F800000u) {
+    if (nt) _mm_sfence();
+    return 0;
+  }
+  *amax = xte_bits_f32(mb);
+  return 1;
 }
 
 /* The first pass of quant_rc and the tile's parameters: rsc, csc, pd / pt / sl / sh by word
