@@ -1157,8 +1157,9 @@ XTE_AI void rc_convert(const void *src, int64_t lds, int64_t nr, const xte_quant
       const char *pn = (const char *)pf + (size_t)r * (size_t)lds * es;
       for (j = 0; j < (int)(128 * es); j += 64) _mm_prefetch(pn + j, _MM_HINT_T1);
     }
-    for (i = 0; i < 8; i += 2) {
-      V8 z0, z1, sb, br, bc;
+    V8 zb[8];
+    for (i = 0; i < 8; i += 2) { /* the row codes (and the words, kept for the column codes) */
+      V8 z0, z1, br;
       if (f32) {
         const __m256i *x = (const __m256i *)(p + 64 * i);
         z0 = rto_words(_mm256_loadu_si256(x), _mm256_loadu_si256(x + 1));
@@ -1167,12 +1168,22 @@ XTE_AI void rc_convert(const void *src, int64_t lds, int64_t nr, const xte_quant
         z0 = ldw((const uint16_t *)p + 16 * i);
         z1 = ldw((const uint16_t *)p + 16 * i + 16);
       }
-      sb = sign_bytes(z0, z1);
-      br = _mm256_or_si256(sb,
+      zb[i] = z0;
+      zb[i + 1] = z1;
+      br = _mm256_or_si256(sign_bytes(z0, z1),
                            _mm256_packus_epi16(p2w_mag(&w, z0, d, t, sv, sv, clamp, P2W_SUB_RARE),
                                                p2w_mag(&w, z1, d, t, sv, sv, clamp, P2W_SUB_RARE)));
-      bc = _mm256_or_si256(
-          sb,
+      /* in order: the 64-bit quarters (bf16 words), the 32-bit groups of rto_words (fp32) */
+      br = f32 ? _mm256_permutevar8x32_epi32(br, perm) : _mm256_permute4x64_epi64(br, 0xD8);
+      if (nt)
+        _mm256_stream_si256((__m256i *)(rq + r * ldrq + 16 * i), br);
+      else
+        _mm256_storeu_si256((__m256i *)(rq + r * ldrq + 16 * i), br);
+    }
+    for (i = 0; i < 8; i += 2) { /* the column codes */
+      const V8 z0 = zb[i], z1 = zb[i + 1];
+      V8 bc = _mm256_or_si256(
+          sign_bytes(z0, z1),
           _mm256_packus_epi16(
               p2w_mag(&w, z0, _mm256_load_si256((const __m256i *)(pd + 16 * i)),
                       _mm256_load_si256((const __m256i *)(pt + 16 * i)), _mm256_load_ps(sl + 8 * i),
@@ -1181,13 +1192,7 @@ XTE_AI void rc_convert(const void *src, int64_t lds, int64_t nr, const xte_quant
                       _mm256_load_si256((const __m256i *)(pt + 16 * i + 16)),
                       _mm256_load_ps(sl + 8 * i + 8), _mm256_load_ps(sh + 8 * i + 8), clamp,
                       P2W_SUB_ALWAYS)));
-      /* in order: the 64-bit quarters (bf16 words), the 32-bit groups of rto_words (fp32) */
-      br = f32 ? _mm256_permutevar8x32_epi32(br, perm) : _mm256_permute4x64_epi64(br, 0xD8);
       bc = f32 ? _mm256_permutevar8x32_epi32(bc, perm) : _mm256_permute4x64_epi64(bc, 0xD8);
-      if (nt)
-        _mm256_stream_si256((__m256i *)(rq + r * ldrq + 16 * i), br);
-      else
-        _mm256_storeu_si256((__m256i *)(rq + r * ldrq + 16 * i), br);
       _mm256_storeu_si256((__m256i *)(cq + r * 128 + 16 * i), bc);
     }
   }
