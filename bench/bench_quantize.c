@@ -1,7 +1,8 @@
 /* Quantize suite: xte_quantize with the TransformerEngine block recipe (e4m3, GEMM-ready TE_GEMM
  * scale layout) in 1x128 and 128x128 blocks, bf16 and fp32 input, rowwise only and rowwise plus
  * the transposed columnwise copy, on all of xte's CPU threads; at 64 MiB of input (past the
- * caches: memory bound) and at 1 MiB (cache resident, for tuners).
+ * caches: memory bound) and at 1 MiB (cache resident, for tuners; the same data every call, which
+ * branch predictors learn: read data-dependent branches off the 64 MiB cases).
  *
  * Anchor: "quantize/copy/<size>", a streaming copy of the same input buffer into an output
  * buffer of the same size, split over the same number of threads.

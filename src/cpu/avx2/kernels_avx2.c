@@ -591,6 +591,17 @@ XTE_AI V8 sign_bytes(V8 z0, V8 z1) {
   return _mm256_and_si256(_mm256_packs_epi16(z0, z1), _mm256_set1_epi8((char)0x80));
 }
 
+/* fp32 on bf16 words rounded to odd (the high half, the low bit set when the low half is not
+ * zero: cpu/p2w.h): they round at the fp8 precision or the subnormal quantum as x itself does.
+ * 2 x 8 fp32 -> 16 words rounded to odd, in each 128-bit lane L elements 4L..4L+3 of x0 then of
+ * x1 (the packus order; store32's permutation puts the codes back in order) */
+XTE_AI V8 rto_words(V8 x0, V8 x1) {
+  const V8 lo1 = _mm256_set1_epi32((int)0xFFFF0001u), one = _mm256_set1_epi32(1);
+  V8 t0 = _mm256_min_epu16(x0, lo1), t1 = _mm256_min_epu16(x1, lo1);
+  return _mm256_packus_epi32(_mm256_or_si256(_mm256_srli_epi32(t0, 16), _mm256_and_si256(t0, one)),
+                             _mm256_or_si256(_mm256_srli_epi32(t1, 16), _mm256_and_si256(t1, one)));
+}
+
 /* 2 x 16 word codes -> 32 bytes in order */
 XTE_AI void p2w_st(uint8_t *q, V8 b, int nt) {
   if (nt)
@@ -607,34 +618,53 @@ XTE_AI void p2w_store(uint8_t *q, V8 c0, V8 c1, int nt) {
   p2w_st(q, p2w_pack(c0, c1), nt);
 }
 
-/* bf16 rows, n % 32 == 0, one power-of-two scale (p2w_ok), the codes to q and, when q2 is not
- * NULL, also to q2 (row stride ldq2, cached stores); returns 0 when a NaN was seen (the caller
- * redoes the rows the general way), else 1 with *amax set */
-XTE_AI int load_quant_p2w(const uint16_t *p, int64_t lds, int64_t rows, int64_t n, float scale,
+/* bf16 rows (f32 0) or fp32 rows (f32 1: on words rounded to odd, the amax from the fp32 values),
+ * n % 32 == 0, one power-of-two scale (p2w_ok), the codes to q and, when q2 is not NULL, also to
+ * q2 (row stride ldq2, cached stores); returns 0 when a NaN was seen (the caller redoes the rows
+ * the general way), else 1 with *amax set */
+XTE_AI int load_quant_p2w(const void *src, int64_t lds, int64_t rows, int64_t n, float scale,
                           int fmt, int sat, uint8_t *q, int64_t ldq, int nt, uint8_t *q2,
-                          int64_t ldq2, float *amax) {
+                          int64_t ldq2, float *amax, int f32) {
   const p2wk w = p2wk_make(fmt, sat);
   const V8 d = _mm256_set1_epi16((short)p2w_d(scale, fmt));
   const V8 t = _mm256_set1_epi16((short)p2w_t(scale, fmt));
+  const V8 am = _mm256_set1_epi32(0x7FFFFFFF);
   const __m256 s = _mm256_set1_ps(scale);
   V8 mi = _mm256_setzero_si256();
   uint32_t mb;
   int64_t r, i;
   for (r = 0; r < rows; r++)
     for (i = 0; i + 32 <= n; i += 32) {
-      V8 z0 = ldw(p + r * lds + i), z1 = ldw(p + r * lds + i + 16);
-      mi = _mm256_max_epu16(mi, _mm256_max_epu16(absw(z0), absw(z1)));
-      const V8 b = p2w_pack(p2w_code(&w, z0, d, t, s, s, P2W_SUB_ALWAYS),
-                            p2w_code(&w, z1, d, t, s, s, P2W_SUB_ALWAYS));
+      V8 z0, z1, b;
+      if (f32) {
+        const __m256i *x = (const __m256i *)((const float *)src + r * lds + i);
+        const V8 x0 = _mm256_loadu_si256(x), x1 = _mm256_loadu_si256(x + 1);
+        const V8 x2 = _mm256_loadu_si256(x + 2), x3 = _mm256_loadu_si256(x + 3);
+        z0 = rto_words(x0, x1);
+        z1 = rto_words(x2, x3);
+        mi = _mm256_max_epu32(
+            mi,
+            _mm256_max_epu32(_mm256_max_epu32(_mm256_and_si256(x0, am), _mm256_and_si256(x1, am)),
+                             _mm256_max_epu32(_mm256_and_si256(x2, am), _mm256_and_si256(x3, am))));
+      } else {
+        z0 = ldw((const uint16_t *)src + r * lds + i);
+        z1 = ldw((const uint16_t *)src + r * lds + i + 16);
+        mi = _mm256_max_epu16(mi, _mm256_max_epu16(absw(z0), absw(z1)));
+      }
+      b = _mm256_packus_epi16(p2w_code(&w, z0, d, t, s, s, P2W_SUB_ALWAYS),
+                              p2w_code(&w, z1, d, t, s, s, P2W_SUB_ALWAYS));
+      /* in order: the 64-bit quarters (bf16 words), the 32-bit groups of rto_words (fp32) */
+      b = f32 ? _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+              : _mm256_permute4x64_epi64(b, 0xD8);
       p2w_st(q + r * ldq + i, b, nt);
       if (q2) _mm256_storeu_si256((__m256i *)(q2 + r * ldq2 + i), b);
     }
-  mb = hmax_u16(mi);
-  if (mb > 0x7F80u) {
+  mb = f32 ? hmax_u32(mi) : hmax_u16(mi) << 16;
+  if (mb > 0x7F800000u) {
     if (nt) _mm_sfence();
     return 0;
   }
-  *amax = xte_bits_f32(mb << 16);
+  *amax = xte_bits_f32(mb);
   return 1;
 }
 
@@ -703,9 +733,6 @@ static float load_amax(const void *src, int64_t lds, int in_kind, int64_t rows, 
   return m;
 }
 
-/* below, with the other fp32 word kernels */
-static int load_quant_p2w_f32(const float *p, int64_t lds, int64_t rows, int64_t n, float scale,
-                              int fmt, int sat, uint8_t *q, int64_t ldq, int nt, float *amax);
 static float load_quant(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
                         float scale, int fmt, int sat, uint8_t *q, int64_t ldq, int nt) {
   const size_t es = in_kind == XTE_NUM_IN_F32 ? 4 : 2;
@@ -713,10 +740,10 @@ static float load_quant(const void *src, int64_t lds, int in_kind, int64_t rows,
   int64_t r;
   nt = nt && !(ldq & 31) && !((uintptr_t)q & 31);
   if (in_kind == XTE_NUM_IN_BF16 && n % 32 == 0 && p2w_ok(scale) &&
-      load_quant_p2w((const uint16_t *)src, lds, rows, n, scale, fmt, sat, q, ldq, nt, NULL, 0, &m))
+      load_quant_p2w(src, lds, rows, n, scale, fmt, sat, q, ldq, nt, NULL, 0, &m, 0))
     return m;
   if (in_kind == XTE_NUM_IN_F32 && n % 32 == 0 && p2w_ok(scale) &&
-      load_quant_p2w_f32((const float *)src, lds, rows, n, scale, fmt, sat, q, ldq, nt, &m))
+      load_quant_p2w(src, lds, rows, n, scale, fmt, sat, q, ldq, nt, NULL, 0, &m, 1))
     return m;
   for (r = 0; r < rows; r++)
     m = xte_fmaxf(
@@ -729,8 +756,7 @@ static int load_quant_dup(const void *src, int64_t lds, int in_kind, int64_t row
                           uint8_t *q2, int64_t ldq2, float *amax) {
   nt = nt && !(ldq & 31) && !((uintptr_t)q & 31);
   return in_kind == XTE_NUM_IN_BF16 && n % 32 == 0 && p2w_ok(scale) &&
-         load_quant_p2w((const uint16_t *)src, lds, rows, n, scale, fmt, sat, q, ldq, nt, q2, ldq2,
-                        amax);
+         load_quant_p2w(src, lds, rows, n, scale, fmt, sat, q, ldq, nt, q2, ldq2, amax, 0);
 }
 
 static void load_quant_vs(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
@@ -1018,54 +1044,6 @@ static void block_scales(const xte_quant_args *a, const float *amax, int64_t n,
  * high half, the low bit set when the low half is not zero), which round at the fp8 precision or
  * the subnormal quantum (two or more bits below the kept ones) as x itself does and are below T
  * exactly when x is. */
-
-/* 2 x 8 fp32 -> 16 words rounded to odd, in each 128-bit lane L elements 4L..4L+3 of x0 then of
- * x1 (the packus order; store32's permutation puts the codes back in order) */
-XTE_AI V8 rto_words(V8 x0, V8 x1) {
-  const V8 lo1 = _mm256_set1_epi32((int)0xFFFF0001u), one = _mm256_set1_epi32(1);
-  V8 t0 = _mm256_min_epu16(x0, lo1), t1 = _mm256_min_epu16(x1, lo1);
-  return _mm256_packus_epi32(_mm256_or_si256(_mm256_srli_epi32(t0, 16), _mm256_and_si256(t0, one)),
-                             _mm256_or_si256(_mm256_srli_epi32(t1, 16), _mm256_and_si256(t1, one)));
-}
-
-/* fp32 rows, n % 32 == 0, one power-of-two scale (p2w_ok): the word sequence on words rounded to
- * odd (the codes of x itself, as above); the amax from the fp32 values. 0 when a NaN was seen
- * (the caller redoes the rows the general way), else 1 with *amax set */
-static int load_quant_p2w_f32(const float *p, int64_t lds, int64_t rows, int64_t n, float scale,
-                              int fmt, int sat, uint8_t *q, int64_t ldq, int nt, float *amax) {
-  const p2wk w = p2wk_make(fmt, sat);
-  const V8 d = _mm256_set1_epi16((short)p2w_d(scale, fmt));
-  const V8 t = _mm256_set1_epi16((short)p2w_t(scale, fmt));
-  const V8 perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7), am = _mm256_set1_epi32(0x7FFFFFFF);
-  const __m256 s = _mm256_set1_ps(scale);
-  V8 mi = _mm256_setzero_si256();
-  uint32_t mb;
-  int64_t r, i;
-  for (r = 0; r < rows; r++)
-    for (i = 0; i + 32 <= n; i += 32) {
-      const __m256i *x = (const __m256i *)(p + r * lds + i);
-      V8 x0 = _mm256_loadu_si256(x), x1 = _mm256_loadu_si256(x + 1);
-      V8 x2 = _mm256_loadu_si256(x + 2), x3 = _mm256_loadu_si256(x + 3);
-      V8 z0 = rto_words(x0, x1), z1 = rto_words(x2, x3);
-      mi = _mm256_max_epu32(
-          mi,
-          _mm256_max_epu32(_mm256_max_epu32(_mm256_and_si256(x0, am), _mm256_and_si256(x1, am)),
-                           _mm256_max_epu32(_mm256_and_si256(x2, am), _mm256_and_si256(x3, am))));
-      p2w_st(q + r * ldq + i,
-             _mm256_permutevar8x32_epi32(
-                 _mm256_packus_epi16(p2w_code(&w, z0, d, t, s, s, P2W_SUB_ALWAYS),
-                                     p2w_code(&w, z1, d, t, s, s, P2W_SUB_ALWAYS)),
-                 perm),
-             nt);
-    }
-  mb = hmax_u32(mi);
-  if (mb > 0x7F800000u) {
-    if (nt) _mm_sfence();
-    return 0;
-  }
-  *amax = xte_bits_f32(mb);
-  return 1;
-}
 
 /* The first pass of quant_rc and the tile's parameters: rsc, csc, pd / pt / sl / sh by word
  * position, *amax, and *clamp 0 when no |x| s of the tile passes the largest finite value (true
