@@ -72,7 +72,7 @@ typedef struct xte_cpu_kernels {
                        int64_t ldd, int nt);
   /* Optional (NULL: none). load_quant's bytes written twice from one conversion: to q (row stride
    * ldq, streaming stores when nt) and to q2 (row stride ldq2, cached: a tile's transpose buffer),
-   * *amax set; for the rows it takes (bf16, a power-of-two scale its word sequence takes, no NaN).
+   * *amax set; for the rows it takes (no NaN; bf16 or fp32, the scales its sequences take).
    * Returns 0 for others, which the caller then converts the general way (overwriting whatever
    * was written). */
   int (*load_quant_dup)(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,

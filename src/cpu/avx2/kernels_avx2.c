@@ -755,8 +755,10 @@ static int load_quant_dup(const void *src, int64_t lds, int in_kind, int64_t row
                           float scale, int fmt, int sat, uint8_t *q, int64_t ldq, int nt,
                           uint8_t *q2, int64_t ldq2, float *amax) {
   nt = nt && !(ldq & 31) && !((uintptr_t)q & 31);
-  return in_kind == XTE_NUM_IN_BF16 && n % 32 == 0 && p2w_ok(scale) &&
-         load_quant_p2w(src, lds, rows, n, scale, fmt, sat, q, ldq, nt, q2, ldq2, amax, 0);
+  if (in_kind == XTE_NUM_IN_F16 || n % 32 != 0 || !p2w_ok(scale)) return 0;
+  return in_kind == XTE_NUM_IN_F32
+             ? load_quant_p2w(src, lds, rows, n, scale, fmt, sat, q, ldq, nt, q2, ldq2, amax, 1)
+             : load_quant_p2w(src, lds, rows, n, scale, fmt, sat, q, ldq, nt, q2, ldq2, amax, 0);
 }
 
 static void load_quant_vs(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,

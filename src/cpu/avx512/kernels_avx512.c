@@ -722,15 +722,52 @@ static float load_quant(const void *src, int64_t lds, int in_kind, int64_t rows,
   }
 }
 
+/* fp32 rows, n % 64 == 0, a finite scale > 0: load_quant_row's sequence, the codes to q and q2
+ * (cached stores); -1 when a NaN was seen (the caller redoes the rows) */
+static float load_quant_dup_f32(const fp8k *k, const float *p, int64_t lds, int64_t rows, int64_t n,
+                                float scale, uint8_t *q, int64_t ldq, int nt, uint8_t *q2,
+                                int64_t ldq2) {
+  const __m512 s = _mm512_set1_ps(scale);
+  V16 mi = _mm512_setzero_si512();
+  uint32_t mb;
+  int64_t r, i;
+  for (r = 0; r < rows; r++)
+    for (i = 0; i + 64 <= n; i += 64) {
+      const float *x = p + r * lds + i;
+      __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+      __m512 x2 = _mm512_loadu_ps(x + 32), x3 = _mm512_loadu_ps(x + 48);
+      __m512 a0 = abs16(x0), a1 = abs16(x1), a2 = abs16(x2), a3 = abs16(x3);
+      V16 b;
+      mi = _mm512_max_epu32(
+          mi, _mm512_max_epu32(_mm512_max_epu32(_mm512_castps_si512(a0), _mm512_castps_si512(a1)),
+                               _mm512_max_epu32(_mm512_castps_si512(a2), _mm512_castps_si512(a3))));
+      b = pack4(cvt_scaled(k, x0, a0, s), cvt_scaled(k, x1, a1, s), cvt_scaled(k, x2, a2, s),
+                cvt_scaled(k, x3, a3, s));
+      store64(q + r * ldq + i, b, nt);
+      _mm512_storeu_si512((void *)(q2 + r * ldq2 + i), b);
+    }
+  mb = hmax_u32(mi);
+  if (mb > 0x7F800000u) {
+    if (nt) _mm_sfence();
+    return -1.0f;
+  }
+  return xte_bits_f32(mb);
+}
+
 static int load_quant_dup(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
                           float scale, int fmt, int sat, uint8_t *q, int64_t ldq, int nt,
                           uint8_t *q2, int64_t ldq2, float *amax) {
   fp8k k = fp8k_make(fmt, sat);
   float m;
-  if (in_kind != XTE_NUM_IN_BF16 || n % 64 != 0 || !p2w_ok(scale)) return 0;
+  if (n % 64 != 0) return 0;
   nt = nt && !((uintptr_t)q & 63) && !(ldq & 63);
-  m = load_quant_p2w(&k, (const uint16_t *)src, lds, rows, n, scale, fmt, sat, q, ldq, nt, q2,
-                     ldq2);
+  if (in_kind == XTE_NUM_IN_BF16 && p2w_ok(scale))
+    m = load_quant_p2w(&k, (const uint16_t *)src, lds, rows, n, scale, fmt, sat, q, ldq, nt, q2,
+                       ldq2);
+  else if (in_kind == XTE_NUM_IN_F32 && pos_finite(scale))
+    m = load_quant_dup_f32(&k, (const float *)src, lds, rows, n, scale, q, ldq, nt, q2, ldq2);
+  else
+    return 0;
   if (m < 0.0f) return 0;
   *amax = m;
   return 1;
