@@ -16,8 +16,10 @@
 #define TILE 128
 #define ROW_SCALES 256 /* block scales per quant_blocks call on the row path */
 #define SLICE 16       /* rows per kernel call in a tile (prefetching the next tile between) */
-#define SQ_SLICE 4     /* the same in one-scale tiles: shorter prefetch bursts */
-#define PF_TILES 2     /* tiles walked one by one prefetch the tile this far ahead */
+/* the same in one-scale tiles: 2 KiB of input per call (bf16 8 rows, fp32 4), shorter prefetch
+ * bursts */
+#define SQ_SLICE ((int64_t)(2048 / (TILE * c->es)))
+#define PF_TILES 2 /* tiles walked one by one prefetch the tile this far ahead */
 
 typedef struct qctx {
   const xte_quant_args *a;
