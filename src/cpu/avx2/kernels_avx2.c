@@ -556,39 +556,53 @@ static inline p2wk p2wk_make(int fmt, int sat) {
   return w;
 }
 
-/* Magnitude codes of the 16 words z (in the low byte of each word). d, t: p2w_d and p2w_t per
- * lane (t < 0x8000, so a signed compare is the unsigned one); s_lo / s_hi: the lanes' scales as
- * fp32 in unpack order (words 0-3, 8-11 and 4-7, 12-15). Lanes |w| < t by the fma of cpu/p2w.h.
- * clamp 0: the caller knows that no |x| s exceeds the format's largest finite value (then no code
- * passes cmax). */
-XTE_AI V8 p2w_mag(const p2wk *w, V8 z, V8 d, V8 t, __m256 s_lo, __m256 s_hi, int clamp, int sub) {
-  V8 a = absw(z);
-  V8 odd = _mm256_and_si256(_mm256_srl_epi16(a, w->sh), w->one);
-  V8 r = _mm256_srl_epi16(_mm256_subs_epu16(_mm256_add_epi16(a, odd), d), w->sh);
-  V8 lo = _mm256_cmpgt_epi16(t, a);
-  if (clamp) r = _mm256_min_epu16(r, w->cmax);
-  if (sub == P2W_SUB_ALWAYS || !_mm256_testz_si256(lo, lo)) {
-    V8 ylo = _mm256_castps_si256(_mm256_fmadd_ps(
-        _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), a)), s_lo, w->magic));
-    V8 yhi = _mm256_castps_si256(_mm256_fmadd_ps(
-        _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), a)), s_hi, w->magic));
-    r = _mm256_blendv_epi8(
-        r, _mm256_packus_epi32(_mm256_sub_epi32(ylo, w->mbits), _mm256_sub_epi32(yhi, w->mbits)),
-        lo);
-  }
-  return r;
-}
-
-/* Codes of the 16 words z, sign included */
-XTE_AI V8 p2w_code(const p2wk *w, V8 z, V8 d, V8 t, __m256 s_lo, __m256 s_hi, int sub) {
-  return _mm256_or_si256(p2w_mag(w, z, d, t, s_lo, s_hi, 1, sub),
-                         _mm256_and_si256(_mm256_srli_epi16(z, 8), w->sgn));
-}
-
 /* The sign bytes of the words z0, z1 in packus_epi16 order: a word with its sign bit set packs
  * (signed saturation) to 0x80; any other to a byte below 0x80 */
 XTE_AI V8 sign_bytes(V8 z0, V8 z1) {
   return _mm256_and_si256(_mm256_packs_epi16(z0, z1), _mm256_set1_epi8((char)0x80));
+}
+
+/* The normal-result magnitude codes of the 16 words a = |z| (in the low byte of each word) */
+XTE_AI V8 p2w_norm(const p2wk *w, V8 a, V8 d) {
+  V8 odd = _mm256_and_si256(_mm256_srl_epi16(a, w->sh), w->one);
+  return _mm256_srl_epi16(_mm256_subs_epu16(_mm256_add_epi16(a, odd), d), w->sh);
+}
+
+/* r with its lanes lo replaced by the subnormal codes of a (the fma of cpu/p2w.h) */
+XTE_AI V8 p2w_sub(const p2wk *w, V8 a, __m256 s_lo, __m256 s_hi, V8 r, V8 lo) {
+  V8 ylo = _mm256_castps_si256(_mm256_fmadd_ps(
+      _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), a)), s_lo, w->magic));
+  V8 yhi = _mm256_castps_si256(_mm256_fmadd_ps(
+      _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), a)), s_hi, w->magic));
+  return _mm256_blendv_epi8(
+      r, _mm256_packus_epi32(_mm256_sub_epi32(ylo, w->mbits), _mm256_sub_epi32(yhi, w->mbits)), lo);
+}
+
+/* The codes (sign included) of the 32 words z0, z1 as bytes in packus_epi16 order. Per half:
+ * d, t p2w_d and p2w_t per lane (t < 0x8000, so a signed compare is the unsigned one); s_lo /
+ * s_hi the lanes' scales as fp32 in unpack order (words 0-3, 8-11 and 4-7, 12-15). Lanes |w| < t
+ * by the fma, for P2W_SUB_RARE only when one of the 32 has it (one test). clamp 0: the caller
+ * knows that no |x| s exceeds the format's largest finite value (then no code passes cmax). */
+XTE_AI V8 p2w_codes(const p2wk *w, V8 z0, V8 d0, V8 t0, __m256 sl0, __m256 sh0, V8 z1, V8 d1, V8 t1,
+                    __m256 sl1, __m256 sh1, int clamp, int sub) {
+  const V8 a0 = absw(z0), a1 = absw(z1);
+  const V8 lo0 = _mm256_cmpgt_epi16(t0, a0), lo1 = _mm256_cmpgt_epi16(t1, a1);
+  V8 r0 = p2w_norm(w, a0, d0), r1 = p2w_norm(w, a1, d1), lo;
+  if (clamp) {
+    r0 = _mm256_min_epu16(r0, w->cmax);
+    r1 = _mm256_min_epu16(r1, w->cmax);
+  }
+  lo = _mm256_or_si256(lo0, lo1);
+  if (sub == P2W_SUB_ALWAYS || !_mm256_testz_si256(lo, lo)) {
+    r0 = p2w_sub(w, a0, sl0, sh0, r0, lo0);
+    r1 = p2w_sub(w, a1, sl1, sh1, r1, lo1);
+  }
+  return _mm256_or_si256(sign_bytes(z0, z1), _mm256_packus_epi16(r0, r1));
+}
+
+/* p2w_codes under one scale (d, t, s broadcast) */
+XTE_AI V8 p2w_codes1(const p2wk *w, V8 z0, V8 z1, V8 d, V8 t, __m256 s, int clamp, int sub) {
+  return p2w_codes(w, z0, d, t, s, s, z1, d, t, s, s, clamp, sub);
 }
 
 /* fp32 on bf16 words rounded to odd (the high half, the low bit set when the low half is not
@@ -602,7 +616,6 @@ XTE_AI V8 rto_words(V8 x0, V8 x1) {
                              _mm256_or_si256(_mm256_srli_epi32(t1, 16), _mm256_and_si256(t1, one)));
 }
 
-/* 2 x 16 word codes -> 32 bytes in order */
 XTE_AI void p2w_st(uint8_t *q, V8 b, int nt) {
   if (nt)
     _mm256_stream_si256((__m256i *)q, b);
@@ -610,12 +623,9 @@ XTE_AI void p2w_st(uint8_t *q, V8 b, int nt) {
     _mm256_storeu_si256((__m256i *)q, b);
 }
 
-XTE_AI V8 p2w_pack(V8 c0, V8 c1) {
-  return _mm256_permute4x64_epi64(_mm256_packus_epi16(c0, c1), 0xD8);
-}
-
-XTE_AI void p2w_store(uint8_t *q, V8 c0, V8 c1, int nt) {
-  p2w_st(q, p2w_pack(c0, c1), nt);
+/* p2w_codes' bytes of bf16 words in order (the 64-bit quarters) */
+XTE_AI V8 p2w_order(V8 b) {
+  return _mm256_permute4x64_epi64(b, 0xD8);
 }
 
 /* bf16 rows (f32 0) or fp32 rows (f32 1: on words rounded to odd, the amax from the fp32 values),
@@ -651,8 +661,7 @@ XTE_AI int load_quant_p2w(const void *src, int64_t lds, int64_t rows, int64_t n,
         z1 = ldw((const uint16_t *)src + r * lds + i + 16);
         mi = _mm256_max_epu16(mi, _mm256_max_epu16(absw(z0), absw(z1)));
       }
-      b = _mm256_packus_epi16(p2w_code(&w, z0, d, t, s, s, P2W_SUB_ALWAYS),
-                              p2w_code(&w, z1, d, t, s, s, P2W_SUB_ALWAYS));
+      b = p2w_codes1(&w, z0, z1, d, t, s, 1, P2W_SUB_ALWAYS);
       /* in order: the 64-bit quarters (bf16 words), the 32-bit groups of rto_words (fp32) */
       b = f32 ? _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
               : _mm256_permute4x64_epi64(b, 0xD8);
@@ -692,15 +701,14 @@ static int load_quant_vs_p2w(const uint16_t *p, int64_t lds, int64_t rows, int64
     for (i = 0; i + 32 <= n; i += 32) {
       V8 z0 = ldw(p + r * lds + i), z1 = ldw(p + r * lds + i + 16);
       mi = _mm256_max_epu16(mi, _mm256_max_epu16(absw(z0), absw(z1)));
-      p2w_store(
-          q + r * ldq + i,
-          p2w_code(&w, z0, _mm256_load_si256((const __m256i *)(pd + i)),
-                   _mm256_load_si256((const __m256i *)(pt + i)), _mm256_load_ps(sl + i / 2),
-                   _mm256_load_ps(sh + i / 2), P2W_SUB_ALWAYS),
-          p2w_code(&w, z1, _mm256_load_si256((const __m256i *)(pd + i + 16)),
-                   _mm256_load_si256((const __m256i *)(pt + i + 16)),
-                   _mm256_load_ps(sl + i / 2 + 8), _mm256_load_ps(sh + i / 2 + 8), P2W_SUB_ALWAYS),
-          nt);
+      p2w_st(q + r * ldq + i,
+             p2w_order(p2w_codes(
+                 &w, z0, _mm256_load_si256((const __m256i *)(pd + i)),
+                 _mm256_load_si256((const __m256i *)(pt + i)), _mm256_load_ps(sl + i / 2),
+                 _mm256_load_ps(sh + i / 2), z1, _mm256_load_si256((const __m256i *)(pd + i + 16)),
+                 _mm256_load_si256((const __m256i *)(pt + i + 16)), _mm256_load_ps(sl + i / 2 + 8),
+                 _mm256_load_ps(sh + i / 2 + 8), 1, P2W_SUB_ALWAYS)),
+             nt);
     }
   if (hmax_u16(mi) > 0x7F80u) {
     if (nt) _mm_sfence();
@@ -856,8 +864,10 @@ static float quant_blocks_bf16(const uint16_t *in, int64_t lds, int64_t rows, in
           const V8 d = _mm256_set1_epi16((short)p2w_d(sf[t], a->fmt));
           const V8 th = _mm256_set1_epi16((short)p2w_t(sf[t], a->fmt));
           const __m256 sv = _mm256_set1_ps(sf[t]);
-          p2w_store(cq[c] + 16 * i, p2w_code(&w, ldw(cp[c] + 16 * i), d, th, sv, sv, P2W_SUB_RARE),
-                    p2w_code(&w, ldw(cp[c] + 16 * i + 16), d, th, sv, sv, P2W_SUB_RARE), nt);
+          p2w_st(cq[c] + 16 * i,
+                 p2w_order(p2w_codes1(&w, ldw(cp[c] + 16 * i), ldw(cp[c] + 16 * i + 16), d, th, sv,
+                                      1, P2W_SUB_RARE)),
+                 nt);
         }
       }
     } else {
@@ -1150,9 +1160,7 @@ XTE_AI void rc_convert(const void *src, int64_t lds, int64_t nr, const xte_quant
       }
       zb[i] = z0;
       zb[i + 1] = z1;
-      br = _mm256_or_si256(sign_bytes(z0, z1),
-                           _mm256_packus_epi16(p2w_mag(&w, z0, d, t, sv, sv, clamp, P2W_SUB_RARE),
-                                               p2w_mag(&w, z1, d, t, sv, sv, clamp, P2W_SUB_RARE)));
+      br = p2w_codes1(&w, z0, z1, d, t, sv, clamp, P2W_SUB_RARE);
       /* in order: the 64-bit quarters (bf16 words), the 32-bit groups of rto_words (fp32) */
       br = f32 ? _mm256_permutevar8x32_epi32(br, perm) : _mm256_permute4x64_epi64(br, 0xD8);
       if (nt)
@@ -1162,16 +1170,12 @@ XTE_AI void rc_convert(const void *src, int64_t lds, int64_t nr, const xte_quant
     }
     for (i = 0; i < 8; i += 2) { /* the column codes */
       const V8 z0 = zb[i], z1 = zb[i + 1];
-      V8 bc = _mm256_or_si256(
-          sign_bytes(z0, z1),
-          _mm256_packus_epi16(
-              p2w_mag(&w, z0, _mm256_load_si256((const __m256i *)(pd + 16 * i)),
-                      _mm256_load_si256((const __m256i *)(pt + 16 * i)), _mm256_load_ps(sl + 8 * i),
-                      _mm256_load_ps(sh + 8 * i), clamp, P2W_SUB_ALWAYS),
-              p2w_mag(&w, z1, _mm256_load_si256((const __m256i *)(pd + 16 * i + 16)),
-                      _mm256_load_si256((const __m256i *)(pt + 16 * i + 16)),
-                      _mm256_load_ps(sl + 8 * i + 8), _mm256_load_ps(sh + 8 * i + 8), clamp,
-                      P2W_SUB_ALWAYS)));
+      V8 bc = p2w_codes(
+          &w, z0, _mm256_load_si256((const __m256i *)(pd + 16 * i)),
+          _mm256_load_si256((const __m256i *)(pt + 16 * i)), _mm256_load_ps(sl + 8 * i),
+          _mm256_load_ps(sh + 8 * i), z1, _mm256_load_si256((const __m256i *)(pd + 16 * i + 16)),
+          _mm256_load_si256((const __m256i *)(pt + 16 * i + 16)), _mm256_load_ps(sl + 8 * i + 8),
+          _mm256_load_ps(sh + 8 * i + 8), clamp, P2W_SUB_ALWAYS);
       bc = f32 ? _mm256_permutevar8x32_epi32(bc, perm) : _mm256_permute4x64_epi64(bc, 0xD8);
       _mm256_storeu_si256((__m256i *)(cq + r * 128 + 16 * i), bc);
     }
