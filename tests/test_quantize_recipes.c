@@ -7,7 +7,8 @@
  *  - element conversion by a search over the fp8 code values for the nearest one, ties to the
  *    even code, with the overflow thresholds of the formats (e4m3 > 464, e5m2 >= 61440).
  * Inputs hold zeros, signed zeros, subnormals, +-inf, NaN, 448 / 464 / 465, huge and tiny blocks,
- * all-zero and all-NaN blocks. A few literal anchors check the oracle itself. */
+ * all-zero and all-NaN blocks. Every ISA the machine runs goes through the sweep. A few literal
+ * anchors check the oracle itself. */
 #include <criterion/criterion.h>
 #include <float.h>
 #include <math.h>
@@ -436,8 +437,8 @@ static void run_case(const combo *cb, int fmt, xte_dtype in_dt, int64_t M, int64
   xte_tensor x;
   xte_status st;
   char tag[200];
-  snprintf(tag, sizeof tag, "[%s %s %s<-%s sat %d pow2 %d eps %g %lldx%lld seed %u]",
-           recipe_name(r),
+  snprintf(tag, sizeof tag, "[%s: %s %s %s<-%s sat %d pow2 %d eps %g %lldx%lld seed %u]",
+           xte_cpu_isa_name(xte_cpu_get_isa()), recipe_name(r),
            cb->mode == XTE_SCALING_PER_TENSOR
                ? "tensor"
                : (cb->mode == XTE_SCALING_BLOCK_128x128 ? "128x128" : (B == 32 ? "1x32" : "1x128")),
@@ -542,24 +543,34 @@ static void run_case(const combo *cb, int fmt, xte_dtype in_dt, int64_t M, int64
 static const int64_t SHAPES[][2] = {{1, 1}, {3, 300}, {130, 257}, {256, 384}, {129, 33}};
 static const xte_dtype IN_DT[] = {XTE_DTYPE_FP32, XTE_DTYPE_BF16, XTE_DTYPE_FP16};
 
+/* Every case on every ISA this machine runs (the oracle, not the scalar path, is the reference:
+ * the SIMD kernels' own scale lanes meet the tiny, huge and special blocks here) */
 static void sweep(xte_recipe only, const ocfg *base, int sats) {
+  const xte_cpu_isa saved = xte_cpu_get_isa();
   size_t ci, si, di;
-  int fmt, sat;
-  unsigned seed = 1;
+  int fmt, sat, isa;
   fp8_tables();
   n_fail = 0;
-  for (ci = 0; ci < NCOMBOS; ci++) {
-    if ((int)only >= 0 && COMBOS[ci].recipe != only) continue;
-    for (fmt = 0; fmt < 2; fmt++)
-      for (di = 0; di < 3; di++)
-        for (sat = 0; sat < 2; sat++) {
-          ocfg c = *base;
-          if (!(sats & (1 << sat))) continue;
-          c.sat = sat;
-          for (si = 0; si < sizeof SHAPES / sizeof SHAPES[0]; si++)
-            run_case(&COMBOS[ci], fmt, IN_DT[di], SHAPES[si][0], SHAPES[si][1], seed++, &c);
-        }
+  for (isa = 0; isa < XTE_CPU_ISA_COUNT; isa++) {
+    unsigned seed = 1;
+    if (xte_cpu_set_isa((xte_cpu_isa)isa) != XTE_SUCCESS) {
+      cr_log_warn("isa %s not available here: not swept", xte_cpu_isa_name((xte_cpu_isa)isa));
+      continue;
+    }
+    for (ci = 0; ci < NCOMBOS; ci++) {
+      if ((int)only >= 0 && COMBOS[ci].recipe != only) continue;
+      for (fmt = 0; fmt < 2; fmt++)
+        for (di = 0; di < 3; di++)
+          for (sat = 0; sat < 2; sat++) {
+            ocfg c = *base;
+            if (!(sats & (1 << sat))) continue;
+            c.sat = sat;
+            for (si = 0; si < sizeof SHAPES / sizeof SHAPES[0]; si++)
+              run_case(&COMBOS[ci], fmt, IN_DT[di], SHAPES[si][0], SHAPES[si][1], seed++, &c);
+          }
+    }
   }
+  xte_cpu_set_isa(saved);
   cr_expect_eq(n_fail, 0, "%ld failing checks", n_fail);
 }
 

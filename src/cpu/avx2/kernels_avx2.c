@@ -1042,10 +1042,40 @@ static float quant_blocks(const void *src, int64_t lds, int in_kind, int64_t row
   return m;
 }
 
+/* The TE recipes (xte_scale_te) 8 blocks at a time, lane by lane the header's steps; the others
+ * through the header. */
 static void block_scales(const xte_quant_args *a, const float *amax, int64_t n,
                          xte_block_scale *s) {
-  int64_t i;
-  for (i = 0; i < n; i++) s[i] = xte_quant_block_scale(a, amax[i]);
+  int64_t i = 0;
+  if (a->recipe == 0 || a->recipe == 2) {
+    const __m256 eps = _mm256_set1_ps(a->eps), fmax = _mm256_set1_ps(xte_fp8_max(a->fmt));
+    const __m256 dmax = _mm256_set1_ps(xte_input_dtype_max(a->in_kind)), one = _mm256_set1_ps(1.0f);
+    const __m256 inf = _mm256_castsi256_ps(_mm256_set1_epi32(0x7F800000));
+    const int pow2 = a->recipe == 2 && a->force_pow_2;
+    for (; i + 8 <= n; i += 8) {
+      _Alignas(32) float sc[8], si[8];
+      __m256 v = _mm256_loadu_ps(amax + i), q, deg;
+      int j;
+      v = _mm256_blendv_ps(v, eps, _mm256_cmp_ps(v, eps, _CMP_LT_OQ));
+      deg = _mm256_or_ps(_mm256_or_ps(_mm256_cmp_ps(abs8(v), inf, _CMP_EQ_OQ),
+                                      _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_EQ_OQ)),
+                         _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+      q = _mm256_div_ps(fmax, v);
+      q = _mm256_blendv_ps(q, dmax, _mm256_cmp_ps(abs8(q), inf, _CMP_EQ_OQ));
+      if (pow2)
+        q = _mm256_castsi256_ps(
+            _mm256_and_si256(_mm256_castps_si256(q), _mm256_set1_epi32((int)0xFF800000)));
+      q = _mm256_blendv_ps(q, one, deg);
+      _mm256_store_ps(sc, q);
+      _mm256_store_ps(si, _mm256_div_ps(one, q));
+      for (j = 0; j < 8; j++) {
+        s[i + j].scale = sc[j];
+        s[i + j].scale_inv = si[j];
+        s[i + j].e8m0 = 0;
+      }
+    }
+  }
+  for (; i < n; i++) s[i] = xte_quant_block_scale(a, amax[i]);
 }
 
 /* ---------------------------------------------------------------- one read, both copies
