@@ -351,38 +351,64 @@ static void transpose_nt(const uint8_t *src, int64_t rows, int64_t cols, int64_t
   if (r64 < rows) transpose_u8(src + r64 * lds, rows - r64, cols, lds, dst + r64, ldd);
 }
 
-/* The TE recipes (xte_scale_te) 16 blocks at a time, lane by lane the header's steps; the others
- * through the header. */
+/* The TE recipes (xte_scale_te: TE_CURRENT, TE_BLOCK) 16 blocks at a time, lane by lane the
+ * header's steps */
+typedef struct tesk {
+  __m512 eps, fmax, dmax, one, inf;
+  int pow2;
+} tesk;
+
+static inline int te_recipe(const xte_quant_args *a) {
+  return a->recipe == XTE_RECIPE_TE_CURRENT || a->recipe == XTE_RECIPE_TE_BLOCK;
+}
+
+static inline tesk tesk_make(const xte_quant_args *a) {
+  tesk c;
+  c.eps = _mm512_set1_ps(a->eps);
+  c.fmax = _mm512_set1_ps(xte_fp8_max(a->fmt));
+  c.dmax = _mm512_set1_ps(xte_input_dtype_max(a->in_kind));
+  c.one = _mm512_set1_ps(1.0f);
+  c.inf = _mm512_castsi512_ps(S1(0x7F800000));
+  c.pow2 = a->recipe == XTE_RECIPE_TE_BLOCK && a->force_pow_2;
+  return c;
+}
+
+/* the scales of the 16 amaxes v */
+XTE_AI __m512 te_scale16(const tesk *c, __m512 v) {
+  __m512 q;
+  __mmask16 deg;
+  v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, c->eps, _CMP_LT_OQ), c->eps);
+  deg = _mm512_cmp_ps_mask(abs16(v), c->inf, _CMP_EQ_OQ) |
+        _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_EQ_OQ) |
+        _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  q = _mm512_div_ps(c->fmax, v);
+  q = _mm512_mask_mov_ps(q, _mm512_cmp_ps_mask(abs16(q), c->inf, _CMP_EQ_OQ), c->dmax);
+  if (c->pow2)
+    q = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(q), S1((int)0xFF800000)));
+  return _mm512_mask_mov_ps(q, deg, c->one);
+}
+
+/* s[0..n) from the scale vector q (lanes of mask m) */
+XTE_AI void store_scales16(xte_block_scale *s, __m512 q, __m512 one, int n) {
+  _Alignas(64) float sc[16], si[16];
+  int j;
+  _mm512_store_ps(sc, q);
+  _mm512_store_ps(si, _mm512_div_ps(one, q));
+  for (j = 0; j < n; j++) {
+    s[j].scale = sc[j];
+    s[j].scale_inv = si[j];
+    s[j].e8m0 = 0;
+  }
+}
+
+/* The TE recipes through te_scale16; the others through the header. */
 static void block_scales(const xte_quant_args *a, const float *amax, int64_t n,
                          xte_block_scale *s) {
   int64_t i = 0;
-  if (a->recipe == 0 || a->recipe == 2) {
-    const __m512 eps = _mm512_set1_ps(a->eps), fmax = _mm512_set1_ps(xte_fp8_max(a->fmt));
-    const __m512 dmax = _mm512_set1_ps(xte_input_dtype_max(a->in_kind)), one = _mm512_set1_ps(1.0f);
-    const __m512 inf = _mm512_castsi512_ps(S1(0x7F800000));
-    const int pow2 = a->recipe == 2 && a->force_pow_2;
-    for (; i + 16 <= n; i += 16) {
-      _Alignas(64) float sc[16], si[16];
-      __m512 v = _mm512_loadu_ps(amax + i), q;
-      __mmask16 deg;
-      int j;
-      v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, eps, _CMP_LT_OQ), eps);
-      deg = _mm512_cmp_ps_mask(abs16(v), inf, _CMP_EQ_OQ) |
-            _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_EQ_OQ) |
-            _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-      q = _mm512_div_ps(fmax, v);
-      q = _mm512_mask_mov_ps(q, _mm512_cmp_ps_mask(abs16(q), inf, _CMP_EQ_OQ), dmax);
-      if (pow2)
-        q = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(q), S1((int)0xFF800000)));
-      q = _mm512_mask_mov_ps(q, deg, one);
-      _mm512_store_ps(sc, q);
-      _mm512_store_ps(si, _mm512_div_ps(one, q));
-      for (j = 0; j < 16; j++) {
-        s[i + j].scale = sc[j];
-        s[i + j].scale_inv = si[j];
-        s[i + j].e8m0 = 0;
-      }
-    }
+  if (te_recipe(a)) {
+    const tesk c = tesk_make(a);
+    for (; i + 16 <= n; i += 16)
+      store_scales16(s + i, te_scale16(&c, _mm512_loadu_ps(amax + i)), c.one, 16);
   }
   for (; i < n; i++) s[i] = xte_quant_block_scale(a, amax[i]);
 }
@@ -1023,35 +1049,54 @@ XTE_AI float quant_blocks_body(const void *src, int64_t lds, int kind, int64_t r
   return m;
 }
 
+/* The positions (row, column) of QG consecutive 128-element chunks of rows of n elements from
+ * *row, *col on, which advance past them */
+XTE_AI void chunk_pos(int64_t *row, int64_t *col, int64_t n, int64_t *cr, int64_t *co) {
+  int c;
+  for (c = 0; c < QG; c++) {
+    cr[c] = *row;
+    co[c] = *col;
+    if ((*col += 128) == n) {
+      *col = 0;
+      ++*row;
+    }
+  }
+}
+
+XTE_AI void prefetch_l1(const void *p, size_t bytes) {
+  size_t o;
+  for (o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+}
+
 /* bf16, bw 32 or 128, n % 128 == 0 (acc: n == 128, its maxima kept as words in registers): as
  * quant_blocks_body with word amaxes and the bf16 packing. */
 XTE_AI float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64_t n, int bw,
                                const xte_quant_args *a, uint8_t *q, int64_t ldq,
                                xte_block_scale *sc, float *acc, int nt) {
   const int zb = bw / 32, nb = 128 / bw;
-  const int64_t cpr = n / 128, nbr = n / bw, total = rows * cpr;
+  const int64_t total = rows * (n / 128);
   const float fmax = xte_fp8_max(a->fmt);
   const uint16_t *in = (const uint16_t *)src;
   fp8k k = fp8k_make(a->fmt, a->saturate);
   const p2wk w = p2wk_make(a->fmt, a->saturate);
+  const int te = te_recipe(a);
+  const tesk tc = tesk_make(a);
+  const int e4 = a->fmt == XTE_FP8_E4M3;
   V16 acw[4];
   float m = 0.0f;
-  int64_t t0, r;
+  int64_t t0, r, cr[QG], co[QG], pr[QG], pc[QG], prow = 0, pcol = 0;
   int nan_seen = 0, i;
   for (i = 0; i < 4; i++) acw[i] = _mm512_setzero_si512();
   nt = nt && !((uintptr_t)q & 63) && !(ldq & 63);
+  chunk_pos(&prow, &pcol, n, cr, co);
   for (t0 = 0; t0 < total; t0 += QG) {
-    const int nch = (int)(total - t0 < QG ? total - t0 : QG);
-    int64_t cr[QG], co[QG];
-    int c, b, fast = 1, p2 = 1, over = 0;
+    const int nch = (int)(total - t0 < QG ? total - t0 : QG), nblk = nch * nb;
+    int c, b, t, fast = 1, p2 = 1, over = 0;
     uint32_t any = 0;
     float amf[QG * 4], sf[QG * 4];
     uint16_t pd[QG * 4], pt[QG * 4];
-    xte_block_scale bs[QG * 4];
-    for (c = 0; c < nch; c++) {
-      cr[c] = (t0 + c) / cpr;
-      co[c] = (t0 + c - cr[c] * cpr) * 128;
-    }
+    xte_block_scale *bs = sc + t0 * nb; /* n % 128 == 0: the group's blocks are consecutive */
+    chunk_pos(&prow, &pcol, n, pr, pc); /* the next group's chunks (prefetched) */
     for (c = 0; c < nch; c++) {
       const uint16_t *p = in + cr[c] * lds + co[c];
       V16 za[4];
@@ -1081,11 +1126,32 @@ XTE_AI float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64
           amf[c * nb + b] =
               load_amax_row(in + cr[c] * lds + co[c] + bw * b, XTE_NUM_IN_BF16, bw, NULL);
     }
-    block_scales(a, amf, nch * nb, bs);
-    for (c = 0; c < nch; c++)
-      for (b = 0; b < nb; b++) {
-        const int t = c * nb + b;
-        sc[cr[c] * nbr + co[c] / bw + b] = bs[t];
+    if (te && !any) { /* 16 blocks at a time: scales, p2w_ok, p2w_d, p2w_t, the clamp test */
+      __m512 mv = _mm512_setzero_ps();
+      for (t = 0; t < nblk; t += 16) {
+        const int cnt = nblk - t < 16 ? nblk - t : 16;
+        const __mmask16 mk = (__mmask16)((1u << cnt) - 1u);
+        const __m512 v = _mm512_maskz_loadu_ps(mk, amf + t), qv = te_scale16(&tc, v);
+        const V16 u = _mm512_castps_si512(qv), e = _mm512_srli_epi32(u, 23);
+        const V16 kk = _mm512_sub_epi32(e, S1(127));
+        const __mmask16 ok = _mm512_testn_epi32_mask(u, S1(0x7FFFFF)) &
+                             _mm512_cmpge_epu32_mask(e, S1(27)) &
+                             _mm512_cmple_epu32_mask(e, S1(236));
+        p2 &= (ok & mk) == mk;
+        /* exact for 2^k scales */
+        over |= _mm512_mask_cmp_ps_mask(mk, _mm512_mul_ps(v, qv), tc.fmax, _CMP_NLE_UQ) != 0;
+        mv = _mm512_max_ps(mv, v);
+        _mm512_mask_storeu_ps(sf + t, mk, qv);
+        _mm512_mask_cvtepi32_storeu_epi16(
+            pd + t, mk, _mm512_sub_epi32(S1(e4 ? 15353 : 14321), _mm512_slli_epi32(kk, 7)));
+        _mm512_mask_cvtepi32_storeu_epi16(
+            pt + t, mk, _mm512_slli_epi32(_mm512_sub_epi32(S1(e4 ? 121 : 113), kk), 7));
+        store_scales16(bs + t, qv, tc.one, cnt);
+      }
+      m = xte_fmaxf(m, _mm512_reduce_max_ps(mv));
+    } else {
+      block_scales(a, amf, nblk, bs);
+      for (t = 0; t < nblk; t++) {
         sf[t] = bs[t].scale;
         m = xte_fmaxf(m, amf[t]);
         fast &= pos_finite(bs[t].scale);
@@ -1094,18 +1160,19 @@ XTE_AI float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64
         pd[t] = p2w_d(bs[t].scale, a->fmt);
         pt[t] = p2w_t(bs[t].scale, a->fmt);
       }
+    }
     if (fast && !any && p2) {
       for (c = 0; c < nch; c++) {
         const uint16_t *p = in + cr[c] * lds + co[c];
         uint8_t *d = q + cr[c] * ldq + co[c];
         V16 cc[4];
-        if (t0 + QG + c < total) prefetch_chunk(src, lds, 2, cpr, t0 + QG + c);
+        if (t0 + QG + c < total) prefetch_l1(in + pr[c] * lds + pc[c], 256);
 #pragma GCC unroll 4
         for (i = 0; i < 4; i++) {
-          const int t = c * nb + i / zb;
+          const int tb = c * nb + i / zb;
           const V16 z = ldw(p + 32 * i);
-          const V16 dd = _mm512_set1_epi16((short)pd[t]), tt = _mm512_set1_epi16((short)pt[t]);
-          const __m512 sv = _mm512_set1_ps(sf[t]);
+          const V16 dd = _mm512_set1_epi16((short)pd[tb]), tt = _mm512_set1_epi16((short)pt[tb]);
+          const __m512 sv = _mm512_set1_ps(sf[tb]);
           /* no clamp when no |x| s of the group passes the largest finite value */
           cc[i] = _mm512_ternarylogic_epi32(over ? p2w_mag(&w, z, dd, tt, sv, sv, 1, P2W_SUB_RARE)
                                                  : p2w_mag(&w, z, dd, tt, sv, sv, 0, P2W_SUB_RARE),
@@ -1119,7 +1186,7 @@ XTE_AI float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64
         const uint16_t *p = in + cr[c] * lds + co[c];
         uint8_t *d = q + cr[c] * ldq + co[c];
         V16 z[4], rr[8];
-        if (t0 + QG + c < total) prefetch_chunk(src, lds, 2, cpr, t0 + QG + c);
+        if (t0 + QG + c < total) prefetch_l1(in + pr[c] * lds + pc[c], 256);
 #pragma GCC unroll 4
         for (i = 0; i < 4; i++) {
           __m512 sv = _mm512_set1_ps(sf[c * nb + i / zb]);
@@ -1146,6 +1213,8 @@ XTE_AI float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64
         store64(d + 64, pack4(rr[4], rr[5], rr[6], rr[7]), nt);
       }
     }
+    memcpy(cr, pr, sizeof cr);
+    memcpy(co, pc, sizeof co);
   }
   if (acc) {
     if (nan_seen) {
