@@ -786,6 +786,68 @@ static void load_quant_vs(const void *src, int64_t lds, int in_kind, int64_t row
     load_quant_vs_r1(ROW(src, r, lds, es), in_kind, n, scale, fmt, sat, q + r * ldq, nt, fast);
 }
 
+/* The TE recipes (xte_scale_te: TE_CURRENT, TE_BLOCK) 8 blocks at a time, lane by lane the
+ * header's steps */
+typedef struct tesk {
+  __m256 eps, fmax, dmax, one, inf;
+  int pow2;
+} tesk;
+
+static inline int te_recipe(const xte_quant_args *a) {
+  return a->recipe == XTE_RECIPE_TE_CURRENT || a->recipe == XTE_RECIPE_TE_BLOCK;
+}
+
+static inline tesk tesk_make(const xte_quant_args *a) {
+  tesk c;
+  c.eps = _mm256_set1_ps(a->eps);
+  c.fmax = _mm256_set1_ps(xte_fp8_max(a->fmt));
+  c.dmax = _mm256_set1_ps(xte_input_dtype_max(a->in_kind));
+  c.one = _mm256_set1_ps(1.0f);
+  c.inf = _mm256_castsi256_ps(_mm256_set1_epi32(0x7F800000));
+  c.pow2 = a->recipe == XTE_RECIPE_TE_BLOCK && a->force_pow_2;
+  return c;
+}
+
+/* the scales of the 8 amaxes v */
+XTE_AI __m256 te_scale8(const tesk *c, __m256 v) {
+  __m256 q, deg;
+  v = _mm256_blendv_ps(v, c->eps, _mm256_cmp_ps(v, c->eps, _CMP_LT_OQ));
+  deg = _mm256_or_ps(_mm256_or_ps(_mm256_cmp_ps(abs8(v), c->inf, _CMP_EQ_OQ),
+                                  _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_EQ_OQ)),
+                     _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  q = _mm256_div_ps(c->fmax, v);
+  q = _mm256_blendv_ps(q, c->dmax, _mm256_cmp_ps(abs8(q), c->inf, _CMP_EQ_OQ));
+  if (c->pow2)
+    q = _mm256_castsi256_ps(
+        _mm256_and_si256(_mm256_castps_si256(q), _mm256_set1_epi32((int)0xFF800000)));
+  return _mm256_blendv_ps(q, c->one, deg);
+}
+
+/* s[0..n) from the scale vector q */
+XTE_AI void store_scales8(xte_block_scale *s, __m256 q, __m256 one, int n) {
+  _Alignas(32) float sc[8], si[8];
+  int j;
+  _mm256_store_ps(sc, q);
+  _mm256_store_ps(si, _mm256_div_ps(one, q));
+  for (j = 0; j < n; j++) {
+    s[j].scale = sc[j];
+    s[j].scale_inv = si[j];
+    s[j].e8m0 = 0;
+  }
+}
+
+/* The TE recipes through te_scale8; the others through the header. */
+static void block_scales(const xte_quant_args *a, const float *amax, int64_t n,
+                         xte_block_scale *s) {
+  int64_t i = 0;
+  if (te_recipe(a)) {
+    const tesk c = tesk_make(a);
+    for (; i + 8 <= n; i += 8)
+      store_scales8(s + i, te_scale8(&c, _mm256_loadu_ps(amax + i)), c.one, 8);
+  }
+  for (; i < n; i++) s[i] = xte_quant_block_scale(a, amax[i]);
+}
+
 /* bf16, blocks of bw = 32 or 128, n % 128 == 0 (acc: n == 128, its maxima kept as words): groups
  * of QG 128-element chunks (in L1): word amaxes, the scales, then the word sequence when every
  * scale of the group is a power of two it takes (else, or with a NaN in the group, the general
@@ -795,36 +857,45 @@ static float quant_blocks_bf16(const uint16_t *in, int64_t lds, int64_t rows, in
                                const xte_quant_args *a, uint8_t *q, int64_t ldq,
                                xte_block_scale *sc, float *acc, int nt) {
   const int zb = bw / 16, nb = 128 / bw;
-  const int64_t cpr = n / 128, nbr = n / bw, total = rows * cpr;
+  const int64_t total = rows * (n / 128);
   const p2wk w = p2wk_make(a->fmt, a->saturate);
+  const int te = te_recipe(a), e4 = a->fmt == XTE_FP8_E4M3;
+  const tesk tc = tesk_make(a);
+  const V8 mant = _mm256_set1_epi32(0x7FFFFF);
   V8 acw[8];
   float m = 0.0f;
   int64_t t0, r, row = 0, col = 0;
   int nan_seen = 0, i;
+  /* offsets of this group's chunks in the input (ci) and the output (cq), the next group's (ni,
+   * nq: prefetched); by increment */
+  int64_t ci[QG], cq[QG], ni[QG], nq[QG];
   for (i = 0; i < 8; i++) acw[i] = _mm256_setzero_si256();
   nt = nt && !((uintptr_t)q & 31) && !(ldq & 31);
-  for (t0 = 0; t0 < total; t0 += QG) {
-    const int nch = (int)(total - t0 < QG ? total - t0 : QG);
-    const uint16_t *cp[QG];
-    uint8_t *cq[QG];
-    int64_t cs[QG]; /* index in sc of the chunk's first block */
-    int c, b, p2 = 1;
-    uint32_t any = 0;
-    float amf[QG * 4], sf[QG * 4];
-    for (c = 0; c < nch; c++) {
-      cp[c] = in + row * lds + col;
-      cq[c] = q + row * ldq + col;
-      cs[c] = row * nbr + col / bw;
-      if ((col += 128) == n) {
-        col = 0;
-        row++;
-      }
+  for (i = 0; i < 2 * QG; i++) {
+    if (i < QG) {
+      ci[i] = row * lds + col;
+      cq[i] = row * ldq + col;
+    } else {
+      ni[i - QG] = row * lds + col;
+      nq[i - QG] = row * ldq + col;
     }
+    if ((col += 128) == n) {
+      col = 0;
+      row++;
+    }
+  }
+  for (t0 = 0; t0 < total; t0 += QG) {
+    const int nch = (int)(total - t0 < QG ? total - t0 : QG), nblk = nch * nb;
+    xte_block_scale *bs = sc + t0 * nb; /* n % 128 == 0: the group's blocks are consecutive */
+    int c, b, t, p2 = 1;
+    uint32_t any = 0;
+    _Alignas(32) float amf[QG * 4], sf[QG * 4];
+    _Alignas(32) uint16_t pd[QG * 4], pt[QG * 4];
     for (c = 0; c < nch; c++) {
       V8 za[8];
 #pragma GCC unroll 8
       for (i = 0; i < 8; i++) {
-        za[i] = absw(ldw(cp[c] + 16 * i));
+        za[i] = absw(ldw(in + ci[c] + 16 * i));
         if (acc) acw[i] = _mm256_max_epu16(acw[i], za[i]);
       }
 #pragma GCC unroll 4
@@ -841,40 +912,87 @@ static float quant_blocks_bf16(const uint16_t *in, int64_t lds, int64_t rows, in
       nan_seen = 1;
       for (c = 0; c < nch; c++)
         for (b = 0; b < nb; b++)
-          amf[c * nb + b] = load_amax_r1(cp[c] + bw * b, XTE_NUM_IN_BF16, bw, NULL);
+          amf[c * nb + b] = load_amax_r1(in + ci[c] + bw * b, XTE_NUM_IN_BF16, bw, NULL);
     }
-    for (c = 0; c < nch; c++)
-      for (b = 0; b < nb; b++) {
-        xte_block_scale bs = xte_quant_block_scale(a, amf[c * nb + b]);
-        sc[cs[c] + b] = bs;
-        sf[c * nb + b] = bs.scale;
-        m = xte_fmaxf(m, amf[c * nb + b]);
-        p2 &= p2w_ok(bs.scale);
+    if (te && !any) { /* 8 blocks at a time: scales, p2w_ok, p2w_d, p2w_t */
+      __m256 mv = _mm256_setzero_ps();
+      for (t = nblk; t < ((nblk + 7) & ~7); t++) amf[t] = 0.0f;
+      for (t = 0; t < nblk; t += 8) {
+        const int cnt = nblk - t < 8 ? nblk - t : 8;
+        const __m256 v = _mm256_load_ps(amf + t), qv = te_scale8(&tc, v);
+        const V8 u = _mm256_castps_si256(qv), e = _mm256_srli_epi32(u, 23);
+        const V8 kk = _mm256_sub_epi32(e, _mm256_set1_epi32(127));
+        const V8 bad = _mm256_or_si256(
+            _mm256_xor_si256(_mm256_cmpeq_epi32(_mm256_and_si256(u, mant), _mm256_setzero_si256()),
+                             _mm256_set1_epi32(-1)),
+            _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(27), e),
+                            _mm256_cmpgt_epi32(e, _mm256_set1_epi32(236))));
+        const V8 d32 =
+            _mm256_sub_epi32(_mm256_set1_epi32(e4 ? 15353 : 14321), _mm256_slli_epi32(kk, 7));
+        const V8 t32 =
+            _mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(e4 ? 121 : 113), kk), 7);
+        /* 16-bit: the low halves (the casts of p2w_d / p2w_t) */
+        const V8 lo16 = _mm256_set1_epi32(0xFFFF);
+        p2 &= (_mm256_movemask_ps(_mm256_castsi256_ps(bad)) & ((1 << cnt) - 1)) == 0;
+        mv = _mm256_max_ps(mv, v);
+        _mm256_store_ps(sf + t, qv);
+        _mm_store_si128(
+            (__m128i *)(pd + t),
+            _mm256_castsi256_si128(_mm256_permute4x64_epi64(
+                _mm256_packus_epi32(_mm256_and_si256(d32, lo16), _mm256_setzero_si256()), 0xD8)));
+        _mm_store_si128(
+            (__m128i *)(pt + t),
+            _mm256_castsi256_si128(_mm256_permute4x64_epi64(
+                _mm256_packus_epi32(_mm256_and_si256(t32, lo16), _mm256_setzero_si256()), 0xD8)));
+        store_scales8(bs + t, qv, tc.one, cnt);
       }
+      {
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+        m = xte_fmaxf(m, _mm_cvtss_f32(h));
+      }
+    } else {
+      for (t = 0; t < nblk; t++) {
+        bs[t] = xte_quant_block_scale(a, amf[t]);
+        sf[t] = bs[t].scale;
+        m = xte_fmaxf(m, amf[t]);
+        p2 &= p2w_ok(bs[t].scale);
+        pd[t] = p2w_d(sf[t], a->fmt);
+        pt[t] = p2w_t(sf[t], a->fmt);
+      }
+    }
     if (p2 && !any) {
       for (c = 0; c < nch; c++) {
-        if (t0 + QG + c < total) { /* the next group's chunk c into L1 */
-          const int64_t tn = t0 + QG + c;
-          const char *pn = (const char *)(in + (tn / cpr) * lds + (tn % cpr) * 128);
-          for (i = 0; i < 256; i += 64) _mm_prefetch(pn + i, _MM_HINT_T0);
-        }
+        if (t0 + QG + c < total) /* the next group's chunk c into L1 */
+          for (i = 0; i < 256; i += 64) _mm_prefetch((const char *)(in + ni[c]) + i, _MM_HINT_T0);
 #pragma GCC unroll 4
         for (i = 0; i < 8; i += 2) {
-          const int t = c * nb + i / zb;
-          const V8 d = _mm256_set1_epi16((short)p2w_d(sf[t], a->fmt));
-          const V8 th = _mm256_set1_epi16((short)p2w_t(sf[t], a->fmt));
-          const __m256 sv = _mm256_set1_ps(sf[t]);
-          p2w_st(cq[c] + 16 * i,
-                 p2w_order(p2w_codes1(&w, ldw(cp[c] + 16 * i), ldw(cp[c] + 16 * i + 16), d, th, sv,
-                                      1, P2W_SUB_RARE)),
+          const int tb = c * nb + i / zb;
+          const V8 d = _mm256_set1_epi16((short)pd[tb]);
+          const V8 th = _mm256_set1_epi16((short)pt[tb]);
+          const __m256 sv = _mm256_set1_ps(sf[tb]);
+          p2w_st(q + cq[c] + 16 * i,
+                 p2w_order(p2w_codes1(&w, ldw(in + ci[c] + 16 * i), ldw(in + ci[c] + 16 * i + 16),
+                                      d, th, sv, 1, P2W_SUB_RARE)),
                  nt);
         }
       }
     } else {
       for (c = 0; c < nch; c++)
         for (b = 0; b < nb; b++)
-          (void)load_quant_r1(cp[c] + bw * b, XTE_NUM_IN_BF16, bw, sf[c * nb + b], a->fmt,
-                              a->saturate, cq[c] + bw * b, nt);
+          (void)load_quant_r1(in + ci[c] + bw * b, XTE_NUM_IN_BF16, bw, sf[c * nb + b], a->fmt,
+                              a->saturate, q + cq[c] + bw * b, nt);
+    }
+    for (c = 0; c < QG; c++) { /* the next group's chunks, and the one after's */
+      ci[c] = ni[c];
+      cq[c] = nq[c];
+      ni[c] = row * lds + col;
+      nq[c] = row * ldq + col;
+      if ((col += 128) == n) {
+        col = 0;
+        row++;
+      }
     }
   }
   if (acc) {
@@ -1040,42 +1158,6 @@ static float quant_blocks(const void *src, int64_t lds, int in_kind, int64_t row
     }
   }
   return m;
-}
-
-/* The TE recipes (xte_scale_te) 8 blocks at a time, lane by lane the header's steps; the others
- * through the header. */
-static void block_scales(const xte_quant_args *a, const float *amax, int64_t n,
-                         xte_block_scale *s) {
-  int64_t i = 0;
-  if (a->recipe == 0 || a->recipe == 2) {
-    const __m256 eps = _mm256_set1_ps(a->eps), fmax = _mm256_set1_ps(xte_fp8_max(a->fmt));
-    const __m256 dmax = _mm256_set1_ps(xte_input_dtype_max(a->in_kind)), one = _mm256_set1_ps(1.0f);
-    const __m256 inf = _mm256_castsi256_ps(_mm256_set1_epi32(0x7F800000));
-    const int pow2 = a->recipe == 2 && a->force_pow_2;
-    for (; i + 8 <= n; i += 8) {
-      _Alignas(32) float sc[8], si[8];
-      __m256 v = _mm256_loadu_ps(amax + i), q, deg;
-      int j;
-      v = _mm256_blendv_ps(v, eps, _mm256_cmp_ps(v, eps, _CMP_LT_OQ));
-      deg = _mm256_or_ps(_mm256_or_ps(_mm256_cmp_ps(abs8(v), inf, _CMP_EQ_OQ),
-                                      _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_EQ_OQ)),
-                         _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-      q = _mm256_div_ps(fmax, v);
-      q = _mm256_blendv_ps(q, dmax, _mm256_cmp_ps(abs8(q), inf, _CMP_EQ_OQ));
-      if (pow2)
-        q = _mm256_castsi256_ps(
-            _mm256_and_si256(_mm256_castps_si256(q), _mm256_set1_epi32((int)0xFF800000)));
-      q = _mm256_blendv_ps(q, one, deg);
-      _mm256_store_ps(sc, q);
-      _mm256_store_ps(si, _mm256_div_ps(one, q));
-      for (j = 0; j < 8; j++) {
-        s[i + j].scale = sc[j];
-        s[i + j].scale_inv = si[j];
-        s[i + j].e8m0 = 0;
-      }
-    }
-  }
-  for (; i < n; i++) s[i] = xte_quant_block_scale(a, amax[i]);
 }
 
 /* ---------------------------------------------------------------- one read, both copies
