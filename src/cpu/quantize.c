@@ -58,6 +58,22 @@ XTE_INLINE void prefetch_l2(const void *p, size_t bytes) {
 #endif
 }
 
+/* The scales of blocks (gi0 + j, gj0 + i), j < nr, i < nc, from s[j * nc + i]: linear fp32 maps
+ * by strides, others one by one */
+static void store_scale_grid(const xte_scale_map *m, int64_t gi0, int64_t gj0, int64_t nr,
+                             int64_t nc, const xte_block_scale *s) {
+  int64_t j, i;
+  if (m->kind == XTE_SMAP_LINEAR && !m->e8m0) {
+    for (j = 0; j < nr; j++) {
+      float *d = (float *)m->data + xte_scale_offset(m, gi0 + j, gj0);
+      for (i = 0; i < nc; i++) d[i * m->sc] = s[j * nc + i].scale_inv;
+    }
+  } else {
+    for (j = 0; j < nr; j++)
+      for (i = 0; i < nc; i++) xte_store_scale(m, gi0 + j, gj0 + i, s[j * nc + i]);
+  }
+}
+
 /* ---------------------------------------------------------------- rows: rowwise only, 1 x B
  * blocks or one per-tensor scale. Each thread takes contiguous rows. */
 static void quant_rows(void *vctx, int64_t b, int64_t e, int tid) {
@@ -67,7 +83,7 @@ static void quant_rows(void *vctx, int64_t b, int64_t e, int tid) {
   const int64_t bw = a->row_bw, nbr = (a->K + bw - 1) / bw;
   xte_block_scale sc[ROW_SCALES];
   float am = 0.0f;
-  int64_t r, j, i, n;
+  int64_t r, j, n;
   if (c->per_tensor) {
     am = k->load_quant(in_at(c, b, 0), a->ld_in, a->in_kind, e - b, a->K, c->ts.scale, a->fmt,
                        a->saturate, a->row_q + (size_t)b * (size_t)a->ld_row_q, a->ld_row_q, c->nt);
@@ -78,8 +94,7 @@ static void quant_rows(void *vctx, int64_t b, int64_t e, int tid) {
       am = xte_fmaxf(am, k->quant_blocks(in_at(c, r, 0), a->ld_in, a->in_kind, n, a->K, bw, a,
                                          a->row_q + (size_t)r * (size_t)a->ld_row_q, a->ld_row_q,
                                          sc, NULL, c->nt));
-      for (j = 0; j < n; j++)
-        for (i = 0; i < nbr; i++) xte_store_scale(&a->row_s, r + j, i, sc[j * nbr + i]);
+      store_scale_grid(&a->row_s, r, 0, n, nbr, sc);
     }
   } else { /* long rows in pieces of ROW_SCALES blocks */
     const int64_t chunk = bw * ROW_SCALES;
@@ -89,7 +104,7 @@ static void quant_rows(void *vctx, int64_t b, int64_t e, int tid) {
         am = xte_fmaxf(am, k->quant_blocks(in_at(c, r, j), a->ld_in, a->in_kind, 1, n, bw, a,
                                            a->row_q + (size_t)r * (size_t)a->ld_row_q + (size_t)j,
                                            a->ld_row_q, sc, NULL, c->nt));
-        for (i = 0; i < (n + bw - 1) / bw; i++) xte_store_scale(&a->row_s, r, j / bw + i, sc[i]);
+        store_scale_grid(&a->row_s, r, j / bw, 1, (n + bw - 1) / bw, sc);
       }
   }
   if (c->nt) k->store_fence();
