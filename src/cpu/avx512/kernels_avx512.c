@@ -510,14 +510,6 @@ XTE_AI V16 p2w_pack(V16 c0, V16 c1) {
 
 #define ROW(p, r, ld, es) ((const char *)(p) + (size_t)(r) * (size_t)(ld) * (es))
 
-/* The 128-element chunk t of rows x (cpr chunks) into L1 (the next group's chunks, fetched while
- * this group converts: the memory stays busy during the compute) */
-XTE_AI void prefetch_chunk(const void *src, int64_t lds, size_t es, int64_t cpr, int64_t t) {
-  const char *p = ROW(src, t / cpr, lds, es) + (size_t)(t % cpr) * 128 * es;
-  size_t o;
-  for (o = 0; o < 128 * es; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-}
-
 XTE_AI float load_amax_row(const void *src, int kind, int64_t n, float *acc) {
   __m512 m0 = _mm512_setzero_ps(), m1 = _mm512_setzero_ps();
   int64_t i = 0;
@@ -936,11 +928,31 @@ static void load_quant_vs(const void *src, int64_t lds, int in_kind, int64_t row
   }
 }
 
+#define QG 16
+
+/* The positions (row, column) of QG consecutive 128-element chunks of rows of w elements (w a
+ * multiple of 128) from *row, *col on, which advance past them */
+XTE_AI void chunk_pos(int64_t *row, int64_t *col, int64_t w, int64_t *cr, int64_t *co) {
+  int c;
+  for (c = 0; c < QG; c++) {
+    cr[c] = *row;
+    co[c] = *col;
+    if ((*col += 128) == w) {
+      *col = 0;
+      ++*row;
+    }
+  }
+}
+
+XTE_AI void prefetch_l1(const void *p, size_t bytes) {
+  size_t o;
+  for (o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+}
+
 /* Blocks of bw (16 | bw, bw | 128) elements. The full 128-element chunks of all rows are taken
  * QG at a time (in L1): a first pass for the block amaxes, the scales (independent divisions,
  * pipelined), a second pass to convert and store: the fast sequence when the chunks are NaN-free
  * and the scales finite and > 0, else the general one. Each row's tail (n % 128) after. */
-#define QG 16
 XTE_AI float quant_blocks_body(const void *src, int64_t lds, int kind, int64_t rows, int64_t n,
                                int bw, const xte_quant_args *a, uint8_t *q, int64_t ldq,
                                xte_block_scale *sc, float *acc, int nt) {
@@ -948,19 +960,18 @@ XTE_AI float quant_blocks_body(const void *src, int64_t lds, int kind, int64_t r
   const int nvb = bw / 16, nb = 128 / bw;
   const int64_t cpr = n / 128, nbr = (n + bw - 1) / bw, total = rows * cpr;
   fp8k k = fp8k_make(a->fmt, a->saturate);
+  const int te = te_recipe(a);
+  const tesk tc = tesk_make(a);
   float m = 0.0f;
-  int64_t t0, r;
+  int64_t t0, r, cr[QG], co[QG], pr[QG], pc[QG], prow = 0, pcol = 0;
   nt = nt && !((uintptr_t)q & 63) && !(ldq & 63);
+  chunk_pos(&prow, &pcol, cpr * 128, cr, co); /* row, column of each chunk */
   for (t0 = 0; t0 < total; t0 += QG) {
     const int nch = (int)(total - t0 < QG ? total - t0 : QG);
-    int64_t cr[QG], co[QG]; /* row, column of each chunk */
     int c, v, b, fast = 1;
     uint32_t bm[QG * 8], any = 0;
     float sf[QG * 8];
-    for (c = 0; c < nch; c++) {
-      cr[c] = (t0 + c) / cpr;
-      co[c] = (t0 + c - cr[c] * cpr) * 128;
-    }
+    chunk_pos(&prow, &pcol, cpr * 128, pr, pc); /* the next group's (prefetched) */
     for (c = 0; c < nch; c++) {
       const void *s = ROW(src, cr[c], lds, es);
       const int64_t o = co[c];
@@ -991,25 +1002,42 @@ XTE_AI float quant_blocks_body(const void *src, int64_t lds, int kind, int64_t r
           bm[c * nb + b] = xte_f32_bits(hmax16(mm));
         }
     {
-      xte_block_scale bs[QG * 8];
+      /* n % 128 == 0: the group's blocks are consecutive in sc, written in place */
+      const int nblk = nch * nb, inplace = n % 128 == 0;
+      xte_block_scale bsl[QG * 8], *bs = inplace ? sc + t0 * nb : bsl;
       float amf[QG * 8];
-      for (c = 0; c < nch * nb; c++) amf[c] = xte_bits_f32(bm[c]);
-      block_scales(a, amf, nch * nb, bs);
-      for (c = 0; c < nch; c++)
-        for (b = 0; b < nb; b++) {
-          const int t = c * nb + b;
-          sc[cr[c] * nbr + co[c] / bw + b] = bs[t];
+      int t;
+      for (t = 0; t < nblk; t++) amf[t] = xte_bits_f32(bm[t]);
+      if (te && !any) { /* 16 blocks at a time (TE scales are finite and > 0) */
+        __m512 mv = _mm512_setzero_ps();
+        for (t = 0; t < nblk; t += 16) {
+          const int cnt = nblk - t < 16 ? nblk - t : 16;
+          const __mmask16 mk = (__mmask16)((1u << cnt) - 1u);
+          const __m512 av = _mm512_maskz_loadu_ps(mk, amf + t), qv = te_scale16(&tc, av);
+          mv = _mm512_max_ps(mv, av);
+          _mm512_mask_storeu_ps(sf + t, mk, qv);
+          store_scales16(bs + t, qv, tc.one, cnt);
+        }
+        m = xte_fmaxf(m, _mm512_reduce_max_ps(mv));
+      } else {
+        block_scales(a, amf, nblk, bs);
+        for (t = 0; t < nblk; t++) {
           sf[t] = bs[t].scale;
           m = xte_fmaxf(m, amf[t]);
           fast &= pos_finite(bs[t].scale);
         }
+      }
+      if (!inplace)
+        for (c = 0; c < nch; c++)
+          for (b = 0; b < nb; b++) sc[cr[c] * nbr + co[c] / bw + b] = bs[c * nb + b];
     }
     if (fast && !any) {
       for (c = 0; c < nch; c++) {
         const void *s = ROW(src, cr[c], lds, es);
         uint8_t *d = q + cr[c] * ldq + co[c];
         V16 rr[8];
-        if (t0 + QG + c < total) prefetch_chunk(src, lds, es, cpr, t0 + QG + c);
+        if (t0 + QG + c < total)
+          prefetch_l1(ROW(src, pr[c], lds, es) + (size_t)pc[c] * es, 128 * es);
 #pragma GCC unroll 8
         for (v = 0; v < 8; v++) {
           __m512 x = ld16(s, kind, co[c] + 16 * v);
@@ -1031,6 +1059,8 @@ XTE_AI float quant_blocks_body(const void *src, int64_t lds, int kind, int64_t r
         store64(d + 64, pack4(rr[4], rr[5], rr[6], rr[7]), nt);
       }
     }
+    memcpy(cr, pr, sizeof cr);
+    memcpy(co, pc, sizeof co);
   }
   if (n > cpr * 128)
     for (r = 0; r < rows; r++) {
@@ -1047,25 +1077,6 @@ XTE_AI float quant_blocks_body(const void *src, int64_t lds, int kind, int64_t r
       }
     }
   return m;
-}
-
-/* The positions (row, column) of QG consecutive 128-element chunks of rows of n elements from
- * *row, *col on, which advance past them */
-XTE_AI void chunk_pos(int64_t *row, int64_t *col, int64_t n, int64_t *cr, int64_t *co) {
-  int c;
-  for (c = 0; c < QG; c++) {
-    cr[c] = *row;
-    co[c] = *col;
-    if ((*col += 128) == n) {
-      *col = 0;
-      ++*row;
-    }
-  }
-}
-
-XTE_AI void prefetch_l1(const void *p, size_t bytes) {
-  size_t o;
-  for (o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
 }
 
 /* bf16, bw 32 or 128, n % 128 == 0 (acc: n == 128, its maxima kept as words in registers): as
