@@ -401,6 +401,39 @@ XTE_AI void store_scales16(xte_block_scale *s, __m512 q, __m512 one, int n) {
   }
 }
 
+/* p2w_ok of the 16 scales q (lanes) */
+XTE_AI __mmask16 p2w_ok16(__m512 q) {
+  const V16 u = _mm512_castps_si512(q), e = _mm512_srli_epi32(u, 23);
+  return _mm512_testn_epi32_mask(u, S1(0x7FFFFF)) & _mm512_cmpge_epu32_mask(e, S1(27)) &
+         _mm512_cmple_epu32_mask(e, S1(236));
+}
+
+/* p2w_d and p2w_t of the 16 scales q, stored as uint16 (lanes of mask m) */
+XTE_AI void p2w_dt16(__m512 q, int fmt, __mmask16 m, uint16_t *d, uint16_t *t) {
+  const V16 kk = _mm512_sub_epi32(_mm512_srli_epi32(_mm512_castps_si512(q), 23), S1(127));
+  const int e4 = fmt == XTE_FP8_E4M3;
+  _mm512_mask_cvtepi32_storeu_epi16(
+      d, m, _mm512_sub_epi32(S1(e4 ? 15353 : 14321), _mm512_slli_epi32(kk, 7)));
+  _mm512_mask_cvtepi32_storeu_epi16(t, m,
+                                    _mm512_slli_epi32(_mm512_sub_epi32(S1(e4 ? 121 : 113), kk), 7));
+}
+
+/* The TE scales of the n <= 16 amaxes am (mask of the first n lanes) into s (and their values
+ * into f, their word-path parameters into d / t); their p2w_ok lanes and whether some amax times
+ * its scale passes fmax (exact for 2^k scales) folded into *ok / *over; returns the amaxes (0 in
+ * lanes past n) */
+XTE_AI __m512 te_params16(const tesk *c, const float *am, int n, int fmt, xte_block_scale *s,
+                          float *f, uint16_t *d, uint16_t *t, int *ok, int *over) {
+  const __mmask16 m = (__mmask16)((1u << n) - 1u);
+  const __m512 v = _mm512_maskz_loadu_ps(m, am), q = te_scale16(c, v);
+  *ok &= (p2w_ok16(q) & m) == m;
+  *over |= _mm512_mask_cmp_ps_mask(m, _mm512_mul_ps(v, q), c->fmax, _CMP_NLE_UQ) != 0;
+  _mm512_mask_storeu_ps(f, m, q);
+  p2w_dt16(q, fmt, m, d, t);
+  store_scales16(s, q, c->one, n);
+  return v;
+}
+
 /* The TE recipes through te_scale16; the others through the header. */
 static void block_scales(const xte_quant_args *a, const float *amax, int64_t n,
                          xte_block_scale *s) {
@@ -1092,7 +1125,6 @@ XTE_AI float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64
   const p2wk w = p2wk_make(a->fmt, a->saturate);
   const int te = te_recipe(a);
   const tesk tc = tesk_make(a);
-  const int e4 = a->fmt == XTE_FP8_E4M3;
   V16 acw[4];
   float m = 0.0f;
   int64_t t0, r, cr[QG], co[QG], pr[QG], pc[QG], prow = 0, pcol = 0;
@@ -1139,26 +1171,9 @@ XTE_AI float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64
     }
     if (te && !any) { /* 16 blocks at a time: scales, p2w_ok, p2w_d, p2w_t, the clamp test */
       __m512 mv = _mm512_setzero_ps();
-      for (t = 0; t < nblk; t += 16) {
-        const int cnt = nblk - t < 16 ? nblk - t : 16;
-        const __mmask16 mk = (__mmask16)((1u << cnt) - 1u);
-        const __m512 v = _mm512_maskz_loadu_ps(mk, amf + t), qv = te_scale16(&tc, v);
-        const V16 u = _mm512_castps_si512(qv), e = _mm512_srli_epi32(u, 23);
-        const V16 kk = _mm512_sub_epi32(e, S1(127));
-        const __mmask16 ok = _mm512_testn_epi32_mask(u, S1(0x7FFFFF)) &
-                             _mm512_cmpge_epu32_mask(e, S1(27)) &
-                             _mm512_cmple_epu32_mask(e, S1(236));
-        p2 &= (ok & mk) == mk;
-        /* exact for 2^k scales */
-        over |= _mm512_mask_cmp_ps_mask(mk, _mm512_mul_ps(v, qv), tc.fmax, _CMP_NLE_UQ) != 0;
-        mv = _mm512_max_ps(mv, v);
-        _mm512_mask_storeu_ps(sf + t, mk, qv);
-        _mm512_mask_cvtepi32_storeu_epi16(
-            pd + t, mk, _mm512_sub_epi32(S1(e4 ? 15353 : 14321), _mm512_slli_epi32(kk, 7)));
-        _mm512_mask_cvtepi32_storeu_epi16(
-            pt + t, mk, _mm512_slli_epi32(_mm512_sub_epi32(S1(e4 ? 121 : 113), kk), 7));
-        store_scales16(bs + t, qv, tc.one, cnt);
-      }
+      for (t = 0; t < nblk; t += 16)
+        mv = _mm512_max_ps(mv, te_params16(&tc, amf + t, nblk - t < 16 ? nblk - t : 16, a->fmt,
+                                           bs + t, sf + t, pd + t, pt + t, &p2, &over));
       m = xte_fmaxf(m, _mm512_reduce_max_ps(mv));
     } else {
       block_scales(a, amf, nblk, bs);
@@ -1311,19 +1326,18 @@ XTE_AI V16 rto_pack(V16 c0, V16 c1) {
  * when no |x| s of the tile passes the largest finite value (true for the TE and DeepGEMM
  * scales) */
 XTE_AI void rc_convert(const void *src, int64_t lds, int64_t nr, const xte_quant_args *a,
-                       uint8_t *rq, int64_t ldrq, const xte_block_scale *rsc, uint8_t *cq,
-                       const V16 *dv, const V16 *tv, const __m512 *sp, const void *pf,
-                       int64_t pf_rows, int nt, int f32, int clamp) {
+                       uint8_t *rq, int64_t ldrq, const float *rs, const uint16_t *rd,
+                       const uint16_t *rt, uint8_t *cq, const V16 *dv, const V16 *tv,
+                       const __m512 *sp, const void *pf, int64_t pf_rows, int nt, int f32,
+                       int clamp) {
   const size_t es = f32 ? 4 : 2;
   const p2wk w = p2wk_make(a->fmt, a->saturate);
   int64_t r;
   int i;
   for (r = 0; r < nr; r++) {
     const char *p = (const char *)src + (size_t)r * (size_t)lds * es;
-    const float s = rsc[r].scale;
-    const V16 d = _mm512_set1_epi16((short)p2w_d(s, a->fmt));
-    const V16 t = _mm512_set1_epi16((short)p2w_t(s, a->fmt));
-    const __m512 sv = _mm512_set1_ps(s);
+    const V16 d = _mm512_set1_epi16((short)rd[r]), t = _mm512_set1_epi16((short)rt[r]);
+    const __m512 sv = _mm512_set1_ps(rs[r]);
     V16 cr[4], cc[4];
     if (pf && r < pf_rows) {
       const char *pn = (const char *)pf + (size_t)r * (size_t)lds * es;
@@ -1362,8 +1376,8 @@ XTE_AI int quant_rc_body(const void *src, int64_t lds, int64_t nr, const xte_qua
   const size_t es = f32 ? 4 : 2;
   V16 acc[8], dv[4], tv[4];
   __m512 sp[8];
-  _Alignas(64) float ram[128], cam[128], cs[128];
-  _Alignas(64) uint16_t pd[128], pt[128];
+  _Alignas(64) float ram[128], cam[128], cs[128], rs[128];
+  _Alignas(64) uint16_t pd[128], pt[128], rd[128], rt[128];
   int col[128];
   const float fmax = xte_fp8_max(a->fmt);
   uint32_t bad = 0;
@@ -1402,13 +1416,46 @@ XTE_AI int quant_rc_body(const void *src, int64_t lds, int64_t nr, const xte_qua
           (void *)(cam + 32 * i + 16),
           _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(acc[i], 1)), 16));
     }
-  block_scales(a, ram, nr, rsc);
-  block_scales(a, cam, 128, csc);
-  for (i = 0; i < 128; i++) {
-    col[i] = p2w_rto_col(i, 32);
-    cs[i] = csc[i].scale;
+  if (te_recipe(a)) { /* 16 scales at a time, with their word-path parameters */
+    const tesk tc = tesk_make(a);
+    __m512 mv = _mm512_setzero_ps();
+    int ok = 1;
+    for (r = 0; r < nr; r += 16)
+      mv = _mm512_max_ps(mv, te_params16(&tc, ram + r, nr - r < 16 ? (int)(nr - r) : 16, a->fmt,
+                                         rsc + r, rs + r, rd + r, rt + r, &ok, &over));
+    for (i = 0; i < 128; i += 16)
+      (void)te_params16(&tc, cam + i, 16, a->fmt, csc + i, cs + i, pd + i, pt + i, &ok, &over);
+    if (!ok) return 0;
+    *amax = _mm512_reduce_max_ps(mv);
+    if (f32) { /* pd / pt by word position (p2w_rto_col: within each 32) */
+      _Alignas(64) uint16_t pc[32];
+      for (i = 0; i < 32; i++) pc[i] = (uint16_t)p2w_rto_col(i, 32);
+      for (i = 0; i < 4; i++) {
+        const V16 ix = _mm512_load_si512((const void *)pc);
+        _mm512_store_si512(
+            (void *)(pd + 32 * i),
+            _mm512_permutexvar_epi16(ix, _mm512_load_si512((const void *)(pd + 32 * i))));
+        _mm512_store_si512(
+            (void *)(pt + 32 * i),
+            _mm512_permutexvar_epi16(ix, _mm512_load_si512((const void *)(pt + 32 * i))));
+      }
+    }
+  } else {
+    block_scales(a, ram, nr, rsc);
+    block_scales(a, cam, 128, csc);
+    for (i = 0; i < 128; i++) {
+      col[i] = p2w_rto_col(i, 32);
+      cs[i] = csc[i].scale;
+    }
+    if (!p2w_tile_params(a, rsc, ram, nr, csc, f32 ? col : NULL, pd, pt, amax)) return 0;
+    for (r = 0; r < nr; r++) {
+      rs[r] = rsc[r].scale;
+      rd[r] = p2w_d(rs[r], a->fmt);
+      rt[r] = p2w_t(rs[r], a->fmt);
+      over |= !(ram[r] * rsc[r].scale <= fmax); /* exact: 2^k scales */
+    }
+    for (i = 0; i < 128; i++) over |= !(cam[i] * csc[i].scale <= fmax);
   }
-  if (!p2w_tile_params(a, rsc, ram, nr, csc, f32 ? col : NULL, pd, pt, amax)) return 0;
   for (i = 0; i < 4; i++) { /* the fma's scales in wlo / whi order (fp32: the columns in order) */
     __m512 s0 = _mm512_load_ps(cs + 32 * i), s1 = _mm512_load_ps(cs + 32 * i + 16);
     sp[2 * i] = f32 ? s0 : _mm512_permutex2var_ps(s0, ilo, s1);
@@ -1416,13 +1463,11 @@ XTE_AI int quant_rc_body(const void *src, int64_t lds, int64_t nr, const xte_qua
     dv[i] = _mm512_load_si512((const void *)(pd + 32 * i));
     tv[i] = _mm512_load_si512((const void *)(pt + 32 * i));
   }
-  for (r = 0; r < nr; r++) over |= !(ram[r] * rsc[r].scale <= fmax); /* exact: 2^k scales */
-  for (i = 0; i < 128; i++) over |= !(cam[i] * csc[i].scale <= fmax);
   nt = nt && !((uintptr_t)rq & 63) && !(ldrq & 63);
   if (over)
-    rc_convert(src, lds, nr, a, rq, ldrq, rsc, cq, dv, tv, sp, pf, pf_rows, nt, f32, 1);
+    rc_convert(src, lds, nr, a, rq, ldrq, rs, rd, rt, cq, dv, tv, sp, pf, pf_rows, nt, f32, 1);
   else
-    rc_convert(src, lds, nr, a, rq, ldrq, rsc, cq, dv, tv, sp, pf, pf_rows, nt, f32, 0);
+    rc_convert(src, lds, nr, a, rq, ldrq, rs, rd, rt, cq, dv, tv, sp, pf, pf_rows, nt, f32, 0);
   return 1;
 }
 
