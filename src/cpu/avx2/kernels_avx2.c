@@ -836,6 +836,39 @@ XTE_AI void store_scales8(xte_block_scale *s, __m256 q, __m256 one, int n) {
   }
 }
 
+/* The TE scales of the n <= 8 amaxes am (8 readable) into s (their values into f, their word-path
+ * parameters p2w_d / p2w_t into d / t: 8 entries of f, d, t written whatever n); their p2w_ok lanes
+ * and whether some amax times its scale passes fmax (exact for 2^k scales) folded into *ok / *over;
+ * returns the amaxes (0 in lanes past n) */
+XTE_AI __m256 te_params8(const tesk *c, const float *am, int n, int fmt, xte_block_scale *s,
+                         float *f, uint16_t *d, uint16_t *t, int *ok, int *over) {
+  const int lanes = (1 << n) - 1, e4 = fmt == XTE_FP8_E4M3;
+  const V8 m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const V8 lo16 = _mm256_set1_epi32(0xFFFF);
+  const __m256 v = _mm256_and_ps(_mm256_loadu_ps(am), _mm256_castsi256_ps(m)), q = te_scale8(c, v);
+  const V8 u = _mm256_castps_si256(q), e = _mm256_srli_epi32(u, 23);
+  const V8 kk = _mm256_sub_epi32(e, _mm256_set1_epi32(127));
+  const V8 bad = _mm256_or_si256(
+      _mm256_xor_si256(_mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFF)),
+                                          _mm256_setzero_si256()),
+                       _mm256_set1_epi32(-1)),
+      _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(27), e),
+                      _mm256_cmpgt_epi32(e, _mm256_set1_epi32(236))));
+  const V8 dd = _mm256_sub_epi32(_mm256_set1_epi32(e4 ? 15353 : 14321), _mm256_slli_epi32(kk, 7));
+  const V8 tt = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(e4 ? 121 : 113), kk), 7);
+  *ok &= (_mm256_movemask_ps(_mm256_castsi256_ps(bad)) & lanes) == 0;
+  *over |=
+      (_mm256_movemask_ps(_mm256_cmp_ps(_mm256_mul_ps(v, q), c->fmax, _CMP_NLE_UQ)) & lanes) != 0;
+  _mm256_storeu_ps(f, q);
+  /* the low 16 bits of each lane (the casts of p2w_d / p2w_t) */
+  _mm_storeu_si128((__m128i *)d, _mm256_castsi256_si128(_mm256_permute4x64_epi64(
+                                     _mm256_packus_epi32(_mm256_and_si256(dd, lo16), lo16), 0xD8)));
+  _mm_storeu_si128((__m128i *)t, _mm256_castsi256_si128(_mm256_permute4x64_epi64(
+                                     _mm256_packus_epi32(_mm256_and_si256(tt, lo16), lo16), 0xD8)));
+  store_scales8(s, q, c->one, n);
+  return v;
+}
+
 /* The TE recipes through te_scale8; the others through the header. */
 static void block_scales(const xte_quant_args *a, const float *amax, int64_t n,
                          xte_block_scale *s) {
@@ -859,9 +892,8 @@ static float quant_blocks_bf16(const uint16_t *in, int64_t lds, int64_t rows, in
   const int zb = bw / 16, nb = 128 / bw;
   const int64_t total = rows * (n / 128);
   const p2wk w = p2wk_make(a->fmt, a->saturate);
-  const int te = te_recipe(a), e4 = a->fmt == XTE_FP8_E4M3;
+  const int te = te_recipe(a);
   const tesk tc = tesk_make(a);
-  const V8 mant = _mm256_set1_epi32(0x7FFFFF);
   V8 acw[8];
   float m = 0.0f;
   int64_t t0, r, row = 0, col = 0;
@@ -916,42 +948,11 @@ static float quant_blocks_bf16(const uint16_t *in, int64_t lds, int64_t rows, in
     }
     if (te && !any) { /* 8 blocks at a time: scales, p2w_ok, p2w_d, p2w_t */
       __m256 mv = _mm256_setzero_ps();
-      for (t = nblk; t < ((nblk + 7) & ~7); t++) amf[t] = 0.0f;
-      for (t = 0; t < nblk; t += 8) {
-        const int cnt = nblk - t < 8 ? nblk - t : 8;
-        const __m256 v = _mm256_load_ps(amf + t), qv = te_scale8(&tc, v);
-        const V8 u = _mm256_castps_si256(qv), e = _mm256_srli_epi32(u, 23);
-        const V8 kk = _mm256_sub_epi32(e, _mm256_set1_epi32(127));
-        const V8 bad = _mm256_or_si256(
-            _mm256_xor_si256(_mm256_cmpeq_epi32(_mm256_and_si256(u, mant), _mm256_setzero_si256()),
-                             _mm256_set1_epi32(-1)),
-            _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(27), e),
-                            _mm256_cmpgt_epi32(e, _mm256_set1_epi32(236))));
-        const V8 d32 =
-            _mm256_sub_epi32(_mm256_set1_epi32(e4 ? 15353 : 14321), _mm256_slli_epi32(kk, 7));
-        const V8 t32 =
-            _mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(e4 ? 121 : 113), kk), 7);
-        /* 16-bit: the low halves (the casts of p2w_d / p2w_t) */
-        const V8 lo16 = _mm256_set1_epi32(0xFFFF);
-        p2 &= (_mm256_movemask_ps(_mm256_castsi256_ps(bad)) & ((1 << cnt) - 1)) == 0;
-        mv = _mm256_max_ps(mv, v);
-        _mm256_store_ps(sf + t, qv);
-        _mm_store_si128(
-            (__m128i *)(pd + t),
-            _mm256_castsi256_si128(_mm256_permute4x64_epi64(
-                _mm256_packus_epi32(_mm256_and_si256(d32, lo16), _mm256_setzero_si256()), 0xD8)));
-        _mm_store_si128(
-            (__m128i *)(pt + t),
-            _mm256_castsi256_si128(_mm256_permute4x64_epi64(
-                _mm256_packus_epi32(_mm256_and_si256(t32, lo16), _mm256_setzero_si256()), 0xD8)));
-        store_scales8(bs + t, qv, tc.one, cnt);
-      }
-      {
-        __m128 h = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
-        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
-        m = xte_fmaxf(m, _mm_cvtss_f32(h));
-      }
+      int over = 0;
+      for (t = 0; t < nblk; t += 8)
+        mv = _mm256_max_ps(mv, te_params8(&tc, amf + t, nblk - t < 8 ? nblk - t : 8, a->fmt, bs + t,
+                                          sf + t, pd + t, pt + t, &p2, &over));
+      m = xte_fmaxf(m, hmax8(mv));
     } else {
       for (t = 0; t < nblk; t++) {
         bs[t] = xte_quant_block_scale(a, amf[t]);
@@ -1173,12 +1174,14 @@ static float quant_blocks(const void *src, int64_t lds, int in_kind, int64_t row
  * position, *amax, and *clamp 0 when no |x| s of the tile passes the largest finite value (true
  * for the TE and DeepGEMM scales). 0: not a tile for the word sequence. */
 static int rc_prepare(const void *src, int64_t lds, int64_t nr, const xte_quant_args *a, int f32,
-                      xte_block_scale *rsc, xte_block_scale *csc, uint16_t *pd, uint16_t *pt,
-                      float *sl, float *sh, float *amax, int *clamp) {
+                      xte_block_scale *rsc, xte_block_scale *csc, float *rs, uint16_t *rd,
+                      uint16_t *rt, uint16_t *pd, uint16_t *pt, float *sl, float *sh, float *amax,
+                      int *clamp) {
   const size_t es = f32 ? 4 : 2;
   const float fmax = xte_fp8_max(a->fmt);
   V8 acc[16];
-  _Alignas(32) float ram[128], cam[128];
+  _Alignas(32) float ram[128], cam[128], cs[128];
+  _Alignas(32) uint16_t pdn[128], ptn[128];
   int col[128];
   uint32_t bad = 0;
   int64_t r;
@@ -1223,27 +1226,53 @@ static int rc_prepare(const void *src, int64_t lds, int64_t nr, const xte_quant_
     }
   }
   for (i = 0; i < 128; i++) col[i] = f32 ? p2w_rto_col(i, 16) : i;
-  block_scales(a, ram, nr, rsc);
-  block_scales(a, cam, 128, csc);
-  if (!p2w_tile_params(a, rsc, ram, nr, csc, col, pd, pt, amax)) return 0;
-  for (r = 0; r < nr; r++) over |= !(ram[r] * rsc[r].scale <= fmax); /* exact: 2^k scales */
-  for (i = 0; i < 128; i++) over |= !(cam[i] * csc[i].scale <= fmax);
+  if (te_recipe(a)) { /* 8 scales at a time, with their word-path parameters */
+    const tesk tc = tesk_make(a);
+    __m256 mv = _mm256_setzero_ps();
+    int ok = 1;
+    for (r = 0; r < nr; r += 8)
+      mv = _mm256_max_ps(mv, te_params8(&tc, ram + r, nr - r < 8 ? (int)(nr - r) : 8, a->fmt,
+                                        rsc + r, rs + r, rd + r, rt + r, &ok, &over));
+    for (i = 0; i < 128; i += 8)
+      (void)te_params8(&tc, cam + i, 8, a->fmt, csc + i, cs + i, pdn + i, ptn + i, &ok, &over);
+    if (!ok) return 0;
+    *amax = hmax8(mv);
+    for (i = 0; i < 128; i++) { /* by word position */
+      pd[i] = pdn[col[i]];
+      pt[i] = ptn[col[i]];
+    }
+  } else {
+    block_scales(a, ram, nr, rsc);
+    block_scales(a, cam, 128, csc);
+    if (!p2w_tile_params(a, rsc, ram, nr, csc, col, pd, pt, amax)) return 0;
+    for (r = 0; r < nr; r++) {
+      rs[r] = rsc[r].scale;
+      rd[r] = p2w_d(rs[r], a->fmt);
+      rt[r] = p2w_t(rs[r], a->fmt);
+      over |= !(ram[r] * rsc[r].scale <= fmax); /* exact: 2^k scales */
+    }
+    for (i = 0; i < 128; i++) {
+      cs[i] = csc[i].scale;
+      over |= !(cam[i] * csc[i].scale <= fmax);
+    }
+  }
   *clamp = over;
   for (i = 0; i < 128; i += 16) /* the fma's scales: words 0-3, 8-11 (lo) and 4-7, 12-15 (hi) */
     for (j = 0; j < 4; j++) {
-      sl[i / 2 + j] = csc[col[i + j]].scale;
-      sl[i / 2 + 4 + j] = csc[col[i + 8 + j]].scale;
-      sh[i / 2 + j] = csc[col[i + 4 + j]].scale;
-      sh[i / 2 + 4 + j] = csc[col[i + 12 + j]].scale;
+      sl[i / 2 + j] = cs[col[i + j]];
+      sl[i / 2 + 4 + j] = cs[col[i + 8 + j]];
+      sh[i / 2 + j] = cs[col[i + 4 + j]];
+      sh[i / 2 + 4 + j] = cs[col[i + 12 + j]];
     }
   return 1;
 }
 
 /* The second pass of quant_rc: per row the row codes and the column codes of the same words */
 XTE_AI void rc_convert(const void *src, int64_t lds, int64_t nr, const xte_quant_args *a,
-                       uint8_t *rq, int64_t ldrq, const xte_block_scale *rsc, uint8_t *cq,
-                       const uint16_t *pd, const uint16_t *pt, const float *sl, const float *sh,
-                       const void *pf, int64_t pf_rows, int nt, int f32, int clamp) {
+                       uint8_t *rq, int64_t ldrq, const float *rs, const uint16_t *rd,
+                       const uint16_t *rt, uint8_t *cq, const uint16_t *pd, const uint16_t *pt,
+                       const float *sl, const float *sh, const void *pf, int64_t pf_rows, int nt,
+                       int f32, int clamp) {
   const size_t es = f32 ? 4 : 2;
   const p2wk w = p2wk_make(a->fmt, a->saturate);
   const V8 perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
@@ -1251,10 +1280,8 @@ XTE_AI void rc_convert(const void *src, int64_t lds, int64_t nr, const xte_quant
   int i, j;
   for (r = 0; r < nr; r++) {
     const char *p = (const char *)src + (size_t)r * (size_t)lds * es;
-    const float s = rsc[r].scale;
-    const V8 d = _mm256_set1_epi16((short)p2w_d(s, a->fmt));
-    const V8 t = _mm256_set1_epi16((short)p2w_t(s, a->fmt));
-    const __m256 sv = _mm256_set1_ps(s);
+    const V8 d = _mm256_set1_epi16((short)rd[r]), t = _mm256_set1_epi16((short)rt[r]);
+    const __m256 sv = _mm256_set1_ps(rs[r]);
     if (pf && r < pf_rows) {
       const char *pn = (const char *)pf + (size_t)r * (size_t)lds * es;
       for (j = 0; j < (int)(128 * es); j += 64) _mm_prefetch(pn + j, _MM_HINT_T1);
@@ -1298,15 +1325,15 @@ static int quant_rc(const void *src, int64_t lds, int64_t nr, const xte_quant_ar
                     int64_t ldrq, xte_block_scale *rsc, uint8_t *cq, xte_block_scale *csc,
                     float *amax, const void *pf, int64_t pf_rows, int nt) {
   const int f32 = a->in_kind == XTE_NUM_IN_F32;
-  _Alignas(32) float sl[128], sh[128];
-  _Alignas(32) uint16_t pd[128], pt[128];
+  _Alignas(32) float sl[128], sh[128], rs[128];
+  _Alignas(32) uint16_t pd[128], pt[128], rd[128], rt[128];
   int clamp;
   if ((!f32 && a->in_kind != XTE_NUM_IN_BF16) || nr < 1 || nr > 128 ||
-      !rc_prepare(src, lds, nr, a, f32, rsc, csc, pd, pt, sl, sh, amax, &clamp))
+      !rc_prepare(src, lds, nr, a, f32, rsc, csc, rs, rd, rt, pd, pt, sl, sh, amax, &clamp))
     return 0;
   nt = nt && !((uintptr_t)rq & 31) && !(ldrq & 31);
 #define RC(F, C) \
-  rc_convert(src, lds, nr, a, rq, ldrq, rsc, cq, pd, pt, sl, sh, pf, pf_rows, nt, F, C)
+  rc_convert(src, lds, nr, a, rq, ldrq, rs, rd, rt, cq, pd, pt, sl, sh, pf, pf_rows, nt, F, C)
   if (f32 && clamp)
     RC(1, 1);
   else if (f32)
