@@ -9,7 +9,8 @@
  * a NaN. The fp32 sweep takes the same words as the high halves of fp32 values whose low halves
  * cycle through 0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF and pseudo-random ones (ties at the fp8
  * precision, just above and just below them, for every word). Each ISA's rowwise and columnwise
- * bytes and scales must equal the scalar path's (which tests/test_quantize_recipes.c checks
+ * bytes and scales, both copies made together and the rowwise one alone (the row kernels), must
+ * equal the scalar path's (which tests/test_quantize_recipes.c checks
  * against an independent oracle). */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -92,8 +93,10 @@ static uint32_t *widen(const uint16_t *x, int64_t n) {
   return y;
 }
 
+/* both 0: the rowwise copy alone (the row kernels), 1: both copies (one read for both) */
 static void run(const void *x, xte_dtype in_dtype, int64_t M, xte_recipe recipe,
-                xte_scaling_mode mode, xte_scale_layout layout, xte_dtype fp8, int sat, out *o) {
+                xte_scaling_mode mode, xte_scale_layout layout, xte_dtype fp8, int sat, int both,
+                out *o) {
   xte_tensor in = xte_tensor_2d((void *)x, in_dtype, M, K);
   xte_qtensor q;
   xte_quant_config cfg = xte_quant_config_default();
@@ -118,6 +121,12 @@ static void run(const void *x, xte_dtype in_dtype, int64_t M, xte_recipe recipe,
       (xte_scale_tensor){o->srow, mx ? XTE_DTYPE_E8M0 : XTE_DTYPE_FP32, rr, rc, layout};
   q.columnwise_scale_inv =
       (xte_scale_tensor){o->scol, mx ? XTE_DTYPE_E8M0 : XTE_DTYPE_FP32, cr, cc, layout};
+  if (!both) {
+    memset(&q.columnwise, 0, sizeof q.columnwise);
+    memset(&q.columnwise_scale_inv, 0, sizeof q.columnwise_scale_inv);
+    memset(o->col, 0, (size_t)(M * K));
+    memset(o->scol, 0, o->scol_bytes);
+  }
   q.scaling_mode = mode;
   q.recipe = recipe;
   cr_assert_eq(xte_quantize(&in, &q, &cfg, NULL), XTE_SUCCESS, "%s", xte_last_error());
@@ -135,7 +144,7 @@ static void sweep(xte_recipe recipe, xte_scaling_mode mode, xte_scale_layout lay
   static const xte_cpu_isa isas[] = {XTE_CPU_ISA_AVX2, XTE_CPU_ISA_AVX512,
                                      XTE_CPU_ISA_AVX512_SIMDE};
   static const xte_dtype fmts[] = {XTE_DTYPE_E4M3, XTE_DTYPE_E5M2};
-  int f, sat, i, tested = 0;
+  int f, sat, i, both, tested = 0;
   for (f = 0; f < 2; f++) {
     int64_t M;
     uint16_t *x = build_input(fmts[f] == XTE_DTYPE_E4M3 ? 448.0f : 57344.0f, &M);
@@ -143,10 +152,11 @@ static void sweep(xte_recipe recipe, xte_scaling_mode mode, xte_scale_layout lay
     cr_assert_gt(M, 10000, "the sweep built only %lld rows", (long long)M);
     cr_log_info("%s input, %s: %lld rows of %d", xte_dtype_name(in_dtype), xte_dtype_name(fmts[f]),
                 (long long)M, K);
-    for (sat = 0; sat < 2; sat++) {
+    for (sat = 0; sat < 4; sat++) {
       out ref, got;
+      both = sat >> 1;
       cr_assert_eq(xte_cpu_set_isa(XTE_CPU_ISA_SCALAR), XTE_SUCCESS);
-      run(xin, in_dtype, M, recipe, mode, layout, fmts[f], sat, &ref);
+      run(xin, in_dtype, M, recipe, mode, layout, fmts[f], sat & 1, both, &ref);
       for (i = 0; i < 3; i++) {
         xte_status st = xte_cpu_set_isa(isas[i]);
         if (st == XTE_ERROR_UNSUPPORTED) {
@@ -154,13 +164,13 @@ static void sweep(xte_recipe recipe, xte_scaling_mode mode, xte_scale_layout lay
           continue;
         }
         cr_assert_eq(st, XTE_SUCCESS);
-        run(xin, in_dtype, M, recipe, mode, layout, fmts[f], sat, &got);
+        run(xin, in_dtype, M, recipe, mode, layout, fmts[f], sat & 1, both, &got);
         cr_expect_eq(memcmp(ref.row, got.row, (size_t)(M * K)), 0,
-                     "rowwise bytes differ: %s, %s, saturate %d", xte_cpu_isa_name(isas[i]),
-                     xte_dtype_name(fmts[f]), sat);
+                     "rowwise bytes differ: %s, %s, saturate %d, both copies %d",
+                     xte_cpu_isa_name(isas[i]), xte_dtype_name(fmts[f]), sat & 1, both);
         cr_expect_eq(memcmp(ref.col, got.col, (size_t)(M * K)), 0,
                      "columnwise bytes differ: %s, %s, saturate %d", xte_cpu_isa_name(isas[i]),
-                     xte_dtype_name(fmts[f]), sat);
+                     xte_dtype_name(fmts[f]), sat & 1);
         cr_expect_eq(memcmp(ref.srow, got.srow, ref.srow_bytes), 0, "rowwise scales differ: %s",
                      xte_cpu_isa_name(isas[i]));
         cr_expect_eq(memcmp(ref.scol, got.scol, ref.scol_bytes), 0, "columnwise scales differ: %s",

@@ -881,15 +881,17 @@ static void block_scales(const xte_quant_args *a, const float *amax, int64_t n,
   for (; i < n; i++) s[i] = xte_quant_block_scale(a, amax[i]);
 }
 
-/* bf16, blocks of bw = 32 or 128, n % 128 == 0 (acc: n == 128, its maxima kept as words): groups
- * of QG 128-element chunks (in L1): word amaxes, the scales, then the word sequence when every
- * scale of the group is a power of two it takes (else, or with a NaN in the group, the general
- * sequence block by block). */
+/* bf16 (f32 0) or fp32 (f32 1: words rounded to odd, acc NULL), blocks of bw = 32 or 128,
+ * n % 128 == 0 (acc: n == 128, its maxima kept as words): groups of QG 128-element chunks (in L1):
+ * the amaxes, the scales, then the word sequence when every scale of the group is a power of two
+ * it takes (else, or with a NaN in the group, the general sequence block by block). */
 #define QG 16
-static float quant_blocks_bf16(const uint16_t *in, int64_t lds, int64_t rows, int64_t n, int bw,
-                               const xte_quant_args *a, uint8_t *q, int64_t ldq,
-                               xte_block_scale *sc, float *acc, int nt) {
-  const int zb = bw / 16, nb = 128 / bw;
+XTE_AI float quant_blocks_w(const void *in, int64_t lds, int64_t rows, int64_t n, int bw,
+                            const xte_quant_args *a, uint8_t *q, int64_t ldq, xte_block_scale *sc,
+                            float *acc, int nt, int f32) {
+  const int zb = bw / 16, nb = 128 / bw, kind = f32 ? XTE_NUM_IN_F32 : XTE_NUM_IN_BF16;
+  const size_t es = f32 ? 4 : 2;
+  const V8 perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7), am = _mm256_set1_epi32(0x7FFFFFFF);
   const int64_t total = rows * (n / 128);
   const p2wk w = p2wk_make(a->fmt, a->saturate);
   const int te = te_recipe(a);
@@ -924,27 +926,45 @@ static float quant_blocks_bf16(const uint16_t *in, int64_t lds, int64_t rows, in
     _Alignas(32) float amf[QG * 4], sf[QG * 4];
     _Alignas(32) uint16_t pd[QG * 4], pt[QG * 4];
     for (c = 0; c < nch; c++) {
-      V8 za[8];
-#pragma GCC unroll 8
-      for (i = 0; i < 8; i++) {
-        za[i] = absw(ldw(in + ci[c] + 16 * i));
-        if (acc) acw[i] = _mm256_max_epu16(acw[i], za[i]);
-      }
+      const char *p = (const char *)in + ci[c] * es;
+      if (f32) { /* 16 x 8 floats, bw / 8 per block */
+        V8 xa[16];
+#pragma GCC unroll 16
+        for (i = 0; i < 16; i++)
+          xa[i] = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(p + 32 * i)), am);
 #pragma GCC unroll 4
-      for (b = 0; b < nb; b++) {
-        V8 mm = za[b * zb];
-        uint32_t mb;
-        for (i = 1; i < zb; i++) mm = _mm256_max_epu16(mm, za[b * zb + i]);
-        mb = hmax_u16(mm);
-        any |= mb > 0x7F80u;
-        amf[c * nb + b] = xte_bits_f32(mb << 16);
+        for (b = 0; b < nb; b++) {
+          V8 mm = xa[b * 2 * zb];
+          uint32_t mb;
+          for (i = 1; i < 2 * zb; i++) mm = _mm256_max_epu32(mm, xa[b * 2 * zb + i]);
+          mb = hmax_u32(mm);
+          any |= mb > 0x7F800000u;
+          amf[c * nb + b] = xte_bits_f32(mb);
+        }
+      } else {
+        V8 za[8];
+#pragma GCC unroll 8
+        for (i = 0; i < 8; i++) {
+          za[i] = absw(ldw((const uint16_t *)p + 16 * i));
+          if (acc) acw[i] = _mm256_max_epu16(acw[i], za[i]);
+        }
+#pragma GCC unroll 4
+        for (b = 0; b < nb; b++) {
+          V8 mm = za[b * zb];
+          uint32_t mb;
+          for (i = 1; i < zb; i++) mm = _mm256_max_epu16(mm, za[b * zb + i]);
+          mb = hmax_u16(mm);
+          any |= mb > 0x7F80u;
+          amf[c * nb + b] = xte_bits_f32(mb << 16);
+        }
       }
     }
     if (any) { /* a NaN: block amaxes with NaN never winning, the general sequence */
       nan_seen = 1;
       for (c = 0; c < nch; c++)
         for (b = 0; b < nb; b++)
-          amf[c * nb + b] = load_amax_r1(in + ci[c] + bw * b, XTE_NUM_IN_BF16, bw, NULL);
+          amf[c * nb + b] =
+              load_amax_r1((const char *)in + (ci[c] + bw * b) * (int64_t)es, kind, bw, NULL);
     }
     if (te && !any) { /* 8 blocks at a time: scales, p2w_ok, p2w_d, p2w_t */
       __m256 mv = _mm256_setzero_ps();
@@ -965,25 +985,38 @@ static float quant_blocks_bf16(const uint16_t *in, int64_t lds, int64_t rows, in
     }
     if (p2 && !any) {
       for (c = 0; c < nch; c++) {
+        const char *p = (const char *)in + ci[c] * es;
         if (t0 + QG + c < total) /* the next group's chunk c into L1 */
-          for (i = 0; i < 256; i += 64) _mm_prefetch((const char *)(in + ni[c]) + i, _MM_HINT_T0);
+          for (i = 0; i < (int)(128 * es); i += 64)
+            _mm_prefetch((const char *)in + ni[c] * es + i, _MM_HINT_T0);
 #pragma GCC unroll 4
-        for (i = 0; i < 8; i += 2) {
+        for (i = 0; i < 8; i += 2) { /* 32 elements */
           const int tb = c * nb + i / zb;
           const V8 d = _mm256_set1_epi16((short)pd[tb]);
           const V8 th = _mm256_set1_epi16((short)pt[tb]);
           const __m256 sv = _mm256_set1_ps(sf[tb]);
-          p2w_st(q + cq[c] + 16 * i,
-                 p2w_order(p2w_codes1(&w, ldw(in + ci[c] + 16 * i), ldw(in + ci[c] + 16 * i + 16),
-                                      d, th, sv, 1, P2W_SUB_RARE)),
-                 nt);
+          V8 z0, z1;
+          if (f32) {
+            const __m256i *x = (const __m256i *)(p + 64 * i);
+            z0 = rto_words(_mm256_loadu_si256(x), _mm256_loadu_si256(x + 1));
+            z1 = rto_words(_mm256_loadu_si256(x + 2), _mm256_loadu_si256(x + 3));
+          } else {
+            z0 = ldw((const uint16_t *)p + 16 * i);
+            z1 = ldw((const uint16_t *)p + 16 * i + 16);
+          }
+          {
+            const V8 bb = p2w_codes1(&w, z0, z1, d, th, sv, 1, P2W_SUB_RARE);
+            /* in order: the 64-bit quarters (bf16 words), the 32-bit groups (fp32) */
+            p2w_st(q + cq[c] + 16 * i, f32 ? _mm256_permutevar8x32_epi32(bb, perm) : p2w_order(bb),
+                   nt);
+          }
         }
       }
     } else {
       for (c = 0; c < nch; c++)
         for (b = 0; b < nb; b++)
-          (void)load_quant_r1(in + ci[c] + bw * b, XTE_NUM_IN_BF16, bw, sf[c * nb + b], a->fmt,
-                              a->saturate, q + cq[c] + bw * b, nt);
+          (void)load_quant_r1((const char *)in + (ci[c] + bw * b) * (int64_t)es, kind, bw,
+                              sf[c * nb + b], a->fmt, a->saturate, q + cq[c] + bw * b, nt);
     }
     for (c = 0; c < QG; c++) { /* the next group's chunks, and the one after's */
       ci[c] = ni[c];
@@ -998,7 +1031,8 @@ static float quant_blocks_bf16(const uint16_t *in, int64_t lds, int64_t rows, in
   }
   if (acc) {
     if (nan_seen) {
-      for (r = 0; r < rows; r++) (void)load_amax_r1(in + r * lds, XTE_NUM_IN_BF16, 128, acc);
+      for (r = 0; r < rows; r++)
+        (void)load_amax_r1((const uint16_t *)in + r * lds, XTE_NUM_IN_BF16, 128, acc);
     } else {
       for (i = 0; i < 8; i++) {
         __m256 x0 = _mm256_castsi256_ps(
@@ -1128,7 +1162,9 @@ static float quant_blocks(const void *src, int64_t lds, int in_kind, int64_t row
   float m = 0.0f;
   int64_t t0, t;
   if (in_kind == XTE_NUM_IN_BF16 && (bw == 128 || bw == 32) && n % 128 == 0 && (!acc || n == 128))
-    return quant_blocks_bf16((const uint16_t *)src, lds, rows, n, (int)bw, a, q, ldq, sc, acc, nt);
+    return quant_blocks_w(src, lds, rows, n, (int)bw, a, q, ldq, sc, acc, nt, 0);
+  if (in_kind == XTE_NUM_IN_F32 && (bw == 128 || bw == 32) && n % 128 == 0 && !acc)
+    return quant_blocks_w(src, lds, rows, n, (int)bw, a, q, ldq, sc, NULL, nt, 1);
 #define QB(KIND, BW) return quant_blocks_grp(src, lds, KIND, rows, n, BW, a, q, ldq, sc, acc, nt)
   if (bw == 128) {
     if (in_kind == XTE_NUM_IN_F32) QB(XTE_NUM_IN_F32, 128);
