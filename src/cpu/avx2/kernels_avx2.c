@@ -737,6 +737,20 @@ static float load_amax(const void *src, int64_t lds, int in_kind, int64_t rows, 
     mb = hmax_u16(_mm256_max_epu16(m0, m1));
     if (mb <= 0x7F80u) return xte_bits_f32(mb << 16);
   }
+  if (in_kind == XTE_NUM_IN_F32 && !acc && n % 16 == 0) { /* the same on fp32 bits */
+    const V8 am = _mm256_set1_epi32(0x7FFFFFFF);
+    V8 m0 = _mm256_setzero_si256(), m1 = _mm256_setzero_si256();
+    uint32_t mb;
+    for (r = 0; r < rows; r++) {
+      const __m256i *p = (const __m256i *)((const float *)src + r * lds);
+      for (i = 0; i < n / 8; i += 2) {
+        m0 = _mm256_max_epu32(m0, _mm256_and_si256(_mm256_loadu_si256(p + i), am));
+        m1 = _mm256_max_epu32(m1, _mm256_and_si256(_mm256_loadu_si256(p + i + 1), am));
+      }
+    }
+    mb = hmax_u32(_mm256_max_epu32(m0, m1));
+    if (mb <= 0x7F800000u) return xte_bits_f32(mb);
+  }
   for (r = 0; r < rows; r++) m = xte_fmaxf(m, load_amax_r1(ROW(src, r, lds, es), in_kind, n, acc));
   return m;
 }
