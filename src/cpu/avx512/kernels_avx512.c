@@ -595,9 +595,29 @@ static float load_amax_bf16(const void *src, int64_t lds, int64_t rows, int64_t 
   return xte_bits_f32(mb << 16);
 }
 
+/* fp32, no acc: integer maxima of the |x| bits (a NaN: the float way) */
+static float load_amax_f32(const void *src, int64_t lds, int64_t rows, int64_t n) {
+  V16 m0 = _mm512_setzero_si512(), m1 = _mm512_setzero_si512();
+  uint32_t mb;
+  int64_t r, i;
+  for (r = 0; r < rows; r++) {
+    const float *p = (const float *)src + r * lds;
+    for (i = 0; i + 32 <= n; i += 32) {
+      m0 = _mm512_max_epu32(
+          m0, _mm512_and_si512(_mm512_loadu_si512((const void *)(p + i)), S1(0x7FFFFFFF)));
+      m1 = _mm512_max_epu32(
+          m1, _mm512_and_si512(_mm512_loadu_si512((const void *)(p + i + 16)), S1(0x7FFFFFFF)));
+    }
+  }
+  mb = hmax_u32(_mm512_max_epu32(m0, m1));
+  if (mb > 0x7F800000u) return load_amax_body(src, lds, XTE_NUM_IN_F32, rows, n, NULL);
+  return xte_bits_f32(mb);
+}
+
 static float load_amax(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
                        float *acc) {
   if (in_kind == XTE_NUM_IN_BF16 && !acc && n % 64 == 0) return load_amax_bf16(src, lds, rows, n);
+  if (in_kind == XTE_NUM_IN_F32 && !acc && n % 32 == 0) return load_amax_f32(src, lds, rows, n);
   switch (in_kind) {
     case XTE_NUM_IN_F32:
       return load_amax_body(src, lds, XTE_NUM_IN_F32, rows, n, acc);
