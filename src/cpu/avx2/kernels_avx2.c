@@ -904,7 +904,7 @@ XTE_AI float quant_blocks_w(const void *in, int64_t lds, int64_t rows, int64_t n
                             const xte_quant_args *a, uint8_t *q, int64_t ldq, xte_block_scale *sc,
                             float *acc, int nt, int f32) {
   const int zb = bw / 16, nb = 128 / bw, kind = f32 ? XTE_NUM_IN_F32 : XTE_NUM_IN_BF16;
-  const size_t es = f32 ? 4 : 2;
+  const int64_t es = f32 ? 4 : 2;
   const V8 perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7), am = _mm256_set1_epi32(0x7FFFFFFF);
   const int64_t total = rows * (n / 128);
   const p2wk w = p2wk_make(a->fmt, a->saturate);
@@ -1001,7 +1001,7 @@ XTE_AI float quant_blocks_w(const void *in, int64_t lds, int64_t rows, int64_t n
       for (c = 0; c < nch; c++) {
         const char *p = (const char *)in + ci[c] * es;
         if (t0 + QG + c < total) /* the next group's chunk c into L1 */
-          for (i = 0; i < (int)(128 * es); i += 64)
+          for (i = 0; i < 128 * es; i += 64)
             _mm_prefetch((const char *)in + ni[c] * es + i, _MM_HINT_T0);
 #pragma GCC unroll 4
         for (i = 0; i < 8; i += 2) { /* 32 elements */
@@ -1168,6 +1168,19 @@ XTE_AI float quant_blocks_grp(const void *src, int64_t lds, int kind, int64_t ro
 }
 #undef QG
 
+/* one copy of quant_blocks_w per input kind */
+static float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64_t n, int bw,
+                               const xte_quant_args *a, uint8_t *q, int64_t ldq,
+                               xte_block_scale *sc, float *acc, int nt) {
+  return quant_blocks_w(src, lds, rows, n, bw, a, q, ldq, sc, acc, nt, 0);
+}
+
+static float quant_blocks_f32(const void *src, int64_t lds, int64_t rows, int64_t n, int bw,
+                              const xte_quant_args *a, uint8_t *q, int64_t ldq, xte_block_scale *sc,
+                              int nt) {
+  return quant_blocks_w(src, lds, rows, n, bw, a, q, ldq, sc, NULL, nt, 1);
+}
+
 static float quant_blocks(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
                           int64_t bw, const xte_quant_args *a, uint8_t *q, int64_t ldq,
                           xte_block_scale *sc, float *acc, int nt) {
@@ -1176,9 +1189,9 @@ static float quant_blocks(const void *src, int64_t lds, int in_kind, int64_t row
   float m = 0.0f;
   int64_t t0, t;
   if (in_kind == XTE_NUM_IN_BF16 && (bw == 128 || bw == 32) && n % 128 == 0 && (!acc || n == 128))
-    return quant_blocks_w(src, lds, rows, n, (int)bw, a, q, ldq, sc, acc, nt, 0);
+    return quant_blocks_bf16(src, lds, rows, n, (int)bw, a, q, ldq, sc, acc, nt);
   if (in_kind == XTE_NUM_IN_F32 && (bw == 128 || bw == 32) && n % 128 == 0 && !acc)
-    return quant_blocks_w(src, lds, rows, n, (int)bw, a, q, ldq, sc, NULL, nt, 1);
+    return quant_blocks_f32(src, lds, rows, n, (int)bw, a, q, ldq, sc, nt);
 #define QB(KIND, BW) return quant_blocks_grp(src, lds, KIND, rows, n, BW, a, q, ldq, sc, acc, nt)
   if (bw == 128) {
     if (in_kind == XTE_NUM_IN_F32) QB(XTE_NUM_IN_F32, 128);
