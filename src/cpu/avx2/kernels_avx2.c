@@ -616,6 +616,19 @@ XTE_AI V8 rto_words(V8 x0, V8 x1) {
                              _mm256_or_si256(_mm256_srli_epi32(t1, 16), _mm256_and_si256(t1, one)));
 }
 
+/* The 32 words of elements 16 i .. 16 i + 31 of the row p: bf16 words, or (f32) the words rounded
+ * to odd of the fp32 values, in packus order */
+XTE_AI void ldw32(const char *p, int i, int f32, V8 *z0, V8 *z1) {
+  if (f32) {
+    const __m256i *x = (const __m256i *)(p + 64 * i);
+    *z0 = rto_words(_mm256_loadu_si256(x), _mm256_loadu_si256(x + 1));
+    *z1 = rto_words(_mm256_loadu_si256(x + 2), _mm256_loadu_si256(x + 3));
+  } else {
+    *z0 = ldw((const uint16_t *)p + 16 * i);
+    *z1 = ldw((const uint16_t *)p + 16 * i + 16);
+  }
+}
+
 XTE_AI void p2w_st(uint8_t *q, V8 b, int nt) {
   if (nt)
     _mm256_stream_si256((__m256i *)q, b);
@@ -1010,14 +1023,7 @@ XTE_AI float quant_blocks_w(const void *in, int64_t lds, int64_t rows, int64_t n
           const V8 th = _mm256_set1_epi16((short)pt[tb]);
           const __m256 sv = _mm256_set1_ps(sf[tb]);
           V8 z0, z1;
-          if (f32) {
-            const __m256i *x = (const __m256i *)(p + 64 * i);
-            z0 = rto_words(_mm256_loadu_si256(x), _mm256_loadu_si256(x + 1));
-            z1 = rto_words(_mm256_loadu_si256(x + 2), _mm256_loadu_si256(x + 3));
-          } else {
-            z0 = ldw((const uint16_t *)p + 16 * i);
-            z1 = ldw((const uint16_t *)p + 16 * i + 16);
-          }
+          ldw32(p, i, f32, &z0, &z1);
           {
             const V8 bb = p2w_codes1(&w, z0, z1, d, th, sv, 1, P2W_SUB_RARE);
             /* in order: the 64-bit quarters (bf16 words), the 32-bit groups (fp32) */
@@ -1352,14 +1358,7 @@ XTE_AI void rc_convert(const void *src, int64_t lds, int64_t nr, const xte_quant
     V8 zb[8];
     for (i = 0; i < 8; i += 2) { /* the row codes (and the words, kept for the column codes) */
       V8 z0, z1, br;
-      if (f32) {
-        const __m256i *x = (const __m256i *)(p + 64 * i);
-        z0 = rto_words(_mm256_loadu_si256(x), _mm256_loadu_si256(x + 1));
-        z1 = rto_words(_mm256_loadu_si256(x + 2), _mm256_loadu_si256(x + 3));
-      } else {
-        z0 = ldw((const uint16_t *)p + 16 * i);
-        z1 = ldw((const uint16_t *)p + 16 * i + 16);
-      }
+      ldw32(p, i, f32, &z0, &z1);
       zb[i] = z0;
       zb[i + 1] = z1;
       br = p2w_codes1(&w, z0, z1, d, t, sv, clamp, P2W_SUB_RARE);
