@@ -329,12 +329,12 @@ static void transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t
  * network r[c] is the whole destination row c */
 static inline void tr64x16(const uint8_t *s, int64_t lds, uint8_t *d, int64_t ldd, int nt) {
   V16 r[16], t[16];
-  int i, q;
-  for (i = 0; i < 16; i++) {
+  int i;
+  for (i = 0; i < 16; i++) { /* the lane numbers immediates at any optimization level */
     r[i] = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(s + i * lds)));
-    for (q = 1; q < 4; q++)
-      r[i] =
-          _mm512_inserti32x4(r[i], _mm_loadu_si128((const __m128i *)(s + (16 * q + i) * lds)), q);
+    r[i] = _mm512_inserti32x4(r[i], _mm_loadu_si128((const __m128i *)(s + (16 + i) * lds)), 1);
+    r[i] = _mm512_inserti32x4(r[i], _mm_loadu_si128((const __m128i *)(s + (32 + i) * lds)), 2);
+    r[i] = _mm512_inserti32x4(r[i], _mm_loadu_si128((const __m128i *)(s + (48 + i) * lds)), 3);
   }
   XTE_TR16_NETWORK(_mm512, r, t);
   for (i = 0; i < 16; i++) store64(d + i * ldd, r[i], nt);
