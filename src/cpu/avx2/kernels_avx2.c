@@ -1016,6 +1016,7 @@ XTE_AI float quant_blocks_w(const void *in, int64_t lds, int64_t rows, int64_t n
         if (t0 + QG + c < total) /* the next group's chunk c into L1 */
           for (i = 0; i < 128 * es; i += 64)
             _mm_prefetch((const char *)in + ni[c] * es + i, _MM_HINT_T0);
+        xte_prefetch_far(a, p, (size_t)(128 * es));
 #pragma GCC unroll 4
         for (i = 0; i < 8; i += 2) { /* 32 elements */
           const int tb = c * nb + i / zb;
@@ -1133,6 +1134,7 @@ XTE_AI float quant_blocks_grp(const void *src, int64_t lds, int kind, int64_t ro
         const char *pn = ROW(src, tn / cpr, lds, es) + (size_t)(tn % cpr) * 128 * es;
         for (v = 0; v < (int)(128 * es); v += 64) _mm_prefetch(pn + v, _MM_HINT_T0);
       }
+      xte_prefetch_far(a, (const char *)s + (size_t)co[c] * es, 128 * es);
       for (v = 0; v < 16; v += 4) {
         const __m256 sv = _mm256_set1_ps(sf[c * nb + 8 * v / bw]);
         __m256 x0 = ld8(s, kind, co[c] + 8 * v), x1 = ld8(s, kind, co[c] + 8 * v + 8);

@@ -1091,6 +1091,7 @@ XTE_AI float quant_blocks_body(const void *src, int64_t lds, int kind, int64_t r
         V16 rr[8];
         if (t0 + QG + c < total)
           prefetch_l1(ROW(src, pr[c], lds, es) + (size_t)pc[c] * es, 128 * es);
+        xte_prefetch_far(a, (const char *)s + (size_t)co[c] * es, 128 * es);
 #pragma GCC unroll 8
         for (v = 0; v < 8; v++) {
           __m512 x = ld16(s, kind, co[c] + 16 * v);
@@ -1213,6 +1214,7 @@ XTE_AI float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64
         uint8_t *d = q + cr[c] * ldq + co[c];
         V16 cc[4];
         if (t0 + QG + c < total) prefetch_l1(in + pr[c] * lds + pc[c], 256);
+        xte_prefetch_far(a, p, 256);
 #pragma GCC unroll 4
         for (i = 0; i < 4; i++) {
           const int tb = c * nb + i / zb;
@@ -1233,6 +1235,7 @@ XTE_AI float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64
         uint8_t *d = q + cr[c] * ldq + co[c];
         V16 z[4], rr[8];
         if (t0 + QG + c < total) prefetch_l1(in + pr[c] * lds + pc[c], 256);
+        xte_prefetch_far(a, p, 256);
 #pragma GCC unroll 4
         for (i = 0; i < 4; i++) {
           __m512 sv = _mm512_set1_ps(sf[c * nb + i / zb]);
