@@ -578,46 +578,35 @@ XTE_AI float load_amax_body(const void *src, int64_t lds, int kind, int64_t rows
   return m;
 }
 
-/* bf16, no acc: word maxima (a NaN: the float way) */
-static float load_amax_bf16(const void *src, int64_t lds, int64_t rows, int64_t n) {
+/* No acc, bf16 or fp32 (f32): integer maxima of the |x| bits, 64 bytes of a row at a time (a
+ * NaN: the float way) */
+XTE_AI float load_amax_bits(const void *src, int64_t lds, int64_t rows, int64_t n, int f32) {
+  const int64_t es = f32 ? 4 : 2, step = 64 / es; /* elements per vector */
   V16 m0 = _mm512_setzero_si512(), m1 = _mm512_setzero_si512();
   uint32_t mb;
   int64_t r, i;
   for (r = 0; r < rows; r++) {
-    const uint16_t *p = (const uint16_t *)src + r * lds;
-    for (i = 0; i + 64 <= n; i += 64) {
-      m0 = _mm512_max_epu16(m0, absw(ldw(p + i)));
-      m1 = _mm512_max_epu16(m1, absw(ldw(p + i + 32)));
+    const char *p = (const char *)src + r * lds * es;
+    for (i = 0; i + 2 * step <= n; i += 2 * step) {
+      const V16 x0 = _mm512_loadu_si512((const void *)(p + i * es));
+      const V16 x1 = _mm512_loadu_si512((const void *)(p + (i + step) * es));
+      m0 = f32 ? _mm512_max_epu32(m0, _mm512_and_si512(x0, S1(0x7FFFFFFF)))
+               : _mm512_max_epu16(m0, absw(x0));
+      m1 = f32 ? _mm512_max_epu32(m1, _mm512_and_si512(x1, S1(0x7FFFFFFF)))
+               : _mm512_max_epu16(m1, absw(x1));
     }
   }
-  mb = hmax_u16(_mm512_max_epu16(m0, m1));
-  if (mb > 0x7F80u) return load_amax_body(src, lds, XTE_NUM_IN_BF16, rows, n, NULL);
-  return xte_bits_f32(mb << 16);
-}
-
-/* fp32, no acc: integer maxima of the |x| bits (a NaN: the float way) */
-static float load_amax_f32(const void *src, int64_t lds, int64_t rows, int64_t n) {
-  V16 m0 = _mm512_setzero_si512(), m1 = _mm512_setzero_si512();
-  uint32_t mb;
-  int64_t r, i;
-  for (r = 0; r < rows; r++) {
-    const float *p = (const float *)src + r * lds;
-    for (i = 0; i + 32 <= n; i += 32) {
-      m0 = _mm512_max_epu32(
-          m0, _mm512_and_si512(_mm512_loadu_si512((const void *)(p + i)), S1(0x7FFFFFFF)));
-      m1 = _mm512_max_epu32(
-          m1, _mm512_and_si512(_mm512_loadu_si512((const void *)(p + i + 16)), S1(0x7FFFFFFF)));
-    }
-  }
-  mb = hmax_u32(_mm512_max_epu32(m0, m1));
-  if (mb > 0x7F800000u) return load_amax_body(src, lds, XTE_NUM_IN_F32, rows, n, NULL);
+  mb = f32 ? hmax_u32(_mm512_max_epu32(m0, m1)) : hmax_u16(_mm512_max_epu16(m0, m1)) << 16;
+  if (mb > 0x7F800000u)
+    return load_amax_body(src, lds, f32 ? XTE_NUM_IN_F32 : XTE_NUM_IN_BF16, rows, n, NULL);
   return xte_bits_f32(mb);
 }
 
 static float load_amax(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
                        float *acc) {
-  if (in_kind == XTE_NUM_IN_BF16 && !acc && n % 64 == 0) return load_amax_bf16(src, lds, rows, n);
-  if (in_kind == XTE_NUM_IN_F32 && !acc && n % 32 == 0) return load_amax_f32(src, lds, rows, n);
+  if (in_kind == XTE_NUM_IN_BF16 && !acc && n % 64 == 0)
+    return load_amax_bits(src, lds, rows, n, 0);
+  if (in_kind == XTE_NUM_IN_F32 && !acc && n % 32 == 0) return load_amax_bits(src, lds, rows, n, 1);
   switch (in_kind) {
     case XTE_NUM_IN_F32:
       return load_amax_body(src, lds, XTE_NUM_IN_F32, rows, n, acc);
