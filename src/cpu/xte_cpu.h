@@ -17,7 +17,7 @@ static inline void xte_prefetch_far(const xte_quant_args *a, const void *p, size
   const size_t es = a->in_kind == XTE_NUM_IN_F32 ? 4u : 2u;
   const size_t off = (size_t)((const char *)p - (const char *)a->in) + XTE_PF_FAR;
   size_t o;
-  if (off + bytes <= (size_t)a->M * (size_t)a->ld_in * es)
+  if (off + bytes <= ((size_t)(a->M - 1) * (size_t)a->ld_in + (size_t)a->K) * es) /* the end */
     for (o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)a->in + off + o, 0, 2);
 }
 

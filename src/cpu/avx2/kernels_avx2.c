@@ -863,13 +863,13 @@ XTE_AI void store_scales8(xte_block_scale *s, __m256 q, __m256 one, int n) {
   }
 }
 
-/* The TE scales of the n <= 8 amaxes am (8 readable) into s (their values into f, their word-path
- * parameters p2w_d / p2w_t into d / t: 8 entries of f, d, t written whatever n); their p2w_ok lanes
- * and whether some amax times its scale passes fmax (exact for 2^k scales) folded into *ok / *over;
- * returns the amaxes (0 in lanes past n) */
+/* The TE scales of the n <= 8 amaxes am (8 initialized floats readable) into s (their values into
+ * f, their word-path parameters p2w_d / p2w_t into d / t: 8 entries of f, d, t written whatever n);
+ * their p2w_ok lanes and whether some amax times its scale passes fmax (exact for 2^k scales)
+ * folded into *ok / *over; returns the amaxes (0 in lanes past n) */
 XTE_AI __m256 te_params8(const tesk *c, const float *am, int n, int fmt, xte_block_scale *s,
                          float *f, uint16_t *d, uint16_t *t, int *ok, int *over) {
-  const int lanes = (1 << n) - 1, e4 = fmt == XTE_FP8_E4M3;
+  const int lanes = (1 << n) - 1;
   const V8 m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   const V8 lo16 = _mm256_set1_epi32(0xFFFF);
   const __m256 v = _mm256_and_ps(_mm256_loadu_ps(am), _mm256_castsi256_ps(m)), q = te_scale8(c, v);
@@ -879,10 +879,10 @@ XTE_AI __m256 te_params8(const tesk *c, const float *am, int n, int fmt, xte_blo
       _mm256_xor_si256(_mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFF)),
                                           _mm256_setzero_si256()),
                        _mm256_set1_epi32(-1)),
-      _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(27), e),
-                      _mm256_cmpgt_epi32(e, _mm256_set1_epi32(236))));
-  const V8 dd = _mm256_sub_epi32(_mm256_set1_epi32(e4 ? 15353 : 14321), _mm256_slli_epi32(kk, 7));
-  const V8 tt = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(e4 ? 121 : 113), kk), 7);
+      _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)P2W_EXP_MIN), e),
+                      _mm256_cmpgt_epi32(e, _mm256_set1_epi32((int)P2W_EXP_MAX))));
+  const V8 dd = _mm256_sub_epi32(_mm256_set1_epi32(p2w_d0(fmt)), _mm256_slli_epi32(kk, 7));
+  const V8 tt = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(p2w_t0(fmt)), kk), 7);
   *ok &= (_mm256_movemask_ps(_mm256_castsi256_ps(bad)) & lanes) == 0;
   *over |=
       (_mm256_movemask_ps(_mm256_cmp_ps(_mm256_mul_ps(v, q), c->fmax, _CMP_NLE_UQ)) & lanes) != 0;
@@ -996,6 +996,7 @@ XTE_AI float quant_blocks_w(const void *in, int64_t lds, int64_t rows, int64_t n
     if (te && !any) { /* 8 blocks at a time: scales, p2w_ok, p2w_d, p2w_t */
       __m256 mv = _mm256_setzero_ps();
       int over = 0;
+      for (t = nblk; t < ((nblk + 7) & ~7); t++) amf[t] = 0.0f; /* te_params8 reads 8 */
       for (t = 0; t < nblk; t += 8)
         mv = _mm256_max_ps(mv, te_params8(&tc, amf + t, nblk - t < 8 ? nblk - t : 8, a->fmt, bs + t,
                                           sf + t, pd + t, pt + t, &p2, &over));
@@ -1301,6 +1302,7 @@ static int rc_prepare(const void *src, int64_t lds, int64_t nr, const xte_quant_
     const tesk tc = tesk_make(a);
     __m256 mv = _mm256_setzero_ps();
     int ok = 1;
+    for (r = nr; r < ((nr + 7) & ~7); r++) ram[r] = 0.0f; /* te_params8 reads 8 */
     for (r = 0; r < nr; r += 8)
       mv = _mm256_max_ps(mv, te_params8(&tc, ram + r, nr - r < 8 ? (int)(nr - r) : 8, a->fmt,
                                         rsc + r, rs + r, rd + r, rt + r, &ok, &over));

@@ -404,18 +404,18 @@ XTE_AI void store_scales16(xte_block_scale *s, __m512 q, __m512 one, int n) {
 /* p2w_ok of the 16 scales q (lanes) */
 XTE_AI __mmask16 p2w_ok16(__m512 q) {
   const V16 u = _mm512_castps_si512(q), e = _mm512_srli_epi32(u, 23);
-  return _mm512_testn_epi32_mask(u, S1(0x7FFFFF)) & _mm512_cmpge_epu32_mask(e, S1(27)) &
-         _mm512_cmple_epu32_mask(e, S1(236));
+  return _mm512_testn_epi32_mask(u, S1(0x7FFFFF)) &
+         _mm512_cmpge_epu32_mask(e, S1((int)P2W_EXP_MIN)) &
+         _mm512_cmple_epu32_mask(e, S1((int)P2W_EXP_MAX));
 }
 
 /* p2w_d and p2w_t of the 16 scales q, stored as uint16 (lanes of mask m) */
 XTE_AI void p2w_dt16(__m512 q, int fmt, __mmask16 m, uint16_t *d, uint16_t *t) {
   const V16 kk = _mm512_sub_epi32(_mm512_srli_epi32(_mm512_castps_si512(q), 23), S1(127));
-  const int e4 = fmt == XTE_FP8_E4M3;
-  _mm512_mask_cvtepi32_storeu_epi16(
-      d, m, _mm512_sub_epi32(S1(e4 ? 15353 : 14321), _mm512_slli_epi32(kk, 7)));
+  _mm512_mask_cvtepi32_storeu_epi16(d, m,
+                                    _mm512_sub_epi32(S1(p2w_d0(fmt)), _mm512_slli_epi32(kk, 7)));
   _mm512_mask_cvtepi32_storeu_epi16(t, m,
-                                    _mm512_slli_epi32(_mm512_sub_epi32(S1(e4 ? 121 : 113), kk), 7));
+                                    _mm512_slli_epi32(_mm512_sub_epi32(S1(p2w_t0(fmt)), kk), 7));
 }
 
 /* The TE scales of the n <= 16 amaxes am (mask of the first n lanes) into s (and their values
