@@ -610,10 +610,10 @@ XTE_AI V8 p2w_codes1(const p2wk *w, V8 z0, V8 z1, V8 d, V8 t, __m256 s, int clam
  * 2 x 8 fp32 -> 16 words rounded to odd, in each 128-bit lane L elements 4L..4L+3 of x0 then of
  * x1 (the packus order; store32's permutation puts the codes back in order) */
 XTE_AI V8 rto_words(V8 x0, V8 x1) {
-  const V8 lo1 = _mm256_set1_epi32((int)0xFFFF0001u), one = _mm256_set1_epi32(1);
-  V8 t0 = _mm256_min_epu16(x0, lo1), t1 = _mm256_min_epu16(x1, lo1);
-  return _mm256_packus_epi32(_mm256_or_si256(_mm256_srli_epi32(t0, 16), _mm256_and_si256(t0, one)),
-                             _mm256_or_si256(_mm256_srli_epi32(t1, 16), _mm256_and_si256(t1, one)));
+  /* min_epu16 with 1 per 32-bit lane: the high word 0, the low word 1 when it is not zero */
+  const V8 one = _mm256_set1_epi32(1);
+  return _mm256_packus_epi32(_mm256_or_si256(_mm256_srli_epi32(x0, 16), _mm256_min_epu16(x0, one)),
+                             _mm256_or_si256(_mm256_srli_epi32(x1, 16), _mm256_min_epu16(x1, one)));
 }
 
 /* The 32 words of elements 16 i .. 16 i + 31 of the row p: bf16 words, or (f32) the words rounded
