@@ -289,14 +289,16 @@ static inline void tr64x16(const uint8_t *s, int64_t lds, uint8_t *d, int64_t ld
 }
 
 /* The transposed copy straight into its destination (no buffer and copy pass): 64-byte rows,
- * streaming stores when nt and the destination rows are 64-byte aligned */
+ * streaming stores when nt and the destination rows are 64-byte aligned. Column groups outer: the
+ * lines of a destination row leave one right after the other (the memory takes them faster than
+ * all first lines, then all second ones: 1x128 with the transposed copy, 64 MiB, one core +3%) */
 static void transpose_nt(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds, uint8_t *dst,
                          int64_t ldd, int nt) {
   const int64_t r64 = rows & ~(int64_t)63, c16 = cols & ~(int64_t)15;
   int64_t r, c;
   nt = nt && !((uintptr_t)dst & 63) && !(ldd & 63);
-  for (r = 0; r < r64; r += 64)
-    for (c = 0; c < c16; c += 16) tr64x16(src + r * lds + c, lds, dst + c * ldd + r, ldd, nt);
+  for (c = 0; c < c16; c += 16)
+    for (r = 0; r < r64; r += 64) tr64x16(src + r * lds + c, lds, dst + c * ldd + r, ldd, nt);
   if (c16 < cols) transpose_u8(src + c16, r64, cols - c16, lds, dst + c16 * ldd, ldd);
   if (r64 < rows) transpose_u8(src + r64 * lds, rows - r64, cols, lds, dst + r64, ldd);
 }
