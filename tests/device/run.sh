@@ -19,6 +19,7 @@ arch=${XTE_CUDA_ARCH:-90a}
 logs=${OUT:-$bdir/device-logs}
 mkdir -p "$logs" "$bdir"
 summary=$logs/summary.txt
+rm -f "$logs"/*.log # a rerun's logs (and what is read back from them) are its own
 : >"$summary"
 rc=0
 
