@@ -80,12 +80,21 @@ typedef struct xte_cast_args {
   int saturate;
 } xte_cast_args;
 
+/* The recipes scaled by xte_scale_te: TE_CURRENT (0) and TE_BLOCK (2); force_pow_2 applies to
+ * TE_BLOCK only (the SIMD kernels' vectorized TE scales ask these too) */
+XTE_HD int xte_quant_is_te(const xte_quant_args *a) {
+  return a->recipe == 0 || a->recipe == 2;
+}
+
+XTE_HD int xte_quant_te_pow2(const xte_quant_args *a) {
+  return a->recipe == 2 && a->force_pow_2;
+}
+
 /* Scale of one block under the quantize recipe (all backends call this). */
 XTE_HD xte_block_scale xte_quant_block_scale(const xte_quant_args *a, float amax) {
+  if (xte_quant_is_te(a))
+    return xte_scale_te(amax, a->fmt, a->eps, xte_quant_te_pow2(a), a->in_kind);
   switch (a->recipe) {
-    case 2: /* TE_BLOCK */
-    case 0: /* TE_CURRENT */
-      return xte_scale_te(amax, a->fmt, a->eps, a->recipe == 2 ? a->force_pow_2 : 0, a->in_kind);
     case 3:
       return xte_scale_deepgemm(amax, a->fmt, 0);
     case 4:

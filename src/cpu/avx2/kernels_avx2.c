@@ -822,10 +822,6 @@ typedef struct tesk {
   int pow2;
 } tesk;
 
-static inline int te_recipe(const xte_quant_args *a) {
-  return a->recipe == XTE_RECIPE_TE_CURRENT || a->recipe == XTE_RECIPE_TE_BLOCK;
-}
-
 static inline tesk tesk_make(const xte_quant_args *a) {
   tesk c;
   c.eps = _mm256_set1_ps(a->eps);
@@ -833,7 +829,7 @@ static inline tesk tesk_make(const xte_quant_args *a) {
   c.dmax = _mm256_set1_ps(xte_input_dtype_max(a->in_kind));
   c.one = _mm256_set1_ps(1.0f);
   c.inf = _mm256_castsi256_ps(_mm256_set1_epi32(0x7F800000));
-  c.pow2 = a->recipe == XTE_RECIPE_TE_BLOCK && a->force_pow_2;
+  c.pow2 = xte_quant_te_pow2(a);
   return c;
 }
 
@@ -902,7 +898,7 @@ XTE_AI __m256 te_params8(const tesk *c, const float *am, int n, int fmt, xte_blo
 static void block_scales(const xte_quant_args *a, const float *amax, int64_t n,
                          xte_block_scale *s) {
   int64_t i = 0;
-  if (te_recipe(a)) {
+  if (xte_quant_is_te(a)) {
     const tesk c = tesk_make(a);
     for (; i + 8 <= n; i += 8)
       store_scales8(s + i, te_scale8(&c, _mm256_loadu_ps(amax + i)), c.one, 8);
@@ -923,7 +919,7 @@ XTE_AI float quant_blocks_w(const void *in, int64_t lds, int64_t rows, int64_t n
   const V8 perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7), am = _mm256_set1_epi32(0x7FFFFFFF);
   const int64_t total = rows * (n / 128);
   const p2wk w = p2wk_make(a->fmt, a->saturate);
-  const int te = te_recipe(a);
+  const int te = xte_quant_is_te(a);
   const tesk tc = tesk_make(a);
   V8 acw[8];
   float m = 0.0f;
@@ -1300,7 +1296,7 @@ static int rc_prepare(const void *src, int64_t lds, int64_t nr, const xte_quant_
     }
   }
   for (i = 0; i < 128; i++) col[i] = f32 ? p2w_rto_col(i, 16) : i;
-  if (te_recipe(a)) { /* 8 scales at a time, with their word-path parameters */
+  if (xte_quant_is_te(a)) { /* 8 scales at a time, with their word-path parameters */
     const tesk tc = tesk_make(a);
     __m256 mv = _mm256_setzero_ps();
     int ok = 1;

@@ -361,10 +361,6 @@ typedef struct tesk {
   int pow2;
 } tesk;
 
-static inline int te_recipe(const xte_quant_args *a) {
-  return a->recipe == XTE_RECIPE_TE_CURRENT || a->recipe == XTE_RECIPE_TE_BLOCK;
-}
-
 static inline tesk tesk_make(const xte_quant_args *a) {
   tesk c;
   c.eps = _mm512_set1_ps(a->eps);
@@ -372,7 +368,7 @@ static inline tesk tesk_make(const xte_quant_args *a) {
   c.dmax = _mm512_set1_ps(xte_input_dtype_max(a->in_kind));
   c.one = _mm512_set1_ps(1.0f);
   c.inf = _mm512_castsi512_ps(S1(0x7F800000));
-  c.pow2 = a->recipe == XTE_RECIPE_TE_BLOCK && a->force_pow_2;
+  c.pow2 = xte_quant_te_pow2(a);
   return c;
 }
 
@@ -441,7 +437,7 @@ XTE_AI __m512 te_params16(const tesk *c, const float *am, int n, int fmt, xte_bl
 static void block_scales(const xte_quant_args *a, const float *amax, int64_t n,
                          xte_block_scale *s) {
   int64_t i = 0;
-  if (te_recipe(a)) {
+  if (xte_quant_is_te(a)) {
     const tesk c = tesk_make(a);
     for (; i + 16 <= n; i += 16)
       store_scales16(s + i, te_scale16(&c, _mm512_loadu_ps(amax + i)), c.one, 16);
@@ -1005,7 +1001,7 @@ XTE_AI float quant_blocks_body(const void *src, int64_t lds, int kind, int64_t r
   const int nvb = bw / 16, nb = 128 / bw;
   const int64_t cpr = n / 128, nbr = (n + bw - 1) / bw, total = rows * cpr;
   fp8k k = fp8k_make(a->fmt, a->saturate);
-  const int te = te_recipe(a);
+  const int te = xte_quant_is_te(a);
   const tesk tc = tesk_make(a);
   float m = 0.0f;
   int64_t t0, r, cr[QG], co[QG], pr[QG], pc[QG], prow = 0, pcol = 0;
@@ -1136,7 +1132,7 @@ XTE_AI float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64
   const uint16_t *in = (const uint16_t *)src;
   fp8k k = fp8k_make(a->fmt, a->saturate);
   const p2wk w = p2wk_make(a->fmt, a->saturate);
-  const int te = te_recipe(a);
+  const int te = xte_quant_is_te(a);
   const tesk tc = tesk_make(a);
   V16 acw[4];
   float m = 0.0f;
@@ -1431,7 +1427,7 @@ XTE_AI int quant_rc_body(const void *src, int64_t lds, int64_t nr, const xte_qua
           (void *)(cam + 32 * i + 16),
           _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(acc[i], 1)), 16));
     }
-  if (te_recipe(a)) { /* 16 scales at a time, with their word-path parameters */
+  if (xte_quant_is_te(a)) { /* 16 scales at a time, with their word-path parameters */
     const tesk tc = tesk_make(a);
     __m512 mv = _mm512_setzero_ps();
     int ok = 1;
