@@ -64,10 +64,9 @@ static void store_scale_grid(const xte_scale_map *m, int64_t gi0, int64_t gj0, i
                              int64_t nc, const xte_block_scale *s) {
   int64_t j, i;
   if (m->kind == XTE_SMAP_LINEAR && !m->e8m0) {
-    for (j = 0; j < nr; j++) {
-      float *d = (float *)m->data + xte_scale_offset(m, gi0 + j, gj0);
-      for (i = 0; i < nc; i++) d[i * m->sc] = s[j * nc + i].scale_inv;
-    }
+    float *d = (float *)m->data + xte_scale_offset(m, gi0, gj0);
+    for (j = 0; j < nr; j++)
+      for (i = 0; i < nc; i++) d[j * m->sr + i * m->sc] = s[j * nc + i].scale_inv;
   } else {
     for (j = 0; j < nr; j++)
       for (i = 0; i < nc; i++) xte_store_scale(m, gi0 + j, gj0 + i, s[j * nc + i]);
@@ -153,18 +152,6 @@ XTE_INLINE void prefetch_next(const qctx *c, const qnext *x, int64_t p, int64_t 
       prefetch_l2(in_at(c, x->rn + i, x->cn), (size_t)x->ncn * c->es);
 }
 
-/* The scales of blocks (gi0 + i, gj), i < n: linear fp32 maps by a stride, others one by one */
-static void store_scale_column(const xte_scale_map *m, int64_t gi0, int64_t gj, int64_t n,
-                               const xte_block_scale *s) {
-  int64_t i;
-  if (m->kind == XTE_SMAP_LINEAR && !m->e8m0) {
-    float *d = (float *)m->data + xte_scale_offset(m, gi0, gj);
-    for (i = 0; i < n; i++) d[i * m->sr] = s[i].scale_inv;
-  } else {
-    for (i = 0; i < n; i++) xte_store_scale(m, gi0 + i, gj, s[i]);
-  }
-}
-
 /* A full-width tile (bf16 or fp32) of 1 x 128 row blocks with its transposed 128 x 1 column copy,
  * both from one read by the kernel table's quant_rc when it has one; 0: the general path does the
  * tile. */
@@ -179,8 +166,8 @@ static int quant_tile_rc(const qctx *c, int64_t r0, int64_t c0, int64_t nr, int6
                       a->row_q + (size_t)r0 * (size_t)a->ld_row_q + (size_t)c0, a->ld_row_q, rs,
                       B->Qt, cs, &am, nx->ncn ? in_at(c, nx->rn, nx->cn) : NULL, nx->nrn, c->nt))
     return 0;
-  store_scale_column(&a->row_s, r0, c0 / TILE, nr, rs);
-  store_scale_column(&a->col_s, c0, r0 / TILE, nc, cs);
+  store_scale_grid(&a->row_s, r0, c0 / TILE, nr, 1, rs);
+  store_scale_grid(&a->col_s, c0, r0 / TILE, nc, 1, cs);
   store_col_transposed(c, r0, c0, nr, nc, B);
   *tamax = xte_fmaxf(*tamax, am);
   return 1;
