@@ -172,14 +172,14 @@ xte_status xte_stream_create(xte_backend backend, int device, void *native_strea
   struct xte_stream_s *s;
   XTE_CHECK_PTR(stream, "stream");
   XTE_TRY(backend_ops(backend, device, &ops));
-  s = (struct xte_stream_s *)calloc(1, sizeof *s);
+  s = (struct xte_stream_s *)xte_aligned_calloc(1, sizeof *s);
   if (!s) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "stream: out of host memory");
   s->backend = backend;
   s->device = device;
   if (ops->stream_create) {
     xte_status st = ops->stream_create(device, native_stream, &s->handle);
     if (st != XTE_SUCCESS) {
-      free(s);
+      xte_aligned_free(s);
       return st;
     }
   }
@@ -194,7 +194,7 @@ xte_status xte_stream_destroy(xte_stream stream) {
   if (!stream) return XTE_SUCCESS;
   if (backend_ops(stream->backend, stream->device, &ops) == XTE_SUCCESS && ops->stream_destroy)
     ops->stream_destroy(stream->handle);
-  free(stream);
+  xte_aligned_free(stream);
   xte_clear_error();
   return XTE_SUCCESS;
 }

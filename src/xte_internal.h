@@ -15,6 +15,16 @@
 xte_status xte_set_error(xte_status status, const char *fmt, ...) XTE_PRINTF(2, 3);
 void xte_clear_error(void);
 
+/* Host memory, 64-byte aligned (src/alloc.c): every allocation the library makes goes through
+ * these, so the allocation-failure test can fail each one in turn. */
+void *xte_aligned_alloc(size_t bytes);
+void *xte_aligned_calloc(size_t count, size_t size); /* zeroed; NULL when count * size wraps */
+void xte_aligned_free(void *p);
+/* Test hooks (exported, not in the public headers): from this call on, allocation number nth
+ * (0-based; -1: none) fails; xte_internal_alloc_count() is the number attempted since. */
+XTE_API void xte_internal_fail_alloc(int64_t nth);
+XTE_API int64_t xte_internal_alloc_count(void);
+
 /* Fails with XTE_ERROR_NULL_POINTER naming the argument when p is NULL. */
 #define XTE_CHECK_PTR(p, name)                                                         \
   do {                                                                                 \

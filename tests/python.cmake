@@ -13,6 +13,19 @@ if(Python3_Interpreter_FOUND)
                        SKIP_RETURN_CODE 77
                        TIMEOUT 1200
                        LABELS "python")
+  # once per CPU ISA (xte_isa_run: tests/CMakeLists.txt), a missing ISA reported as skipped
+  foreach(isa ${XTE_TEST_ISAS})
+    add_test(NAME test_python_ml_dtypes@${isa}
+             COMMAND xte_isa_run ${isa} sh ${CMAKE_CURRENT_SOURCE_DIR}/python/run_pytest.sh
+                     ${CMAKE_CURRENT_BINARY_DIR}/pyvenv ${Python3_EXECUTABLE}
+                     ${CMAKE_CURRENT_SOURCE_DIR}/python)
+    set_tests_properties(test_python_ml_dtypes@${isa} PROPERTIES
+                         ENVIRONMENT "XTE_LIBRARY=$<TARGET_FILE:xte>"
+                         SKIP_RETURN_CODE 77
+                         TIMEOUT 1200
+                         DEPENDS test_python_ml_dtypes
+                         LABELS "python;isa")
+  endforeach()
 else()
   message(STATUS "xte: no Python 3 interpreter, test_python_ml_dtypes not added")
 endif()

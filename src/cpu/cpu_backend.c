@@ -19,9 +19,9 @@ static xte_status cpu_sync(void *h) {
 }
 static xte_status cpu_alloc(int device, size_t bytes, void **ptr) {
   (void)device;
-  *ptr = xte_aligned_alloc(bytes);
-  if (!*ptr)
-    return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "bytes = %zu: out of host memory", bytes);
+  void *p = xte_aligned_alloc(bytes);
+  if (!p) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "bytes = %zu: out of host memory", bytes);
+  *ptr = p; /* written only on success */
   return XTE_SUCCESS;
 }
 static xte_status cpu_dealloc(int device, void *ptr) {

@@ -221,16 +221,6 @@ size_t xte_cpu_l3(void) {
   return cache_l3;
 }
 
-void *xte_aligned_alloc(size_t bytes) {
-  void *p = NULL;
-  if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
-  return p;
-}
-
-void xte_aligned_free(void *p) {
-  free(p);
-}
-
 void xte_cpu_fill_info(xte_backend_info *info) {
   pthread_once(&topo_once, init_topology);
   xte_cpu_isa_info(info);

@@ -127,9 +127,7 @@ size_t xte_cpu_l1d(void);
 size_t xte_cpu_l2(void);
 size_t xte_cpu_l3(void);
 
-/* 64-byte aligned host memory */
-void *xte_aligned_alloc(size_t bytes);
-void xte_aligned_free(void *p);
+/* 64-byte aligned host memory: xte_aligned_alloc / xte_aligned_free (src/xte_internal.h) */
 
 /* Drivers */
 xte_status xte_cpu_quantize(const xte_quant_args *a, void *handle);

@@ -148,10 +148,16 @@ static xte_status gpu_synchronize(void *handle) {
 /* ---------------------------------------------------------------- memory */
 
 static xte_status gpu_alloc(int device, size_t bytes, void **ptr) {
-  *ptr = NULL;
+  void *p = NULL;
+  xte_status st;
   XTE_GPU_TRY(cudaSetDevice(device), "cudaSetDevice");
-  if (bytes == 0) return XTE_SUCCESS;
-  return xte_gpu_check(cudaMalloc(ptr, bytes), "cudaMalloc");
+  if (bytes == 0) {
+    *ptr = NULL;
+    return XTE_SUCCESS;
+  }
+  st = xte_gpu_check(cudaMalloc(&p, bytes), "cudaMalloc");
+  if (st == XTE_SUCCESS) *ptr = p; /* written only on success */
+  return st;
 }
 
 static xte_status gpu_dealloc(int device, void *ptr) {
