@@ -325,6 +325,9 @@ xte_status xte_moe_aux_loss_forward(const xte_tensor *probs, const xte_tensor *t
   XTE_CHECK_PTR(probs, "probs");
   XTE_CHECK_PTR(tokens_per_expert, "tokens_per_expert");
   XTE_CHECK_PTR(aux_loss, "aux_loss");
+  if ((uintptr_t)aux_loss % _Alignof(float))
+    return xte_set_error(XTE_ERROR_ALIGNMENT, "aux_loss is not aligned to %d bytes",
+                         (int)_Alignof(float));
   XTE_TRY(view(probs, "probs", F32, -1, -1, &a.probs));
   a.T = a.probs.rows;
   a.E = a.probs.cols;
@@ -366,9 +369,9 @@ static xte_status route_view(const xte_moe_routing *routing, xte_moe_route *r, i
       (routing->topk_idx && routing->topk_idx->data))
     return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
                          "routing: give exactly one of routing_map and topk_idx");
-  if (routing->num_experts < 1)
-    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "routing->num_experts = %lld: want >= 1",
-                         (long long)routing->num_experts);
+  if (routing->num_experts < 1 || routing->num_experts > XTE_MOE_MAX_EXPERTS)
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "routing->num_experts = %lld: want 1..%lld",
+                         (long long)routing->num_experts, (long long)XTE_MOE_MAX_EXPERTS);
   r->E = routing->num_experts;
   if (routing->routing_map && routing->routing_map->data) {
     XTE_TRY(view(routing->routing_map, "routing->routing_map", U8, T_want, r->E, &r->map));
@@ -398,6 +401,9 @@ xte_status xte_moe_permute_rows(const xte_moe_routing *routing, const xte_permut
   xte_exec ex;
   memset(&a, 0, sizeof a);
   XTE_CHECK_PTR(rows, "rows");
+  if ((uintptr_t)rows % _Alignof(int64_t))
+    return xte_set_error(XTE_ERROR_ALIGNMENT, "rows is not aligned to %d bytes",
+                         (int)_Alignof(int64_t));
   XTE_TRY(route_view(routing, &a.r, -1));
   if (!a.r.K) a.r.K = a.r.E;
   XTE_TRY(permute_cfg(config, &a));
@@ -571,9 +577,9 @@ xte_status xte_moe_dispatch_layout(const xte_tensor *topk_idx, int64_t num_exper
   memset(&a, 0, sizeof a);
   XTE_CHECK_PTR(topk_idx, "topk_idx");
   XTE_TRY(view(topk_idx, "topk_idx", I32 | I64, -1, -1, &a.idx));
-  if (num_experts < 1)
-    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "num_experts = %lld: want >= 1",
-                         (long long)num_experts);
+  if (num_experts < 1 || num_experts > XTE_MOE_MAX_EXPERTS)
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "num_experts = %lld: want 1..%lld",
+                         (long long)num_experts, (long long)XTE_MOE_MAX_EXPERTS);
   if (num_ranks < 1 || num_experts % num_ranks)
     return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
                          "num_ranks = %d: want >= 1 and a divisor of num_experts (%lld)", num_ranks,

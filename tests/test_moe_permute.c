@@ -353,14 +353,24 @@ static void unpermute_isas_case(int T, int E, int k, int H, xte_dtype idt, xte_d
   char *in = (char *)zalloc(ies * (size_t)rows * (size_t)H);
   char *ref = (char *)zalloc(oes * (size_t)T * (size_t)H),
        *out = (char *)zalloc(oes * (size_t)T * (size_t)H);
+  int32_t *perm = (int32_t *)zalloc(4 * (size_t)rows);
   size_t i;
+  /* rows in a random order: each row at most once (the unpermute rejects a row mapped twice) */
+  for (i = 0; i < (size_t)rows; i++) perm[i] = (int32_t)i;
+  for (i = (size_t)rows; i > 1; i--) {
+    size_t r = rng_u32() % i;
+    int32_t tmp = perm[i - 1];
+    perm[i - 1] = perm[r];
+    perm[r] = tmp;
+  }
   for (t = 0; t < T; t++)
     for (j = 0; j < k; j++) {
       int drop = rng_u32() % 8 == 0;
       idx[t * k + j] = drop ? -1 : (t + j) % E;
-      rm[t * k + j] = drop ? -1 : (int32_t)(rng_u32() % (uint32_t)rows);
+      rm[t * k + j] = drop ? -1 : perm[t * k + j];
       w[t * k + j] = rng_f() * 2.0f;
     }
+  free(perm);
   for (i = 0; i < (size_t)rows * (size_t)H; i++) {
     uint32_t r = rng_u32() % 1000;
     float v = r == 0 ? NAN : r == 1 ? INFINITY : r == 2 ? 3e38f : rng_f() * 8.0f;

@@ -537,3 +537,194 @@ Test(moe_router, simd_fused_pass_shapes) {
   run_case(&c4, 57, 1);
   run_case(&c5, 57, 1);
 }
+
+/* ---------------------------------------------------------------- backward: documented order
+ * The router backward (and the aux-scores backward) on every ISA against a plain restatement of
+ * docs/numerics.md section 8, compared bit for bit: dp = scaling * grad on the selected experts
+ * (all for aux); softmax: dot = fmaf(saved_e, dp_e, dot) over e ascending from +0,
+ * gx = saved * (dp - dot); normalised scores (topk > 1, or aux scores at any topk):
+ * D = (fp32 adds of the selected saved scores, ascending, from +0) + 1e-20,
+ * dot = fmaf(dp_e, s_e, dot) ascending over the selected, gs = (dp - dot / D) / D on the
+ * selected, 0 elsewhere; else gs = dp; gx = gs * dscore with dscore = s (1 - s) (sigmoid) or
+ * sigmoid(x) / (2 s), 0 where s == 0 (sqrtsoftplus). The finite-difference test above has a
+ * tolerance; this one sees a change of summation order. */
+static uint16_t bf16_rne(float f) { /* finite and inf only (no NaN here) */
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+static void oracle_bwd_row(int E, int score, int topk, int aux, float scale, const float *g,
+                           const uint8_t *m, const float *s, const float *x, float *gx) {
+  float dp[512], gs[512];
+  int e;
+  for (e = 0; e < E; e++) dp[e] = (aux || m[e]) ? scale * g[e] : 0.0f;
+  if (score == 0) {
+    float dot = 0.0f;
+    for (e = 0; e < E; e++) dot = fmaf(s[e], dp[e], dot);
+    for (e = 0; e < E; e++) gx[e] = s[e] * (dp[e] - dot);
+    return;
+  }
+  if (topk > 1 || aux) {
+    float D = 0.0f, dot = 0.0f;
+    for (e = 0; e < E; e++)
+      if (aux || m[e]) D = D + s[e];
+    D = D + 1e-20f;
+    for (e = 0; e < E; e++)
+      if (aux || m[e]) dot = fmaf(dp[e], s[e], dot);
+    for (e = 0; e < E; e++) gs[e] = (aux || m[e]) ? (dp[e] - dot / D) / D : 0.0f;
+  } else {
+    for (e = 0; e < E; e++) gs[e] = dp[e];
+  }
+  for (e = 0; e < E; e++) {
+    float d;
+    if (score == 1)
+      d = s[e] * (1.0f - s[e]);
+    else
+      d = s[e] == 0.0f ? 0.0f : xte_sigmoidf(x[e]) / (2.0f * s[e]);
+    gx[e] = gs[e] * d;
+  }
+}
+
+/* aux: the aux-scores pair (topk k, no config); else the router with rcfg c. out_bf16: the
+ * gradient in bf16. */
+static void bwd_order_case(const rcfg *c, int aux, int T, int out_bf16) {
+  const int E = c->E, k = c->k;
+  xte_cpu_isa isas[XTE_CPU_ISA_COUNT];
+  int nisa = moe_isas(isas), ii, t, e;
+  float *x = (float *)zalloc(4 * (size_t)(T * E)), *probs = (float *)zalloc(4 * (size_t)(T * E));
+  float *saved = (float *)zalloc(4 * (size_t)(T * E)), *g = (float *)zalloc(4 * (size_t)(T * E));
+  float *gx = (float *)zalloc(4 * (size_t)(T * E)), want[512];
+  uint8_t *map = (uint8_t *)zalloc((size_t)(T * E));
+  xte_router_config cfg = xte_router_config_default();
+  xte_tensor lt = xte_tensor_2d(x, XTE_DTYPE_FP32, T, E);
+  xte_tensor gt = xte_tensor_2d(g, XTE_DTYPE_FP32, T, E),
+             st = xte_tensor_2d(saved, XTE_DTYPE_FP32, T, E);
+  xte_tensor mt = xte_tensor_2d(map, XTE_DTYPE_UINT8, T, E),
+             gxt = xte_tensor_2d(gx, out_bf16 ? XTE_DTYPE_BF16 : XTE_DTYPE_FP32, T, E),
+             pt = xte_tensor_2d(probs, XTE_DTYPE_FP32, T, E);
+  for (e = 0; e < T * E; e++) {
+    uint32_t r = rng_u32() % 64;
+    /* spread magnitudes so that the order of the sums shows in the last bits */
+    x[e] = r == 0 ? 0.0f : r == 1 ? 30.0f : r == 2 ? -30.0f : rng_f() * 6.0f;
+    g[e] = rng_f() * (r < 8 ? 1000.0f : 1.0f);
+  }
+  cfg.topk = k;
+  cfg.score_function = (xte_router_score)c->score;
+  cfg.use_pre_softmax = c->pre;
+  cfg.scaling_factor = c->scale;
+  if (aux) {
+    cr_assert_eq(xte_router_aux_scores(&lt, k, (xte_router_score)c->score, &pt, &mt, &st, NULL),
+                 XTE_SUCCESS, "%s", xte_last_error());
+  } else {
+    xte_router_outputs out;
+    memset(&out, 0, sizeof out);
+    out.probs = pt;
+    out.routing_map = mt;
+    out.saved = st;
+    cr_assert_eq(xte_router_forward(&lt, NULL, &cfg, &out, NULL), XTE_SUCCESS, "%s",
+                 xte_last_error());
+  }
+  for (ii = 0; ii < nisa; ii++) {
+    cr_assert_eq(xte_cpu_set_isa(isas[ii]), XTE_SUCCESS);
+    memset(gx, 0x5A, 4 * (size_t)(T * E));
+    if (aux)
+      cr_assert_eq(
+          xte_router_aux_scores_backward(&gt, &st, &lt, k, (xte_router_score)c->score, &gxt, NULL),
+          XTE_SUCCESS, "%s", xte_last_error());
+    else
+      cr_assert_eq(xte_router_backward(&gt, &mt, &st, &lt, &cfg, &gxt, NULL), XTE_SUCCESS, "%s",
+                   xte_last_error());
+    for (t = 0; t < T; t++) {
+      oracle_bwd_row(E, c->score, k, aux, aux ? 1.0f : c->scale, g + t * E, map + t * E,
+                     saved + t * E, x + t * E, want);
+      for (e = 0; e < E; e++) {
+        if (out_bf16) {
+          uint16_t w16 = bf16_rne(want[e]), got = ((const uint16_t *)gx)[t * E + e];
+          cr_assert_eq(got, w16,
+                       "isa %d aux %d score %d k %d: grad_logits[%d, %d] 0x%04x, want 0x%04x",
+                       (int)isas[ii], aux, c->score, k, t, e, got, w16);
+        } else {
+          cr_assert(same_bits(&want[e], &gx[t * E + e], 4),
+                    "isa %d aux %d score %d k %d pre %d: grad_logits[%d, %d] = %a, want %a",
+                    (int)isas[ii], aux, c->score, k, c->pre, t, e, (double)gx[t * E + e],
+                    (double)want[e]);
+        }
+      }
+    }
+  }
+  xte_cpu_set_isa(isas[nisa - 1]);
+  free(x), free(probs), free(saved), free(g), free(gx), free(map);
+}
+
+Test(moe_router, backward_documented_order_bits) {
+  rcfg sm_pre = {64, 4, 0, 1, 0, 0, 0, 0, 1.0f}, sm_post = {40, 6, 0, 0, 0, 0, 0, 0, 2.5f};
+  rcfg sm_wide = {300, 8, 0, 1, 0, 0, 0, 0, 1.0f}, sg8 = {64, 8, 1, 0, 0, 0, 0, 0, 2.827f};
+  rcfg sg1 = {33, 1, 1, 0, 0, 0, 0, 0, 1.0f}, sp3 = {48, 3, 2, 0, 0, 0, 0, 0, 1.0f};
+  rcfg sp1 = {17, 1, 2, 0, 0, 0, 0, 0, 0.5f};
+  rng_seed(31);
+  bwd_order_case(&sm_pre, 0, 24, 0);
+  bwd_order_case(&sm_post, 0, 24, 0);
+  bwd_order_case(&sm_wide, 0, 8, 0);
+  bwd_order_case(&sm_pre, 0, 16, 1);
+  bwd_order_case(&sg8, 0, 24, 0);
+  bwd_order_case(&sg1, 0, 24, 0);
+  bwd_order_case(&sp3, 0, 24, 1);
+  bwd_order_case(&sp1, 0, 24, 0);
+}
+
+/* Aux scores as TransformerEngine's compute_score_for_moe_aux_loss: sigmoid / sqrtsoftplus are
+ * normalised over all E for every topk, topk = 1 included (TE normalises unconditionally, in its
+ * PyTorch reference and its kernels, forward and backward); saved holds the unnormalised scores.
+ * Forward against the plain steps (scores, fp32 adds ascending from +0, + 1e-20, one division),
+ * backward against the documented order, bit for bit on every ISA. */
+Test(moe_router, aux_scores_normalised_every_topk) {
+  const int T = 40, E = 24;
+  const int ks[3] = {1, 2, 5};
+  xte_cpu_isa isas[XTE_CPU_ISA_COUNT];
+  int nisa = moe_isas(isas), ii, sc, ki, t, e;
+  float *x = (float *)zalloc(4 * T * E), *s = (float *)zalloc(4 * T * E);
+  float *sv = (float *)zalloc(4 * T * E);
+  uint8_t *map = (uint8_t *)zalloc(T * E);
+  xte_tensor lt = xte_tensor_2d(x, XTE_DTYPE_FP32, T, E),
+             st = xte_tensor_2d(s, XTE_DTYPE_FP32, T, E);
+  xte_tensor vt = xte_tensor_2d(sv, XTE_DTYPE_FP32, T, E),
+             mt = xte_tensor_2d(map, XTE_DTYPE_UINT8, T, E);
+  rng_seed(32);
+  for (e = 0; e < T * E; e++) x[e] = rng_f() * 5.0f;
+  for (sc = 1; sc <= 2; sc++)
+    for (ki = 0; ki < 3; ki++)
+      for (ii = 0; ii < nisa; ii++) {
+        cr_assert_eq(xte_cpu_set_isa(isas[ii]), XTE_SUCCESS);
+        cr_assert_eq(xte_router_aux_scores(&lt, ks[ki], (xte_router_score)sc, &st, &mt, &vt, NULL),
+                     XTE_SUCCESS, "%s", xte_last_error());
+        for (t = 0; t < T; t++) {
+          float q[24], D = 0.0f;
+          int cnt = 0;
+          for (e = 0; e < E; e++) {
+            q[e] = sc == 1 ? xte_sigmoidf(x[t * E + e]) : xte_sqrtsoftplusf(x[t * E + e]);
+            D = D + q[e];
+          }
+          D = D + 1e-20f;
+          for (e = 0; e < E; e++) {
+            float v = q[e] / D;
+            cr_assert(same_bits(&v, &s[t * E + e], 4),
+                      "isa %d score %d topk %d: aux score [%d, %d] = %a, want %a", (int)isas[ii],
+                      sc, ks[ki], t, e, (double)s[t * E + e], (double)v);
+            cr_assert(same_bits(&q[e], &sv[t * E + e], 4), "saved [%d, %d]", t, e);
+            cnt += map[t * E + e];
+          }
+          cr_assert_eq(cnt, ks[ki]);
+        }
+      }
+  xte_cpu_set_isa(isas[nisa - 1]);
+  {
+    rcfg a1 = {24, 1, 1, 0, 0, 0, 0, 0, 1.0f}, a2 = {24, 1, 2, 0, 0, 0, 0, 0, 1.0f};
+    rcfg a3 = {24, 3, 2, 0, 0, 0, 0, 0, 1.0f}, a4 = {24, 1, 0, 1, 0, 0, 0, 0, 1.0f};
+    bwd_order_case(&a1, 1, 20, 0);
+    bwd_order_case(&a2, 1, 20, 0);
+    bwd_order_case(&a3, 1, 20, 1);
+    bwd_order_case(&a4, 1, 20, 0);
+  }
+  free(x), free(s), free(sv), free(map);
+}

@@ -4,6 +4,7 @@
  * columnwise copies, every scale layout and every CPU ISA; dSwiGLU against central finite
  * differences of an fp64 SwiGLU. */
 #include <criterion/criterion.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 
@@ -173,5 +174,327 @@ Test(moe_swiglu, fused_backward_equals_composed) {
   for (r = 0; r < 4; r++) {
     fused_case(200, 100, XTE_DTYPE_BF16, XTE_DTYPE_BF16, recs[r], XTE_SCALE_LAYOUT_COMPACT, 1, 1);
     fused_case(129, 192, XTE_DTYPE_FP32, XTE_DTYPE_FP32, recs[r], XTE_SCALE_LAYOUT_TE_GEMM, 1, 1);
+  }
+}
+
+/* ---------------------------------------------------------------- special values, oracle
+ * SwiGLU, dSwiGLU and both fused with 1x128 quantization on inputs with NaN (either sign), +-inf,
+ * subnormals, signed zeros, huge values, whole blocks of NaN, odd shapes (tails of the 128-wide
+ * blocks and of the SIMD widths), compared bit for bit on every ISA with an oracle written here:
+ * the per-element formulas of docs/numerics.md section 8 with the shared silu / sigmoid of
+ * xte_math.h (tested exhaustively elsewhere), bf16 by round to nearest even (NaN: quieted, sign
+ * and high payload kept), and the quantization of sections 3-4 restated: block amax = max |y|
+ * skipping NaN, the recipe's scale in fp32, each element the nearest e4m3 code (ties to even,
+ * saturating) found by a search over the code values. At most one of gate / up / dy is NaN at
+ * an element, so no result depends on which NaN operand the hardware passes on. */
+
+static double e4_val[0x7F]; /* magnitudes of e4m3 codes 0..0x7E */
+
+static void e4_init(void) {
+  int c;
+  for (c = 0; c < 0x7F; c++) {
+    int e = c >> 3, f = c & 7;
+    e4_val[c] = e == 0 ? ldexp((double)f, -9) : ldexp((double)(8 + f), e - 10);
+  }
+}
+
+static uint8_t e4_enc(float y) { /* saturating */
+  const uint8_t s = signbit(y) ? 0x80 : 0x00;
+  const double a = fabs((double)y);
+  int lo = 0, hi = 0x7E;
+  if (isnan(y)) return (uint8_t)(s | 0x7F);
+  if (a >= e4_val[0x7E]) return (uint8_t)(s | 0x7E);
+  while (hi - lo > 1) {
+    int mid = (lo + hi) / 2;
+    if (e4_val[mid] <= a)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  if (2.0 * a < e4_val[lo] + e4_val[hi]) return (uint8_t)(s | lo);
+  if (2.0 * a > e4_val[lo] + e4_val[hi]) return (uint8_t)(s | hi);
+  return (uint8_t)(s | ((lo & 1) ? hi : lo));
+}
+
+static uint16_t bf16_of(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40u);
+  return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+static float f32_of_bf16(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* The scale (multiplier) and scale_inv (stored) of a 1x128 block with amax a (default config:
+ * no epsilon, TE_BLOCK in powers of two, e4m3). */
+static float o_scale(xte_recipe r, float a, xte_dtype act, float *scale_inv) {
+  float s, si;
+  if (r == XTE_RECIPE_TE_BLOCK) {
+    if (isinf(a) || a == 0.0f) {
+      s = 1.0f;
+    } else {
+      s = 448.0f / a;
+      if (isinf(s)) s = act == XTE_DTYPE_BF16 ? (float)ldexp(255.0, 120) : FLT_MAX;
+      s = ldexpf(1.0f, ilogbf(s)); /* down to a power of two */
+    }
+    si = 1.0f / s;
+  } else if (r == XTE_RECIPE_MTFP8) {
+    si = (a > 1e-30f ? a : 1e-30f) * (1.0f / 448.0f);
+    s = 1.0f / si;
+  } else {
+    si = (a > 1e-4f ? a : 1e-4f) / 448.0f;
+    if (r == XTE_RECIPE_DEEPGEMM_UE8M0 && isfinite(si)) {
+      float p = ldexpf(1.0f, ilogbf(si));
+      si = p == si ? p : 2.0f * p; /* up to a power of two */
+    }
+    s = 1.0f / si;
+  }
+  *scale_inv = si;
+  return s;
+}
+
+/* Quantizes Y [M, K] (row stride K) in blocks along rows (bh = 1, bw = 128) or along columns
+ * (bh = 128, bw = 1); q[i * qs_r + j * qs_c], scales grid[(i / bh) * gs_r + (j / bw) * gs_c].
+ * Returns max |y| skipping NaN. */
+static float o_quant(const float *Y, int64_t M, int64_t K, int64_t bh, int64_t bw, xte_recipe r,
+                     xte_dtype act, uint8_t *q, int64_t qs_r, int64_t qs_c, float *grid,
+                     int64_t gs_r, int64_t gs_c) {
+  int64_t i0, j0, i, j;
+  float total = 0.0f;
+  for (i0 = 0; i0 < M; i0 += bh)
+    for (j0 = 0; j0 < K; j0 += bw) {
+      float a = 0.0f, s, si;
+      for (i = i0; i < M && i < i0 + bh; i++)
+        for (j = j0; j < K && j < j0 + bw; j++) {
+          float v = fabsf(Y[i * K + j]);
+          if (!isnan(v) && v > a) a = v;
+        }
+      if (a > total) total = a;
+      s = o_scale(r, a, act, &si);
+      grid[(i0 / bh) * gs_r + (j0 / bw) * gs_c] = si;
+      for (i = i0; i < M && i < i0 + bh; i++)
+        for (j = j0; j < K && j < j0 + bw; j++) q[i * qs_r + j * qs_c] = e4_enc(Y[i * K + j] * s);
+    }
+  return total;
+}
+
+/* A special value or a plain one (kind chosen by the caller's rng). */
+static float special(uint32_t r) {
+  switch (r % 16) {
+    case 0:
+      return NAN;
+    case 1:
+      return -NAN;
+    case 2:
+      return INFINITY;
+    case 3:
+      return -INFINITY;
+    case 4:
+      return 1e-40f; /* subnormal */
+    case 5:
+      return -3e-39f; /* subnormal */
+    case 6:
+      return 0.0f;
+    case 7:
+      return -0.0f;
+    case 8:
+      return 3e38f;
+    case 9:
+      return -1e30f;
+    case 10:
+      return 90.0f;
+    case 11:
+      return -105.0f;
+    case 12:
+      return 1e-30f;
+    default:
+      return rng_f() * 8.0f;
+  }
+}
+
+/* x [T, 2F] and dy [T, F] with specials; NaN never in two operands of one element; rows 3 and
+ * (if any) a whole 128-block of row 5 NaN in the gate. */
+static void special_inputs(int T, int F, float *x, float *dy) {
+  int t, f;
+  for (t = 0; t < T; t++)
+    for (f = 0; f < F; f++) {
+      uint32_t r = rng_u32(), which = r % 3;
+      float *g = &x[(size_t)t * 2 * F + f], *u = &x[(size_t)t * 2 * F + F + f],
+            *d = &dy[(size_t)t * F + f];
+      *g = rng_f() * 6.0f;
+      *u = rng_f() * 6.0f;
+      *d = rng_f();
+      if (r % 5 < 2) { /* a special in one of the three */
+        float v = special(rng_u32());
+        if (which == 0)
+          *g = v;
+        else if (which == 1)
+          *u = v;
+        else
+          *d = v;
+      }
+      if (t == 3 && T > 4) *g = NAN, *u = 1.0f, *d = 1.0f;
+      if (t == 5 && f < 128) *g = -NAN, *u = 2.0f, *d = 0.5f;
+    }
+}
+
+/* The activation [T, K] of the contract: forward y = silu(g) * u; backward [d_gate | d_up]. */
+static void o_act(int T, int F, int backward, const float *x, const float *dy, float *y) {
+  int t, f;
+  for (t = 0; t < T; t++)
+    for (f = 0; f < F; f++) {
+      const float g = x[(size_t)t * 2 * F + f], u = x[(size_t)t * 2 * F + F + f];
+      if (!backward) {
+        y[(size_t)t * F + f] = xte_siluf(g) * u;
+      } else {
+        const float d = dy[(size_t)t * F + f], s = xte_sigmoidf(g);
+        y[(size_t)t * 2 * F + f] = (d * u) * (s * fmaf(g, 1.0f - s, 1.0f));
+        y[(size_t)t * 2 * F + F + f] = d * xte_siluf(g);
+      }
+    }
+}
+
+static void special_plain_case(int T, int F, xte_dtype in_dt, xte_dtype out_dt) {
+  xte_cpu_isa isas[XTE_CPU_ISA_COUNT];
+  int nisa = moe_isas(isas), ii, bwd;
+  const size_t nx = (size_t)T * 2 * F, ny = (size_t)T * F;
+  float *x = (float *)zalloc(4 * nx), *dy = (float *)zalloc(4 * ny),
+        *want = (float *)zalloc(4 * nx);
+  uint16_t *xb = (uint16_t *)zalloc(2 * nx), *dyb = (uint16_t *)zalloc(2 * ny);
+  void *out = zalloc(4 * nx);
+  size_t i;
+  special_inputs(T, F, x, dy);
+  if (in_dt == XTE_DTYPE_BF16) { /* the kernel sees the bf16 values */
+    for (i = 0; i < nx; i++) x[i] = f32_of_bf16(xb[i] = bf16_of(x[i]));
+    for (i = 0; i < ny; i++) dy[i] = f32_of_bf16(dyb[i] = bf16_of(dy[i]));
+  }
+  for (bwd = 0; bwd < 2; bwd++) {
+    const size_t n = bwd ? nx : ny;
+    o_act(T, F, bwd, x, dy, want);
+    for (ii = 0; ii < nisa; ii++) {
+      xte_tensor xt =
+          xte_tensor_2d(in_dt == XTE_DTYPE_FP32 ? (void *)x : (void *)xb, in_dt, T, 2 * F);
+      xte_tensor dyt =
+          xte_tensor_2d(in_dt == XTE_DTYPE_FP32 ? (void *)dy : (void *)dyb, in_dt, T, F);
+      xte_tensor ot = xte_tensor_2d(out, out_dt, T, bwd ? 2 * F : F);
+      cr_assert_eq(xte_cpu_set_isa(isas[ii]), XTE_SUCCESS);
+      memset(out, 0x5A, 4 * nx);
+      if (bwd)
+        cr_assert_eq(xte_dswiglu(&dyt, &xt, &ot, NULL), XTE_SUCCESS, "%s", xte_last_error());
+      else
+        cr_assert_eq(xte_swiglu(&xt, &ot, NULL), XTE_SUCCESS, "%s", xte_last_error());
+      for (i = 0; i < n; i++) {
+        if (out_dt == XTE_DTYPE_FP32) {
+          uint32_t a, b;
+          memcpy(&a, (float *)out + i, 4);
+          memcpy(&b, want + i, 4);
+          cr_assert_eq(a, b, "isa %d bwd %d T %d F %d in %s: [%zu] 0x%08x, want 0x%08x",
+                       (int)isas[ii], bwd, T, F, xte_dtype_name(in_dt), i, a, b);
+        } else {
+          uint16_t a = ((uint16_t *)out)[i], b = bf16_of(want[i]);
+          cr_assert_eq(a, b, "isa %d bwd %d T %d F %d in %s (bf16 out): [%zu] 0x%04x, want 0x%04x",
+                       (int)isas[ii], bwd, T, F, xte_dtype_name(in_dt), i, a, b);
+        }
+      }
+    }
+  }
+  free(x), free(dy), free(want), free(xb), free(dyb), free(out);
+}
+
+Test(moe_swiglu, special_values_plain_bits) {
+  rng_seed(41);
+  special_plain_case(37, 65, XTE_DTYPE_FP32, XTE_DTYPE_FP32);
+  special_plain_case(9, 130, XTE_DTYPE_BF16, XTE_DTYPE_BF16);
+  special_plain_case(1, 1, XTE_DTYPE_FP32, XTE_DTYPE_BF16);
+  special_plain_case(6, 257, XTE_DTYPE_BF16, XTE_DTYPE_FP32);
+}
+
+static void special_fused_case(int T, int F, xte_dtype in_dt, xte_dtype act, xte_recipe rec,
+                               int backward) {
+  xte_cpu_isa isas[XTE_CPU_ISA_COUNT];
+  int nisa = moe_isas(isas), ii;
+  const int tr = rec != XTE_RECIPE_MTFP8;
+  const int64_t M = T, K = backward ? 2 * F : F, KB = (K + 127) / 128, MB = (M + 127) / 128;
+  const size_t nx = (size_t)T * 2 * F, ny = (size_t)T * F, nq = (size_t)(M * K);
+  float *x = (float *)zalloc(4 * nx), *dy = (float *)zalloc(4 * ny), *y = (float *)zalloc(4 * nq);
+  uint16_t *xb = (uint16_t *)zalloc(2 * nx), *dyb = (uint16_t *)zalloc(2 * ny);
+  uint8_t *wq = (uint8_t *)zalloc(nq), *wcq = (uint8_t *)zalloc(nq);
+  float *ws = (float *)zalloc(4 * (size_t)(M * KB)), *wcs = (float *)zalloc(4 * (size_t)(K * MB));
+  float wamax;
+  size_t i;
+  special_inputs(T, F, x, dy);
+  if (in_dt == XTE_DTYPE_BF16) {
+    for (i = 0; i < nx; i++) x[i] = f32_of_bf16(xb[i] = bf16_of(x[i]));
+    for (i = 0; i < ny; i++) dy[i] = f32_of_bf16(dyb[i] = bf16_of(dy[i]));
+  }
+  o_act(T, F, backward, x, dy, y);
+  if (act == XTE_DTYPE_BF16)
+    for (i = 0; i < nq; i++) y[i] = f32_of_bf16(bf16_of(y[i]));
+  /* rowwise: blocks 1 x 128, scales [M, KB]; columnwise: transposed data [K, M] with scales
+   * [K, MB] (TE / DeepGEMM), or [M, K] data with scales [MB, K] (MTFP8) */
+  wamax = o_quant(y, M, K, 1, 128, rec, act, wq, K, 1, ws, KB, 1);
+  if (tr)
+    o_quant(y, M, K, 128, 1, rec, act, wcq, 1, M, wcs, 1, MB);
+  else
+    o_quant(y, M, K, 128, 1, rec, act, wcq, K, 1, wcs, K, 1);
+  for (ii = 0; ii < nisa; ii++) {
+    xte_tensor xt =
+        xte_tensor_2d(in_dt == XTE_DTYPE_FP32 ? (void *)x : (void *)xb, in_dt, T, 2 * F);
+    xte_tensor dyt = xte_tensor_2d(in_dt == XTE_DTYPE_FP32 ? (void *)dy : (void *)dyb, in_dt, T, F);
+    xte_quant_config cfg = xte_quant_config_default();
+    xte_qtensor q;
+    qbuf b;
+    char what[160];
+    cr_assert_eq(xte_cpu_set_isa(isas[ii]), XTE_SUCCESS);
+    qbuf_make(&b, &q, M, K, rec, XTE_SCALE_LAYOUT_COMPACT, 1);
+    cr_assert_eq(b.rr, M);
+    cr_assert_eq(b.rc, KB);
+    cr_assert_eq(b.cr, tr ? K : MB);
+    cr_assert_eq(b.cc, tr ? MB : K);
+    b.amax = -1.0f;
+    if (backward)
+      cr_assert_eq(xte_dswiglu_quantize(&dyt, &xt, act, &q, &cfg, NULL), XTE_SUCCESS, "%s",
+                   xte_last_error());
+    else
+      cr_assert_eq(xte_swiglu_quantize(&xt, act, &q, &cfg, NULL), XTE_SUCCESS, "%s",
+                   xte_last_error());
+    snprintf(what, sizeof what, "isa %d T %d F %d in %s act %s recipe %d bwd %d", (int)isas[ii], T,
+             F, xte_dtype_name(in_dt), xte_dtype_name(act), (int)rec, backward);
+    for (i = 0; i < nq; i++) {
+      cr_assert_eq(b.rq[i], wq[i], "%s: rowwise data [%zu] 0x%02x, want 0x%02x", what, i, b.rq[i],
+                   wq[i]);
+      cr_assert_eq(b.cq[i], wcq[i], "%s: columnwise data [%zu] 0x%02x, want 0x%02x", what, i,
+                   b.cq[i], wcq[i]);
+    }
+    for (i = 0; i < (size_t)(M * KB); i++)
+      cr_assert_eq(xte_f32_bits(b.rs[i]), xte_f32_bits(ws[i]),
+                   "%s: rowwise scale [%zu] %a, want %a", what, i, (double)b.rs[i], (double)ws[i]);
+    for (i = 0; i < (size_t)(K * MB); i++)
+      cr_assert_eq(xte_f32_bits(b.cs[i]), xte_f32_bits(wcs[i]),
+                   "%s: columnwise scale [%zu] %a, want %a", what, i, (double)b.cs[i],
+                   (double)wcs[i]);
+    cr_assert_eq(xte_f32_bits(b.amax), xte_f32_bits(wamax), "%s: amax %a, want %a", what,
+                 (double)b.amax, (double)wamax);
+    qbuf_free(&b);
+  }
+  free(x), free(dy), free(y), free(xb), free(dyb), free(wq), free(wcq), free(ws), free(wcs);
+}
+
+Test(moe_swiglu, special_values_fused_bits) {
+  const xte_recipe recs[4] = {XTE_RECIPE_TE_BLOCK, XTE_RECIPE_DEEPGEMM, XTE_RECIPE_DEEPGEMM_UE8M0,
+                              XTE_RECIPE_MTFP8};
+  int r;
+  e4_init();
+  rng_seed(42);
+  for (r = 0; r < 4; r++) {
+    special_fused_case(37, 65, XTE_DTYPE_FP32, XTE_DTYPE_FP32, recs[r], 0);
+    special_fused_case(130, 200, XTE_DTYPE_BF16, XTE_DTYPE_BF16, recs[r], 0);
+    special_fused_case(129, 100, XTE_DTYPE_FP32, XTE_DTYPE_BF16, recs[r], 1);
+    special_fused_case(7, 3, XTE_DTYPE_BF16, XTE_DTYPE_FP32, recs[r], 1);
   }
 }

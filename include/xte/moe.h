@@ -71,14 +71,16 @@ XTE_API xte_status xte_router_backward(const xte_tensor *grad_probs, const xte_t
                                        xte_stream stream);
 
 /* Scores for the aux loss (TransformerEngine's compute_score_for_moe_aux_loss): softmax over all
- * E, or sigmoid / sqrtsoftplus normalised over all E (s / (sum s + 1e-20)) when topk > 1; no
- * bias, no groups. scores fp32 [T, E] (required), routing_map uint8 [T, E] (optional: the top-k
- * of the scores), saved fp32 [T, E] (required: softmax output / unnormalised scores). */
+ * E, or sigmoid / sqrtsoftplus normalised over all E (s / (sum s + 1e-20)) for every topk, 1
+ * included, as TE does; no bias, no groups. scores fp32 [T, E] (required), routing_map uint8 [T, E]
+ * (optional: the top-k of the scores), saved fp32 [T, E] (required: softmax output / unnormalised
+ * scores). */
 XTE_API xte_status xte_router_aux_scores(const xte_tensor *logits, int topk,
                                          xte_router_score score_function, xte_tensor *scores,
                                          xte_tensor *routing_map, xte_tensor *saved,
                                          xte_stream stream);
-/* grad_logits from grad_scores (fp32 [T, E]) and saved (and logits for sqrtsoftplus). */
+/* grad_logits from grad_scores (fp32 [T, E]) and saved (and logits for sqrtsoftplus), through
+ * the normalisation over all E for sigmoid / sqrtsoftplus (every topk). */
 XTE_API xte_status xte_router_aux_scores_backward(const xte_tensor *grad_scores,
                                                   const xte_tensor *saved, const xte_tensor *logits,
                                                   int topk, xte_router_score score_function,
@@ -86,7 +88,8 @@ XTE_API xte_status xte_router_aux_scores_backward(const xte_tensor *grad_scores,
 
 /* aux = C * sum_e (sum_t probs[t, e]) * tokens_per_expert[e], C = E * coeff / (topk * N^2)
  * with N = total_num_tokens. probs fp32 [T, E]; tokens_per_expert int32 or int64 [E].
- * aux_loss: one fp32. Sums in fp64 in a fixed order (docs/numerics.md section 8), rounded once. */
+ * aux_loss: one fp32, 4-byte aligned. Sums in fp64 in a fixed order (docs/numerics.md section 8),
+ * rounded once. */
 XTE_API xte_status xte_moe_aux_loss_forward(const xte_tensor *probs,
                                             const xte_tensor *tokens_per_expert,
                                             int64_t total_num_tokens, int topk, float coeff,
@@ -107,10 +110,15 @@ XTE_API xte_status xte_moe_aux_loss_backward(const xte_tensor *tokens_per_expert
  * row_map entry is -1). With align > 1 each expert's kept rows are padded with zero rows to a
  * multiple of align. Output rows used: R = sum_e roundup(kept_e, align); the output may have more
  * rows (they, and the padding rows, are written as zeros). */
+/* The most experts token movement and the dispatch layout take (num_experts 1..this): a bound far
+ * above any model's, so that every workspace size stays small and exact. The router takes at most
+ * 512 (the logits' columns). */
+#define XTE_MOE_MAX_EXPERTS ((int64_t)1 << 20)
+
 typedef struct xte_moe_routing {
   const xte_tensor *routing_map; /* uint8 [T, E], or NULL */
   const xte_tensor *topk_idx;    /* int32 / int64 [T, k], or NULL (exactly one given) */
-  int64_t num_experts;           /* E (must equal routing_map's columns) */
+  int64_t num_experts;           /* E, 1..XTE_MOE_MAX_EXPERTS (= routing_map's columns) */
 } xte_moe_routing;
 
 typedef struct xte_permute_config {
@@ -128,7 +136,8 @@ typedef struct xte_permute_outputs {
   xte_tensor row_to_expert;
 } xte_permute_outputs;
 
-/* Rows the output must have at least (R above, from the routing without moving data). */
+/* Rows the output must have at least (R above, from the routing without moving data; R is at
+ * most INT32_MAX, as row_map is int32). rows: 8-byte aligned. */
 XTE_API xte_status xte_moe_permute_rows(const xte_moe_routing *routing,
                                         const xte_permute_config *config, int64_t *rows,
                                         xte_stream stream);
@@ -144,7 +153,11 @@ XTE_API xte_status xte_moe_permute(const xte_tensor *input, const xte_tensor *in
                                    xte_tensor *row_map, xte_permute_outputs *extra,
                                    xte_stream stream);
 
-/* out[t] = sum over the slots j of token t (ascending j) with row_map[t, j] >= 0 of
+/* row_map of the unpermute and of both backwards is checked before anything is written: every
+ * entry is -1 or a row of the permuted tensor (in [0, its rows)) on a slot the routing gives an
+ * expert, and no row appears twice; otherwise XTE_ERROR_INVALID_ARGUMENT naming the entry.
+ *
+ * out[t] = sum over the slots j of token t (ascending j) with row_map[t, j] >= 0 of
  * w[t, j] * input[row_map[t, j]], accumulated in fp32 with fmaf from +0, rounded once to out's
  * dtype. w: probs NULL -> 1; with a routing map probs is fp32 [T, E] (read at the slot's
  * expert: the router's probs); with topk_idx it is fp32 [T, k] (per slot: topk_weights).
@@ -170,10 +183,10 @@ XTE_API xte_status xte_moe_unpermute_backward(const xte_tensor *grad_out, const 
                                               xte_tensor *grad_input, xte_tensor *grad_probs,
                                               xte_stream stream);
 
-/* Sorts chunks of rows: input [R, H] is split into n chunks of split_sizes[i] rows (int32 /
- * int64 [n], summing to R); output concatenates chunk sorted_index[0], sorted_index[1], ...
- * (a permutation of 0..n-1). row_map (int32 [R], optional): the output row of each input row.
- * Any dtype (rows are moved as bytes). */
+/* Sorts chunks of rows: input [R, H] (R <= INT32_MAX) is split into n chunks of split_sizes[i]
+ * rows (int32 / int64 [n], each >= 0, summing to R: checked step by step, never wrapping); output
+ * concatenates chunk sorted_index[0], sorted_index[1], ... (a permutation of 0..n-1). row_map
+ * (int32 [R], optional): the output row of each input row. Any dtype (rows are moved as bytes). */
 XTE_API xte_status xte_moe_sort_chunks_by_index(const xte_tensor *input,
                                                 const xte_tensor *split_sizes,
                                                 const xte_tensor *sorted_index, xte_tensor *output,

@@ -6,6 +6,18 @@
 #include "xte_internal.h"
 #include "xte_moe_ops.h"
 
+/* Workspace sizes by checked arithmetic: *bytes = n * size + extra (at least 1). Returns 0 when
+ * an operand is negative or the size does not fit (the caller reports XTE_ERROR_OUT_OF_MEMORY
+ * before writing anything). */
+static inline int xte_moe_ws_bytes(int64_t n, int64_t size, int64_t extra, size_t *bytes) {
+  int64_t r;
+  if (n < 0 || size < 0 || extra < 0 || __builtin_mul_overflow(n, size, &r) ||
+      __builtin_add_overflow(r, extra, &r) || (uint64_t)r > (uint64_t)SIZE_MAX)
+    return 0;
+  *bytes = r > 0 ? (size_t)r : 1;
+  return 1;
+}
+
 xte_status xte_cpu_moe_router_forward(const xte_router_args *a, void *handle);
 xte_status xte_cpu_moe_router_backward(const xte_router_bwd_args *a, void *handle);
 xte_status xte_cpu_moe_aux_loss(const xte_aux_loss_args *a, int backward, void *handle);

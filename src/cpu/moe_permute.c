@@ -27,11 +27,14 @@ static size_t esize(int dtype) {
 /* The expert of every slot (T x K, -1 none), validated: indices in [-1, E), no expert twice in
  * a token, at most K experts per token in a map. Returns NULL (error set) on bad data. */
 static int32_t *route_slots(const xte_moe_route *r, xte_status *st_out) {
-  int32_t *s = (int32_t *)xte_aligned_alloc((size_t)(r->T * r->K > 0 ? r->T * r->K : 1) * 4);
-  int64_t t, j, e;
+  int32_t *s = NULL;
+  int64_t t, j, e, n_slots = 0;
+  size_t bytes = 0;
+  if (!__builtin_mul_overflow(r->T, r->K, &n_slots) && xte_moe_ws_bytes(n_slots, 4, 0, &bytes))
+    s = (int32_t *)xte_aligned_alloc(bytes);
   if (!s) {
-    *st_out = xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "permute workspace of %lld slots",
-                            (long long)(r->T * r->K));
+    *st_out = xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "routing workspace of %lld x %lld slots",
+                            (long long)r->T, (long long)r->K);
     return NULL;
   }
   for (t = 0; t < r->T; t++) {
@@ -133,9 +136,11 @@ xte_status xte_cpu_moe_permute(const xte_permute_args *a, void *handle) {
   xte_status st = XTE_SUCCESS;
   pctx c;
   (void)handle;
+  size_t cbytes = 0;
   slots = route_slots(&a->r, &st);
   if (!slots) return st;
-  count = (int64_t *)xte_aligned_alloc((size_t)(4 * E + 1) * 8);
+  count = NULL;
+  if (xte_moe_ws_bytes(E, 4 * 8, 8, &cbytes)) count = (int64_t *)xte_aligned_alloc(cbytes);
   if (!count) {
     xte_aligned_free(slots);
     return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "permute workspace");
@@ -160,6 +165,13 @@ xte_status xte_cpu_moe_permute(const xte_permute_args *a, void *handle) {
     cursor[e] = 0;
   }
   R = poff[E];
+  if (R > INT32_MAX) { /* row_map is int32 */
+    xte_aligned_free(count);
+    xte_aligned_free(slots);
+    return xte_set_error(XTE_ERROR_SHAPE,
+                         "the routing needs %lld output rows: row_map (int32) holds at most %d",
+                         (long long)R, INT32_MAX);
+  }
   if (a->rows_out) {
     *a->rows_out = R;
     xte_aligned_free(count);
@@ -226,26 +238,6 @@ typedef struct uctx {
   const int32_t *slots;
   int which;
 } uctx;
-
-static void load_f32_row(const xte_moe_view *v, int64_t row, float *x) {
-  int64_t h;
-  if (v->dtype == XTE_DTYPE_FP32) {
-    memcpy(x, (const float *)v->data + row * v->ld, (size_t)v->cols * 4);
-  } else {
-    const uint16_t *s = (const uint16_t *)v->data + row * v->ld;
-    for (h = 0; h < v->cols; h++) x[h] = xte_bf16_to_f32(s[h]);
-  }
-}
-
-static void store_f32_row(const xte_moe_view *v, int64_t row, const float *x) {
-  int64_t h;
-  if (v->dtype == XTE_DTYPE_FP32) {
-    memcpy((float *)v->data + row * v->ld, x, (size_t)v->cols * 4);
-  } else {
-    uint16_t *d = (uint16_t *)v->data + row * v->ld;
-    for (h = 0; h < v->cols; h++) d[h] = xte_f32_to_bf16(x[h]);
-  }
-}
 
 static float slot_weight(const xte_unpermute_args *a, const int32_t *slots, int64_t t, int64_t j) {
   if (!a->probs.data) return 1.0f;
@@ -450,36 +442,102 @@ static void zero_grad_in(void *vctx, int64_t b, int64_t e, int tid) {
     memset((char *)v->data + (size_t)r * (size_t)v->ld * es, 0, (size_t)v->cols * es);
 }
 
+/* n elements of row `row` from column h0 of v as fp32 (x) / from fp32 into v. */
+static void load_f32_part(const xte_moe_view *v, int64_t row, int64_t h0, int64_t n, float *x) {
+  int64_t h;
+  if (v->dtype == XTE_DTYPE_FP32) {
+    memcpy(x, (const float *)v->data + row * v->ld + h0, (size_t)n * 4);
+  } else {
+    const uint16_t *s = (const uint16_t *)v->data + row * v->ld + h0;
+    for (h = 0; h < n; h++) x[h] = xte_bf16_to_f32(s[h]);
+  }
+}
+
+static void store_f32_part(const xte_moe_view *v, int64_t row, int64_t h0, int64_t n,
+                           const float *x) {
+  int64_t h;
+  if (v->dtype == XTE_DTYPE_FP32) {
+    memcpy((float *)v->data + row * v->ld + h0, x, (size_t)n * 4);
+  } else {
+    uint16_t *d = (uint16_t *)v->data + row * v->ld + h0;
+    for (h = 0; h < n; h++) d[h] = xte_f32_to_bf16(x[h]);
+  }
+}
+
+/* Per token, per slot: the hidden dim in chunks of HCHUNK on the stack (no allocation inside
+ * the pool), the dot product carried across the chunks in ascending h. */
 static void unpermute_bwd_range(void *vctx, int64_t b, int64_t e, int tid) {
   uctx *c = (uctx *)vctx;
   const xte_unpermute_args *a = c->a;
   const int64_t K = a->r.K, H = a->grad_out.cols;
-  float *g = (float *)xte_aligned_alloc((size_t)H * 8), *x = g + H;
-  int64_t t, j, h;
+  float g[HCHUNK], x[HCHUNK];
+  int64_t t, j, h, h0, n;
   (void)tid;
-  if (!g) return; /* checked by the caller's probe allocation */
   for (t = b; t < e; t++) {
     const int32_t *rm = (const int32_t *)a->row_map.data + t * a->row_map.ld;
     float *gp = a->grad_probs.data ? (float *)a->grad_probs.data + t * a->grad_probs.ld : NULL;
-    load_f32_row(&a->grad_out, t, g);
     if (gp)
       for (h = 0; h < a->grad_probs.cols; h++) gp[h] = 0.0f;
     for (j = 0; j < K; j++) {
       int64_t row = rm[j];
-      float w;
+      float w, dot = 0.0f;
       if (row < 0) continue;
       w = slot_weight(a, c->slots, t, j);
-      for (h = 0; h < H; h++) x[h] = w * g[h];
-      store_f32_row(&a->grad_in, row, x);
-      if (gp) {
-        float dot = 0.0f;
-        load_f32_row(&a->fwd_in, row, x);
-        for (h = 0; h < H; h++) dot = xte_fmaf(g[h], x[h], dot);
-        gp[a->probs_dense ? c->slots[t * K + j] : j] = dot;
+      for (h0 = 0; h0 < H; h0 += HCHUNK) {
+        n = H - h0 < HCHUNK ? H - h0 : HCHUNK;
+        load_f32_part(&a->grad_out, t, h0, n, g);
+        for (h = 0; h < n; h++) x[h] = w * g[h];
+        store_f32_part(&a->grad_in, row, h0, n, x);
+        if (gp) {
+          load_f32_part(&a->fwd_in, row, h0, n, x);
+          for (h = 0; h < n; h++) dot = xte_fmaf(g[h], x[h], dot);
+        }
       }
+      if (gp) gp[a->probs_dense ? c->slots[t * K + j] : j] = dot;
     }
   }
-  xte_aligned_free(g);
+}
+
+/* Every row_map entry checked before anything is written: -1 (no row), or a row in [0, rows) on
+ * a slot that has an expert, no row twice (a bitmap over the rows). */
+static xte_status check_row_map(const xte_unpermute_args *a, const int32_t *slots, int64_t rows,
+                                const char *rows_name) {
+  const int64_t T = a->r.T, K = a->r.K;
+  size_t nb = 0;
+  uint8_t *seen = NULL;
+  xte_status st = XTE_SUCCESS;
+  int64_t t, j;
+  if (xte_moe_ws_bytes((rows + 7) / 8, 1, 0, &nb)) seen = (uint8_t *)xte_aligned_calloc(nb, 1);
+  if (!seen) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "row_map check workspace");
+  for (t = 0; t < T && st == XTE_SUCCESS; t++) {
+    const int32_t *rm = (const int32_t *)a->row_map.data + t * a->row_map.ld;
+    for (j = 0; j < K; j++) {
+      const int64_t v = rm[j];
+      if (v == -1) continue;
+      if (v < 0 || v >= rows) {
+        st = xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                           "row_map[%lld, %lld] = %lld: want -1 or a row of %s in [0, %lld)",
+                           (long long)t, (long long)j, (long long)v, rows_name, (long long)rows);
+        break;
+      }
+      if (slots[t * K + j] < 0) {
+        st = xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                           "row_map[%lld, %lld] = %lld: the routing has no expert in slot %lld of "
+                           "token %lld (want -1)",
+                           (long long)t, (long long)j, (long long)v, (long long)j, (long long)t);
+        break;
+      }
+      if (seen[v >> 3] & (1u << (v & 7))) {
+        st = xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                           "row_map[%lld, %lld] = %lld: row %lld is mapped by an earlier slot too",
+                           (long long)t, (long long)j, (long long)v, (long long)v);
+        break;
+      }
+      seen[v >> 3] |= (uint8_t)(1u << (v & 7));
+    }
+  }
+  xte_aligned_free(seen);
+  return st;
 }
 
 xte_status XTE_MOE_NAME(xte_cpu_moe_unpermute)(const xte_unpermute_args *a, int which,
@@ -493,18 +551,21 @@ xte_status XTE_MOE_NAME(xte_cpu_moe_unpermute)(const xte_unpermute_args *a, int 
   (void)handle;
   slots = route_slots(&a->r, &st);
   if (!slots) return st;
+  /* the rows the map points into: the input (forward, permute backward) or grad_input */
+  if (which == XTE_UNPERMUTE_FWD)
+    st = check_row_map(a, slots, a->in.rows, "the input");
+  else
+    st = check_row_map(a, slots, a->grad_in.rows, "grad_input");
+  if (st != XTE_SUCCESS) {
+    xte_aligned_free(slots);
+    return st;
+  }
   c.a = a;
   c.slots = slots;
   c.which = which;
   if (which == XTE_UNPERMUTE_FWD) {
     xte_parallel_for(a->out.rows, unpermute_range, &c);
   } else {
-    void *probe = xte_aligned_alloc((size_t)a->grad_out.cols * 8);
-    if (!probe) {
-      xte_aligned_free(slots);
-      return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "unpermute backward workspace");
-    }
-    xte_aligned_free(probe);
     xte_parallel_for(a->grad_in.rows, zero_grad_in, &c);
     xte_parallel_for(a->grad_out.rows, unpermute_bwd_range, &c);
   }
@@ -553,19 +614,34 @@ xte_status xte_cpu_moe_sort_chunks(const xte_sort_chunks_args *a, void *handle) 
     xte_parallel_for(R, sort_range, &c);
     return XTE_SUCCESS;
   }
-  map = (int32_t *)xte_aligned_alloc((size_t)(R > 0 ? R : 1) * 4 + (size_t)n * 24);
-  if (!map) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "sort chunks workspace");
-  start = (int64_t *)((char *)map + ((size_t)(R > 0 ? R : 1) * 4 + 7) / 8 * 8);
+  if (R > INT32_MAX) /* the row map is int32 */
+    return xte_set_error(XTE_ERROR_SHAPE, "input has %lld rows: row_map (int32) holds at most %d",
+                         (long long)R, INT32_MAX);
+  {
+    /* map: int32 [R] (rounded up to 8 bytes), start, dst: int64 [n], seen: uint8 [n] */
+    size_t off = 0, bytes = 0;
+    map = NULL;
+    if (xte_moe_ws_bytes((R + 1) / 2, 8, 0, &off) && xte_moe_ws_bytes(n, 17, (int64_t)off, &bytes))
+      map = (int32_t *)xte_aligned_alloc(bytes);
+    if (!map) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "sort chunks workspace");
+    start = (int64_t *)((char *)map + off);
+  }
   dst = start + n;
   {
     uint8_t *seen = (uint8_t *)(dst + n);
     memset(seen, 0, (size_t)n);
     for (i = 0; i < n; i++) {
       int64_t s = idx_at(&a->split, 0, i), x = idx_at(&a->index, 0, i);
-      if (s < 0) {
+      /* 0 <= total <= R holds before each step, so total + s cannot overflow once s <= R */
+      if (s < 0 || s > R - total) {
         xte_aligned_free(map);
-        return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "split_sizes[%lld] = %lld is negative",
-                             (long long)i, (long long)s);
+        if (s < 0)
+          return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "split_sizes[%lld] = %lld is negative",
+                               (long long)i, (long long)s);
+        return xte_set_error(XTE_ERROR_SHAPE,
+                             "split_sizes[%lld] = %lld: the sizes up to it sum past the %lld "
+                             "input rows",
+                             (long long)i, (long long)s, (long long)R);
       }
       if (x < 0 || x >= n || seen[x]) {
         xte_aligned_free(map);

@@ -385,7 +385,7 @@ static void router_row(const xte_router_args *a, int64_t t, router_ws *ws) {
     } else {
       score_row(x, E, a->score, sc);
     }
-    if (a->aux && !softmax && k > 1) { /* aux scores: normalised over all E */
+    if (a->aux && !softmax) { /* aux scores: normalised over all E, for every topk (as TE) */
       float s = 0.0f;
       for (e = 0; e < E; e++) s += sc[e];
       s = s + XTE_MOE_NORM_EPS;
@@ -549,9 +549,9 @@ static void router_bwd_row(const xte_router_bwd_args *a, int64_t t) {
       load_row(&a->logits, t, E, x);
     else
       for (e = 0; e < E; e++) x[e] = 0.0f;
-    if (a->topk > 1) {
-      /* w_i = s_i / D over the set S, D = sum_S s + eps: gs_j = (dp_j - (sum_S dp_e s_e) / D) / D
-       * on S, 0 off S */
+    if (a->topk > 1 || a->aux) {
+      /* w_i = s_i / D over the set S (aux: all E, for every topk), D = sum_S s + eps:
+       * gs_j = (dp_j - (sum_S dp_e s_e) / D) / D on S, 0 off S */
       float D = 0.0f, dot = 0.0f;
       for (e = 0; e < E; e++)
         if (a->aux || m[e]) D += s[e];
@@ -653,7 +653,11 @@ xte_status xte_cpu_moe_aux_loss(const xte_aux_loss_args *a, int backward, void *
     aux_ctx c;
     double total = 0.0;
     c.a = a;
-    c.partial = (double *)xte_aligned_alloc((size_t)(nb > 0 ? nb : 1) * (size_t)a->E * 8);
+    size_t bytes = 0;
+    c.partial = NULL;
+    if (xte_moe_ws_bytes(nb > 0 ? nb : 1, a->E, 0, &bytes) &&
+        xte_moe_ws_bytes((int64_t)bytes, 8, 0, &bytes))
+      c.partial = (double *)xte_aligned_alloc(bytes);
     if (!c.partial) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "aux loss workspace");
     xte_parallel_for(nb, aux_range, &c);
     for (j = 0; j < a->E; j++) {

@@ -137,7 +137,8 @@ xte_status XTE_MOE_NAME(xte_cpu_moe_swiglu)(const xte_swiglu_args *a, void *hand
 #endif
   (void)handle;
   if (!a->fused) {
-    xte_parallel_for(a->T, plain_rows, (void *)a);
+    /* an empty [T, 0] tensor has nothing to write, however many rows it claims */
+    if (a->T > 0 && a->F > 0) xte_parallel_for(a->T, plain_rows, (void *)a);
     return XTE_SUCCESS;
   }
   {

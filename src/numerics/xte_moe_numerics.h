@@ -5,8 +5,9 @@
  * Orders:
  *  - softmax over a set: m = fmaxf over the set (NaN ignored, from -inf); e_i = exp(x_i - m);
  *    sum = ((e_a + e_b) + e_c) + ... in ascending expert index, fp32 adds from +0; p_i = e_i / sum.
- *  - normalisation (sigmoid / sqrtsoftplus, topk > 1): D = (sum of the selected scores in
- *    ascending expert index, fp32 adds from +0) + 1e-20; w_i = s_i / D.
+ *  - normalisation (sigmoid / sqrtsoftplus, topk > 1; the aux scores at every topk, over all E):
+ *    D = (sum of the selected scores in ascending expert index, fp32 adds from +0) + 1e-20;
+ *    w_i = s_i / D.
  *  - group score: the top (topk / group_topk) biased scores of the group, added in rank order
  *    (best first) from +0 in fp32.
  *  - backward dot products: fmaf(a_j, b_j, acc) over ascending expert index from +0.
