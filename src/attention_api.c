@@ -34,13 +34,17 @@ static xte_status get_shape(const xte_tensor *t, const char *name, int layout, s
     return xte_set_error(XTE_ERROR_SHAPE, "%s has rank %d: the %s layout wants rank %d", name,
                          (int)t->rank, layout == XTE_ATTN_LAYOUT_THD ? "THD" : "BSHD/SBHD", want);
   {
+    /* The product of the dims, zeros counted as 1, is bounded: every product of some of them
+     * (strides, element counts, the kernels' offsets) then fits int64 even when one is 0. */
     int64_t total = 1;
     for (i = 0; i < want; i++) {
       if (t->shape[i] < 0 || t->shape[i] > INT32_MAX)
         return xte_set_error(XTE_ERROR_SHAPE, "%s->shape[%d] = %lld is outside [0, 2^31)", name, i,
                              (long long)t->shape[i]);
-      if (__builtin_mul_overflow(total, t->shape[i], &total) || total > ((int64_t)1 << 48))
-        return xte_set_error(XTE_ERROR_SHAPE, "%s has more than 2^48 elements", name);
+      if (__builtin_mul_overflow(total, t->shape[i] > 0 ? t->shape[i] : 1, &total) ||
+          total > ((int64_t)1 << 48))
+        return xte_set_error(XTE_ERROR_SHAPE, "%s has more than 2^48 elements (zero dims as 1)",
+                             name);
     }
   }
   if (layout == XTE_ATTN_LAYOUT_THD) {
@@ -80,9 +84,24 @@ static xte_attn_tensor resolve(const xte_tensor *t, int layout, const shp *s) {
   return r;
 }
 
+/* A pointer aligned to n bytes (NULL passes: the NULL checks are separate). */
+static int aligned_to(const void *p, size_t n) {
+  return n <= 1 || (uintptr_t)p % n == 0;
+}
+
 static xte_status check_data(const xte_tensor *t, const char *name, const shp *s) {
   if (t->data == NULL && s->b * s->s * s->h * s->d > 0)
     return xte_set_error(XTE_ERROR_NULL_POINTER, "%s->data is NULL", name);
+  if (!aligned_to(t->data, xte_dtype_size(t->dtype)))
+    return xte_set_error(XTE_ERROR_ALIGNMENT, "%s->data is not aligned to its element size (%zu)",
+                         name, xte_dtype_size(t->dtype));
+  return XTE_SUCCESS;
+}
+
+/* An optional fp32 / int32 array of the config (NULL: absent) must be 4-byte aligned. */
+static xte_status check_cfg_array(const void *p, const char *name) {
+  if (!aligned_to(p, 4))
+    return xte_set_error(XTE_ERROR_ALIGNMENT, "config->%s is not 4-byte aligned", name);
   return XTE_SUCCESS;
 }
 
@@ -208,8 +227,10 @@ static xte_status check_common(const xte_tensor *Q, const xte_tensor *K, const x
   if (layout == XTE_ATTN_LAYOUT_THD) {
     XTE_CHECK_PTR(cfg->cu_seqlens_q, "config->cu_seqlens_q");
     XTE_CHECK_PTR(cfg->cu_seqlens_kv, "config->cu_seqlens_kv");
-    if (cfg->batch < 0)
-      return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "config->batch = %lld is negative",
+    if (cfg->batch < 0 || cfg->batch >= INT32_MAX)
+      return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                           "config->batch = %lld is outside [0, 2^31 - 1) (cu_seqlens are int32 "
+                           "[batch + 1])",
                            (long long)cfg->batch);
     if (cfg->max_seqlen_q < 0 || cfg->max_seqlen_kv < 0)
       return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
@@ -250,6 +271,14 @@ static xte_status check_common(const xte_tensor *Q, const xte_tensor *K, const x
     return xte_set_error(XTE_ERROR_SHAPE, "lse->ld = %lld: lse is dense", (long long)lse->ld);
   if (lse->data == NULL && q.b * q.s * q.h > 0)
     return xte_set_error(XTE_ERROR_NULL_POINTER, "lse->data is NULL");
+  if (!aligned_to(lse->data, 4))
+    return xte_set_error(XTE_ERROR_ALIGNMENT, "lse->data is not 4-byte aligned");
+  XTE_TRY(check_cfg_array(cfg->cu_seqlens_q, "cu_seqlens_q"));
+  XTE_TRY(check_cfg_array(cfg->cu_seqlens_kv, "cu_seqlens_kv"));
+  XTE_TRY(check_cfg_array(cfg->alibi_slopes, "alibi_slopes"));
+  XTE_TRY(check_cfg_array(cfg->descale_q, "descale_q"));
+  XTE_TRY(check_cfg_array(cfg->descale_k, "descale_k"));
+  XTE_TRY(check_cfg_array(cfg->descale_v, "descale_v"));
   a->cu_q = cfg->cu_seqlens_q;
   a->cu_kv = cfg->cu_seqlens_kv;
   a->lse = (float *)lse->data;

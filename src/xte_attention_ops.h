@@ -50,10 +50,13 @@ typedef struct xte_attn_kernels {
    * starting from C[r*ldc + c] (acc = 1) or +0 (acc = 0); r < M, c < N; N a multiple of 16. */
   void (*gemm)(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
                const float *B, int64_t ldb, float *C, int64_t ldc, int acc);
-  /* p[j] = xte_exp2f(t[j] - m) for j < n, n a multiple of 16 */
-  void (*exp2_sub)(const float *t, float m, int64_t n, float *p);
-  /* y[j] = xte_exp2f(x[j]) for j < n, any n, every element through the ISA's lanes (tests) */
-  void (*exp2_n)(const float *x, float *y, int64_t n);
+  /* p[j] = xte_attn_exp(x[j], m) = xte_expf(x[j] - m) for j < n, n a multiple of 16 */
+  void (*exp_sub)(const float *x, float m, int64_t n, float *p);
+  /* o[c] = xte_attn_rescale(o[c], alpha, pv[c]) = fmaf(o[c], alpha, pv[c]) for c < n, n a
+   * multiple of 16 */
+  void (*rescale)(float *o, float alpha, const float *pv, int64_t n);
+  /* y[j] = xte_expf(x[j]) for j < n, any n, every element through the ISA's lanes (tests) */
+  void (*exp_n)(const float *x, float *y, int64_t n);
 } xte_attn_kernels;
 
 extern const xte_attn_kernels xte_attn_kernels_scalar;
@@ -65,10 +68,9 @@ extern const xte_attn_kernels xte_attn_kernels_avx512;
 extern const xte_attn_kernels xte_attn_kernels_avx512_simde;
 #endif
 
-/* Test hook, not public API (no public header declares it): the attention kernels' exp2 of ISA
- * isa (exp2_n above) on x[0 .. n), into y. XTE_ERROR_UNSUPPORTED when the ISA cannot run here.
+/* Test hook, not public API (no public header declares it): the attention kernels' exp of ISA
+ * isa (exp_n above) on x[0 .. n), into y. XTE_ERROR_UNSUPPORTED when the ISA cannot run here.
  * Exported only so that tests/test_attention_lanes.c can check every lane exhaustively. */
-XTE_API xte_status xte_internal_attention_exp2(xte_cpu_isa isa, const float *x, float *y,
-                                               int64_t n);
+XTE_API xte_status xte_internal_attention_exp(xte_cpu_isa isa, const float *x, float *y, int64_t n);
 
 #endif /* XTE_ATTENTION_OPS_H */

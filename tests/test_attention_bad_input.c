@@ -141,3 +141,133 @@ Test(attention_bad_input, fp8_backward_unsupported) {
   BAD(1, XTE_ERROR_UNSUPPORTED, "e4m3", d.Q.dtype = d.K.dtype = d.V.dtype = XTE_DTYPE_E4M3;
       d.O.dtype = d.dO.dtype = d.dQ.dtype = d.dK.dtype = d.dV.dtype = XTE_DTYPE_E4M3;);
 }
+
+/* A copy of n 4-byte values at 1 byte past a 4-byte boundary (buf: 4 n + 8 bytes). */
+static void *misaligned_copy(char *buf, const void *src, size_t n) {
+  memcpy(buf + 1, src, 4 * n);
+  return buf + 1;
+}
+
+Test(attention_bad_input, alignment) {
+  adata d;
+  acase c = small(XTE_ATTN_LAYOUT_BSHD);
+  static char buf[64];
+  int bwd;
+  for (bwd = 0; bwd < 2; bwd++) {
+    /* the buffers hold one spare byte: a tensor 1 byte in stays inside them */
+    BAD(bwd, XTE_ERROR_ALIGNMENT, "Q->data", d.Q.data = (char *)d.Qr + 1;);
+    BAD(bwd, XTE_ERROR_ALIGNMENT, "K->data", d.K.data = (char *)d.Kr + 1;);
+    BAD(bwd, XTE_ERROR_ALIGNMENT, "O->data", d.O.data = (char *)d.Or + 1;);
+    BAD(bwd, XTE_ERROR_ALIGNMENT, "lse->data", d.L.data = (char *)d.lse + 1;);
+    BAD(bwd, XTE_ERROR_ALIGNMENT, "alibi_slopes",
+        d.cfg.alibi_slopes = (const float *)misaligned_copy(buf, d.Qr, (size_t)c.hq););
+  }
+  BAD(1, XTE_ERROR_ALIGNMENT, "dQ->data", d.dQ.data = (char *)d.dQr + 1;);
+  BAD(1, XTE_ERROR_ALIGNMENT, "dO->data", d.dO.data = (char *)d.dOr + 1;);
+  BAD(1, XTE_ERROR_ALIGNMENT, "dV->data", d.dV.data = (char *)d.dVr + 1;);
+  /* bf16: 2-byte elements */
+  c.dt = BF16;
+  BAD(0, XTE_ERROR_ALIGNMENT, "Q->data", d.Q.data = (char *)d.Qr + 1;);
+  c = small(XTE_ATTN_LAYOUT_THD);
+  for (bwd = 0; bwd < 2; bwd++) {
+    BAD(bwd, XTE_ERROR_ALIGNMENT, "cu_seqlens_q",
+        d.cfg.cu_seqlens_q = (const int32_t *)misaligned_copy(buf, d.cu_q, (size_t)c.b + 1););
+    BAD(bwd, XTE_ERROR_ALIGNMENT, "cu_seqlens_kv",
+        d.cfg.cu_seqlens_kv = (const int32_t *)misaligned_copy(buf, d.cu_kv, (size_t)c.b + 1););
+  }
+}
+
+/* Batch 0 with s_q = h_q = 2^31 - 1: no element, but the strides s h d = (2^31 - 1)^2 x 16 do
+ * not fit int64 (before the fix: accepted, the strides computed by signed overflow). */
+static void zero_batch_huge(adata *d) {
+  const int64_t big = INT32_MAX;
+  xte_tensor *qs[4] = {&d->Q, &d->O, &d->dO, &d->dQ}, *ks[4] = {&d->K, &d->V, &d->dK, &d->dV};
+  int i;
+  for (i = 0; i < 4; i++) {
+    qs[i]->shape[0] = 0;
+    qs[i]->shape[1] = big;
+    qs[i]->shape[2] = big;
+    ks[i]->shape[0] = 0;
+    ks[i]->shape[2] = 1;
+  }
+  d->L.shape[0] = 0;
+  d->L.shape[1] = big;
+  d->L.shape[2] = big;
+}
+
+Test(attention_bad_input, sizes_with_a_zero_dim) {
+  adata d;
+  acase c = small(XTE_ATTN_LAYOUT_BSHD);
+  int bwd;
+  for (bwd = 0; bwd < 2; bwd++) BAD(bwd, XTE_ERROR_SHAPE, "2^48", zero_batch_huge(&d););
+  c = small(XTE_ATTN_LAYOUT_THD);
+  BAD(0, XTE_ERROR_INVALID_ARGUMENT, "config->batch", d.cfg.batch = (int64_t)1 << 40;);
+}
+
+/* Test hooks of src/alloc.c (exported, declared in src/xte_internal.h). */
+void xte_internal_fail_alloc(int64_t nth);
+int64_t xte_internal_alloc_count(void);
+
+/* Allocation n fails, for n = 0, 1, ... until the call succeeds: every failure is
+ * XTE_ERROR_OUT_OF_MEMORY with a message and no output byte changed, on 1 and 3 threads. */
+static void oom_sweep(acase c, int bwd) {
+  adata d;
+  int64_t n;
+  int t;
+  static const int threads[2] = {1, 3};
+  for (t = 0; t < 2; t++) {
+    cr_assert_eq(xte_cpu_set_num_threads(threads[t]), XTE_SUCCESS);
+    ta_setup(&d, &c);
+    if (bwd)
+      cr_assert_eq(xte_attention_fwd(&d.Q, &d.K, &d.V, &d.O, &d.L, &d.cfg, NULL), XTE_SUCCESS);
+    for (n = 0; n < 64; n++) {
+      xte_status st;
+      sentinel(&d);
+      if (bwd) { /* O and lse are inputs here */
+        ta_free(&d);
+        ta_setup(&d, &c);
+        cr_assert_eq(xte_attention_fwd(&d.Q, &d.K, &d.V, &d.O, &d.L, &d.cfg, NULL), XTE_SUCCESS);
+        memset(d.dQr, 0xA5, (size_t)d.nq * 4);
+        memset(d.dKr, 0xA5, (size_t)d.nk * 4);
+        memset(d.dVr, 0xA5, (size_t)d.nv * 4);
+      }
+      xte_internal_fail_alloc(n);
+      if (!bwd)
+        st = xte_attention_fwd(&d.Q, &d.K, &d.V, &d.O, &d.L, &d.cfg, NULL);
+      else
+        st = xte_attention_bwd(&d.Q, &d.K, &d.V, &d.O, &d.dO, &d.L, &d.dQ, &d.dK, &d.dV, &d.cfg,
+                               NULL);
+      xte_internal_fail_alloc(-1);
+      if (st == XTE_SUCCESS) break;
+      cr_expect_eq(st, XTE_ERROR_OUT_OF_MEMORY, "%s, allocation %lld fails: got %s (%s)",
+                   bwd ? "bwd" : "fwd", (long long)n, xte_status_string(st), xte_last_error());
+      cr_expect(xte_last_error()[0] != '\0', "empty message");
+      if (!bwd) {
+        cr_expect(untouched(d.Or, d.no * 4), "fwd: O written when allocation %lld failed",
+                  (long long)n);
+        cr_expect(untouched(d.lse, d.nl * 4), "fwd: lse written when allocation %lld failed",
+                  (long long)n);
+      } else {
+        cr_expect(untouched(d.dQr, d.nq * 4), "bwd: dQ written when allocation %lld failed",
+                  (long long)n);
+        cr_expect(untouched(d.dKr, d.nk * 4), "bwd: dK written when allocation %lld failed",
+                  (long long)n);
+        cr_expect(untouched(d.dVr, d.nv * 4), "bwd: dV written when allocation %lld failed",
+                  (long long)n);
+      }
+    }
+    cr_expect(n > 0 && n < 64, "%s: %lld allocations", bwd ? "bwd" : "fwd", (long long)n);
+    ta_free(&d);
+  }
+  xte_cpu_set_num_threads(0);
+}
+
+Test(attention_bad_input, allocation_failures) {
+  acase c = small(XTE_ATTN_LAYOUT_BSHD);
+  c.padded = 1; /* padding rows are written first */
+  oom_sweep(c, 0);
+  oom_sweep(c, 1);
+  c = small(XTE_ATTN_LAYOUT_THD);
+  oom_sweep(c, 0);
+  oom_sweep(c, 1);
+}

@@ -33,10 +33,14 @@
  * treated the same way.
  *
  * ---------------------------------------------------------------- numerics
- * fp32 online softmax over KV blocks of 64 keys with xte_exp2f and pre-multiplied log2(e);
- * every dot product and sum has a fixed order (docs/numerics.md, "Attention"), so the result
- * (forward and backward) is the same on every ISA and thread count, run after run. The
- * backward is deterministic (no atomics). Memory is O(sequence length), never s_q x s_kv.
+ * fp32 online softmax over KV blocks of 64 keys with xte_expf; every dot product and sum has a
+ * fixed order, the long sums blocked by 64 keys or 64 query rows (docs/numerics.md, "Attention"),
+ * so the result (forward and backward) is the same on every ISA and thread count, run after run.
+ * The backward renormalises the probabilities it recomputes from the fp32 LSE, and is
+ * deterministic (no atomics). Memory is O(sequence length), never s_q x s_kv.
+ * Errors: nothing is written unless the call succeeds (bad arguments, misaligned pointers -
+ * each tensor's data aligned to its element size, the config's arrays to 4 bytes - and
+ * allocation failures alike).
  *
  * Dtypes: Q, K, V fp32, bf16 or fp16 (all the same); O, dO, dQ, dK, dV in that dtype. Forward
  * only: Q, K, V in e4m3 with per-(batch, KV head) fp32 descale factors descale_q, descale_k,

@@ -6,10 +6,12 @@
  *   A. one task per (sequence, KV head, KV block): dK and dV of the block's 64 keys, summing
  *      over the group's query heads in order and their query rows in order;
  *   B. one task per (sequence, query head, query tile): dQ, summing over the KV blocks in order.
- * Both recompute P = exp2(t - LSE * log2e) from Q, K and the LSE. Tasks are handed out
+ * Both recompute P = expf(x - LSE) from Q, K and the LSE. Tasks are handed out
  * dynamically (an atomic counter), which never changes a byte: each task's result depends on
  * nothing but its inputs. The inner products are the ISA's fmaf-chain GEMM kernel
- * (xte_attn_kernels.gemm); everything else per element is the shared numerics header. */
+ * (xte_attn_kernels.gemm); everything else per element is the shared numerics header.
+ * Every buffer (task lists, D, each thread's workspace) is allocated before the first output
+ * byte is written, so an allocation failure leaves the outputs untouched. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +22,7 @@
 #include "xte_internal.h"
 
 #define BN XTE_ATTN_BN
-#define BM 64
+#define BM XTE_ATTN_BM
 
 static const xte_attn_kernels *kernels_for(xte_cpu_isa isa) {
   switch (isa) {
@@ -54,16 +56,20 @@ typedef struct actx {
   const xte_attn_args *a;
   const xte_attn_kernels *K;
   const xte_cpu_kernels *ck;
-  int64_t G;           /* query heads per KV head */
-  int64_t dqp, dvp;    /* head dims rounded up to 16 */
-  size_t esz;          /* input element size */
-  float *Dbuf, *L2buf; /* backward: D and LSE*log2e, indexed like lse */
-  /* tasks */
+  int64_t G;          /* query heads per KV head */
+  int64_t dqp, dvp;   /* head dims rounded up to 16 */
+  size_t esz;         /* input element size */
+  float *Dbuf, *Cbuf; /* backward: D and the LSE correction log(l), indexed like lse */
+  /* tasks of the pass being run (pointers into one of the task lists below) */
   int64_t *tb, *th, *ti; /* sequence, head, first row / KV block */
   int64_t ntasks;
+  int64_t *qlist, nq;   /* query tiles: [3][nq] */
+  int64_t *kvlist, nkv; /* backward: KV blocks: [3][nkv] */
   _Atomic int64_t next;
-  _Atomic int fail;
-  size_t ws_floats;
+  /* per-thread workspaces, nws of ws_stride floats, allocated before any output is written */
+  float *wsbuf;
+  size_t ws_stride;
+  int nws;
   void (*run)(struct actx *c, float *ws, int64_t t);
 } actx;
 
@@ -137,17 +143,17 @@ static xte_attn_score score_for(const xte_attn_args *a, int64_t b, int64_t h, fl
   return xte_attn_score_make(scale, a->softcap, a->alibi != NULL, a->alibi ? a->alibi[h] : 0.0f);
 }
 
-/* Base-2 logits of one row for the block [j0, j0 + nb): t[j] (j < BN), -inf where hidden. */
+/* Logits of one row for the block [j0, j0 + nb): t[j] (j < BN), -inf where hidden. */
 static void row_logits(const xte_attn_score *sp, const float *S, int64_t i, int64_t off, int64_t j0,
                        int64_t nb, int64_t lo, int64_t hi, float *t) {
   int64_t j, a = max64(lo - j0, 0), e = min64(hi - j0, nb);
   const float ninf = xte_attn_neg_inf();
   for (j = 0; j < a; j++) t[j] = ninf;
   if (!sp->softcap && !sp->alibi) {
-    const float sl2 = sp->sl2;
-    for (j = a; j < e; j++) t[j] = S[j] * sl2;
+    const float scale = sp->scale;
+    for (j = a; j < e; j++) t[j] = S[j] * scale;
   } else {
-    for (j = a; j < e; j++) t[j] = xte_attn_logit2(S[j], sp, i + off - (j0 + j));
+    for (j = a; j < e; j++) t[j] = xte_attn_logit(S[j], sp, i + off - (j0 + j));
   }
   for (j = e; j < BN; j++) t[j] = ninf;
 }
@@ -227,59 +233,91 @@ static void sched_thread(void *p, int64_t begin, int64_t end, int tid) {
   int64_t t;
   (void)begin;
   (void)end;
-  (void)tid;
-  if (atomic_load(&c->next) >= c->ntasks) return;
-  ws = (float *)xte_aligned_alloc(c->ws_floats * sizeof(float));
-  if (!ws) {
-    atomic_store(&c->fail, 1);
-    return;
-  }
-  memset(ws, 0, c->ws_floats * sizeof(float));
+  /* a pool grown since the workspaces were sized: the extra threads take no task */
+  if (tid >= c->nws || atomic_load(&c->next) >= c->ntasks) return;
+  ws = c->wsbuf + (size_t)tid * c->ws_stride;
+  memset(ws, 0, c->ws_stride * sizeof(float));
   while ((t = atomic_fetch_add(&c->next, 1)) < c->ntasks) c->run(c, ws, t);
-  xte_aligned_free(ws);
 }
 
-static xte_status run_tasks(actx *c) {
+/* Runs the tasks of list (tasks [3][n]) with the workspaces allocated by alloc_ws. */
+static void run_tasks(actx *c, int64_t *list, int64_t n, void (*run)(actx *, float *, int64_t)) {
+  c->tb = list;
+  c->th = list + n;
+  c->ti = list + 2 * n;
+  c->ntasks = n;
+  c->run = run;
   atomic_store(&c->next, 0);
-  atomic_store(&c->fail, 0);
-  if (c->ntasks == 0) return XTE_SUCCESS;
-  xte_parallel_threads(sched_thread, c);
-  if (atomic_load(&c->fail))
+  if (n > 0) xte_parallel_threads(sched_thread, c);
+}
+
+/* One workspace of ws_floats floats per thread that can take a task (at most ntasks). */
+static xte_status alloc_ws(actx *c, size_t ws_floats, int64_t ntasks) {
+  int64_t nt = xte_cpu_threads();
+  size_t bytes;
+  if (nt > ntasks) nt = ntasks;
+  if (nt < 1) nt = 1;
+  c->nws = (int)nt;
+  c->ws_stride = (ws_floats + 15) / 16 * 16; /* 64-byte aligned rows */
+  if (__builtin_mul_overflow(c->ws_stride * sizeof(float), (size_t)nt, &bytes))
+    return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: workspace size overflows");
+  c->wsbuf = (float *)xte_aligned_alloc(bytes);
+  if (!c->wsbuf)
     return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: out of host memory (workspace)");
   return XTE_SUCCESS;
 }
 
-static xte_status alloc_tasks(actx *c, int64_t n) {
-  c->ntasks = 0;
-  c->tb = (int64_t *)malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1) * 3);
-  if (!c->tb) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: out of host memory");
-  c->th = c->tb + n;
-  c->ti = c->th + n;
+/* A task list [3][n]: sequence, head, first row / KV block. */
+static xte_status alloc_list(int64_t n, int64_t **list) {
+  size_t bytes;
+  if (__builtin_mul_overflow(sizeof(int64_t) * 3, (size_t)(n > 0 ? n : 1), &bytes))
+    return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: task list size overflows");
+  *list = (int64_t *)xte_aligned_alloc(bytes);
+  if (!*list) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: out of host memory");
   return XTE_SUCCESS;
 }
-static void add_task(actx *c, int64_t b, int64_t h, int64_t i) {
-  c->tb[c->ntasks] = b;
-  c->th[c->ntasks] = h;
-  c->ti[c->ntasks] = i;
-  c->ntasks++;
+
+static void set_task(int64_t *list, int64_t n, int64_t k, int64_t b, int64_t h, int64_t i) {
+  list[k] = b;
+  list[n + k] = h;
+  list[2 * n + k] = i;
 }
 
 /* Query tiles of every (sequence, head), the longest-running (last) tiles first. */
 static xte_status make_q_tasks(actx *c) {
   const xte_attn_args *a = c->a;
-  int64_t b, h, n = 0, t0, len, maxt = 0, ti;
+  int64_t b, h, n = 0, t0, len, maxt = 0, ti, k = 0;
   for (b = 0; b < a->batch; b++) {
     seq(a, 0, b, &t0, &len);
     n += (len + BM - 1) / BM * a->hq;
     if ((len + BM - 1) / BM > maxt) maxt = (len + BM - 1) / BM;
   }
-  XTE_TRY(alloc_tasks(c, n));
+  XTE_TRY(alloc_list(n, &c->qlist));
+  c->nq = n;
   for (ti = maxt - 1; ti >= 0; ti--)
     for (b = 0; b < a->batch; b++) {
       seq(a, 0, b, &t0, &len);
       if (ti * BM >= len) continue;
-      for (h = 0; h < a->hq; h++) add_task(c, b, h, ti * BM);
+      for (h = 0; h < a->hq; h++) set_task(c->qlist, n, k++, b, h, ti * BM);
     }
+  return XTE_SUCCESS;
+}
+
+/* KV blocks of every (sequence, KV head). */
+static xte_status make_kv_tasks(actx *c) {
+  const xte_attn_args *a = c->a;
+  int64_t b, hk, j0, n = 0, t0, len, k = 0;
+  for (b = 0; b < a->batch; b++) {
+    seq(a, 1, b, &t0, &len);
+    n += (len + BN - 1) / BN * a->hkv;
+  }
+  XTE_TRY(alloc_list(n, &c->kvlist));
+  c->nkv = n;
+  for (b = 0; b < a->batch; b++) {
+    seq(a, 1, b, &t0, &len);
+    for (j0 = 0; j0 < len; j0 += BN)
+      for (hk = 0; hk < a->hkv; hk++) set_task(c->kvlist, n, k++, b, hk, j0);
+  }
   return XTE_SUCCESS;
 }
 
@@ -342,6 +380,14 @@ static void fwd_pad(const actx *c, int64_t b, int64_t tok) {
   }
 }
 
+/* The forward task's workspace: Qf [BM][dq], Kt [dq][BN], Vf [BN][dvp], S, P [BM][BN], Oa, PV
+ * [BM][dvp], T [256], m, l, alpha [BM]. */
+static size_t fwd_ws_floats(const actx *c) {
+  const xte_attn_args *a = c->a;
+  return (size_t)(BM * a->dqk + a->dqk * BN + BN * c->dvp + 2 * BM * BN + 2 * BM * c->dvp + 256 +
+                  3 * BM + 64);
+}
+
 static void fwd_task(actx *c, float *ws, int64_t task) {
   const xte_attn_args *a = c->a;
   const xte_attn_kernels *K = c->K;
@@ -354,8 +400,10 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
   float *S = Vf + BN * dvp;        /* [BM][BN] */
   float *P = S + BM * BN;          /* [BM][BN] */
   float *Oa = P + BM * BN;         /* [BM][dvp] */
-  float *T = Oa + BM * dvp;        /* [256]: logits of a row, or a K row */
+  float *PV = Oa + BM * dvp;       /* [BM][dvp]: the block's P V */
+  float *T = PV + BM * dvp;        /* [256]: logits of a row, or a K row */
   float *m = T + 256, *l = m + BM; /* [BM] */
+  float *al = l + BM;              /* [BM]: alpha of the block */
   int64_t lo[BM], hi[BM];
   char act[BM];
   float vdesc;
@@ -380,26 +428,31 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
     pack_kv(c, &a->v, b, kt0, hk, j0, nb, dv, NULL, Vf, dvp, NULL);
     K->gemm(rb - ra, BN, dq, Qf + ra * dq, dq, 1, Kt, BN, S + ra * BN, BN, 0);
     for (r = ra; r < rb; r++) {
-      float mb = xte_attn_neg_inf(), alpha;
-      float *o = Oa + r * dvp;
-      int64_t j, cc;
+      float mb = xte_attn_neg_inf();
+      int64_t j;
       if (!act[r]) continue;
       row_logits(&sp, S + r * BN, i0 + r, off, j0, nb, lo[r], hi[r], T);
       for (j = 0; j < BN; j++) mb = xte_fmaxf(mb, T[j]);
-      alpha = xte_attn_new_max(&m[r], mb);
-      K->exp2_sub(T, m[r], BN, P + r * BN);
-      l[r] = xte_fmaf(l[r], alpha, xte_attn_sum64(P + r * BN));
-      for (cc = 0; cc < dvp; cc++) o[cc] = o[cc] * alpha;
+      al[r] = xte_attn_new_max(&m[r], mb);
+      K->exp_sub(T, m[r], BN, P + r * BN);
+      l[r] = xte_fmaf(l[r], al[r], xte_attn_sum64(P + r * BN));
     }
+    /* the block's P V from +0, then o = fmaf(o, alpha, pv) */
     for (r = ra; next_run(act, rb, &r, &e); r = e)
-      K->gemm(e - r, dvp, nb, P + r * BN, BN, 1, Vf, dvp, Oa + r * dvp, dvp, 1);
+      K->gemm(e - r, dvp, nb, P + r * BN, BN, 1, Vf, dvp, PV + r * dvp, dvp, 0);
+    for (r = ra; r < rb; r++) {
+      float *o = Oa + r * dvp;
+      const float *pv = PV + r * dvp, alpha = al[r];
+      if (!act[r]) continue;
+      K->rescale(o, alpha, pv, dvp);
+    }
   }
   for (r = 0; r < nr; r++) {
     float *o = Oa + r * dvp;
     int64_t cc;
     if (l[r] > 0.0f) {
-      float inv = 1.0f / l[r];
-      for (cc = 0; cc < dv; cc++) o[cc] = o[cc] * inv;
+      const float lr = l[r];
+      for (cc = 0; cc < dv; cc++) o[cc] = xte_attn_finish(o[cc], lr);
       if (a->dtype == XTE_DTYPE_E4M3)
         for (cc = 0; cc < dv; cc++) o[cc] = o[cc] * vdesc;
     } else {
@@ -421,19 +474,27 @@ static void init_ctx(actx *c, const xte_attn_args *a) {
   c->esz = dt_size(a->dtype);
 }
 
+static void free_ctx(actx *c) {
+  xte_aligned_free(c->qlist);
+  xte_aligned_free(c->kvlist);
+  xte_aligned_free(c->wsbuf);
+  xte_aligned_free(c->Dbuf);
+}
+
 static xte_status cpu_attn_fwd(const xte_attn_args *a, void *handle) {
   actx c;
   xte_status st;
   (void)handle;
   XTE_TRY(check_args(a));
   init_ctx(&c, a);
-  XTE_TRY(make_q_tasks(&c)); /* allocates: before any output is written */
-  for_padding(&c, 0, fwd_pad);
-  c.run = fwd_task;
-  c.ws_floats = (size_t)(BM * a->dqk + a->dqk * BN + BN * c.dvp + 2 * BM * BN + BM * c.dvp + 256 +
-                         2 * BM + 64);
-  st = run_tasks(&c);
-  free(c.tb);
+  /* every allocation before the first output byte */
+  st = make_q_tasks(&c);
+  if (st == XTE_SUCCESS) st = alloc_ws(&c, fwd_ws_floats(&c), c.nq);
+  if (st == XTE_SUCCESS) {
+    for_padding(&c, 0, fwd_pad);
+    run_tasks(&c, c.qlist, c.nq, fwd_task);
+  }
+  free_ctx(&c);
   return st;
 }
 
@@ -452,7 +513,7 @@ static void bwd_pad_kv(const actx *c, int64_t b, int64_t tok) {
   }
 }
 
-/* D = sum_c dO * O (one fmaf chain in c from +0) and LSE * log2e, per (b, h, row). */
+/* D = sum_c dO * O (one fmaf chain in c from +0), per (b, h, row). */
 static void prep_task(actx *c, float *ws, int64_t task) {
   const xte_attn_args *a = c->a;
   const int64_t b = c->tb[task], h = c->th[task], i0 = c->ti[task];
@@ -466,7 +527,6 @@ static void prep_task(actx *c, float *ws, int64_t task) {
     load_row(c, &a->dout, a->dtype, eoff(&a->dout, b, t0 + r, h), a->dv, g);
     for (cc = 0; cc < a->dv; cc++) d = xte_fmaf(g[cc], o[cc], d);
     c->Dbuf[li] = d;
-    c->L2buf[li] = xte_attn_lse2(a->lse[li]);
   }
 }
 
@@ -474,7 +534,7 @@ static void prep_task(actx *c, float *ws, int64_t task) {
 static void bwd_rows(const actx *c, const xte_attn_score *sp, int64_t b, int64_t h, int64_t qt0,
                      int64_t i0, int64_t ra, int64_t rb, const char *act, const int64_t *lo,
                      const int64_t *hi, int64_t off, int64_t j0, int64_t nb, const float *S,
-                     const float *dP, float *P, float *dS, float *T) {
+                     const float *dP, float *P, float *dS, float *T, int corr) {
   const xte_attn_args *a = c->a;
   int64_t r, j;
   for (r = ra; r < rb; r++) {
@@ -485,7 +545,11 @@ static void bwd_rows(const actx *c, const xte_attn_score *sp, int64_t b, int64_t
     li = loff(a, b, qt0 + i0 + r, h);
     Dv = c->Dbuf[li];
     row_logits(sp, s, i0 + r, off, j0, nb, lo[r], hi[r], T);
-    c->K->exp2_sub(T, c->L2buf[li], BN, p);
+    {
+      const float L = a->lse[li];
+      for (j = 0; j < BN; j++) T[j] = T[j] - L;
+    }
+    c->K->exp_sub(T, corr ? c->Cbuf[li] : 0.0f, BN, p);
     if (!sp->softcap) {
       const float g = sp->scale;
       for (j = 0; j < BN; j++) ds[j] = xte_attn_ds(p[j], dp[j], Dv, g);
@@ -495,7 +559,22 @@ static void bwd_rows(const actx *c, const xte_attn_score *sp, int64_t b, int64_t
   }
 }
 
-/* Pass A: dK, dV of keys [j0, j0 + 64) of (b, KV head hk). */
+/* acc[k] = xte_attn_add(acc[k], part[k]) for k < n */
+static void add_block(float *acc, const float *part, int64_t n) {
+  int64_t k;
+  for (k = 0; k < n; k++) acc[k] = xte_attn_add(acc[k], part[k]);
+}
+
+/* Pass A's workspace: Qf [BM][dqp], Gf [BM][dvp], Kt [dq][BN], Vt [dv][BN], S, dP, P, dS
+ * [BM][BN], dKa, dKt [BN][dqp], dVa, dVt [BN][dvp], T [256]. */
+static size_t bwd_kv_ws_floats(const actx *c) {
+  const xte_attn_args *a = c->a;
+  return (size_t)(BM * c->dqp + BM * c->dvp + a->dqk * BN + a->dv * BN + 4 * BM * BN +
+                  2 * BN * c->dqp + 2 * BN * c->dvp + 256 + 64);
+}
+
+/* Pass A: dK, dV of keys [j0, j0 + 64) of (b, KV head hk): per (query head, query tile) a sum
+ * from +0 over the tile's active rows, added to the running sums in order. */
 static void bwd_kv_task(actx *c, float *ws, int64_t task) {
   const xte_attn_args *a = c->a;
   const xte_attn_kernels *K = c->K;
@@ -511,8 +590,10 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
   float *P = dP + BM * BN;     /* [BM][BN] */
   float *dS = P + BM * BN;     /* [BM][BN] */
   float *dKa = dS + BM * BN;   /* [BN][dqp] */
-  float *dVa = dKa + BN * dqp; /* [BN][dvp] */
-  float *T = dVa + BN * dvp;   /* [max(BN, 256)] */
+  float *dKt = dKa + BN * dqp; /* [BN][dqp]: the tile's part */
+  float *dVa = dKt + BN * dqp; /* [BN][dvp] */
+  float *dVt = dVa + BN * dvp; /* [BN][dvp]: the tile's part */
+  float *T = dVt + BN * dvp;   /* [max(BN, 256)] */
   int64_t lo[BM], hi[BM];
   char act[BM];
 
@@ -529,18 +610,21 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
     xte_attn_score sp = score_for(a, b, h, NULL);
     for (i0 = 0; i0 < lq; i0 += BM) {
       const int64_t nr = min64(BM, lq - i0);
-      int64_t ra, rb;
+      int64_t ra, rb, acc = 0;
       row_ranges(a, i0, nr, lq, lkv, lo, hi, NULL, NULL);
       if (!active_rows(lo, hi, nr, j0, nb, act, &ra, &rb)) continue;
       load_rows(c, &a->q, b, qt0 + i0 + ra, h, rb - ra, dq, Qf + ra * dqp, dqp);
       load_rows(c, &a->dout, b, qt0 + i0 + ra, h, rb - ra, dv, Gf + ra * dvp, dvp);
       K->gemm(rb - ra, BN, dq, Qf + ra * dqp, dqp, 1, Kt, BN, S + ra * BN, BN, 0);
       K->gemm(rb - ra, BN, dv, Gf + ra * dvp, dvp, 1, Vt, BN, dP + ra * BN, BN, 0);
-      bwd_rows(c, &sp, b, h, qt0, i0, ra, rb, act, lo, hi, off, j0, nb, S, dP, P, dS, T);
-      for (r = ra; next_run(act, rb, &r, &e); r = e) {
-        K->gemm(nb, dvp, e - r, P + r * BN, 1, BN, Gf + r * dvp, dvp, dVa, dvp, 1);
-        K->gemm(nb, dqp, e - r, dS + r * BN, 1, BN, Qf + r * dqp, dqp, dKa, dqp, 1);
+      bwd_rows(c, &sp, b, h, qt0, i0, ra, rb, act, lo, hi, off, j0, nb, S, dP, P, dS, T, 1);
+      /* the tile's part: one chain from +0 over its active rows in order */
+      for (r = ra; next_run(act, rb, &r, &e); r = e, acc = 1) {
+        K->gemm(nb, dvp, e - r, P + r * BN, 1, BN, Gf + r * dvp, dvp, dVt, dvp, (int)acc);
+        K->gemm(nb, dqp, e - r, dS + r * BN, 1, BN, Qf + r * dqp, dqp, dKt, dqp, (int)acc);
       }
+      add_block(dVa, dVt, nb * dvp);
+      add_block(dKa, dKt, nb * dqp);
     }
   }
   for (j = 0; j < nb; j++) {
@@ -549,24 +633,34 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
   }
 }
 
-/* Pass B: dQ of a query tile. */
+/* Pass B's workspace: Qf [BM][dqp], Gf [BM][dvp], Kt [dq][BN], Kn [BN][dqp], Vt [dv][BN], S,
+ * dP, P, dS [BM][BN], dQa, dQt [BM][dqp], T [256]. */
+static size_t bwd_q_ws_floats(const actx *c) {
+  const xte_attn_args *a = c->a;
+  return (size_t)(BM * c->dqp + BM * c->dvp + a->dqk * BN + BN * c->dqp + a->dv * BN + 4 * BM * BN +
+                  2 * BM * c->dqp + 256 + 64);
+}
+
+/* Pass B: dQ of a query tile: per active KV block a sum from +0 over its keys, added in order. */
 static void bwd_q_task(actx *c, float *ws, int64_t task) {
   const xte_attn_args *a = c->a;
   const xte_attn_kernels *K = c->K;
   const int64_t b = c->tb[task], h = c->th[task], i0 = c->ti[task];
   const int64_t dq = a->dqk, dv = a->dv, dqp = c->dqp, dvp = c->dvp, hk = h / c->G;
   int64_t qt0, lq, kt0, lkv, nr, off, r, e, j0, jlo, jhi;
-  float *Qf = ws;            /* [BM][dqp] */
-  float *Gf = Qf + BM * dqp; /* [BM][dvp] */
-  float *Kt = Gf + BM * dvp; /* [dq][BN] */
-  float *Kn = Kt + dq * BN;  /* [BN][dqp] */
-  float *Vt = Kn + BN * dqp; /* [dv][BN] */
-  float *S = Vt + dv * BN;   /* [BM][BN] */
-  float *dP = S + BM * BN;   /* [BM][BN] */
-  float *P = dP + BM * BN;   /* [BM][BN] */
-  float *dS = P + BM * BN;   /* [BM][BN] */
-  float *dQa = dS + BM * BN; /* [BM][dqp] */
-  float *T = dQa + BM * dqp; /* [max(BN, 256)] */
+  float *Qf = ws;              /* [BM][dqp] */
+  float *Gf = Qf + BM * dqp;   /* [BM][dvp] */
+  float *Kt = Gf + BM * dvp;   /* [dq][BN] */
+  float *Kn = Kt + dq * BN;    /* [BN][dqp] */
+  float *Vt = Kn + BN * dqp;   /* [dv][BN] */
+  float *S = Vt + dv * BN;     /* [BM][BN] */
+  float *dP = S + BM * BN;     /* [BM][BN] */
+  float *P = dP + BM * BN;     /* [BM][BN] */
+  float *dS = P + BM * BN;     /* [BM][BN] */
+  float *dQa = dS + BM * BN;   /* [BM][dqp] */
+  float *dQt = dQa + BM * dqp; /* [BM][dqp]: the block's part */
+  float *T = dQt + BM * dqp;   /* [max(BN, 256)] */
+  float *ls = T + 256;         /* [BM]: the row sums of P */
   int64_t lo[BM], hi[BM];
   char act[BM];
   xte_attn_score sp = score_for(a, b, h, NULL);
@@ -579,6 +673,7 @@ static void bwd_q_task(actx *c, float *ws, int64_t task) {
   load_rows(c, &a->dout, b, qt0 + i0, h, nr, dv, Gf, dvp);
   row_ranges(a, i0, nr, lq, lkv, lo, hi, &jlo, &jhi);
   memset(dQa, 0, sizeof(float) * (size_t)(BM * dqp));
+  memset(ls, 0, sizeof(float) * BM);
   for (j0 = jlo < jhi ? jlo / BN * BN : 0; j0 < jhi; j0 += BN) {
     const int64_t nb = min64(BN, lkv - j0);
     int64_t ra, rb;
@@ -587,64 +682,59 @@ static void bwd_q_task(actx *c, float *ws, int64_t task) {
     pack_kv(c, &a->v, b, kt0, hk, j0, nb, dv, Vt, NULL, 0, T);
     K->gemm(rb - ra, BN, dq, Qf + ra * dqp, dqp, 1, Kt, BN, S + ra * BN, BN, 0);
     K->gemm(rb - ra, BN, dv, Gf + ra * dvp, dvp, 1, Vt, BN, dP + ra * BN, BN, 0);
-    bwd_rows(c, &sp, b, h, qt0, i0, ra, rb, act, lo, hi, off, j0, nb, S, dP, P, dS, T);
-    for (r = ra; next_run(act, rb, &r, &e); r = e)
-      K->gemm(e - r, dqp, nb, dS + r * BN, BN, 1, Kn, dqp, dQa + r * dqp, dqp, 1);
+    bwd_rows(c, &sp, b, h, qt0, i0, ra, rb, act, lo, hi, off, j0, nb, S, dP, P, dS, T, 0);
+    for (r = ra; r < rb; r++)
+      if (act[r]) ls[r] = xte_attn_add(ls[r], xte_attn_sum64(P + r * BN));
+    for (r = ra; next_run(act, rb, &r, &e); r = e) {
+      K->gemm(e - r, dqp, nb, dS + r * BN, BN, 1, Kn, dqp, dQt + r * dqp, dqp, 0);
+      add_block(dQa + r * dqp, dQt + r * dqp, (e - r) * dqp);
+    }
   }
-  for (r = 0; r < nr; r++)
-    store_row(&a->dq, a->dtype, eoff(&a->dq, b, qt0 + i0 + r, h), dq, dQa + r * dqp);
+  for (r = 0; r < nr; r++) {
+    float *g = dQa + r * dqp;
+    int64_t cc;
+    if (ls[r] > 0.0f) {
+      for (cc = 0; cc < dq; cc++) g[cc] = xte_attn_finish(g[cc], ls[r]);
+      c->Cbuf[loff(a, b, qt0 + i0 + r, h)] = xte_logf(ls[r]);
+    } else {
+      c->Cbuf[loff(a, b, qt0 + i0 + r, h)] = 0.0f;
+    }
+    store_row(&a->dq, a->dtype, eoff(&a->dq, b, qt0 + i0 + r, h), dq, g);
+  }
+}
+
+static size_t max_size(size_t x, size_t y) {
+  return x > y ? x : y;
 }
 
 static xte_status cpu_attn_bwd(const xte_attn_args *a, void *handle) {
   actx c;
   xte_status st;
-  int64_t nl, b, t0, len, hk, j0, nkv = 0;
+  int64_t nl;
+  size_t bytes, wsf;
   (void)handle;
   XTE_TRY(check_args(a));
   init_ctx(&c, a);
-  nl = a->packed ? a->total_q * a->hq : a->batch * a->hq * a->sq;
-  c.Dbuf = (float *)xte_aligned_alloc(sizeof(float) * (size_t)(2 * nl + 16));
-  if (!c.Dbuf) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: out of host memory");
-  c.L2buf = c.Dbuf + nl;
-  /* D and LSE * log2e */
-  st = make_q_tasks(&c); /* allocates: before any output is written */
+  /* every allocation before the first output byte: D, both task lists, the workspaces */
+  if (__builtin_mul_overflow(a->packed ? a->total_q : a->batch * a->sq, a->hq, &nl) ||
+      __builtin_mul_overflow((size_t)nl * 2 + 16, sizeof(float), &bytes))
+    return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: D buffer size overflows");
+  c.Dbuf = (float *)xte_aligned_alloc(bytes);
+  c.Cbuf = c.Dbuf + nl;
+  st = c.Dbuf ? XTE_SUCCESS
+              : xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: out of host memory");
+  if (st == XTE_SUCCESS) st = make_q_tasks(&c);
+  if (st == XTE_SUCCESS) st = make_kv_tasks(&c);
+  wsf = max_size(max_size((size_t)(2 * a->dv + 64), bwd_q_ws_floats(&c)), bwd_kv_ws_floats(&c));
+  if (st == XTE_SUCCESS) st = alloc_ws(&c, wsf, c.nq > c.nkv ? c.nq : c.nkv);
   if (st == XTE_SUCCESS) {
     for_padding(&c, 0, bwd_pad_q);
     for_padding(&c, 1, bwd_pad_kv);
-    c.run = prep_task;
-    c.ws_floats = (size_t)(2 * a->dv + 64);
-    st = run_tasks(&c);
+    run_tasks(&c, c.qlist, c.nq, prep_task);     /* D */
+    run_tasks(&c, c.qlist, c.nq, bwd_q_task);    /* pass B: dQ */
+    run_tasks(&c, c.kvlist, c.nkv, bwd_kv_task); /* pass A: dK, dV */
   }
-  /* pass B: dQ (same tasks) */
-  if (st == XTE_SUCCESS) {
-    c.run = bwd_q_task;
-    c.ws_floats = (size_t)(BM * c.dqp + BM * c.dvp + a->dqk * BN + BN * c.dqp + a->dv * BN +
-                           4 * BM * BN + BM * c.dqp + 256 + 64);
-    st = run_tasks(&c);
-  }
-  free(c.tb);
-  c.tb = NULL;
-  /* pass A: dK, dV */
-  if (st == XTE_SUCCESS) {
-    for (b = 0; b < a->batch; b++) {
-      seq(a, 1, b, &t0, &len);
-      nkv += (len + BN - 1) / BN * a->hkv;
-    }
-    st = alloc_tasks(&c, nkv);
-  }
-  if (st == XTE_SUCCESS) {
-    for (b = 0; b < a->batch; b++) {
-      seq(a, 1, b, &t0, &len);
-      for (j0 = 0; j0 < len; j0 += BN)
-        for (hk = 0; hk < a->hkv; hk++) add_task(&c, b, hk, j0);
-    }
-    c.run = bwd_kv_task;
-    c.ws_floats = (size_t)(BM * c.dqp + BM * c.dvp + a->dqk * BN + a->dv * BN + 4 * BM * BN +
-                           BN * c.dqp + BN * c.dvp + 256 + 64);
-    st = run_tasks(&c);
-  }
-  free(c.tb);
-  xte_aligned_free(c.Dbuf);
+  free_ctx(&c);
   return st;
 }
 
@@ -654,10 +744,10 @@ const struct xte_attention_ops *xte_cpu_attention_ops(void) {
   return &cpu_attention_ops;
 }
 
-xte_status xte_internal_attention_exp2(xte_cpu_isa isa, const float *x, float *y, int64_t n) {
+xte_status xte_internal_attention_exp(xte_cpu_isa isa, const float *x, float *y, int64_t n) {
   if (!xte_cpu_kernels_for(isa))
     return xte_set_error(XTE_ERROR_UNSUPPORTED, "isa %d cannot run on this machine or build",
                          (int)isa);
-  if (n > 0) kernels_for(isa)->exp2_n(x, y, n);
+  if (n > 0) kernels_for(isa)->exp_n(x, y, n);
   return XTE_SUCCESS;
 }

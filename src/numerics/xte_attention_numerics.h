@@ -1,15 +1,18 @@
 /* Attention per-element numerics, shared by every backend (C11 and CUDA / MUSA C++).
  *
  * The contract (docs/numerics.md, "Attention"; section 7):
- *  - logits are kept in base-2 units: t = x * log2(e), with log2(e) folded into the scale;
+ *  - logits x are in natural units (x = s * scale, softcap, ALiBi); a probability is
+ *    p = xte_expf(x - m) with m the running max (forward) or the LSE (backward);
  *  - KV is processed in blocks of XTE_ATTN_BN = 64 keys, block b holding keys [64 b, 64 b + 64)
  *    of the sequence; a block is processed for row i only when one of its keys is visible to i;
  *  - per processed block (online softmax, fp32):
- *        m_blk = max_j t_j, m_new = max(m, m_blk), alpha = exp2(m - m_new),
- *        p_j = exp2(t_j - m_new) (0 for hidden keys), l = fmaf(l, alpha, sum64(p)),
- *        o_c = o_c * alpha, then o_c = fmaf(p_j, v_jc, o_c) for j = the block's keys in order;
- *  - finally o_c = o_c * (1 / l), LSE = fmaf(m, ln2, log(l)) (0 and -inf when l = 0);
- *  - every dot product is one fmaf chain in increasing k from +0.
+ *        m_blk = max_j x_j, m_new = max(m, m_blk), alpha = expf(m - m_new),
+ *        p_j = expf(x_j - m_new) (0 for hidden keys), l = fmaf(l, alpha, sum64(p)),
+ *        o_c = fmaf(o_c, alpha, pv_c), pv_c = the fmaf chain over the block's keys from +0;
+ *  - finally o_c = o_c / l, LSE = m + log(l) (0 and -inf when l = 0);
+ *  - every dot product is one fmaf chain in increasing k from +0; every long gradient sum is
+ *    blocked: a chain from +0 per KV block (dQ) or per 64-row query tile (dK, dV), the blocks'
+ *    sums added in increasing order (xte_attn_add).
  */
 #ifndef XTE_ATTENTION_NUMERICS_H
 #define XTE_ATTENTION_NUMERICS_H
@@ -18,9 +21,7 @@
 #include "numerics/xte_numerics.h"
 
 #define XTE_ATTN_BN 64 /* keys per KV block */
-
-XTE_NUM_CONST float XTE_ATTN_LOG2E = 1.44269502162933349609375f; /* fp32(log2 e) */
-XTE_NUM_CONST float XTE_ATTN_LN2 = 0.693147182464599609375f;     /* fp32(ln 2) */
+#define XTE_ATTN_BM 64 /* query rows per query tile (the dK / dV sum's blocks) */
 
 XTE_HD float xte_attn_neg_inf(void) {
   return xte_bits_f32(0xFF800000u);
@@ -28,11 +29,10 @@ XTE_HD float xte_attn_neg_inf(void) {
 
 /* Score parameters of one (batch, head). */
 typedef struct xte_attn_score {
-  float sl2;      /* scale * log2e (no softcap) */
-  float cap_in;   /* scale / cap */
-  float cap_out;  /* cap * log2e */
-  float scale;    /* the softmax scale (backward: dx/ds without softcap) */
-  float alibi_l2; /* slope * log2e, 0 when no ALiBi */
+  float scale;  /* the softmax scale (backward: dx/ds without softcap) */
+  float cap_in; /* scale / cap */
+  float cap;    /* the softcap */
+  float slope;  /* ALiBi slope, 0 when no ALiBi */
   int softcap, alibi;
 } xte_attn_score;
 
@@ -40,12 +40,11 @@ typedef struct xte_attn_score {
 XTE_HD xte_attn_score xte_attn_score_make(float scale, float cap, int alibi, float slope) {
   xte_attn_score p;
   p.scale = scale;
-  p.sl2 = scale * XTE_ATTN_LOG2E;
   p.softcap = cap > 0.0f;
   p.cap_in = p.softcap ? scale / cap : 0.0f;
-  p.cap_out = p.softcap ? cap * XTE_ATTN_LOG2E : 0.0f;
+  p.cap = p.softcap ? cap : 0.0f;
   p.alibi = alibi;
-  p.alibi_l2 = alibi ? slope * XTE_ATTN_LOG2E : 0.0f;
+  p.slope = alibi ? slope : 0.0f;
   return p;
 }
 
@@ -54,18 +53,24 @@ XTE_HD float xte_attn_default_scale(int64_t d) {
   return 1.0f / xte_sqrtf((float)d);
 }
 
-/* The base-2 logit t of a raw dot product s; dist = i + off - j (ALiBi). */
-XTE_HD float xte_attn_logit2(float s, const xte_attn_score *p, int64_t dist) {
-  float t;
+/* The logit x (natural units) of a raw dot product s; dist = i + off - j (ALiBi). */
+XTE_HD float xte_attn_logit(float s, const xte_attn_score *p, int64_t dist) {
+  float x;
   if (p->softcap)
-    t = xte_tanhf(s * p->cap_in) * p->cap_out;
+    x = xte_tanhf(s * p->cap_in) * p->cap;
   else
-    t = s * p->sl2;
+    x = s * p->scale;
   if (p->alibi) {
     float a = (float)(dist < 0 ? -dist : dist);
-    t = xte_fmaf(-a, p->alibi_l2, t);
+    x = xte_fmaf(-a, p->slope, x);
   }
-  return t;
+  return x;
+}
+
+/* e^(x - m): a probability (m the running max or the LSE), or the online softmax's rescale
+ * factor (x the old max, m the new one). -inf - m gives +0. */
+XTE_HD float xte_attn_exp(float x, float m) {
+  return xte_expf(x - m);
 }
 
 /* d x / d s: the factor turning dL/dx into dL/ds. */
@@ -105,20 +110,30 @@ XTE_HD float xte_attn_sum64(const float *p) {
 /* The online-softmax state update of one row for one block: returns alpha, updates m. */
 XTE_HD float xte_attn_new_max(float *m, float m_blk) {
   float m_new = xte_fmaxf(*m, m_blk);
-  float alpha = xte_exp2f(*m - m_new);
+  float alpha = xte_attn_exp(*m, m_new);
   *m = m_new;
   return alpha;
 }
 
-/* Final LSE (natural log) from the base-2 max m and the sum l. */
-XTE_HD float xte_attn_lse(float m, float l) {
-  if (!(l > 0.0f)) return xte_attn_neg_inf();
-  return xte_fmaf(m, XTE_ATTN_LN2, xte_logf(l));
+/* The output accumulator of one row after a block: o * alpha + the block's sum pv, one rounding. */
+XTE_HD float xte_attn_rescale(float o, float alpha, float pv) {
+  return xte_fmaf(o, alpha, pv);
 }
 
-/* The backward's base-2 LSE. */
-XTE_HD float xte_attn_lse2(float lse) {
-  return lse * XTE_ATTN_LOG2E;
+/* A blocked sum's step: the running sum plus the next block's sum (a chain from +0). */
+XTE_HD float xte_attn_add(float acc, float block_sum) {
+  return acc + block_sum;
+}
+
+/* The final output of one row: o / l (l > 0). */
+XTE_HD float xte_attn_finish(float o, float l) {
+  return o / l;
+}
+
+/* Final LSE (natural log) from the max m and the sum l. */
+XTE_HD float xte_attn_lse(float m, float l) {
+  if (!(l > 0.0f)) return xte_attn_neg_inf();
+  return m + xte_logf(l);
 }
 
 /* dL/ds of one element: (p * (dp - D)) * dlogit. */

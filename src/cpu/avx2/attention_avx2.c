@@ -1,6 +1,6 @@
 /* AVX2 + FMA attention micro-kernels. Each output element is the scalar kernel's sequence of
- * IEEE operations (the fmaf chain of the GEMM runs in k order within one lane; exp2 is
- * xte_exp2f lane by lane), so the bytes are the scalar kernels'. */
+ * IEEE operations (the fmaf chain of the GEMM runs in k order within one lane; exp is
+ * xte_expf lane by lane), so the bytes are the scalar kernels'. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -67,14 +67,8 @@ AI __m256 exp2i_8(__m256i k) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23));
 }
 
-/* xte_exp2f, 8 lanes: the same steps with the same constants (xte_math.h); the special cases and
- * xte_ldexp_small's branches are blends */
-AI __m256 exp2_8(__m256 x) {
-  const __m256 magic = _mm256_set1_ps(XTE_RINT_MAGIC);
-  const __m256 k = _mm256_sub_ps(_mm256_add_ps(x, magic), magic);
-  const __m256 r = _mm256_sub_ps(x, k);
-  const __m256 p = XTE_EXP2_POLY(_mm256_fmadd_ps, _mm256_set1_ps, r);
-  const __m256i ki = _mm256_cvttps_epi32(k);
+/* xte_ldexp_small(p, k), 8 lanes: its branches are blends */
+AI __m256 ldexp_8(__m256 p, __m256i ki) {
   const __m256 lo = _mm256_mul_ps(
       _mm256_mul_ps(p, exp2i_8(_mm256_add_epi32(ki, _mm256_set1_epi32(XTE_LDEXP_SPLIT)))),
       exp2i_8(_mm256_set1_epi32(-XTE_LDEXP_SPLIT)));
@@ -83,34 +77,64 @@ AI __m256 exp2_8(__m256 x) {
   __m256 res = _mm256_mul_ps(p, exp2i_8(ki));
   res = _mm256_blendv_ps(
       res, lo, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(XTE_LDEXP_KMIN), ki)));
-  res = _mm256_blendv_ps(
+  return _mm256_blendv_ps(
       res, hi, _mm256_castsi256_ps(_mm256_cmpgt_epi32(ki, _mm256_set1_epi32(XTE_LDEXP_KMAX))));
+}
+
+/* xte_expf, 8 lanes: the same steps with the same constants (xte_math.h); the special cases are
+ * blends */
+AI __m256 exp_8(__m256 x) {
+  const __m256 magic = _mm256_set1_ps(XTE_RINT_MAGIC);
+  const __m256 k = _mm256_sub_ps(
+      _mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269502162933349609375f)), magic), magic);
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693147182464599609375f), x);
+  __m256 p, res;
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-1.904654323148236e-09f), r);
+  p = _mm256_set1_ps(2.48015873015873e-05f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.98412698412698e-04f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.38888888888889e-03f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.33333333333333e-03f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.16666666666667e-02f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.66666666666667e-01f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
+  res = ldexp_8(_mm256_add_ps(_mm256_set1_ps(1.0f), p), _mm256_cvttps_epi32(k));
   res = _mm256_blendv_ps(res, _mm256_setzero_ps(),
-                         _mm256_cmp_ps(x, _mm256_set1_ps(XTE_EXP2_MIN), _CMP_LT_OQ));
+                         _mm256_cmp_ps(x, _mm256_set1_ps(-103.97909545898438f), _CMP_LT_OQ));
   res = _mm256_blendv_ps(res, _mm256_castsi256_ps(_mm256_set1_epi32(0x7F800000)),
-                         _mm256_cmp_ps(x, _mm256_set1_ps(XTE_EXP2_MAX), _CMP_GE_OQ));
+                         _mm256_cmp_ps(x, _mm256_set1_ps(88.72283935546875f), _CMP_GT_OQ));
   return _mm256_blendv_ps(res, _mm256_add_ps(x, x), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
-static void exp2_sub_avx2(const float *t, float m, int64_t n, float *p) {
+/* xte_attn_exp lane by lane: xte_expf(x - m) */
+static void exp_sub_avx2(const float *x, float m, int64_t n, float *p) {
   int64_t j;
   const __m256 mv = _mm256_set1_ps(m);
   for (j = 0; j + 8 <= n; j += 8)
-    _mm256_storeu_ps(p + j, exp2_8(_mm256_sub_ps(_mm256_loadu_ps(t + j), mv)));
-  for (; j < n; j++) p[j] = xte_exp2f(t[j] - m);
+    _mm256_storeu_ps(p + j, exp_8(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv)));
+  for (; j < n; j++) p[j] = xte_attn_exp(x[j], m);
+}
+
+/* xte_attn_rescale lane by lane: fmaf(o, alpha, pv) */
+static void rescale_avx2(float *o, float alpha, const float *pv, int64_t n) {
+  int64_t c;
+  const __m256 av = _mm256_set1_ps(alpha);
+  for (c = 0; c + 8 <= n; c += 8)
+    _mm256_storeu_ps(o + c, _mm256_fmadd_ps(_mm256_loadu_ps(o + c), av, _mm256_loadu_ps(pv + c)));
+  for (; c < n; c++) o[c] = xte_attn_rescale(o[c], alpha, pv[c]);
 }
 
 /* every element through the lanes, the tail too (tests) */
-static void exp2_n_avx2(const float *x, float *y, int64_t n) {
+static void exp_n_avx2(const float *x, float *y, int64_t n) {
   int64_t j;
   float t[8] = {0};
-  for (j = 0; j + 8 <= n; j += 8) _mm256_storeu_ps(y + j, exp2_8(_mm256_loadu_ps(x + j)));
+  for (j = 0; j + 8 <= n; j += 8) _mm256_storeu_ps(y + j, exp_8(_mm256_loadu_ps(x + j)));
   if (j < n) {
     memcpy(t, x + j, (size_t)(n - j) * sizeof(float));
-    _mm256_storeu_ps(t, exp2_8(_mm256_loadu_ps(t)));
+    _mm256_storeu_ps(t, exp_8(_mm256_loadu_ps(t)));
     memcpy(y + j, t, (size_t)(n - j) * sizeof(float));
   }
 }
 
-const xte_attn_kernels xte_attn_kernels_avx2 = {XTE_CPU_ISA_AVX2, gemm_avx2, exp2_sub_avx2,
-                                                exp2_n_avx2};
+const xte_attn_kernels xte_attn_kernels_avx2 = {XTE_CPU_ISA_AVX2, gemm_avx2, exp_sub_avx2,
+                                                rescale_avx2, exp_n_avx2};

@@ -1,7 +1,7 @@
 /* AVX-512 attention micro-kernels, built natively and a second time against SIMDe
  * (XTE_AVX512_SIMDE), like kernels_avx512.c. Each output element is the scalar kernel's
- * sequence of IEEE operations (the GEMM's fmaf chain runs in k order within one lane; exp2 is
- * xte_exp2f lane by lane), so the bytes are the scalar kernels'. */
+ * sequence of IEEE operations (the GEMM's fmaf chain runs in k order within one lane; exp is
+ * xte_expf lane by lane), so the bytes are the scalar kernels'. */
 #ifdef XTE_AVX512_SIMDE
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
@@ -88,14 +88,8 @@ AI __m512 exp2i_16(__m512i k) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k, _mm512_set1_epi32(127)), 23));
 }
 
-/* xte_exp2f, 16 lanes: the same steps with the same constants (xte_math.h); the special cases
- * and xte_ldexp_small's branches are masked moves */
-AI __m512 exp2_16(__m512 x) {
-  const __m512 magic = _mm512_set1_ps(XTE_RINT_MAGIC);
-  const __m512 k = _mm512_sub_ps(_mm512_add_ps(x, magic), magic);
-  const __m512 r = _mm512_sub_ps(x, k);
-  const __m512 p = XTE_EXP2_POLY(_mm512_fmadd_ps, _mm512_set1_ps, r);
-  const __m512i ki = _mm512_cvttps_epi32(k);
+/* xte_ldexp_small(p, k), 16 lanes: its branches are masked moves */
+AI __m512 ldexp_16(__m512 p, __m512i ki) {
   const __m512 lo = _mm512_mul_ps(
       _mm512_mul_ps(p, exp2i_16(_mm512_add_epi32(ki, _mm512_set1_epi32(XTE_LDEXP_SPLIT)))),
       exp2i_16(_mm512_set1_epi32(-XTE_LDEXP_SPLIT)));
@@ -103,33 +97,66 @@ AI __m512 exp2_16(__m512 x) {
                                   exp2i_16(_mm512_sub_epi32(ki, _mm512_set1_epi32(1))));
   __m512 res = _mm512_mul_ps(p, exp2i_16(ki));
   res = _mm512_mask_mov_ps(res, _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(XTE_LDEXP_KMIN), ki), lo);
-  res = _mm512_mask_mov_ps(res, _mm512_cmpgt_epi32_mask(ki, _mm512_set1_epi32(XTE_LDEXP_KMAX)), hi);
-  res = _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, _mm512_set1_ps(XTE_EXP2_MIN), _CMP_LT_OQ),
+  return _mm512_mask_mov_ps(res, _mm512_cmpgt_epi32_mask(ki, _mm512_set1_epi32(XTE_LDEXP_KMAX)),
+                            hi);
+}
+
+/* xte_expf, 16 lanes: the same steps with the same constants (xte_math.h); the special cases are
+ * masked moves */
+AI __m512 exp_16(__m512 x) {
+  const __m512 magic = _mm512_set1_ps(XTE_RINT_MAGIC);
+  const __m512 k = _mm512_sub_ps(
+      _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269502162933349609375f)), magic), magic);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693147182464599609375f), x);
+  __m512 p, res;
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-1.904654323148236e-09f), r);
+  p = _mm512_set1_ps(2.48015873015873e-05f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.98412698412698e-04f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.38888888888889e-03f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.33333333333333e-03f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.16666666666667e-02f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.66666666666667e-01f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
+  res = ldexp_16(_mm512_add_ps(_mm512_set1_ps(1.0f), p), _mm512_cvttps_epi32(k));
+  res = _mm512_mask_mov_ps(res,
+                           _mm512_cmp_ps_mask(x, _mm512_set1_ps(-103.97909545898438f), _CMP_LT_OQ),
                            _mm512_setzero_ps());
-  res = _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, _mm512_set1_ps(XTE_EXP2_MAX), _CMP_GE_OQ),
-                           _mm512_castsi512_ps(_mm512_set1_epi32(0x7F800000)));
+  res =
+      _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.72283935546875f), _CMP_GT_OQ),
+                         _mm512_castsi512_ps(_mm512_set1_epi32(0x7F800000)));
   return _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_add_ps(x, x));
 }
 
-static void exp2_sub_avx512(const float *t, float m, int64_t n, float *p) {
+/* xte_attn_exp lane by lane: xte_expf(x - m) */
+static void exp_sub_avx512(const float *x, float m, int64_t n, float *p) {
   int64_t j;
   const __m512 mv = _mm512_set1_ps(m);
   for (j = 0; j + 16 <= n; j += 16)
-    _mm512_storeu_ps(p + j, exp2_16(_mm512_sub_ps(_mm512_loadu_ps(t + j), mv)));
-  for (; j < n; j++) p[j] = xte_exp2f(t[j] - m);
+    _mm512_storeu_ps(p + j, exp_16(_mm512_sub_ps(_mm512_loadu_ps(x + j), mv)));
+  for (; j < n; j++) p[j] = xte_attn_exp(x[j], m);
+}
+
+/* xte_attn_rescale lane by lane: fmaf(o, alpha, pv) */
+static void rescale_avx512(float *o, float alpha, const float *pv, int64_t n) {
+  int64_t c;
+  const __m512 av = _mm512_set1_ps(alpha);
+  for (c = 0; c + 16 <= n; c += 16)
+    _mm512_storeu_ps(o + c, _mm512_fmadd_ps(_mm512_loadu_ps(o + c), av, _mm512_loadu_ps(pv + c)));
+  for (; c < n; c++) o[c] = xte_attn_rescale(o[c], alpha, pv[c]);
 }
 
 /* every element through the lanes, the tail too (tests) */
-static void exp2_n_avx512(const float *x, float *y, int64_t n) {
+static void exp_n_avx512(const float *x, float *y, int64_t n) {
   int64_t j;
   float t[16] = {0};
-  for (j = 0; j + 16 <= n; j += 16) _mm512_storeu_ps(y + j, exp2_16(_mm512_loadu_ps(x + j)));
+  for (j = 0; j + 16 <= n; j += 16) _mm512_storeu_ps(y + j, exp_16(_mm512_loadu_ps(x + j)));
   if (j < n) {
     memcpy(t, x + j, (size_t)(n - j) * sizeof(float));
-    _mm512_storeu_ps(t, exp2_16(_mm512_loadu_ps(t)));
+    _mm512_storeu_ps(t, exp_16(_mm512_loadu_ps(t)));
     memcpy(y + j, t, (size_t)(n - j) * sizeof(float));
   }
 }
 
-const xte_attn_kernels XTE_ATTN_AVX512_TABLE = {XTE_ATTN_AVX512_ISA, gemm_avx512, exp2_sub_avx512,
-                                                exp2_n_avx512};
+const xte_attn_kernels XTE_ATTN_AVX512_TABLE = {XTE_ATTN_AVX512_ISA, gemm_avx512, exp_sub_avx512,
+                                                rescale_avx512, exp_n_avx512};

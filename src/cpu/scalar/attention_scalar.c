@@ -23,15 +23,20 @@ static void gemm_scalar(int64_t M, int64_t N, int64_t K, const float *A, int64_t
   }
 }
 
-static void exp2_sub_scalar(const float *t, float m, int64_t n, float *p) {
+static void exp_sub_scalar(const float *x, float m, int64_t n, float *p) {
   int64_t j;
-  for (j = 0; j < n; j++) p[j] = xte_exp2f(t[j] - m);
+  for (j = 0; j < n; j++) p[j] = xte_attn_exp(x[j], m);
 }
 
-static void exp2_n_scalar(const float *x, float *y, int64_t n) {
-  int64_t j;
-  for (j = 0; j < n; j++) y[j] = xte_exp2f(x[j]);
+static void rescale_scalar(float *o, float alpha, const float *pv, int64_t n) {
+  int64_t c;
+  for (c = 0; c < n; c++) o[c] = xte_attn_rescale(o[c], alpha, pv[c]);
 }
 
-const xte_attn_kernels xte_attn_kernels_scalar = {XTE_CPU_ISA_SCALAR, gemm_scalar, exp2_sub_scalar,
-                                                  exp2_n_scalar};
+static void exp_n_scalar(const float *x, float *y, int64_t n) {
+  int64_t j;
+  for (j = 0; j < n; j++) y[j] = xte_expf(x[j]);
+}
+
+const xte_attn_kernels xte_attn_kernels_scalar = {XTE_CPU_ISA_SCALAR, gemm_scalar, exp_sub_scalar,
+                                                  rescale_scalar, exp_n_scalar};
