@@ -10,11 +10,9 @@
 
 #define BIG_BLOCK ((int64_t)1 << 50)
 
-static int64_t cdiv(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
-static int64_t rup(int64_t a, int64_t b) {
-  return cdiv(a, b) * b;
+/* a (>= 0) rounded up to a multiple of b (> 0) into *r; 1 when that overflows int64 */
+static int rup_overflows(int64_t a, int64_t b, int64_t *r) {
+  return __builtin_mul_overflow(a / b + (a % b != 0), b, r);
 }
 
 xte_gemm_config xte_gemm_config_default(void) {
@@ -220,14 +218,14 @@ static xte_status check_outputs(const xte_tensor *C, xte_tensor *D, const xte_ge
     g->ld_c = cld;
   }
   if (cfg->bias) {
-    int64_t br, bc, bld;
+    int64_t br, bc, bld, bn;
     XTE_TRY(xte_tensor_view2d(cfg->bias, "config->bias", &br, &bc, &bld));
     if (cfg->bias->dtype != XTE_DTYPE_FP32)
       return xte_set_error(XTE_ERROR_DTYPE, "config->bias->dtype is %s: want fp32",
                            xte_dtype_name(cfg->bias->dtype));
-    if (br * bc != N || (br > 1 && bld != bc))
-      return xte_set_error(XTE_ERROR_SHAPE, "config->bias holds %lld elements: want N = %lld",
-                           (long long)(br * bc), (long long)N);
+    if (__builtin_mul_overflow(br, bc, &bn) || bn != N || (br > 1 && bld != bc))
+      return xte_set_error(XTE_ERROR_SHAPE, "config->bias is [%lld, %lld]: want N = %lld elements",
+                           (long long)br, (long long)bc, (long long)N);
     if ((uintptr_t)cfg->bias->data % 4)
       return xte_set_error(XTE_ERROR_ALIGNMENT, "config->bias->data is not 4-byte aligned");
     g->bias = (const float *)cfg->bias->data;
@@ -351,7 +349,11 @@ xte_status xte_gemm_grouped(const xte_qtensor *A, const xte_qtensor *B, const xt
       return xte_set_error(XTE_ERROR_SHAPE, "groups->group_sizes sum to %lld: op(A) has K = %lld",
                            (long long)off, (long long)a.K);
     N = b.rows;
-    rows_out = G * a.rows;
+    if (__builtin_mul_overflow(G, a.rows, &rows_out))
+      return xte_set_error(XTE_ERROR_SHAPE,
+                           "groups->num_groups = %lld times op(A)'s %lld rows overflows (D is "
+                           "[G * M, N])",
+                           (long long)G, (long long)a.rows);
   } else {
     int64_t align = groups->alignment > 1 ? groups->alignment : 1;
     if (cfg.trans_b == 0) {
@@ -381,31 +383,32 @@ xte_status xte_gemm_grouped(const xte_qtensor *A, const xte_qtensor *B, const xt
                              "groups->alignment = %lld is outside [0, 2^30]",
                              (long long)groups->alignment);
       for (i = 0; i < G; i++) {
-        int64_t sz = groups->group_sizes[i];
+        int64_t sz = groups->group_sizes[i], padded;
         if (sz < 0)
           return xte_set_error(XTE_ERROR_SHAPE, "groups->group_sizes[%lld] = %lld is negative",
                                (long long)i, (long long)sz);
-        if (sz > a.rows - rows_out || rup(sz, align) > a.rows - rows_out)
+        if (sz > a.rows - rows_out || rup_overflows(sz, align, &padded) ||
+            padded > a.rows - rows_out)
           return xte_set_error(XTE_ERROR_SHAPE,
                                "groups->group_sizes[%lld] = %lld (padded to %lld) runs past A's "
                                "%lld rows",
                                (long long)i, (long long)sz, (long long)align, (long long)a.rows);
-        rows_out += rup(sz, align);
+        rows_out += padded;
       }
       if (rows_out != a.rows)
         return xte_set_error(XTE_ERROR_SHAPE,
                              "A has %lld rows: the groups (padded to %lld) need %lld",
                              (long long)a.rows, (long long)align, (long long)rows_out);
     } else {
-      int64_t mr, mc, mld;
+      int64_t mr, mc, mld, mn;
       XTE_CHECK_PTR(groups->masked_m, "groups->masked_m");
       XTE_TRY(xte_tensor_view2d(groups->masked_m, "groups->masked_m", &mr, &mc, &mld));
       if (groups->masked_m->dtype != XTE_DTYPE_INT32)
         return xte_set_error(XTE_ERROR_DTYPE, "groups->masked_m->dtype is %s: want int32",
                              xte_dtype_name(groups->masked_m->dtype));
-      if (mr * mc != G || (mr > 1 && mld != mc))
-        return xte_set_error(XTE_ERROR_SHAPE, "groups->masked_m holds %lld values: want %lld",
-                             (long long)(mr * mc), (long long)G);
+      if (__builtin_mul_overflow(mr, mc, &mn) || mn != G || (mr > 1 && mld != mc))
+        return xte_set_error(XTE_ERROR_SHAPE, "groups->masked_m is [%lld, %lld]: want %lld values",
+                             (long long)mr, (long long)mc, (long long)G);
       if ((uintptr_t)groups->masked_m->data % 4)
         return xte_set_error(XTE_ERROR_ALIGNMENT, "groups->masked_m->data is not 4-byte aligned");
       if (a.rows % G)
@@ -416,7 +419,7 @@ xte_status xte_gemm_grouped(const xte_qtensor *A, const xte_qtensor *B, const xt
   }
   XTE_TRY(check_outputs(C, D, &cfg, rows_out, N, &g));
   fill_operands(&g, &a, &b, &cfg);
-  P = (xte_gemm_problem *)calloc((size_t)G, sizeof *P);
+  P = (xte_gemm_problem *)xte_aligned_calloc((size_t)G, sizeof *P);
   if (!P) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "no memory for %lld groups", (long long)G);
   {
     int64_t off = 0, align = groups->alignment > 1 ? groups->alignment : 1;
@@ -436,9 +439,11 @@ xte_status xte_gemm_grouped(const xte_qtensor *A, const xte_qtensor *B, const xt
         else
           p->b_k0 = i * a.K;
         if (groups->kind == XTE_GEMM_GROUPED_CONTIGUOUS) {
+          int64_t padded = 0;
           p->m = groups->group_sizes[i];
           p->a_i0 = p->d_r0 = off;
-          off += rup(p->m, align);
+          (void)rup_overflows(p->m, align, &padded); /* checked above: at most A's rows */
+          off += padded;
         } else {
           p->m = a.rows / G;
           p->a_i0 = p->d_r0 = i * p->m;
@@ -450,6 +455,6 @@ xte_status xte_gemm_grouped(const xte_qtensor *A, const xte_qtensor *B, const xt
   g.problems = P;
   if (groups->kind == XTE_GEMM_GROUPED_MASKED) g.masked_m = (const int32_t *)groups->masked_m->data;
   st = dispatch(&g, stream);
-  free(P);
+  xte_aligned_free(P);
   return st;
 }

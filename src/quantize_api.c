@@ -5,17 +5,23 @@
 
 #include "xte_internal.h"
 
+/* ceil(a / b) for a >= 0, b > 0: cannot overflow */
 static int64_t cdiv(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
+  return a / b + (a % b != 0);
 }
-static int64_t rup(int64_t a, int64_t b) {
-  return cdiv(a, b) * b;
+/* a rounded up to a multiple of b (a >= 0, b > 0) into *r; 1 when that overflows int64 */
+static int rup_overflows(int64_t a, int64_t b, int64_t *r) {
+  return __builtin_mul_overflow(cdiv(a, b), b, r);
 }
+
+/* The largest tensor dimension and element count (as xte_tensor_view2d) */
+#define MAX_DIM ((int64_t)1 << 40)
+#define MAX_ELEMS ((int64_t)1 << 50)
 
 xte_quant_config xte_quant_config_default(void) {
   xte_quant_config c;
   c.amax_epsilon = 0.0f;
-  c.force_pow_2 = 1;
+  c.force_pow_2 = -1;
   c.saturate = 1;
   return c;
 }
@@ -74,10 +80,20 @@ static xte_status check_mode_recipe(xte_scaling_mode mode, xte_recipe recipe) {
 xte_status xte_scale_geom(int64_t M, int64_t K, xte_scaling_mode mode, xte_recipe recipe,
                           xte_scale_layout layout, int columnwise, xte_scale_map *m, int64_t *rows,
                           int64_t *cols) {
-  int64_t R, C, GR, GC;
-  int colblock = columnwise && !xte_recipe_col_transposed(recipe);
+  int64_t R, C, GR, GC, mk;
+  int colblock = columnwise && !xte_recipe_col_transposed(recipe), over = 0;
   int B = mode == XTE_SCALING_MXFP8_1x32 ? 32 : 128;
   memset(m, 0, sizeof *m);
+  if (columnwise != 0 && columnwise != 1)
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "columnwise = %d: must be 0 or 1", columnwise);
+  if (M < 0 || K < 0)
+    return xte_set_error(XTE_ERROR_SHAPE, "M = %lld, K = %lld: negative", (long long)M,
+                         (long long)K);
+  if (M > MAX_DIM || K > MAX_DIM || __builtin_mul_overflow(M, K, &mk) || mk > MAX_ELEMS)
+    return xte_set_error(XTE_ERROR_SHAPE,
+                         "M = %lld, K = %lld: past the tensor limits (2^40 per dimension, 2^50 "
+                         "elements)",
+                         (long long)M, (long long)K);
   XTE_TRY(check_mode_recipe(mode, recipe));
   if ((unsigned)layout >= XTE_SCALE_LAYOUT_COUNT)
     return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "layout %d is not an xte_scale_layout",
@@ -121,21 +137,22 @@ xte_status xte_scale_geom(int64_t M, int64_t K, xte_scaling_mode mode, xte_recip
     int64_t r = colblock ? GC : GR, c = colblock ? GR : GC;
     m->kind = XTE_SMAP_SWIZZLE;
     m->swap = colblock;
-    *rows = rup(r, 128);
-    *cols = rup(c, 4);
+    over |= rup_overflows(r, 128, rows) | rup_overflows(c, 4, cols);
     m->tiles_c = *cols / 4;
   } else if (mode == XTE_SCALING_BLOCK_128x128 || colblock) { /* TE_GEMM row-major padded */
     *rows = GR;
-    *cols = rup(GC, 4);
+    over |= rup_overflows(GC, 4, cols);
     m->sr = *cols;
     m->sc = 1;
   } else { /* TE_GEMM / DEEPGEMM 1xB: transposed, M padded to 4 */
     *rows = GC;
-    *cols = rup(GR, 4);
+    over |= rup_overflows(GR, 4, cols);
     m->sr = 1;
     m->sc = *cols;
   }
-  m->total = *rows * *cols;
+  if (over || __builtin_mul_overflow(*rows, *cols, &m->total))
+    return xte_set_error(XTE_ERROR_SHAPE, "M = %lld, K = %lld: the scale buffer's size overflows",
+                         (long long)M, (long long)K);
   return XTE_SUCCESS;
 }
 
@@ -143,12 +160,12 @@ xte_status xte_quantize_scale_shape(int64_t M, int64_t K, xte_scaling_mode mode,
                                     xte_scale_layout layout, int columnwise, int64_t *rows,
                                     int64_t *cols) {
   xte_scale_map m;
+  int64_t r = 0, c = 0;
   XTE_CHECK_PTR(rows, "rows");
   XTE_CHECK_PTR(cols, "cols");
-  if (M < 0 || K < 0)
-    return xte_set_error(XTE_ERROR_SHAPE, "M = %lld, K = %lld: negative", (long long)M,
-                         (long long)K);
-  XTE_TRY(xte_scale_geom(M, K, mode, recipe, layout, columnwise, &m, rows, cols));
+  XTE_TRY(xte_scale_geom(M, K, mode, recipe, layout, columnwise, &m, &r, &c));
+  *rows = r;
+  *cols = c;
   xte_clear_error();
   return XTE_SUCCESS;
 }
@@ -162,7 +179,7 @@ static xte_status check_copy(const xte_tensor *t, const xte_scale_tensor *s, con
                              const char *sname, int64_t want_r, int64_t want_c, int64_t M,
                              int64_t K, const xte_qtensor *out, int columnwise, int64_t *ld,
                              xte_scale_map *map) {
-  int64_t r, c, need_r, need_c;
+  int64_t r, c, need_r, need_c, have;
   xte_dtype want_s;
   XTE_TRY(xte_tensor_view2d(t, name, &r, &c, ld));
   if (t->dtype != XTE_DTYPE_E4M3 && t->dtype != XTE_DTYPE_E5M2)
@@ -180,7 +197,9 @@ static xte_status check_copy(const xte_tensor *t, const xte_scale_tensor *s, con
                          xte_dtype_name(s->dtype), (int)out->recipe, xte_dtype_name(want_s));
   if (want_s == XTE_DTYPE_FP32 && ((uintptr_t)s->data % 4) != 0)
     return xte_set_error(XTE_ERROR_ALIGNMENT, "%s.data is not 4-byte aligned", sname);
-  if (s->rows < 0 || s->cols < 0 || s->rows * s->cols < need_r * need_c)
+  /* a product past int64 holds more than any layout needs (the shape check below fails) */
+  if (s->rows < 0 || s->cols < 0 ||
+      (!__builtin_mul_overflow(s->rows, s->cols, &have) && have < map->total))
     return xte_set_error(XTE_ERROR_BUFFER_TOO_SMALL, "%s is [%lld, %lld]: need [%lld, %lld]", sname,
                          (long long)s->rows, (long long)s->cols, (long long)need_r,
                          (long long)need_c);
@@ -226,8 +245,15 @@ xte_status xte_quant_prepare(int64_t M, int64_t K, int in_kind, xte_qtensor *out
     return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "config->amax_epsilon must be finite, >= 0");
   if (cfg.saturate != 0 && cfg.saturate != 1)
     return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "config->saturate must be 0 or 1");
-  if (cfg.force_pow_2 != 0 && cfg.force_pow_2 != 1)
-    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "config->force_pow_2 must be 0 or 1");
+  if (cfg.force_pow_2 < -1 || cfg.force_pow_2 > 1)
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                         "config->force_pow_2 = %d: must be -1 (the recipe's default), 0 or 1",
+                         cfg.force_pow_2);
+  if (out->amax && ((uintptr_t)out->amax % 4) != 0)
+    return xte_set_error(XTE_ERROR_ALIGNMENT, "out->amax is not 4-byte aligned");
+  if ((out->recipe == XTE_RECIPE_TE_DELAYED || out->recipe == XTE_RECIPE_TE_CURRENT) &&
+      out->scale && ((uintptr_t)out->scale % 4) != 0)
+    return xte_set_error(XTE_ERROR_ALIGNMENT, "out->scale is not 4-byte aligned");
   if (out->recipe == XTE_RECIPE_TE_DELAYED) {
     if (!out->scale)
       return xte_set_error(XTE_ERROR_NULL_POINTER, "out->scale is NULL (delayed scaling needs it)");
@@ -263,7 +289,9 @@ xte_status xte_quant_prepare(int64_t M, int64_t K, int in_kind, xte_qtensor *out
   a->mode = (int)out->scaling_mode;
   a->recipe = (int)out->recipe;
   a->eps = cfg.amax_epsilon;
-  a->force_pow_2 = cfg.force_pow_2;
+  /* -1: TE's default for the recipe: Float8BlockScaling rounds to powers of two,
+   * Float8CurrentScaling does not */
+  a->force_pow_2 = cfg.force_pow_2 >= 0 ? cfg.force_pow_2 : out->recipe == XTE_RECIPE_TE_BLOCK;
   a->square = out->scaling_mode == XTE_SCALING_BLOCK_128x128;
   a->row_bw = out->scaling_mode == XTE_SCALING_MXFP8_1x32 ? 32 : 128;
   a->col_bh = a->row_bw;
@@ -370,28 +398,32 @@ xte_status xte_dequantize(const xte_qtensor *input, int columnwise, xte_tensor *
 
 static int castable(xte_dtype d) {
   return d == XTE_DTYPE_FP32 || d == XTE_DTYPE_BF16 || d == XTE_DTYPE_FP16 || d == XTE_DTYPE_E4M3 ||
-         d == XTE_DTYPE_E5M2;
+         d == XTE_DTYPE_E5M2 || d == XTE_DTYPE_E8M0;
 }
 
 xte_status xte_cast(const xte_tensor *input, xte_tensor *out, int saturate, xte_stream stream) {
   xte_cast_args a;
   xte_exec ex;
-  int64_t r, c, ld, orr, oc, old;
+  int64_t r, c, ld, orr, oc, old, n, on;
   XTE_CHECK_PTR(input, "input");
   XTE_CHECK_PTR(out, "out");
   XTE_TRY(xte_tensor_view2d(input, "input", &r, &c, &ld));
   XTE_TRY(xte_tensor_view2d(out, "out", &orr, &oc, &old));
   if (!castable(input->dtype))
-    return xte_set_error(XTE_ERROR_DTYPE, "input->dtype %s: want fp32, bf16, fp16, e4m3, e5m2",
+    return xte_set_error(XTE_ERROR_DTYPE,
+                         "input->dtype %s: want fp32, bf16, fp16, e4m3, e5m2, e8m0",
                          xte_dtype_name(input->dtype));
   if (!castable(out->dtype))
-    return xte_set_error(XTE_ERROR_DTYPE, "out->dtype %s: want fp32, bf16, fp16, e4m3, e5m2",
+    return xte_set_error(XTE_ERROR_DTYPE, "out->dtype %s: want fp32, bf16, fp16, e4m3, e5m2, e8m0",
                          xte_dtype_name(out->dtype));
   if (ld != c || old != oc)
     return xte_set_error(XTE_ERROR_SHAPE, "%s must be dense (ld = 0)", ld != c ? "input" : "out");
-  if (r * c != orr * oc)
-    return xte_set_error(XTE_ERROR_SHAPE, "out holds %lld elements: input has %lld",
-                         (long long)(orr * oc), (long long)(r * c));
+  if (__builtin_mul_overflow(r, c, &n) || __builtin_mul_overflow(orr, oc, &on))
+    return xte_set_error(XTE_ERROR_SHAPE, "%s: the element count overflows",
+                         __builtin_mul_overflow(r, c, &n) ? "input" : "out");
+  if (n != on)
+    return xte_set_error(XTE_ERROR_SHAPE, "out holds %lld elements: input has %lld", (long long)on,
+                         (long long)n);
   if (saturate != 0 && saturate != 1)
     return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "saturate must be 0 or 1");
   if ((uintptr_t)input->data % xte_dtype_size(input->dtype) ||
@@ -406,7 +438,7 @@ xte_status xte_cast(const xte_tensor *input, xte_tensor *out, int saturate, xte_
   a.in_dtype = (int)input->dtype;
   a.out = out->data;
   a.out_dtype = (int)out->dtype;
-  a.n = r * c;
+  a.n = n;
   a.saturate = saturate;
   xte_clear_error();
   return ex.ops->cast(&a, ex.handle);

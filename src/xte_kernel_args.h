@@ -80,20 +80,27 @@ typedef struct xte_cast_args {
   int saturate;
 } xte_cast_args;
 
-/* The recipes scaled by xte_scale_te: TE_CURRENT (0) and TE_BLOCK (2); force_pow_2 applies to
- * TE_BLOCK only (the SIMD kernels' vectorized TE scales ask these too) */
+/* The recipes scaled by xte_scale_te: TE_CURRENT (0) and TE_BLOCK (2), both with force_pow_2
+ * (resolved to 0 / 1 by the core); the SIMD kernels' vectorized TE scales ask these too */
 XTE_HD int xte_quant_is_te(const xte_quant_args *a) {
   return a->recipe == 0 || a->recipe == 2;
 }
 
 XTE_HD int xte_quant_te_pow2(const xte_quant_args *a) {
-  return a->recipe == 2 && a->force_pow_2;
+  return xte_quant_is_te(a) && a->force_pow_2;
+}
+
+/* The scale when fp8_max / amax overflows: FLT_MAX for per-tensor current scaling (TE's
+ * nvte_compute_scale_from_amax, any input dtype), the input dtype's max for TE_BLOCK (TE's
+ * block kernels) */
+XTE_HD float xte_quant_te_inf_scale(const xte_quant_args *a) {
+  return xte_input_dtype_max(a->recipe == 0 ? XTE_NUM_IN_F32 : a->in_kind);
 }
 
 /* Scale of one block under the quantize recipe (all backends call this). */
 XTE_HD xte_block_scale xte_quant_block_scale(const xte_quant_args *a, float amax) {
   if (xte_quant_is_te(a))
-    return xte_scale_te(amax, a->fmt, a->eps, xte_quant_te_pow2(a), a->in_kind);
+    return xte_scale_te(amax, a->fmt, a->eps, xte_quant_te_pow2(a), xte_quant_te_inf_scale(a));
   switch (a->recipe) {
     case 3:
       return xte_scale_deepgemm(amax, a->fmt, 0);

@@ -2,7 +2,9 @@
  * fp64). The contract gives the bound (docs/numerics.md section 6):
  *   |D - V| <= (nb + 2) * 2^-24 * S + u_out * |V| (+ the dgemm's own K * 2^-53 * S)
  * with V the exact product of the dequantized operands, S = sum_k |a_k * sa * b_k * sb|, nb the
- * number of K blocks, u_out = 0 (fp32 out) or 2^-8 (bf16 out). */
+ * number of K blocks, u_out = 0 (fp32 out) or 2^-8 (bf16 out). It runs on the ISA in use: ctest
+ * runs it once per ISA with XTE_CPU_ISA (test_gemm_blas@<isa>), which must then be the one in use.
+ * The bound assumes normal fp32 scale products (docs/numerics.md); these inputs keep to them. */
 #include <cblas.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -40,6 +42,11 @@ static void check(xte_scaling_mode ma, xte_recipe ra, xte_scaling_mode mb, xte_r
   double *A, *B, *V, *Aa, *Ba, *S, worst = 0.0;
   void *d = malloc(4 * (size_t)(M * N));
   xte_tensor D = xte_tensor_2d(d, d_dt, M, N);
+  const char *env = getenv("XTE_CPU_ISA");
+  if (env && *env)
+    cr_assert_str_eq(xte_cpu_isa_name(xte_cpu_get_isa()), env,
+                     "XTE_CPU_ISA=%s but the library runs %s", env,
+                     xte_cpu_isa_name(xte_cpu_get_isa()));
   cr_assert_eq(tq_make(&qa, xa, M, K, ma, ra, XTE_SCALE_LAYOUT_COMPACT, da), XTE_SUCCESS);
   cr_assert_eq(tq_make(&qb, xb, N, K, mb, rb, XTE_SCALE_LAYOUT_COMPACT, db), XTE_SUCCESS);
   tq_logical(&qa, 0, &la);
@@ -67,9 +74,9 @@ static void check(xte_scaling_mode ma, xte_recipe ra, xte_scaling_mode mb, xte_r
               (long long)M, (long long)N, (long long)K, (long long)i, got, V[i], err, bound);
     if (S[i] > 0 && err / S[i] > worst) worst = err / S[i];
   }
-  cr_log_info("M %lld N %lld K %lld out %s: worst |err| / S = %.3g (bound %.3g + u_out)",
-              (long long)M, (long long)N, (long long)K, d_dt == XTE_DTYPE_BF16 ? "bf16" : "fp32",
-              worst, (double)(nb + 2) * ldexp(1.0, -24));
+  cr_log_info("%s: M %lld N %lld K %lld out %s: worst |err| / S = %.3g (bound %.3g + u_out)",
+              xte_cpu_isa_name(xte_cpu_get_isa()), (long long)M, (long long)N, (long long)K,
+              d_dt == XTE_DTYPE_BF16 ? "bf16" : "fp32", worst, (double)(nb + 2) * ldexp(1.0, -24));
   tq_free(&qa);
   tq_free(&qb);
   lop_free(&la);

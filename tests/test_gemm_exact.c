@@ -45,9 +45,20 @@ static int first_diff(const void *x, const void *y, int64_t n, xte_dtype dt) {
 }
 
 /* One case: quantize X_A, X_B (shapes from M, N, K and the transposes), oracle from the COMPACT
- * copies, then xte_gemm with every layout pair (same layout index on both sides) and every ISA. */
-static void run_case(side sa, side sb, xte_dtype da, xte_dtype db, int ta, int tb, int64_t M,
-                     int64_t N, int64_t K, xte_dtype d_dt, int isa_mask, uint64_t seed) {
+ * copies, then xte_gemm with every layout pair (same layout index on both sides) and every ISA.
+ * drop_col bit 0 / 1: A's / B's columnwise copy is removed before the GEMM (the library must then
+ * read the rowwise copy, transposed when trans is set); bit 2: every 128x128 tile of X_A and X_B
+ * is scaled by its own power of two, 2^(3 (r / 128) + (c / 128) - 4), so that no two blocks
+ * share a scale. */
+static void ramp_tiles(float *x, int64_t R, int64_t C) {
+  int64_t r, c;
+  for (r = 0; r < R; r++)
+    for (c = 0; c < C; c++) x[r * C + c] = ldexpf(x[r * C + c], (int)(3 * (r / 128) + c / 128) - 4);
+}
+
+static void run_case_x(side sa, side sb, xte_dtype da, xte_dtype db, int ta, int tb, int64_t M,
+                       int64_t N, int64_t K, xte_dtype d_dt, int isa_mask, uint64_t seed,
+                       int drop_col) {
   int64_t RA = ta ? K : M, CA = ta ? M : K, RB = tb ? K : N, CB = tb ? N : K;
   float *xa = o_random(RA, CA, seed), *xb = o_random(RB, CB, seed + 1);
   tq qa, qb;
@@ -58,6 +69,10 @@ static void run_case(side sa, side sb, xte_dtype da, xte_dtype db, int ta, int t
   xte_scale_layout lya[3], lyb[3];
   int nla = layouts_for(sa.recipe, lya), nlb = layouts_for(sb.recipe, lyb), li, ii;
   xte_gemm_config g = xte_gemm_config_default();
+  if (drop_col & 4) {
+    ramp_tiles(xa, RA, CA);
+    ramp_tiles(xb, RB, CB);
+  }
   cr_assert_eq(tq_make(&qa, xa, RA, CA, sa.mode, sa.recipe, XTE_SCALE_LAYOUT_COMPACT, da),
                XTE_SUCCESS, "quantize A: %s", xte_last_error());
   cr_assert_eq(tq_make(&qb, xb, RB, CB, sb.mode, sb.recipe, XTE_SCALE_LAYOUT_COMPACT, db),
@@ -75,10 +90,18 @@ static void run_case(side sa, side sb, xte_dtype da, xte_dtype db, int ta, int t
     xte_tensor D = xte_tensor_2d(out, d_dt, M, N);
     cr_assert_eq(tq_make(&pa, xa, RA, CA, sa.mode, sa.recipe, lya[li % nla], da), XTE_SUCCESS);
     cr_assert_eq(tq_make(&pb, xb, RB, CB, sb.mode, sb.recipe, lyb[li % nlb], db), XTE_SUCCESS);
+    if (drop_col & 1) {
+      free(pa.q.columnwise.data);
+      pa.q.columnwise.data = NULL;
+    }
+    if (drop_col & 2) {
+      free(pb.q.columnwise.data);
+      pb.q.columnwise.data = NULL;
+    }
     for (ii = 0; ii < NISA; ii++) {
       int d;
       if (!(isa_mask & (1 << ii))) continue;
-      if (xte_cpu_set_isa(ISAS[ii]) == XTE_ERROR_UNSUPPORTED) continue;
+      if (o_set_isa(ISAS[ii]) == XTE_ERROR_UNSUPPORTED) continue;
       cr_assert_eq(xte_cpu_get_isa(), ISAS[ii]);
       memset(out, 0xA5, dsize(d_dt) * (size_t)(M * N));
       cr_assert_eq(xte_gemm(&pa.q, &pb.q, NULL, &D, &g, NULL), XTE_SUCCESS, "gemm %s: %s",
@@ -86,11 +109,11 @@ static void run_case(side sa, side sb, xte_dtype da, xte_dtype db, int ta, int t
       d = first_diff(out, ref, M * N, d_dt);
       cr_assert_eq(d, -1,
                    "isa %s modes %d/%d recipes %d/%d dtypes %d/%d trans %d/%d layouts %d/%d "
-                   "M %lld N %lld K %lld out %d: element %d (row %lld col %lld) differs: got "
-                   "%08x want %08x",
+                   "drop_col %d M %lld N %lld K %lld out %d: element %d (row %lld col %lld) "
+                   "differs: got %08x want %08x",
                    xte_cpu_isa_name(ISAS[ii]), sa.mode, sb.mode, sa.recipe, sb.recipe, da, db, ta,
-                   tb, lya[li % nla], lyb[li % nlb], (long long)M, (long long)N, (long long)K, d_dt,
-                   d, (long long)(d / N), (long long)(d % N),
+                   tb, lya[li % nla], lyb[li % nlb], drop_col, (long long)M, (long long)N,
+                   (long long)K, d_dt, d, (long long)(d / N), (long long)(d % N),
                    d_dt == XTE_DTYPE_BF16 ? ((uint16_t *)out)[d] : ((uint32_t *)out)[d],
                    d_dt == XTE_DTYPE_BF16 ? ((uint16_t *)ref)[d] : ((uint32_t *)ref)[d]);
     }
@@ -107,10 +130,13 @@ static void run_case(side sa, side sb, xte_dtype da, xte_dtype db, int ta, int t
   free(out);
 }
 
+static void run_case(side sa, side sb, xte_dtype da, xte_dtype db, int ta, int tb, int64_t M,
+                     int64_t N, int64_t K, xte_dtype d_dt, int isa_mask, uint64_t seed) {
+  run_case_x(sa, sb, da, db, ta, tb, M, N, K, d_dt, isa_mask, seed, 0);
+}
+
 static void reset_isa(void) {
-  int i;
-  for (i = XTE_CPU_ISA_AVX512; i >= 0; i--)
-    if (xte_cpu_set_isa((xte_cpu_isa)i) == XTE_SUCCESS) break;
+  o_reset_isa();
 }
 
 #define ALL_ISA 15
@@ -135,6 +161,37 @@ Test(gemm_exact, every_pair_layout_dtype_trans_isa) {
       for (t = 0; t < 4; t++, n++)
         run_case(pairs[p][0], pairs[p][1], dts[d][0], dts[d][1], t & 1, t >> 1, 37, 45, 300,
                  (n & 1) ? XTE_DTYPE_BF16 : XTE_DTYPE_FP32, ALL_ISA, 100 + (uint64_t)n);
+  reset_isa();
+}
+
+/* 128x128 operands read through the other coordinate order: MTFP8 128x128 (its columnwise copy
+ * keeps [M, K], so op(X) = X^T reads either copy transposed), and TE / DeepGEMM 128x128 given only
+ * by the rowwise copy with trans = 1. Block grids are not square (K = 300: 3 blocks; M, N of 1 or 2
+ * blocks), so a block scale read as (k, i) instead of (i, k) changes the result. */
+Test(gemm_exact, square_blocks_transposed) {
+  const side a1 = {XTE_SCALING_BLOCK_1x128, XTE_RECIPE_MTFP8};
+  const side sq = {XTE_SCALING_BLOCK_128x128, XTE_RECIPE_MTFP8};
+  const side te1 = {XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK};
+  const side tesq = {XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK};
+  const side dg1 = {XTE_SCALING_BLOCK_1x128, XTE_RECIPE_DEEPGEMM};
+  const side dgsq = {XTE_SCALING_BLOCK_128x128, XTE_RECIPE_DEEPGEMM};
+  int t, n = 0;
+  for (t = 0; t < 4; t++, n++) {
+    /* MTFP8: 1x128 x 128x128 and 128x128 x 1x128, every transpose pair */
+    run_case_x(a1, sq, XTE_DTYPE_E4M3, n & 1 ? XTE_DTYPE_E5M2 : XTE_DTYPE_E4M3, t & 1, t >> 1, 37,
+               200, 300, (n & 1) ? XTE_DTYPE_BF16 : XTE_DTYPE_FP32, ALL_ISA, 1300 + (uint64_t)n, 4);
+    run_case_x(sq, a1, XTE_DTYPE_E4M3, XTE_DTYPE_E4M3, t & 1, t >> 1, 200, 45, 300, XTE_DTYPE_FP32,
+               ALL_ISA, 1400 + (uint64_t)n, 4);
+  }
+  /* the rowwise copy only, trans = 1: B [K, N] (fprop / dgrad weight), A [K, M] */
+  run_case_x(te1, tesq, XTE_DTYPE_E4M3, XTE_DTYPE_E4M3, 0, 1, 37, 200, 300, XTE_DTYPE_FP32, ALL_ISA,
+             1500, 2 | 4);
+  run_case_x(dg1, dgsq, XTE_DTYPE_E5M2, XTE_DTYPE_E4M3, 1, 1, 45, 129, 300, XTE_DTYPE_BF16, ALL_ISA,
+             1501, 2 | 4);
+  run_case_x(tesq, te1, XTE_DTYPE_E4M3, XTE_DTYPE_E5M2, 1, 0, 200, 37, 300, XTE_DTYPE_FP32, ALL_ISA,
+             1502, 1 | 4);
+  run_case_x(dgsq, dg1, XTE_DTYPE_E4M3, XTE_DTYPE_E4M3, 1, 1, 129, 45, 300, XTE_DTYPE_FP32, ALL_ISA,
+             1503, 1 | 4);
   reset_isa();
 }
 
@@ -235,7 +292,7 @@ Test(gemm_exact, accumulate_and_bias) {
           xte_gemm_config g = xte_gemm_config_default();
           xte_tensor bt = xte_tensor_1d(bias, XTE_DTYPE_FP32, N);
           xte_tensor C, D;
-          if (xte_cpu_set_isa(ISAS[ii]) != XTE_SUCCESS) continue;
+          if (o_set_isa(ISAS[ii]) != XTE_SUCCESS) continue;
           g.accumulate = 1;
           g.bias = cf.bias ? &bt : NULL;
           if (inplace) {
@@ -321,7 +378,7 @@ Test(gemm_exact, nan_inf_and_extreme_codes) {
     o_gemm(&la, &lb, &cf, ref);
     for (ii = 0; ii < NISA; ii++) {
       int d;
-      if (xte_cpu_set_isa(ISAS[ii]) != XTE_SUCCESS) continue;
+      if (o_set_isa(ISAS[ii]) != XTE_SUCCESS) continue;
       memset(out, 0, sizeof out);
       cr_assert_eq(xte_gemm(&qa, &qb, NULL, &D, NULL, NULL), XTE_SUCCESS, "%s", xte_last_error());
       d = first_diff(out, ref, M * N, XTE_DTYPE_FP32);
@@ -366,7 +423,7 @@ Test(gemm_exact, hybrid_double_rounding_cases) {
   raw_q(&qb, b, sb, N, K, XTE_DTYPE_E5M2, XTE_SCALING_PER_TENSOR);
   o_gemm(&la, &lb, &cf, ref);
   for (i = 0; i < NISA; i++) {
-    if (xte_cpu_set_isa(ISAS[i]) != XTE_SUCCESS) continue;
+    if (o_set_isa(ISAS[i]) != XTE_SUCCESS) continue;
     cr_assert_eq(xte_gemm(&qa, &qb, NULL, &D, NULL, NULL), XTE_SUCCESS, "%s", xte_last_error());
     cr_assert_eq(first_diff(out, ref, M * N, XTE_DTYPE_FP32), -1, "isa %s",
                  xte_cpu_isa_name(ISAS[i]));
@@ -387,11 +444,12 @@ Test(gemm_exact, thread_count_invariance) {
           XTE_DTYPE_E4M3);
   tq_make(&qb, xb, N, K, XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK, XTE_SCALE_LAYOUT_COMPACT,
           XTE_DTYPE_E5M2);
-  cr_assert_eq(xte_cpu_set_isa(XTE_CPU_ISA_SCALAR), XTE_SUCCESS);
+  o_isa_start();
+  cr_assert_eq(xte_cpu_set_isa(XTE_CPU_ISA_SCALAR), XTE_SUCCESS); /* the reference */
   xte_cpu_set_num_threads(1);
   cr_assert_eq(xte_gemm(&qa.q, &qb.q, NULL, &D1, NULL, NULL), XTE_SUCCESS);
   for (ii = 0; ii < NISA; ii++) {
-    if (xte_cpu_set_isa(ISAS[ii]) == XTE_ERROR_UNSUPPORTED) continue;
+    if (o_set_isa(ISAS[ii]) == XTE_ERROR_UNSUPPORTED) continue;
     cr_assert_eq(xte_cpu_get_isa(), ISAS[ii]);
     for (i = 0; i < 4; i++) {
       cr_assert_eq(xte_cpu_set_num_threads(nt[i]), XTE_SUCCESS);

@@ -10,9 +10,7 @@ static const xte_cpu_isa ISAS[] = {XTE_CPU_ISA_SCALAR, XTE_CPU_ISA_AVX2, XTE_CPU
                                    XTE_CPU_ISA_AVX512_SIMDE};
 
 static void reset_isa(void) {
-  int i;
-  for (i = XTE_CPU_ISA_AVX512; i >= 0; i--)
-    if (xte_cpu_set_isa((xte_cpu_isa)i) == XTE_SUCCESS) break;
+  o_reset_isa();
 }
 
 #define CANARY 0x7F7F7F01u
@@ -78,7 +76,7 @@ static void run_m_grouped(int masked, int trans_b, xte_dtype db) {
     xte_tensor D = xte_tensor_2d(d, XTE_DTYPE_FP32, rows, N);
     xte_tensor mt = xte_tensor_1d(mm, XTE_DTYPE_INT32, G);
     int64_t i;
-    if (xte_cpu_set_isa(ISAS[ii]) != XTE_SUCCESS) continue;
+    if (o_set_isa(ISAS[ii]) != XTE_SUCCESS) continue;
     memset(&gr, 0, sizeof gr);
     gr.kind = masked ? XTE_GEMM_GROUPED_MASKED : XTE_GEMM_GROUPED_CONTIGUOUS;
     gr.num_groups = G;
@@ -164,7 +162,7 @@ Test(gemm_grouped, k_grouped_wgrad) {
     xte_gemm_config cfg = xte_gemm_config_default();
     xte_tensor C = xte_tensor_2d(c, XTE_DTYPE_FP32, G * M, N);
     xte_tensor D = xte_tensor_2d(d, XTE_DTYPE_FP32, G * M, N);
-    if (xte_cpu_set_isa(ISAS[ii]) != XTE_SUCCESS) continue;
+    if (o_set_isa(ISAS[ii]) != XTE_SUCCESS) continue;
     memset(&gr, 0, sizeof gr);
     gr.kind = XTE_GEMM_GROUPED_K;
     gr.num_groups = G;
@@ -271,4 +269,50 @@ Test(gemm_grouped, masked_m_out_of_range) {
   tq_free(&qb);
   free(xa);
   free(xb);
+}
+
+/* K-grouped D is [G * M, N]: G * M past int64 wrapped (2^24 groups of 2^40 rows: 2^64 = 0), so a
+ * D with no rows passed the shape check and the backend ran groups of 2^40 rows. Now SHAPE,
+ * naming num_groups, before anything is read or written. A's data is never dereferenced by the
+ * checks: a small buffer stands for it. */
+Test(gemm_grouped, k_grouped_row_count_overflow) {
+  enum { N = 4, K = 128 };
+  const int64_t G = (int64_t)1 << 24, M = (int64_t)1 << 40;
+  static uint8_t fake_a[256];
+  static float fake_as[64];
+  float *xb = o_random(N, K, 5);
+  int64_t *sizes = calloc((size_t)G, sizeof(int64_t));
+  uint32_t d[64];
+  xte_tensor D = xte_tensor_2d(d, XTE_DTYPE_FP32, 0, N);
+  xte_qtensor A;
+  tq qb;
+  xte_gemm_groups gr;
+  xte_status st;
+  int i;
+  cr_assert(sizes);
+  sizes[0] = K;
+  memset(&A, 0, sizeof A);
+  A.rowwise = xte_tensor_2d(fake_a, XTE_DTYPE_E4M3, M, K);
+  A.rowwise_scale_inv.data = fake_as;
+  A.rowwise_scale_inv.dtype = XTE_DTYPE_FP32;
+  A.rowwise_scale_inv.rows = M;
+  A.rowwise_scale_inv.cols = 1;
+  A.rowwise_scale_inv.layout = XTE_SCALE_LAYOUT_COMPACT;
+  A.scaling_mode = XTE_SCALING_BLOCK_1x128;
+  A.recipe = XTE_RECIPE_TE_BLOCK;
+  cr_assert_eq(tq_make(&qb, xb, N, K, XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK,
+                       XTE_SCALE_LAYOUT_COMPACT, XTE_DTYPE_E4M3),
+               XTE_SUCCESS);
+  memset(&gr, 0, sizeof gr);
+  gr.kind = XTE_GEMM_GROUPED_K;
+  gr.num_groups = (int)G;
+  gr.group_sizes = sizes;
+  for (i = 0; i < 64; i++) d[i] = CANARY;
+  st = xte_gemm_grouped(&A, &qb.q, NULL, &D, &gr, NULL, NULL);
+  cr_expect_eq(st, XTE_ERROR_SHAPE, "got %s (%s)", xte_status_string(st), xte_last_error());
+  cr_expect(strstr(xte_last_error(), "num_groups") != NULL, "message: %s", xte_last_error());
+  for (i = 0; i < 64; i++) cr_assert_eq(d[i], CANARY, "output written at %d", i);
+  tq_free(&qb);
+  free(xb);
+  free(sizes);
 }

@@ -171,6 +171,28 @@ static inline void o_gemm(const lop *A, const lop *B, const ocfg *cf, void *D) {
     }
 }
 
+/* ---------------------------------------------------------------- ISAs
+ * Tests that sweep the ISAs themselves go through o_set_isa: every ISA this machine and build run,
+ * or, when XTE_CPU_ISA names one (ctest's per-ISA runs), that one only; o_reset_isa returns to the
+ * ISA the process started with (the environment's choice). */
+static int o_isa0 = -1;
+
+/* Records the ISA in use (first call only): call before any xte_cpu_set_isa */
+static inline void o_isa_start(void) {
+  if (o_isa0 < 0) o_isa0 = (int)xte_cpu_get_isa();
+}
+
+static inline xte_status o_set_isa(xte_cpu_isa isa) {
+  const char *env = getenv("XTE_CPU_ISA");
+  o_isa_start();
+  if (env && *env && strcmp(env, xte_cpu_isa_name(isa)) != 0) return XTE_ERROR_UNSUPPORTED;
+  return xte_cpu_set_isa(isa);
+}
+
+static inline void o_reset_isa(void) {
+  if (o_isa0 >= 0) (void)xte_cpu_set_isa((xte_cpu_isa)o_isa0);
+}
+
 /* ---------------------------------------------------------------- quantized inputs */
 static inline uint64_t o_rng(uint64_t *s) {
   *s ^= *s << 13;

@@ -195,6 +195,14 @@ Test(bad_input, quantize_shapes) {
   F.q.columnwise_scale_inv.rows = 1;
   F.q.columnwise_scale_inv.cols = K_;
   QFAIL(XTE_ERROR_SHAPE, "out->columnwise_scale_inv");
+  /* rows x cols past int64: more than any layout needs, not the layout's shape (the product
+   * wrapped to 0 before, "too small") */
+  F.q.rowwise_scale_inv.rows = (int64_t)1 << 32;
+  F.q.rowwise_scale_inv.cols = (int64_t)1 << 32;
+  QFAIL(XTE_ERROR_SHAPE, "out->rowwise_scale_inv");
+  F.q.columnwise_scale_inv.rows = INT64_MAX;
+  F.q.columnwise_scale_inv.cols = 3;
+  QFAIL(XTE_ERROR_SHAPE, "out->columnwise_scale_inv");
 }
 
 Test(bad_input, quantize_alignment) {
@@ -205,6 +213,17 @@ Test(bad_input, quantize_alignment) {
   QFAIL(XTE_ERROR_ALIGNMENT, "out->columnwise_scale_inv");
   F.x.data = (char *)F.in + 1;
   QFAIL(XTE_ERROR_ALIGNMENT, "input");
+  /* the optional fp32 outputs (inside F.amax / F.scale, whose canaries must survive) */
+  F.q.amax = (float *)(void *)((char *)&F.amax + 1);
+  QFAIL(XTE_ERROR_ALIGNMENT, "out->amax");
+  F.q.amax = (float *)(void *)((char *)&F.amax + 2);
+  QFAIL(XTE_ERROR_ALIGNMENT, "out->amax");
+  F.q.recipe = XTE_RECIPE_TE_CURRENT;
+  F.q.scaling_mode = XTE_SCALING_PER_TENSOR;
+  F.q.rowwise_scale_inv.rows = F.q.rowwise_scale_inv.cols = 1;
+  F.q.columnwise_scale_inv.rows = F.q.columnwise_scale_inv.cols = 1;
+  F.q.scale = (float *)(void *)((char *)&F.scale + 3);
+  QFAIL(XTE_ERROR_ALIGNMENT, "out->scale");
 }
 
 Test(bad_input, quantize_modes_recipes_layouts) {
@@ -277,6 +296,8 @@ Test(bad_input, quantize_config) {
   F.cfg.saturate = -1;
   QFAIL(XTE_ERROR_INVALID_ARGUMENT, "saturate");
   F.cfg.force_pow_2 = 7;
+  QFAIL(XTE_ERROR_INVALID_ARGUMENT, "force_pow_2");
+  F.cfg.force_pow_2 = -2; /* -1 is the recipe's default */
   QFAIL(XTE_ERROR_INVALID_ARGUMENT, "force_pow_2");
   F.cfg.amax_epsilon = -1.0f;
   QFAIL(XTE_ERROR_INVALID_ARGUMENT, "amax_epsilon");
@@ -444,8 +465,10 @@ Test(bad_input, cast) {
   CFAIL(xte_cast(&x, &y, 1, NULL), XTE_ERROR_NULL_POINTER, "out");
   x.dtype = XTE_DTYPE_INT32;
   CFAIL(xte_cast(&x, &y, 1, NULL), XTE_ERROR_DTYPE, "input");
-  y.dtype = XTE_DTYPE_E8M0;
+  y.dtype = XTE_DTYPE_INT64;
   CFAIL(xte_cast(&x, &y, 1, NULL), XTE_ERROR_DTYPE, "out");
+  x.dtype = XTE_DTYPE_UINT8;
+  CFAIL(xte_cast(&x, &y, 1, NULL), XTE_ERROR_DTYPE, "input");
   y.dtype = (xte_dtype)123;
   CFAIL(xte_cast(&x, &y, 1, NULL), XTE_ERROR_DTYPE, "out");
   y.shape[0] = 63;
@@ -514,7 +537,61 @@ Test(bad_input, quantize_scale_shape) {
   SFAIL(xte_quantize_scale_shape(4, 4, XTE_SCALING_MXFP8_1x32, XTE_RECIPE_MX_TE,
                                  XTE_SCALE_LAYOUT_TE_GEMM, 1, &r, &c),
         XTE_ERROR_UNSUPPORTED, "layout");
+  SFAIL(xte_quantize_scale_shape(4, 4, XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK,
+                                 XTE_SCALE_LAYOUT_COMPACT, 5, &r, &c),
+        XTE_ERROR_INVALID_ARGUMENT, "columnwise");
+  SFAIL(xte_quantize_scale_shape(4, 4, XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK,
+                                 XTE_SCALE_LAYOUT_COMPACT, -1, &r, &c),
+        XTE_ERROR_INVALID_ARGUMENT, "columnwise");
 #undef SFAIL
+}
+
+/* Shapes past int64 arithmetic (ceil(M / 128) as (M + 127) / 128 wrapped to negative rows and
+ * cols with XTE_SUCCESS) or past the tensor limits (2^40 per dimension, 2^50 elements): SHAPE,
+ * naming M and K, rows / cols untouched; the largest shapes a tensor can have still work. */
+Test(bad_input, quantize_scale_shape_overflow) {
+  const xte_scaling_mode modes[] = {XTE_SCALING_PER_TENSOR, XTE_SCALING_BLOCK_1x128,
+                                    XTE_SCALING_BLOCK_128x128, XTE_SCALING_MXFP8_1x32};
+  const xte_recipe recipes[] = {XTE_RECIPE_TE_CURRENT, XTE_RECIPE_TE_BLOCK, XTE_RECIPE_MTFP8,
+                                XTE_RECIPE_MX_TE};
+  const int64_t big[][2] = {{INT64_MAX, 4},
+                            {4, INT64_MAX},
+                            {INT64_MAX, INT64_MAX},
+                            {INT64_MAX - 100, 1},
+                            {((int64_t)1 << 40) + 1, 1},
+                            {1, ((int64_t)1 << 40) + 1},
+                            {(int64_t)1 << 30, ((int64_t)1 << 20) + 1},
+                            {(int64_t)1 << 62, (int64_t)1 << 62}};
+  size_t i, j;
+  int lay, col;
+  int64_t r, c;
+  for (i = 0; i < sizeof modes / sizeof modes[0]; i++)
+    for (lay = 0; lay < XTE_SCALE_LAYOUT_COUNT; lay++)
+      for (col = 0; col < 2; col++) {
+        int mx = recipes[i] == XTE_RECIPE_MX_TE;
+        if (mx ? (lay == XTE_SCALE_LAYOUT_TE_GEMM || lay == XTE_SCALE_LAYOUT_DEEPGEMM)
+               : lay == XTE_SCALE_LAYOUT_MX_SWIZZLED)
+          continue;
+        for (j = 0; j < sizeof big / sizeof big[0]; j++) {
+          r = c = -77;
+          expect_fail_at(xte_quantize_scale_shape(big[j][0], big[j][1], modes[i], recipes[i],
+                                                  (xte_scale_layout)lay, col, &r, &c),
+                         XTE_ERROR_SHAPE, "M =", "xte_quantize_scale_shape", (int)j);
+          cr_expect(r == -77 && c == -77, "mode %d layout %d col %d case %zu: rows / cols written",
+                    (int)modes[i], lay, col, j);
+        }
+        /* the limits themselves: [2^40, 2^10] and [2^10, 2^40] */
+        for (j = 0; j < 2; j++) {
+          int64_t M = j ? (int64_t)1 << 10 : (int64_t)1 << 40, K = j ? (int64_t)1 << 40 : 1024;
+          r = c = -77;
+          cr_expect_eq(xte_quantize_scale_shape(M, K, modes[i], recipes[i], (xte_scale_layout)lay,
+                                                col, &r, &c),
+                       XTE_SUCCESS, "mode %d layout %d col %d: %s", (int)modes[i], lay, col,
+                       xte_last_error());
+          cr_expect(r > 0 && c > 0 && r <= INT64_MAX / c, "mode %d layout %d col %d: [%lld, %lld]",
+                    (int)modes[i], lay, col, (long long)r, (long long)c);
+        }
+      }
 }
 
 /* ------------------------------------------------------------------ core entry points */

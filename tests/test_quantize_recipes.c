@@ -223,7 +223,7 @@ static void gen_input(void *buf, xte_dtype d, int64_t M, int64_t K, unsigned see
 
 typedef struct ocfg {
   float eps;
-  int pow2, sat;
+  int pow2, sat; /* pow2 -1: the recipe's default (TE_BLOCK 1, TE_CURRENT 0) */
   float delayed;
 } ocfg;
 
@@ -253,17 +253,22 @@ static oscale oracle_scale(xte_recipe r, float amax, int fmt, const ocfg *c, xte
   o.e8m0 = 0;
   switch (r) {
     case XTE_RECIPE_TE_BLOCK:
-    case XTE_RECIPE_TE_CURRENT:
+    case XTE_RECIPE_TE_CURRENT: {
+      /* TE: current scaling falls back to FLT_MAX for every input dtype, the block kernels to
+       * the input dtype's max; both round down to a power of two when asked (by default only the
+       * block recipe) */
+      int pow2 = c->pow2 < 0 ? r == XTE_RECIPE_TE_BLOCK : c->pow2;
       if (amax < c->eps) amax = c->eps;
       if (isinf(amax) || amax == 0.0f || isnan(amax)) {
         o.scale = 1.0f;
       } else {
         o.scale = fmax / amax;
-        if (isinf(o.scale)) o.scale = in_dtype_max(in);
-        if (r == XTE_RECIPE_TE_BLOCK && c->pow2) o.scale = pow2_floor(o.scale);
+        if (isinf(o.scale)) o.scale = r == XTE_RECIPE_TE_CURRENT ? FLT_MAX : in_dtype_max(in);
+        if (pow2) o.scale = pow2_floor(o.scale);
       }
       o.scale_inv = 1.0f / o.scale;
       return o;
+    }
     case XTE_RECIPE_TE_DELAYED:
       o.scale = c->delayed;
       o.scale_inv = 1.0f / c->delayed;
@@ -609,9 +614,21 @@ Test(recipes, mx_ocp) {
 }
 Test(recipes, te_current) {
   ocfg c = DEFAULT_CFG;
+  c.pow2 = -1; /* the default: no power-of-two rounding (TE's Float8CurrentScaling) */
   sweep(XTE_RECIPE_TE_CURRENT, &c, 3);
   c.eps = 1e3f; /* raises small tensors' amax */
   sweep(XTE_RECIPE_TE_CURRENT, &c, 1);
+}
+Test(recipes, te_current_pow2) {
+  ocfg c = DEFAULT_CFG; /* force_pow_2 = 1 */
+  sweep(XTE_RECIPE_TE_CURRENT, &c, 3);
+  c.pow2 = 0;
+  sweep(XTE_RECIPE_TE_CURRENT, &c, 2);
+}
+Test(recipes, te_block_default_pow2) {
+  ocfg c = DEFAULT_CFG;
+  c.pow2 = -1; /* the default: power-of-two scales (TE's Float8BlockScaling) */
+  sweep(XTE_RECIPE_TE_BLOCK, &c, 1);
 }
 Test(recipes, te_delayed) {
   ocfg c = DEFAULT_CFG;
@@ -740,4 +757,135 @@ Test(recipes, anchors_scales) {
   cr_expect_eq(sinv, ldexpf(1.0f, -127));
   quant_row(x, 128, XTE_RECIPE_TE_BLOCK, XTE_SCALING_BLOCK_1x128, 0, 1, 0, 1.0f, q, &sinv, NULL);
   cr_expect_eq(sinv, 1.0f / FLT_MAX);
+}
+
+/* ------------------------------------------------------------------ TE_CURRENT against fp64 */
+
+/* largest power of two <= v (v > 0, finite), by repeated doubling / halving */
+static double p2_floor_d(double v) {
+  double p = 1.0;
+  while (p * 2.0 <= v) p *= 2.0;
+  while (p > v) p *= 0.5;
+  return p;
+}
+
+/* TE's per-tensor current scaling (nvte_compute_scale_from_amax) restated in fp64: amax raised
+ * to eps; 0 or inf -> 1; fp8_max / amax rounded once to fp32 (the fp64 quotient of two fp32
+ * values rounds to the same fp32), FLT_MAX when that rounding passes FLT_MAX (at or past
+ * 2^128 - 2^103), whatever the input dtype; then optionally the power of two at or below. */
+static float current_scale_d(double amax, double fmax, double eps, int pow2) {
+  double q;
+  if (amax < eps) amax = eps;
+  if (amax == 0.0 || isinf(amax)) return 1.0f;
+  q = fmax / amax;
+  if (q >= ldexp(1.0, 128) - ldexp(1.0, 103)) q = (double)FLT_MAX;
+  q = (double)(float)q;
+  if (pow2) q = p2_floor_d(q);
+  return (float)q;
+}
+
+/* Per-tensor TE_CURRENT of small tensors whose amax is tiny (fp8_max / amax overflows fp32 for
+ * fp32 and bf16 inputs), at the overflow edge, zero, inf, all-NaN (amax 0: NaN never wins) and
+ * ordinary, with force_pow_2 -1 (default: off), 0 and 1: scale output, stored scale_inv, amax and
+ * the codes, against the fp64 restatement (on every ISA). */
+Test(recipes, te_current_edges_fp64) {
+  enum { NC = 40 };
+  const float tiny[3] = {ldexpf(1.0f, -149), ldexpf(1.0f, -133), ldexpf(1.0f, -24)};
+  const xte_cpu_isa saved = xte_cpu_get_isa();
+  float vals[NC], X[NC], sinv, scale_out, amax;
+  uint16_t in16[NC];
+  uint32_t in32[NC];
+  uint8_t q[NC], want[NC];
+  int di, fmt, pc, cs, i, isa;
+  long fails = 0;
+  fp8_tables();
+  for (isa = 0; isa < XTE_CPU_ISA_COUNT; isa++) {
+    if (xte_cpu_set_isa((xte_cpu_isa)isa) != XTE_SUCCESS) continue;
+    for (di = 0; di < 3; di++)
+      for (fmt = 0; fmt < 2; fmt++)
+        for (pc = -1; pc <= 1; pc++)
+          for (cs = 0; cs < 9; cs++) {
+            const xte_dtype dt = IN_DT[di];
+            const double fmax = fmt == 0 ? 448.0 : 57344.0;
+            double am = 0.0;
+            float want_scale, want_sinv;
+            xte_qtensor qt;
+            xte_quant_config cfg = xte_quant_config_default();
+            xte_tensor x;
+            for (i = 0; i < NC; i++) {
+              float v;
+              switch (cs) {
+                case 0: /* the dtype's smallest subnormal */
+                  v = (i & 1 ? -1.0f : 1.0f) * tiny[di];
+                  break;
+                case 1: /* a few times it, and zeros */
+                  v = (float)(i % 4) * tiny[di];
+                  break;
+                case 2: /* fp8_max / amax just past FLT_MAX (fp32 / bf16: 2^-120 * 1.75) */
+                  v = i == 7 ? ldexpf(1.75f, -120) : 0.0f;
+                  break;
+                case 3: /* just inside */
+                  v = i == 7 ? ldexpf(1.0f, -118) : -0.0f;
+                  break;
+                case 4: /* all zeros, signed */
+                  v = i & 1 ? -0.0f : 0.0f;
+                  break;
+                case 5: /* an inf */
+                  v = i == 3 ? -INFINITY : 1.5f;
+                  break;
+                case 6: /* all NaN: amax 0 */
+                  v = NAN;
+                  break;
+                case 7: /* NaN and tiny values */
+                  v = i % 3 ? NAN : 3.0f * tiny[di];
+                  break;
+                default: /* ordinary */
+                  v = (float)(i - 17) * 0.37f;
+                  break;
+              }
+              vals[i] = v;
+            }
+            for (i = 0; i < NC; i++) {
+              uint32_t b = in_encode(vals[i], dt);
+              X[i] = in_decode(b, dt);
+              if (dt == XTE_DTYPE_FP32)
+                in32[i] = b;
+              else
+                in16[i] = (uint16_t)b;
+              if (!isnan(X[i]) && fabs((double)X[i]) > am) am = fabs((double)X[i]);
+            }
+            want_scale = current_scale_d(am, fmax, 0.0, pc == 1);
+            want_sinv = (float)(1.0 / (double)want_scale);
+            for (i = 0; i < NC; i++)
+              want[i] = fp8_encode((float)((double)X[i] * (double)want_scale), fmt, 1);
+            memset(&qt, 0, sizeof qt);
+            qt.rowwise = xte_tensor_2d(q, fmt == 0 ? XTE_DTYPE_E4M3 : XTE_DTYPE_E5M2, 1, NC);
+            qt.rowwise_scale_inv.data = &sinv;
+            qt.rowwise_scale_inv.dtype = XTE_DTYPE_FP32;
+            qt.rowwise_scale_inv.rows = qt.rowwise_scale_inv.cols = 1;
+            qt.scaling_mode = XTE_SCALING_PER_TENSOR;
+            qt.recipe = XTE_RECIPE_TE_CURRENT;
+            qt.amax = &amax;
+            qt.scale = &scale_out;
+            cfg.force_pow_2 = pc;
+            x = xte_tensor_2d(dt == XTE_DTYPE_FP32 ? (void *)in32 : (void *)in16, dt, 1, NC);
+            cr_assert_eq(xte_quantize(&x, &qt, &cfg, NULL), XTE_SUCCESS, "%s", xte_last_error());
+            if (fbits(scale_out) != fbits(want_scale) || fbits(sinv) != fbits(want_sinv) ||
+                (double)amax != am || memcmp(q, want, NC) != 0) {
+              if (fails++ < 8)
+                cr_log_error(
+                    "%s %s<-%s pow2 %d case %d: scale %a (want %a) scale_inv %a (want "
+                    "%a) amax %a (want %a) codes %s",
+                    xte_cpu_isa_name((xte_cpu_isa)isa), fmt ? "e5m2" : "e4m3", xte_dtype_name(dt),
+                    pc, cs, (double)scale_out, (double)want_scale, (double)sinv, (double)want_sinv,
+                    (double)amax, am, memcmp(q, want, NC) ? "differ" : "match");
+            }
+          }
+  }
+  xte_cpu_set_isa(saved);
+  /* the restatement's own anchors: bf16's tiny amax gives FLT_MAX (not bf16's 0x1.FEp127) */
+  cr_expect_eq(current_scale_d(ldexp(1.0, -133), 448.0, 0.0, 0), FLT_MAX);
+  cr_expect_eq(current_scale_d(ldexp(1.0, -133), 448.0, 0.0, 1), ldexpf(1.0f, 127));
+  cr_expect_eq(current_scale_d(3.0, 448.0, 0.0, 1), 128.0f);
+  cr_expect_eq(fails, 0, "%ld failing cases", fails);
 }

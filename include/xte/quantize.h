@@ -71,7 +71,7 @@ typedef struct xte_qtensor {
   xte_scaling_mode scaling_mode;
   xte_recipe recipe;
   /* optional output: max |x| of the whole input (fmaxf: NaN never wins). Lives on the
-   * stream's backend (a device pointer on a GPU stream). */
+   * stream's backend (a device pointer on a GPU stream); 4-byte aligned, as scale. */
   float *amax;
   /* per-tensor only. TE_DELAYED: the input scale, read on the HOST before the launch.
    * TE_CURRENT: optional output of the scale used, on the stream's backend. */
@@ -80,14 +80,18 @@ typedef struct xte_qtensor {
 
 typedef struct xte_quant_config {
   float amax_epsilon; /* TE recipes: amax is raised to at least this (default 0) */
-  int force_pow_2;    /* TE_BLOCK: round scales down to powers of two (default 1) */
-  int saturate;       /* 1 (default, as TE): overflow -> +-max; 0: NaN (e4m3) / inf (e5m2) */
+  /* TE_BLOCK and TE_CURRENT: round scales down to powers of two (1) or not (0); -1 (default):
+   * the recipe's TransformerEngine default, 1 for TE_BLOCK (Float8BlockScaling), 0 for
+   * TE_CURRENT (Float8CurrentScaling). Other recipes ignore it. */
+  int force_pow_2;
+  int saturate; /* 1 (default, as TE): overflow -> +-max; 0: NaN (e4m3) / inf (e5m2) */
 } xte_quant_config;
 
 XTE_API xte_quant_config xte_quant_config_default(void);
 
 /* Shape of the scale buffer for an [M, K] input: the rowwise one (columnwise = 0) or the
- * columnwise copy's. fp32 for all recipes but the MX ones (E8M0, one byte). */
+ * columnwise copy's (columnwise = 1). fp32 for all recipes but the MX ones (E8M0, one byte).
+ * M and K within the tensor limits (each <= 2^40, M * K <= 2^50), else XTE_ERROR_SHAPE. */
 XTE_API xte_status xte_quantize_scale_shape(int64_t M, int64_t K, xte_scaling_mode mode,
                                             xte_recipe recipe, xte_scale_layout layout,
                                             int columnwise, int64_t *rows, int64_t *cols);
@@ -103,8 +107,11 @@ XTE_API xte_status xte_quantize(const xte_tensor *input, xte_qtensor *out,
 XTE_API xte_status xte_dequantize(const xte_qtensor *input, int columnwise, xte_tensor *out,
                                   xte_stream stream);
 
-/* Elementwise cast between fp32 / bf16 / fp16 / e4m3 / e5m2 (no scaling): RNE; to fp8 with the
- * given saturation rule. Shapes must hold the same number of elements (dense). */
+/* Elementwise cast between fp32 / bf16 / fp16 / e4m3 / e5m2 / e8m0 (no scaling): RNE; to fp8 with
+ * the given saturation rule. E8M0 decodes to 2^(e-127) (0xFF: NaN) and encodes as ml_dtypes'
+ * float8_e8m0fnu: the nearest power of two, ties up; zero, negatives and NaN -> 0xFF; past 2^127
+ * and +inf -> 0xFE when saturating, else 0xFF (docs/numerics.md, section 3). Shapes must hold the
+ * same number of elements (dense). */
 XTE_API xte_status xte_cast(const xte_tensor *input, xte_tensor *out, int saturate,
                             xte_stream stream);
 

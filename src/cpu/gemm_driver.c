@@ -366,9 +366,9 @@ static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
     size_t szsa = sizeof(float) * (size_t)(c.MC * MAX_BLK);
     size_t total = al(szb) * 2 + al(szsb) + al(szw) + (size_t)nt * (al(sza) * 2 + al(szsa));
     char *w = ws_acquire(total), *q;
-    void **ptrs = (void **)calloc((size_t)nt * 3, sizeof(void *));
+    void **ptrs = (void **)xte_aligned_calloc((size_t)nt * 3, sizeof(void *));
     if (!w || !ptrs) {
-      free(ptrs);
+      xte_aligned_free(ptrs);
       ws_release(w);
       return xte_set_error(XTE_ERROR_OUT_OF_MEMORY,
                            "gemm: no memory for %zu bytes of packing buffers", total);
@@ -395,7 +395,7 @@ static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
     }
     for (i = 0; i < g->num_problems; i++)
       run_problem(&c, &g->problems[i], g->masked_m ? g->masked_m[i] : g->problems[i].m);
-    free(ptrs);
+    xte_aligned_free(ptrs);
     ws_release(w);
   }
   return st;

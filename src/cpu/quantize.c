@@ -470,6 +470,9 @@ static void cast_range(void *vctx, int64_t b, int64_t e, int tid) {
       const uint8_t *q = (const uint8_t *)a->in + i;
       int fmt = a->in_dtype == XTE_DTYPE_E4M3 ? XTE_FP8_E4M3 : XTE_FP8_E5M2;
       for (j = 0; j < n; j++) buf[j] = xte_fp8_to_f32(q[j], fmt);
+    } else if (a->in_dtype == XTE_DTYPE_E8M0) {
+      const uint8_t *q = (const uint8_t *)a->in + i;
+      for (j = 0; j < n; j++) buf[j] = xte_e8m0_to_f32(q[j]);
     } else {
       size_t es = a->in_dtype == XTE_DTYPE_FP32 ? 4 : 2;
       k->load_f32((const char *)a->in + (size_t)i * es, in_kind_of(a->in_dtype), n, buf);
@@ -486,6 +489,9 @@ static void cast_range(void *vctx, int64_t b, int64_t e, int tid) {
         break;
       case XTE_DTYPE_E4M3:
         k->cast_fp8(buf, n, XTE_FP8_E4M3, a->saturate, (uint8_t *)a->out + i);
+        break;
+      case XTE_DTYPE_E8M0:
+        for (j = 0; j < n; j++) ((uint8_t *)a->out)[i + j] = xte_f32_to_e8m0(buf[j], a->saturate);
         break;
       default:
         k->cast_fp8(buf, n, XTE_FP8_E5M2, a->saturate, (uint8_t *)a->out + i);

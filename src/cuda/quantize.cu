@@ -268,6 +268,9 @@ __global__ void __launch_bounds__(NT) cast_kernel(xte_cast_args a) {
       case XTE_DTYPE_E5M2:
         v = xte_e5m2_to_f32(((const uint8_t *)a.in)[i]);
         break;
+      case XTE_DTYPE_E8M0:
+        v = xte_e8m0_to_f32(((const uint8_t *)a.in)[i]);
+        break;
       case XTE_DTYPE_BF16:
         v = xte_bf16_to_f32(((const uint16_t *)a.in)[i]);
         break;
@@ -290,6 +293,9 @@ __global__ void __launch_bounds__(NT) cast_kernel(xte_cast_args a) {
         break;
       case XTE_DTYPE_E4M3:
         ((uint8_t *)a.out)[i] = xte_f32_to_e4m3(v, a.saturate);
+        break;
+      case XTE_DTYPE_E8M0:
+        ((uint8_t *)a.out)[i] = xte_f32_to_e8m0(v, a.saturate);
         break;
       default:
         ((uint8_t *)a.out)[i] = xte_f32_to_e5m2(v, a.saturate);

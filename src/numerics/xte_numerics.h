@@ -223,6 +223,23 @@ XTE_HD uint8_t xte_f32_to_e8m0_ceil(float v) {
   return (uint8_t)(e > 0xFEu ? 0xFEu : e);
 }
 
+/* fp32 -> E8M0 (xte_cast), the rule of ml_dtypes' float8_e8m0fnu: the nearest power of two in
+ * [2^-127, 2^127], a tie (x = 1.5 * 2^k) going to the larger one; the significand's top bit
+ * decides, so the code is the biased exponent plus that bit (fp32 subnormals: 2^-126 from
+ * 1.5 * 2^-127 up, else 2^-127). E8M0 has no zero, sign or inf: zero, negatives (-0 too) and NaN
+ * give 0xFF (NaN); a result past 2^127 (x >= 1.5 * 2^127) and +inf give 0xFE (2^127) when
+ * saturating, else 0xFF. */
+XTE_HD uint8_t xte_f32_to_e8m0(float x, int saturate) {
+  uint32_t u = xte_f32_bits(x);
+  uint32_t e = u >> 23, m = u & 0x7FFFFFu; /* u < 2^31 past the first test: e is the exponent */
+  if (u == 0 || u >= 0x7F800001u) return 0xFFu; /* zero, NaN, anything negative */
+  if (u == 0x7F800000u) return (uint8_t)(saturate ? 0xFEu : 0xFFu);
+  if (e == 0) return (uint8_t)(m >= 0x600000u ? 1u : 0u);
+  e += m >> 22;
+  if (e > 0xFEu) return (uint8_t)(saturate ? 0xFEu : 0xFFu);
+  return (uint8_t)e;
+}
+
 /* ---------------------------------------------------------------- block amax */
 
 /* Running amax update: max |x| with fmaxf semantics (NaN never wins). */
@@ -250,10 +267,13 @@ XTE_HD float xte_input_dtype_max(int in_kind) {
   return xte_bits_f32(0x7F7FFFFFu); /* FLT_MAX */
 }
 
-/* 1. TransformerEngine Float8BlockScaling (and per-tensor current scaling, recipe 6, with the
- * same guards): eps clamp, degenerate amax -> 1, 448/amax (RNE division), inf -> input max,
- * optional power-of-two rounding down, scale_inv = 1/scale. */
-XTE_HD xte_block_scale xte_scale_te(float amax, int fmt, float eps, int force_pow_2, int in_kind) {
+/* 1. TransformerEngine's compute_scale_from_amax: Float8BlockScaling and per-tensor current
+ * scaling (Float8CurrentScaling): eps clamp, degenerate amax -> 1, 448/amax (RNE division),
+ * inf -> inf_scale, optional power-of-two rounding down, scale_inv = 1/scale. inf_scale is
+ * FLT_MAX for current scaling whatever the input dtype, and the input dtype's max for the block
+ * recipe (TE's block kernels), xte_quant_te_inf_scale in xte_kernel_args.h. */
+XTE_HD xte_block_scale xte_scale_te(float amax, int fmt, float eps, int force_pow_2,
+                                    float inf_scale) {
   xte_block_scale r;
   float scale;
   if (amax < eps) amax = eps;
@@ -261,7 +281,7 @@ XTE_HD xte_block_scale xte_scale_te(float amax, int fmt, float eps, int force_po
     scale = 1.0f;
   } else {
     scale = xte_fp8_max(fmt) / amax;
-    if (xte_f32_isinf(scale)) scale = xte_input_dtype_max(in_kind);
+    if (xte_f32_isinf(scale)) scale = inf_scale;
     if (force_pow_2) scale = xte_bits_f32(xte_f32_bits(scale) & 0xFF800000u);
   }
   r.scale = scale;

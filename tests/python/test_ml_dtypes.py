@@ -1,6 +1,7 @@
-"""External oracle: xte_cast and the TE / DeepGEMM block recipes of libxte, through ctypes,
-against ml_dtypes (float8_e4m3fn, float8_e5m2, bfloat16, float8_e8m0fnu) and numpy
-re-statements of docs/numerics.md (sections 3-4).
+"""External oracle: xte_cast (E8M0 both ways included), TE's per-tensor current scaling and the
+TE / DeepGEMM block recipes of libxte, through ctypes, against ml_dtypes (float8_e4m3fn,
+float8_e5m2, bfloat16, float8_e8m0fnu) and numpy re-statements of docs/numerics.md
+(sections 3-4).
 
 ml_dtypes does not saturate (465 -> NaN, inf -> NaN in e4m3fn), so the saturating expectations
 clamp to +-448 / +-57344 before converting. NaN results are compared as NaN.
@@ -23,10 +24,10 @@ E8M0 = ml_dtypes.float8_e8m0fnu
 # xte_dtype
 DT_FP32, DT_FP16, DT_BF16, DT_E4M3, DT_E5M2, DT_E8M0 = 0, 1, 2, 3, 4, 5
 NP_OF_DT = {DT_FP32: np.float32, DT_FP16: np.float16, DT_BF16: BF16, DT_E4M3: E4M3,
-            DT_E5M2: E5M2}
+            DT_E5M2: E5M2, DT_E8M0: E8M0}
 # xte_scaling_mode, xte_recipe, xte_scale_layout
-BLOCK_1x128, BLOCK_128x128 = 1, 2
-TE_BLOCK, DEEPGEMM, DEEPGEMM_UE8M0, MX_TE = 2, 3, 4, 6
+PER_TENSOR, BLOCK_1x128, BLOCK_128x128 = 0, 1, 2
+TE_CURRENT, TE_BLOCK, DEEPGEMM, DEEPGEMM_UE8M0, MX_TE = 0, 2, 3, 4, 6
 MXFP8_1x32 = 3
 COMPACT = 0
 MAX_RANK = 8
@@ -170,6 +171,87 @@ def test_all_fp8_decode(lib, in_dt):
     x = np.arange(256, dtype=np.uint8).view(NP_OF_DT[in_dt])
     got = cast(lib, x, in_dt, DT_FP32, 1)
     assert_same(got, x.astype(np.float32), f"{NP_OF_DT[in_dt].__name__} -> fp32")
+
+
+# ------------------------------------------------------------------ E8M0
+
+def test_all_e8m0_decode(lib):
+    """Every E8M0 code to fp32 / bf16 / fp16 as ml_dtypes decodes it (2^(e-127), 0xFF NaN)."""
+    x = np.arange(256, dtype=np.uint8).view(E8M0)
+    for out_dt in (DT_FP32, DT_BF16, DT_FP16):
+        got = cast(lib, x, DT_E8M0, out_dt, 1)
+        assert_same(got, x.astype(np.float32).astype(NP_OF_DT[out_dt]),
+                    f"e8m0 -> {NP_OF_DT[out_dt].__name__}")
+
+
+def expect_e8m0(x32, saturate):
+    """ml_dtypes' float8_e8m0fnu, with saturation: +inf and finite values past 2^127 -> 2^127."""
+    want = x32.astype(E8M0).view(np.uint8).copy()
+    if saturate:
+        over = (x32 >= np.float32(1.5 * 2.0**127)) & ~np.isnan(x32)  # +inf included
+        want[over] = 0xFE
+    return want
+
+
+@pytest.mark.parametrize("saturate", [0, 1])
+def test_e8m0_encode(lib, random_f32, saturate):
+    """fp32 and every bf16 to E8M0 against ml_dtypes: the random values, every exponent with
+    the significands around the ties, every fp32 subnormal, zeros, negatives, inf, NaN."""
+    ex = np.arange(256, dtype=np.uint32)
+    mants = np.array([0, 1, 0x3FFFFF, 0x400000, 0x400001, 0x5FFFFF, 0x600000, 0x600001,
+                      0x7FFFFF], dtype=np.uint32)
+    edges = ((ex[:, None] << 23) | mants[None, :]).ravel()
+    bits = np.concatenate([edges, edges | np.uint32(0x80000000),
+                           np.arange(0, 1 << 23, dtype=np.uint32)])
+    x = np.concatenate([random_f32, bits.view(np.float32),
+                        np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan],
+                                 dtype=np.float32)])
+    got = cast(lib, x, DT_FP32, DT_E8M0, saturate)
+    np.testing.assert_array_equal(got.view(np.uint8), expect_e8m0(x, saturate),
+                                  f"fp32 -> e8m0 sat {saturate}")
+    xb = np.arange(65536, dtype=np.uint16).view(BF16)
+    got = cast(lib, xb, DT_BF16, DT_E8M0, saturate)
+    np.testing.assert_array_equal(got.view(np.uint8), expect_e8m0(xb.astype(np.float32), saturate),
+                                  f"bf16 -> e8m0 sat {saturate}")
+
+
+# ------------------------------------------------------------------ per-tensor current scaling
+
+def xte_quantize_current(lib, x, in_dt, force_pow_2):
+    """TE_CURRENT per-tensor quantize of x to e4m3 (rowwise only): codes, scale_inv, scale."""
+    m, k = x.shape
+    q = QTensor()
+    rq = np.zeros((m, k), dtype=E4M3)
+    s = np.zeros((1, 1), dtype=np.float32)
+    q.rowwise = tensor(rq, DT_E4M3)
+    q.rowwise_scale_inv = ScaleTensor(s.ctypes.data, DT_FP32, 1, 1, COMPACT)
+    q.scaling_mode, q.recipe = PER_TENSOR, TE_CURRENT
+    scale = ctypes.c_float(-1.0)
+    q.scale = ctypes.pointer(scale)
+    cfg = QuantConfig(0.0, force_pow_2, 1)
+    st = lib.xte_quantize(ctypes.byref(tensor(x, in_dt)), ctypes.byref(q), ctypes.byref(cfg), None)
+    assert st == 0, lib.xte_last_error().decode()
+    return rq, s[0, 0], np.float32(scale.value)
+
+
+@pytest.mark.parametrize("force_pow_2", [-1, 0, 1])
+@pytest.mark.parametrize("in_dt", [DT_FP32, DT_BF16, DT_FP16])
+def test_current_scaling(lib, in_dt, force_pow_2):
+    """TE's current scaling: FLT_MAX when 448 / amax overflows, for every input dtype (bf16's tiny
+    amax included); power-of-two scales only when asked (-1: TE's default, off)."""
+    for tiny in (np.float32(2.0**-133), np.float32(2.0**-149), np.float32(2.0**-120 * 1.75),
+                 np.float32(0.0), np.float32(3.0)):
+        x = np.full((2, 40), tiny, dtype=np.float32)
+        x[1, ::2] = -tiny
+        x = x.astype(NP_OF_DT[in_dt])
+        x32 = x.astype(np.float32)
+        rq, sinv, scale = xte_quantize_current(lib, x, in_dt, force_pow_2)
+        want, want_inv = te_scale(np.array([np.fmax.reduce(np.abs(x32).ravel())]), 448.0,
+                                  force_pow_2=force_pow_2 == 1)
+        assert scale.view(np.uint32) == want[0].view(np.uint32), (tiny, scale, want[0])
+        assert sinv.view(np.uint32) == want_inv[0].view(np.uint32), (tiny, sinv, want_inv[0])
+        assert_same(rq.ravel(), expect_fp8((x32 * want[0]).astype(np.float32), E4M3, True).ravel(),
+                    f"current scaling codes, amax {tiny}")
 
 
 # ------------------------------------------------------------------ block recipes

@@ -826,7 +826,7 @@ static inline tesk tesk_make(const xte_quant_args *a) {
   tesk c;
   c.eps = _mm256_set1_ps(a->eps);
   c.fmax = _mm256_set1_ps(xte_fp8_max(a->fmt));
-  c.dmax = _mm256_set1_ps(xte_input_dtype_max(a->in_kind));
+  c.dmax = _mm256_set1_ps(xte_quant_te_inf_scale(a));
   c.one = _mm256_set1_ps(1.0f);
   c.inf = _mm256_castsi256_ps(_mm256_set1_epi32(0x7F800000));
   c.pow2 = xte_quant_te_pow2(a);
