@@ -428,3 +428,31 @@ Test(moe_hostile, empty_tensor_with_huge_row_count, .timeout = 20) {
   cr_assert_eq(xte_swiglu(&x, &y, NULL), XTE_SUCCESS, "%s", xte_last_error());
   cr_assert_eq(xte_dswiglu(&g, &x, &y, NULL), XTE_SUCCESS, "%s", xte_last_error());
 }
+
+/* fuzz_permute found it (UBSan, scripts/sanitize.sh): with 0 input rows the sort-chunks
+ * workspace put its int64 array one byte into the buffer (a misaligned store). */
+Test(moe_hostile, sort_chunks_of_zero_rows) {
+  static float in[4], out[4];
+  static int64_t split[2] = {0, 0}, idx[2] = {1, 0};
+  static int32_t rm[1] = {-7};
+  xte_tensor i = xte_tensor_2d(in, XTE_DTYPE_FP32, 0, 4),
+             o = xte_tensor_2d(out, XTE_DTYPE_FP32, 0, 4);
+  xte_tensor s = xte_tensor_1d(split, XTE_DTYPE_INT64, 2),
+             x = xte_tensor_1d(idx, XTE_DTYPE_INT64, 2);
+  xte_tensor m = xte_tensor_1d(rm, XTE_DTYPE_INT32, 0);
+  cr_assert_eq(xte_moe_sort_chunks_by_index(&i, &s, &x, &o, &m, NULL), XTE_SUCCESS, "%s",
+               xte_last_error());
+  cr_assert_eq(rm[0], -7);
+}
+
+/* fuzz_router found it (UBSan): the aux-score backward has no routing map, and its rows were
+ * addressed from the NULL map pointer. */
+Test(moe_hostile, aux_scores_backward_without_map) {
+  static float gs[2 * 4] = {1, 2, 3, 4, 5, 6, 7, 8},
+                      saved[2 * 4] = {.1f, .2f, .3f, .4f, .25f, .25f, .25f, .25f}, gl[2 * 4];
+  xte_tensor g = xte_tensor_2d(gs, XTE_DTYPE_FP32, 2, 4),
+             s = xte_tensor_2d(saved, XTE_DTYPE_FP32, 2, 4);
+  xte_tensor o = xte_tensor_2d(gl, XTE_DTYPE_FP32, 2, 4);
+  cr_assert_eq(xte_router_aux_scores_backward(&g, &s, NULL, 2, XTE_ROUTER_SOFTMAX, &o, NULL),
+               XTE_SUCCESS, "%s", xte_last_error());
+}

@@ -619,10 +619,11 @@ xte_status xte_cpu_moe_sort_chunks(const xte_sort_chunks_args *a, void *handle) 
                          (long long)R, INT32_MAX);
   {
     /* map: int32 [R] (rounded up to 8 bytes), start, dst: int64 [n], seen: uint8 [n] */
-    size_t off = 0, bytes = 0;
+    /* R <= INT32_MAX: the offset of start is exact (and 0, not xte_moe_ws_bytes' minimum of one
+     * byte, when R = 0: start stays 8-byte aligned) */
+    size_t off = (size_t)((R + 1) / 2) * 8, bytes = 0;
     map = NULL;
-    if (xte_moe_ws_bytes((R + 1) / 2, 8, 0, &off) && xte_moe_ws_bytes(n, 17, (int64_t)off, &bytes))
-      map = (int32_t *)xte_aligned_alloc(bytes);
+    if (xte_moe_ws_bytes(n, 17, (int64_t)off, &bytes)) map = (int32_t *)xte_aligned_alloc(bytes);
     if (!map) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "sort chunks workspace");
     start = (int64_t *)((char *)map + off);
   }

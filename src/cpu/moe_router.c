@@ -533,7 +533,8 @@ xte_status XTE_MOE_NAME(xte_cpu_moe_router_forward)(const xte_router_args *a, vo
 static void router_bwd_row(const xte_router_bwd_args *a, int64_t t) {
   const int E = (int)a->E;
   const float *g = (const float *)a->grad_probs.data + t * a->grad_probs.ld;
-  const uint8_t *m = (const uint8_t *)a->map.data + t * a->map.ld;
+  /* the aux-score backward has no routing map (a->aux): no row pointer into NULL */
+  const uint8_t *m = a->map.data ? (const uint8_t *)a->map.data + t * a->map.ld : NULL;
   const float *s = (const float *)a->saved.data + t * a->saved.ld;
   float dp[MAXE], gx[MAXE], x[MAXE];
   int e;
