@@ -653,3 +653,28 @@ Test(bad_input, streams_memory_and_settings) {
   cr_expect_not_null(xte_cpu_isa_name((xte_cpu_isa)999));
   cr_expect_eq(xte_dtype_size((xte_dtype)999), 0);
 }
+
+/* fuzz_quantize found it: an empty [2^40, 0] tensor walked its 2^40 rows (minutes) in the
+ * per-tensor amax and in dequantize; nothing is to be read or written, so both return at once
+ * (per-tensor current scaling of an empty tensor: amax 0, scale 1). */
+Test(bad_input, empty_tensor_with_huge_row_count, .timeout = 20) {
+  static float x[4], y[4], scale_inv[1], amax = -1.0f, scale = -1.0f;
+  static uint8_t q[4];
+  int64_t M = (int64_t)1 << 40;
+  xte_tensor in = xte_tensor_2d(x, XTE_DTYPE_FP32, M, 0),
+             out = xte_tensor_2d(y, XTE_DTYPE_FP32, M, 0);
+  xte_qtensor qt;
+  xte_quant_config cfg = xte_quant_config_default();
+  memset(&qt, 0, sizeof qt);
+  qt.rowwise = xte_tensor_2d(q, XTE_DTYPE_E4M3, M, 0);
+  qt.rowwise_scale_inv =
+      (xte_scale_tensor){scale_inv, XTE_DTYPE_FP32, 1, 1, XTE_SCALE_LAYOUT_COMPACT};
+  qt.scaling_mode = XTE_SCALING_PER_TENSOR;
+  qt.recipe = XTE_RECIPE_TE_CURRENT;
+  qt.amax = &amax;
+  qt.scale = &scale;
+  cr_assert_eq(xte_quantize(&in, &qt, &cfg, NULL), XTE_SUCCESS, "%s", xte_last_error());
+  cr_expect_eq(amax, 0.0f);
+  cr_expect_eq(scale, 1.0f);
+  cr_assert_eq(xte_dequantize(&qt, 0, &out, NULL), XTE_SUCCESS, "%s", xte_last_error());
+}

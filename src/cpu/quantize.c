@@ -398,7 +398,7 @@ xte_status xte_cpu_quantize(const xte_quant_args *a, void *handle) {
   zero_scales(&a->col_s);
   if (c.per_tensor) {
     if (a->recipe == XTE_RECIPE_TE_CURRENT) {
-      xte_parallel_for(a->M, amax_range, &c);
+      if (a->M > 0 && a->K > 0) xte_parallel_for(a->M, amax_range, &c);
       for (i = 0; i < 256; i++) am = xte_fmaxf(am, c.partial[i]);
       memset(c.partial, 0, sizeof c.partial);
     }
@@ -447,7 +447,8 @@ static void dequant_rows(void *vctx, int64_t b, int64_t e, int tid) {
 
 xte_status xte_cpu_dequantize(const xte_dequant_args *a, void *handle) {
   (void)handle;
-  xte_parallel_for(a->R, dequant_rows, (void *)a);
+  /* an empty [R, 0] copy has nothing to write, however many rows it claims */
+  if (a->R > 0 && a->C > 0) xte_parallel_for(a->R, dequant_rows, (void *)a);
   return XTE_SUCCESS;
 }
 
