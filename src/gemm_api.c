@@ -324,6 +324,8 @@ xte_status xte_gemm_grouped(const xte_qtensor *A, const xte_qtensor *B, const xt
   if (groups->kind == XTE_GEMM_GROUPED_K) {
     int64_t off = 0;
     XTE_CHECK_PTR(groups->group_sizes, "groups->group_sizes");
+    if ((uintptr_t)groups->group_sizes % 8)
+      return xte_set_error(XTE_ERROR_ALIGNMENT, "groups->group_sizes is not 8-byte aligned");
     if (a.K != b.K)
       return xte_set_error(XTE_ERROR_SHAPE,
                            "K mismatch: op(A) is [%lld, %lld], op(B) is [%lld, %lld]",
@@ -378,6 +380,8 @@ xte_status xte_gemm_grouped(const xte_qtensor *A, const xte_qtensor *B, const xt
                            (long long)a.K, (long long)K);
     if (groups->kind == XTE_GEMM_GROUPED_CONTIGUOUS) {
       XTE_CHECK_PTR(groups->group_sizes, "groups->group_sizes");
+      if ((uintptr_t)groups->group_sizes % 8)
+        return xte_set_error(XTE_ERROR_ALIGNMENT, "groups->group_sizes is not 8-byte aligned");
       if (groups->alignment < 0 || groups->alignment > ((int64_t)1 << 30))
         return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
                              "groups->alignment = %lld is outside [0, 2^30]",

@@ -163,6 +163,9 @@ xte_status xte_quantize_scale_shape(int64_t M, int64_t K, xte_scaling_mode mode,
   int64_t r = 0, c = 0;
   XTE_CHECK_PTR(rows, "rows");
   XTE_CHECK_PTR(cols, "cols");
+  if ((uintptr_t)rows % 8 || (uintptr_t)cols % 8)
+    return xte_set_error(XTE_ERROR_ALIGNMENT, "%s is not 8-byte aligned",
+                         (uintptr_t)rows % 8 ? "rows" : "cols");
   XTE_TRY(xte_scale_geom(M, K, mode, recipe, layout, columnwise, &m, &r, &c));
   *rows = r;
   *cols = c;

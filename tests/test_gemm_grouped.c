@@ -228,6 +228,14 @@ Test(gemm_grouped, bad_input_writes_nothing) {
   gr.kind = XTE_GEMM_GROUPED_K; /* K segments not aligned to 128 */
   gr.group_sizes = ksz;
   EXPECT_FAIL(XTE_ERROR_SHAPE);
+  {
+    /* group_sizes (int64, host) 4 bytes off: rejected before it is read */
+    static int64_t spare[G + 1];
+    gr.group_sizes = (const int64_t *)((const char *)spare + 4);
+    EXPECT_FAIL(XTE_ERROR_ALIGNMENT);
+    gr.kind = XTE_GEMM_GROUPED_CONTIGUOUS;
+    EXPECT_FAIL(XTE_ERROR_ALIGNMENT);
+  }
   gr.group_sizes = sizes;
   gr.kind = XTE_GEMM_GROUPED_CONTIGUOUS;
   {

@@ -678,3 +678,19 @@ Test(bad_input, empty_tensor_with_huge_row_count, .timeout = 20) {
   cr_expect_eq(scale, 1.0f);
   cr_assert_eq(xte_dequantize(&qt, 0, &out, NULL), XTE_SUCCESS, "%s", xte_last_error());
 }
+
+/* the two int64 outputs of xte_quantize_scale_shape are checked for alignment like every other
+ * output pointer, and left untouched on error */
+Test(bad_input, quantize_scale_shape_alignment) {
+  static int64_t buf[4];
+  int64_t *mis = (int64_t *)((char *)buf + 4), r = -5;
+  memset(buf, CANARY, sizeof buf);
+  EXPECT_FAIL(xte_quantize_scale_shape(256, 256, XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK,
+                                       XTE_SCALE_LAYOUT_COMPACT, 0, mis, &r),
+              XTE_ERROR_ALIGNMENT, "rows");
+  EXPECT_FAIL(xte_quantize_scale_shape(256, 256, XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK,
+                                       XTE_SCALE_LAYOUT_COMPACT, 0, &r, mis),
+              XTE_ERROR_ALIGNMENT, "cols");
+  cr_expect(all_canary(buf, sizeof buf), "an output byte changed");
+  cr_expect_eq(r, -5);
+}

@@ -720,7 +720,7 @@ static xte_status cpu_attn_bwd(const xte_attn_args *a, void *handle) {
       __builtin_mul_overflow((size_t)nl * 2 + 16, sizeof(float), &bytes))
     return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: D buffer size overflows");
   c.Dbuf = (float *)xte_aligned_alloc(bytes);
-  c.Cbuf = c.Dbuf + nl;
+  c.Cbuf = c.Dbuf ? c.Dbuf + nl : NULL; /* no offset from a NULL pointer */
   st = c.Dbuf ? XTE_SUCCESS
               : xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: out of host memory");
   if (st == XTE_SUCCESS) st = make_q_tasks(&c);

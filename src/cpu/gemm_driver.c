@@ -308,6 +308,18 @@ static char *ws_acquire(size_t bytes) {
   return p ? p : (char *)xte_aligned_alloc(bytes);
 }
 
+/* Test hook (tests/calls/alloc_faults.c): drops the kept workspace when no call holds it. */
+XTE_API void xte_internal_gemm_release_workspace(void);
+void xte_internal_gemm_release_workspace(void) {
+  pthread_mutex_lock(&ws_mu);
+  if (!ws_busy && ws_buf) {
+    xte_aligned_free(ws_buf);
+    ws_buf = NULL;
+    ws_size = 0;
+  }
+  pthread_mutex_unlock(&ws_mu);
+}
+
 static void ws_release(char *p) {
   if (!p) return;
   pthread_mutex_lock(&ws_mu);

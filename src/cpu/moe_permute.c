@@ -507,7 +507,10 @@ static xte_status check_row_map(const xte_unpermute_args *a, const int32_t *slot
   uint8_t *seen = NULL;
   xte_status st = XTE_SUCCESS;
   int64_t t, j;
-  if (xte_moe_ws_bytes((rows + 7) / 8, 1, 0, &nb)) seen = (uint8_t *)xte_aligned_calloc(nb, 1);
+  /* row_map entries are int32: no row past INT32_MAX can be named, so the bitmap never needs
+   * more than 2^31 bits (256 MiB), whatever the rows of the tensor */
+  const int64_t nbits = rows < (int64_t)INT32_MAX + 1 ? rows : (int64_t)INT32_MAX + 1;
+  if (xte_moe_ws_bytes((nbits + 7) / 8, 1, 0, &nb)) seen = (uint8_t *)xte_aligned_calloc(nb, 1);
   if (!seen) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "row_map check workspace");
   for (t = 0; t < T && st == XTE_SUCCESS; t++) {
     const int32_t *rm = (const int32_t *)a->row_map.data + t * a->row_map.ld;

@@ -2,7 +2,9 @@
  *
  * The contract (docs/numerics.md, "Attention"; section 7):
  *  - logits x are in natural units (x = s * scale, softcap, ALiBi); a probability is
- *    p = xte_expf(x - m) with m the running max (forward) or the LSE (backward);
+ *    p = xte_expf(x - m) with m the running max (forward); the backward renormalises its rows:
+ *    u = xte_expf(x - LSE) for dQ (divided by lambda = the row's sum64 of u at the end), then
+ *    p = xte_expf((x - LSE) - logf(lambda)) for dK / dV (docs/numerics.md, section 7);
  *  - KV is processed in blocks of XTE_ATTN_BN = 64 keys, block b holding keys [64 b, 64 b + 64)
  *    of the sequence; a block is processed for row i only when one of its keys is visible to i;
  *  - per processed block (online softmax, fp32):

@@ -18,6 +18,9 @@
 /* Test hooks of src/alloc.c (exported, declared in src/xte_internal.h, not installed). */
 XTE_API void xte_internal_fail_alloc(int64_t nth);
 XTE_API int64_t xte_internal_alloc_count(void);
+/* src/cpu/gemm_driver.c: frees the GEMM packing workspace it keeps between calls, so the next
+ * call allocates it again (and that allocation can be failed too). */
+XTE_API void xte_internal_gemm_release_workspace(void);
 
 #define MAX_REPORTS 4 /* failure messages printed per case and thread count */
 #define MAX_N 100000  /* no case makes this many allocations */
@@ -53,6 +56,7 @@ static int run_case(int ci, int threads) {
   }
   ref = (uint8_t *)malloc(calls_out_bytes(&c) + 1);
   calls_fill_sentinel(&c);
+  xte_internal_gemm_release_workspace();
   xte_internal_fail_alloc(-1);
   st = k->run(&c);
   allocs = xte_internal_alloc_count();
@@ -69,6 +73,7 @@ static int run_case(int ci, int threads) {
     int64_t cnt;
     const char *msg;
     calls_fill_sentinel(&c);
+    xte_internal_gemm_release_workspace();
     xte_internal_fail_alloc(n);
     st = k->run(&c);
     msg = xte_last_error();
