@@ -154,18 +154,31 @@ static int same_bits(float x, float y) {
   return a == b;
 }
 
-/* Compares n floats; returns the number differing, printing the first. */
-static int64_t cmp(const char *what, const char *isa, const float *got, const float *want,
-                   int64_t n) {
+/* Expects n floats to have the documented bits; prints the first that differs. */
+static void expect_same(const char *name, const char *out, const char *isa, const float *got,
+                        const float *want, int64_t n) {
   int64_t i, bad = 0;
   for (i = 0; i < n; i++)
     if (!same_bits(got[i], want[i])) {
       if (bad == 0)
-        fprintf(stderr, "%s (%s): [%lld] xte %a, documented order %a\n", what, isa, (long long)i,
-                got[i], want[i]);
+        fprintf(stderr, "%s: %s (%s): [%lld] xte %a, documented order %a\n", name, out, isa,
+                (long long)i, got[i], want[i]);
       bad++;
     }
-  return bad;
+  cr_expect_eq(bad, 0, "%s: %s (%s): %lld elements differ from the documented order", name, out,
+               isa, (long long)bad);
+}
+
+/* The per-sequence context of sequence b. */
+static ctx seq_ctx(const adata *d, const acase *cs, int64_t b) {
+  ctx c;
+  c.d = d;
+  c.b = b;
+  c.lq = ta_lq(d, b);
+  c.lkv = ta_lkv(d, b);
+  c.off = c.lkv - c.lq;
+  c.scale = cs->scale != 0.0f ? cs->scale : 1.0f / sqrtf((float)cs->dqk);
+  return c;
 }
 
 static float lse_of(const ctx *c, int64_t i, int64_t h) {
@@ -276,8 +289,7 @@ static void check_case(const acase *cs, const char *name) {
     xte_status st = xte_cpu_set_isa(isas[k]);
     adata d;
     float *o, *lse, *dq, *dk, *dv;
-    int64_t b, h, i, cc, bad;
-    char what[200];
+    int64_t b, h, i, cc;
     if (st == XTE_ERROR_UNSUPPORTED) {
       printf("attention order: %s: ISA %s cannot run here: skipped\n", name, isa);
       continue;
@@ -293,13 +305,7 @@ static void check_case(const acase *cs, const char *name) {
     dv = (float *)calloc((size_t)d.nv + 1, 4);
     for (i = 0; i < d.nl; i++) lse[i] = neg_inf(); /* positions outside every sequence */
     for (b = 0; b < cs->b; b++) {
-      ctx c;
-      c.d = &d;
-      c.b = b;
-      c.lq = ta_lq(&d, b);
-      c.lkv = ta_lkv(&d, b);
-      c.off = c.lkv - c.lq;
-      c.scale = cs->scale != 0.0f ? cs->scale : 1.0f / sqrtf((float)cs->dqk);
+      ctx c = seq_ctx(&d, cs, b);
       for (h = 0; h < cs->hq; h++)
         for (i = 0; i < c.lq; i++) {
           float row[256], l;
@@ -308,40 +314,19 @@ static void check_case(const acase *cs, const char *name) {
           lse[ta_loff(&d, b, i, h)] = l;
         }
     }
-    snprintf(what, sizeof what, "%s: O", name);
-    bad = cmp(what, isa, (const float *)d.Or, o, d.no);
-    cr_expect_eq(bad, 0, "%s (%s): %lld elements differ from the documented order", what, isa,
-                 (long long)bad);
-    snprintf(what, sizeof what, "%s: LSE", name);
-    bad = cmp(what, isa, d.lse, lse, d.nl);
-    cr_expect_eq(bad, 0, "%s (%s): %lld elements differ from the documented order", what, isa,
-                 (long long)bad);
+    expect_same(name, "O", isa, (const float *)d.Or, o, d.no);
+    expect_same(name, "LSE", isa, d.lse, lse, d.nl);
     /* the backward, from xte's O and LSE */
     cr_assert_eq(
         xte_attention_bwd(&d.Q, &d.K, &d.V, &d.O, &d.dO, &d.L, &d.dQ, &d.dK, &d.dV, &d.cfg, NULL),
         XTE_SUCCESS, "%s", xte_last_error());
     for (b = 0; b < cs->b; b++) {
-      ctx c;
-      c.d = &d;
-      c.b = b;
-      c.lq = ta_lq(&d, b);
-      c.lkv = ta_lkv(&d, b);
-      c.off = c.lkv - c.lq;
-      c.scale = cs->scale != 0.0f ? cs->scale : 1.0f / sqrtf((float)cs->dqk);
+      ctx c = seq_ctx(&d, cs, b);
       doc_bwd_seq(&c, dq, dk, dv);
     }
-    snprintf(what, sizeof what, "%s: dQ", name);
-    bad = cmp(what, isa, (const float *)d.dQr, dq, d.nq);
-    cr_expect_eq(bad, 0, "%s (%s): %lld elements differ from the documented order", what, isa,
-                 (long long)bad);
-    snprintf(what, sizeof what, "%s: dK", name);
-    bad = cmp(what, isa, (const float *)d.dKr, dk, d.nk);
-    cr_expect_eq(bad, 0, "%s (%s): %lld elements differ from the documented order", what, isa,
-                 (long long)bad);
-    snprintf(what, sizeof what, "%s: dV", name);
-    bad = cmp(what, isa, (const float *)d.dVr, dv, d.nv);
-    cr_expect_eq(bad, 0, "%s (%s): %lld elements differ from the documented order", what, isa,
-                 (long long)bad);
+    expect_same(name, "dQ", isa, (const float *)d.dQr, dq, d.nq);
+    expect_same(name, "dK", isa, (const float *)d.dKr, dk, d.nk);
+    expect_same(name, "dV", isa, (const float *)d.dVr, dv, d.nv);
     free(o);
     free(lse);
     free(dq);

@@ -51,13 +51,6 @@ static int32_t *make_cu(fz *f, int64_t n, int thd, int64_t total, int64_t s, int
   return cu;
 }
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  fz_init();
-  return 0;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz f;
   int bwd, thd, layout;

@@ -616,6 +616,15 @@ static FZ_UNUSED void fz_init(void) {
   }
 }
 
+/* libFuzzer's start-up hook, the same for every target (each target includes this header once). */
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc;
+  (void)argv;
+  fz_init();
+  return 0;
+}
+
 /* The ISA for this input (the first byte): the kernels differ per ISA. */
 static FZ_UNUSED void fz_pick_isa(fz *f) {
   static const xte_cpu_isa isas[] = {XTE_CPU_ISA_SCALAR, XTE_CPU_ISA_AVX2, XTE_CPU_ISA_AVX512,

@@ -2,13 +2,6 @@
 #include "fuzz_common.h"
 #include "fuzz_gemm_common.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  fz_init();
-  return 0;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz f;
   int64_t M, N, K;

@@ -386,13 +386,6 @@ static void do_dispatch(fz *f) {
   (void)any;
 }
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  fz_init();
-  return 0;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz f;
   uint8_t op;

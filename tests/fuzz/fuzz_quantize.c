@@ -100,13 +100,6 @@ static void do_cast(fz *f) {
   fz_check(st, "cast");
 }
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  fz_init();
-  return 0;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz f;
   fz_begin(&f, data, size);

@@ -168,13 +168,6 @@ static void do_aux_loss(fz *f, int backward) {
   }
 }
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  fz_init();
-  return 0;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz f;
   fz_begin(&f, data, size);

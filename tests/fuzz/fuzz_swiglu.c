@@ -24,13 +24,6 @@ static void make_cfg(fz *f, xte_quant_config *c) {
   }
 }
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  fz_init();
-  return 0;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz f;
   int64_t T, F, F2;
