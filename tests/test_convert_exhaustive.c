@@ -212,8 +212,8 @@ Test(convert, fp32_all_bit_patterns, .timeout = 3000) {
     t_lib[isa] = 0.0;
     isa_ok[isa] = xte_cpu_set_isa((xte_cpu_isa)isa) == XTE_SUCCESS;
     if (!isa_ok[isa])
-      cr_log_warn("isa %s is not available here: skipped (%s)", xte_cpu_isa_name((xte_cpu_isa)isa),
-                  xte_last_error());
+      printf("isa %s is not available here: skipped (%s)\n", xte_cpu_isa_name((xte_cpu_isa)isa),
+             xte_last_error());
   }
   cr_assert(isa_ok[XTE_CPU_ISA_SCALAR]);
 

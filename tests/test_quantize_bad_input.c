@@ -333,7 +333,7 @@ Test(bad_input, backend_unavailable) {
     int present = i == 0 ? info.num_cuda_gpus > 0 : info.num_musa_gpus > 0;
     void *p = (void *)(uintptr_t)0x5A5A;
     if (present) {
-      cr_log_warn("backend %s has a device here: its unavailability is not tested", names[i]);
+      printf("backend %s has a device here: its unavailability is not tested\n", names[i]);
       continue;
     }
     EXPECT_FAIL(xte_stream_create(be[i], 0, NULL, &s), XTE_ERROR_BACKEND_UNAVAILABLE, names[i]);

@@ -494,7 +494,7 @@ static void run_combo(xte_recipe recipe, xte_scaling_mode mode) {
             qrun got;
             if (xte_cpu_set_isa((xte_cpu_isa)isa) != XTE_SUCCESS) {
               if (si == 0 && fmt == 0 && li == 0 && copies == 1)
-                cr_log_warn("isa %s not available: skipped", xte_cpu_isa_name((xte_cpu_isa)isa));
+                printf("isa %s not available: skipped\n", xte_cpu_isa_name((xte_cpu_isa)isa));
               continue;
             }
             quant(cb, L, copies, in, dt, M, K, fmt, &got);

@@ -559,7 +559,7 @@ static void sweep(xte_recipe only, const ocfg *base, int sats) {
   for (isa = 0; isa < XTE_CPU_ISA_COUNT; isa++) {
     unsigned seed = 1;
     if (xte_cpu_set_isa((xte_cpu_isa)isa) != XTE_SUCCESS) {
-      cr_log_warn("isa %s not available here: not swept", xte_cpu_isa_name((xte_cpu_isa)isa));
+      printf("isa %s not available here: not swept\n", xte_cpu_isa_name((xte_cpu_isa)isa));
       continue;
     }
     for (ci = 0; ci < NCOMBOS; ci++) {
