@@ -456,3 +456,20 @@ Test(moe_hostile, aux_scores_backward_without_map) {
   cr_assert_eq(xte_router_aux_scores_backward(&g, &s, NULL, 2, XTE_ROUTER_SOFTMAX, &o, NULL),
                XTE_SUCCESS, "%s", xte_last_error());
 }
+
+/* fuzz_permute found it (a long run, out of memory): an empty [2^31 - 1, 0] input with no
+ * row_map made and filled an 8 GiB row map; with nothing to move or write only the checks run. */
+Test(moe_hostile, sort_chunks_empty_rows_no_map, .timeout = 10) {
+  static float in[4], out[4];
+  static int64_t split[2] = {INT32_MAX - 5, 5}, idx[2] = {1, 0};
+  const int64_t R = INT32_MAX;
+  xte_tensor i = xte_tensor_2d(in, XTE_DTYPE_FP32, R, 0),
+             o = xte_tensor_2d(out, XTE_DTYPE_FP32, R, 0);
+  xte_tensor s = xte_tensor_1d(split, XTE_DTYPE_INT64, 2),
+             x = xte_tensor_1d(idx, XTE_DTYPE_INT64, 2);
+  cr_assert_eq(xte_moe_sort_chunks_by_index(&i, &s, &x, &o, NULL, NULL), XTE_SUCCESS, "%s",
+               xte_last_error());
+  split[0] = INT32_MAX - 4; /* the checks still run: the sizes sum past the rows */
+  cr_assert_eq(xte_moe_sort_chunks_by_index(&i, &s, &x, &o, NULL, NULL), XTE_ERROR_SHAPE);
+  split[0] = INT32_MAX - 5;
+}

@@ -604,6 +604,7 @@ xte_status xte_cpu_moe_sort_chunks(const xte_sort_chunks_args *a, void *handle) 
   const int64_t R = a->in.rows, n = a->n;
   int32_t *map;
   int64_t *start, *dst, i, r, total = 0;
+  int need_map;
   sctx c;
   (void)handle;
   if (a->backward) {
@@ -620,11 +621,14 @@ xte_status xte_cpu_moe_sort_chunks(const xte_sort_chunks_args *a, void *handle) 
   if (R > INT32_MAX) /* the row map is int32 */
     return xte_set_error(XTE_ERROR_SHAPE, "input has %lld rows: row_map (int32) holds at most %d",
                          (long long)R, INT32_MAX);
+  /* rows to move or a row map to write: else (an empty [R, 0] input, no row_map) only the
+   * checks run, and no R-sized map is made (R may be 2^31 with no byte behind it) */
+  need_map = a->in.cols > 0 || a->row_map.data != NULL;
   {
     /* map: int32 [R] (rounded up to 8 bytes), start, dst: int64 [n], seen: uint8 [n] */
     /* R <= INT32_MAX: the offset of start is exact (and 0, not xte_moe_ws_bytes' minimum of one
      * byte, when R = 0: start stays 8-byte aligned) */
-    size_t off = (size_t)((R + 1) / 2) * 8, bytes = 0;
+    size_t off = need_map ? (size_t)((R + 1) / 2) * 8 : 0, bytes = 0;
     map = NULL;
     if (xte_moe_ws_bytes(n, 17, (int64_t)off, &bytes)) map = (int32_t *)xte_aligned_alloc(bytes);
     if (!map) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "sort chunks workspace");
@@ -662,6 +666,10 @@ xte_status xte_cpu_moe_sort_chunks(const xte_sort_chunks_args *a, void *handle) 
     xte_aligned_free(map);
     return xte_set_error(XTE_ERROR_SHAPE, "split_sizes sum to %lld: input has %lld rows",
                          (long long)total, (long long)R);
+  }
+  if (!need_map) {
+    xte_aligned_free(map);
+    return XTE_SUCCESS;
   }
   total = 0;
   for (i = 0; i < n; i++) {
