@@ -94,6 +94,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!thd && b < 0) fz_mark_impossible("negative batch");
   if (dqk < 1 || dqk > 256 || dv < 1 || dv > 256) fz_mark_impossible("head dim outside 1..256");
   if (hkv < 1 || hq < 1 || hq % hkv) fz_mark_impossible("h_q not a multiple of h_kv");
+  /* throughput: valid calls past about 2^21 multiply-adds (seconds each under ASan, tens of
+   * seconds on a loaded machine: libFuzzer timeouts) are skipped; the blocking is the same for
+   * smaller shapes. Computed in double: the dimensions may be hostile. */
+  if ((double)(thd || b < 1 ? 1 : b) * (double)(sq > 0 ? sq : 0) * (double)(skv > 0 ? skv : 0) *
+          (double)(hq > 0 ? hq : 0) * (double)((dqk > 0 ? dqk : 0) + (dv > 0 ? dv : 0)) >
+      (double)(1 << 21))
+    fz_g.skip = 1;
   if ((unsigned)layout >= XTE_ATTN_LAYOUT_COUNT || (unsigned)cfg.mask >= XTE_ATTN_MASK_COUNT)
     fz_mark_impossible("enum out of range");
 
