@@ -98,7 +98,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
    * seconds on a loaded machine: libFuzzer timeouts) are skipped; the blocking is the same for
    * smaller shapes. Computed in double: the dimensions may be hostile. */
   if ((double)(thd || b < 1 ? 1 : b) * (double)(sq > 0 ? sq : 0) * (double)(skv > 0 ? skv : 0) *
-          (double)(hq > 0 ? hq : 0) * (double)((dqk > 0 ? dqk : 0) + (dv > 0 ? dv : 0)) >
+          (double)(hq > 0 ? hq : 0) * ((double)(dqk > 0 ? dqk : 0) + (double)(dv > 0 ? dv : 0)) >
       (double)(1 << 21))
     fz_g.skip = 1;
   if ((unsigned)layout >= XTE_ATTN_LAYOUT_COUNT || (unsigned)cfg.mask >= XTE_ATTN_MASK_COUNT)
