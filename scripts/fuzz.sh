@@ -10,7 +10,8 @@
 # executions, exec/s and PASS / FAIL; exits non-zero when any target crashed (a sanitizer report,
 # a contract violation, a timeout or running out of memory).
 #
-# Environment: XTE_FUZZ_JOBS (parallel fuzzing processes per target, default 1),
+# Environment: XTE_FUZZ_RUNS (stop each target after this many executions, e.g. 1000000 for the
+# long run; the seconds stay a cap), XTE_FUZZ_JOBS (parallel fuzzing processes per target, default 1),
 # XTE_FUZZ_TIMEOUT (seconds one input may take, default 25), XTE_FUZZ_RSS_MB (default 2048),
 # XTE_FUZZ_AVOID (known open defects the decoders stay out of, see tests/fuzz/fuzz_common.h;
 # empty by default: CI fuzzes everything), CC / CXX (default clang / clang++).
@@ -64,15 +65,19 @@ for t in "${targets[@]}"; do
   par=()
   jobs=${XTE_FUZZ_JOBS:-1}
   [ "$jobs" -gt 1 ] && par=(-jobs="$jobs" -workers="$jobs")
+  runs=()
+  [ -n "${XTE_FUZZ_RUNS:-}" ] && runs=(-runs="$XTE_FUZZ_RUNS")
   rm -f "$out"/fuzz-*.log
-  (cd "$out" && "$exe" "$out/corpus" "${seeds[@]}" -max_total_time="$secs" \
+  t0=$SECONDS
+  (cd "$out" && "$exe" "$out/corpus" "${seeds[@]}" -max_total_time="$secs" "${runs[@]}" \
     -timeout="${XTE_FUZZ_TIMEOUT:-25}" -rss_limit_mb="${XTE_FUZZ_RSS_MB:-2048}" \
     -artifact_prefix="$out/" -print_final_stats=1 "${par[@]}" >"$log" 2>&1)
   rc=$?
   # with -jobs > 1 the workers log to fuzz-<n>.log in the working directory ($out)
   execs=$(grep -ho 'stat::number_of_executed_units: *[0-9]*' "$log" "$out"/fuzz-*.log 2>/dev/null |
           awk '{s += $2} END {print s + 0}')
-  rate=$(( execs / (secs > 0 ? secs : 1) ))
+  el=$((SECONDS - t0))
+  rate=$(( execs / (el > 0 ? el : 1) ))
   crashes=$(ls "$out" | grep -cE '^(crash|leak|timeout|oom)-')
   if [ $rc -eq 0 ] && [ "$crashes" -eq 0 ]; then
     res=PASS
