@@ -204,6 +204,35 @@ Test(attention_bad_input, sizes_with_a_zero_dim) {
   BAD(0, XTE_ERROR_INVALID_ARGUMENT, "config->batch", d.cfg.batch = (int64_t)1 << 40;);
 }
 
+/* 2^31 - 1 sequences of no token: nothing to write and nothing to do (before the fix the
+ * drivers walked the whole batch several times: minutes per call, found by a long fuzz run). */
+Test(attention_bad_input, empty_sequences_huge_batch, .timeout = 20) {
+  adata d;
+  acase c = small(XTE_ATTN_LAYOUT_BSHD);
+  xte_tensor *all[10];
+  int i, bwd;
+  for (bwd = 0; bwd < 2; bwd++) {
+    ta_setup(&d, &c);
+    all[0] = &d.Q, all[1] = &d.K, all[2] = &d.V, all[3] = &d.O, all[4] = &d.dO;
+    all[5] = &d.dQ, all[6] = &d.dK, all[7] = &d.dV;
+    for (i = 0; i < 8; i++) {
+      all[i]->shape[0] = INT32_MAX;
+      all[i]->shape[1] = 0;
+    }
+    d.L.shape[0] = INT32_MAX;
+    d.L.shape[2] = 0;
+    d.cfg.cu_seqlens_q = d.cfg.cu_seqlens_kv = NULL;
+    if (!bwd)
+      cr_expect_eq(xte_attention_fwd(&d.Q, &d.K, &d.V, &d.O, &d.L, &d.cfg, NULL), XTE_SUCCESS, "%s",
+                   xte_last_error());
+    else
+      cr_expect_eq(
+          xte_attention_bwd(&d.Q, &d.K, &d.V, &d.O, &d.dO, &d.L, &d.dQ, &d.dK, &d.dV, &d.cfg, NULL),
+          XTE_SUCCESS, "%s", xte_last_error());
+    ta_free(&d);
+  }
+}
+
 /* Test hooks of src/alloc.c (exported, declared in src/xte_internal.h). */
 void xte_internal_fail_alloc(int64_t nth);
 int64_t xte_internal_alloc_count(void);
