@@ -377,6 +377,7 @@ xte_status xte_cpu_quantize(const xte_quant_args *a, void *handle) {
   int i;
   float am = 0.0f;
   size_t out_bytes, big;
+  const int small = xte_threads_for(a->M * a->K); /* M * K <= 2^50 (checked by the API) */
   (void)handle;
   memset(&c, 0, sizeof c);
   c.a = a;
@@ -398,7 +399,7 @@ xte_status xte_cpu_quantize(const xte_quant_args *a, void *handle) {
   zero_scales(&a->col_s);
   if (c.per_tensor) {
     if (a->recipe == XTE_RECIPE_TE_CURRENT) {
-      if (a->M > 0 && a->K > 0) xte_parallel_for(a->M, amax_range, &c);
+      if (a->M > 0 && a->K > 0) xte_parallel_for_max(a->M, small, amax_range, &c);
       for (i = 0; i < 256; i++) am = xte_fmaxf(am, c.partial[i]);
       memset(c.partial, 0, sizeof c.partial);
     }
@@ -409,11 +410,11 @@ xte_status xte_cpu_quantize(const xte_quant_args *a, void *handle) {
   }
   if (a->M > 0 && a->K > 0) {
     if (!a->row_q && !a->col_q)
-      xte_parallel_for(a->M, amax_range, &c); /* no copy: the amax only */
+      xte_parallel_for_max(a->M, small, amax_range, &c); /* no copy: the amax only */
     else if (!a->col_q && !a->square)
-      xte_parallel_for(a->M, quant_rows, &c);
+      xte_parallel_for_max(a->M, small, quant_rows, &c);
     else
-      xte_parallel_for(c.ntr * c.ntc, quant_range, &c);
+      xte_parallel_for_max(c.ntr * c.ntc, small, quant_range, &c);
   }
   if (a->amax_out) {
     am = 0.0f;
@@ -448,7 +449,8 @@ static void dequant_rows(void *vctx, int64_t b, int64_t e, int tid) {
 xte_status xte_cpu_dequantize(const xte_dequant_args *a, void *handle) {
   (void)handle;
   /* an empty [R, 0] copy has nothing to write, however many rows it claims */
-  if (a->R > 0 && a->C > 0) xte_parallel_for(a->R, dequant_rows, (void *)a);
+  if (a->R > 0 && a->C > 0)
+    xte_parallel_for_max(a->R, xte_threads_for(a->R * a->C), dequant_rows, (void *)a);
   return XTE_SUCCESS;
 }
 
@@ -503,6 +505,6 @@ static void cast_range(void *vctx, int64_t b, int64_t e, int tid) {
 
 xte_status xte_cpu_cast(const xte_cast_args *a, void *handle) {
   (void)handle;
-  xte_parallel_for((a->n + 2047) / 2048, cast_range, (void *)a);
+  xte_parallel_for_max((a->n + 2047) / 2048, xte_threads_for(a->n), cast_range, (void *)a);
   return XTE_SUCCESS;
 }

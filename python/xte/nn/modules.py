@@ -1,0 +1,141 @@
+"""xte.nn modules: Linear, GroupedLinear, MoE (block-scaled FP8 expert MLPs)."""
+
+import math
+
+import torch
+from torch import nn
+
+from . import functional as F
+
+__all__ = ["Linear", "GroupedLinear", "MoE"]
+
+
+class Linear(nn.Module):
+    """y = x W^T + b with TransformerEngine Float8BlockScaling numerics (xte.nn.functional.linear):
+    fp32 master weight [out, in], 1x128 activations / gradients, 128x128 weight tiles."""
+
+    def __init__(self, in_features, out_features, bias=True, *, recipe="te_block", fmt="e4m3",
+                 params_dtype=torch.float32, device=None):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.recipe, self.fmt = recipe, fmt
+        self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=params_dtype,
+                                               device=device))
+        self.bias = (nn.Parameter(torch.zeros(out_features, dtype=torch.float32, device=device))
+                     if bias else None)
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias, self.recipe, self.fmt)
+
+    def extra_repr(self):
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, recipe={self.recipe!r}")
+
+
+class GroupedLinear(nn.Module):
+    """num_gemms experts, weight [num_gemms, out, in] (TE's GroupedLinear with one stacked
+    weight); forward(x [R, in], m_splits) -> [R, out] (xte.nn.functional.grouped_linear)."""
+
+    def __init__(self, num_gemms, in_features, out_features, *, recipe="te_block", fmt="e4m3",
+                 params_dtype=torch.float32, device=None):
+        super().__init__()
+        self.num_gemms, self.in_features, self.out_features = num_gemms, in_features, out_features
+        self.recipe, self.fmt = recipe, fmt
+        self.weight = nn.Parameter(torch.empty(num_gemms, out_features, in_features,
+                                               dtype=params_dtype, device=device))
+        bound = 1.0 / math.sqrt(in_features)
+        nn.init.uniform_(self.weight, -bound, bound)
+
+    def forward(self, x, m_splits):
+        return F.grouped_linear(x, self.weight, m_splits, self.recipe, self.fmt)
+
+    def extra_repr(self):
+        return (f"num_gemms={self.num_gemms}, in_features={self.in_features}, "
+                f"out_features={self.out_features}, recipe={self.recipe!r}")
+
+
+class MoE(nn.Module):
+    """A mixture-of-experts SwiGLU MLP (DeepSeek-V3 / Kimi-K2 shaped):
+
+        logits = x Wg^T (fp32)      router: score_function over num_experts, expert_bias added
+                                    for the selection only, grouped top-k (num_groups /
+                                    group_topk), weights normalised over the top-k and scaled
+        permute (align 128 rows per expert, static capacity) -> fc1 (grouped FP8, [E, 2F, H])
+        -> swiglu -> fc2 (grouped FP8, [E, H, F]) -> unpermute weighted by the top-k weights
+        (+ num_shared_experts shared SwiGLU experts through xte.nn.Linear)
+
+    Kimi-K2: MoE(7168, 2048, 384, topk=8, score_function="sigmoid", num_groups=1,
+    scaling_factor=2.827, num_shared_experts=1). DeepSeek-V3: MoE(7168, 2048, 256, topk=8,
+    score_function="sigmoid", num_groups=8, group_topk=4, scaling_factor=2.5,
+    num_shared_experts=1).
+
+    Constraints (xte's grouped GEMMs): 2 * ffn_hidden_size and hidden_size multiples of 128
+    when num_experts > 1. num_out_tokens (>= 0) caps the permuted rows (tokens past the cap,
+    in expert-major order, are dropped); None keeps every token. After forward,
+    self.tokens_per_expert holds the routed rows per expert (for update_expert_bias).
+    """
+
+    def __init__(self, hidden_size, ffn_hidden_size, num_experts, topk, *,
+                 score_function="sigmoid", use_expert_bias=True, num_groups=0, group_topk=0,
+                 scaling_factor=1.0, use_pre_softmax=False, num_shared_experts=0,
+                 num_out_tokens=None, align=128, recipe="te_block", fmt="e4m3",
+                 params_dtype=torch.float32, device=None):
+        super().__init__()
+        self.hidden_size, self.ffn_hidden_size = hidden_size, ffn_hidden_size
+        self.num_experts, self.topk = num_experts, topk
+        self.score_function = score_function
+        self.num_groups, self.group_topk = num_groups, group_topk
+        self.scaling_factor, self.use_pre_softmax = scaling_factor, use_pre_softmax
+        self.num_out_tokens, self.align = num_out_tokens, align
+        self.gate_weight = nn.Parameter(torch.empty(num_experts, hidden_size,
+                                                    dtype=torch.float32, device=device))
+        nn.init.kaiming_uniform_(self.gate_weight, a=math.sqrt(5))
+        if use_expert_bias:
+            self.register_buffer("expert_bias", torch.zeros(num_experts, dtype=torch.float32,
+                                                            device=device))
+        else:
+            self.expert_bias = None
+        self.register_buffer("tokens_per_expert", torch.zeros(num_experts, dtype=torch.int64,
+                                                              device=device), persistent=False)
+        kw = dict(recipe=recipe, fmt=fmt, params_dtype=params_dtype, device=device)
+        self.fc1 = GroupedLinear(num_experts, hidden_size, 2 * ffn_hidden_size, **kw)
+        self.fc2 = GroupedLinear(num_experts, ffn_hidden_size, hidden_size, **kw)
+        if num_shared_experts:
+            fs = ffn_hidden_size * num_shared_experts
+            self.shared_fc1 = Linear(hidden_size, 2 * fs, bias=False, **kw)
+            self.shared_fc2 = Linear(fs, hidden_size, bias=False, **kw)
+        else:
+            self.shared_fc1 = self.shared_fc2 = None
+
+    def route(self, x2):
+        logits = torch.nn.functional.linear(x2.float(), self.gate_weight)
+        return F.router(logits, self.topk, self.score_function, expert_bias=self.expert_bias,
+                        use_pre_softmax=self.use_pre_softmax, num_groups=self.num_groups,
+                        group_topk=self.group_topk, scaling_factor=self.scaling_factor)
+
+    def forward(self, x):
+        shape = x.shape
+        x2 = x.reshape(-1, self.hidden_size)
+        w, idx = self.route(x2)
+        cap = -1 if self.num_out_tokens is None else self.num_out_tokens
+        xp, row_map, tpe, offs = F.moe_permute(x2, idx, self.num_experts, cap, self.align)
+        if not torch.compiler.is_compiling():
+            self.tokens_per_expert.copy_(tpe)
+        m_splits = F.group_sizes_from_offsets(offs, xp.shape[0])
+        h = self.fc1(xp, m_splits)
+        a = F.swiglu(h)
+        o = self.fc2(a, m_splits)
+        y = F.moe_unpermute(o, idx, row_map, w, self.num_experts)
+        if self.shared_fc1 is not None:
+            y = y + self.shared_fc2(F.swiglu(self.shared_fc1(x2)))
+        return y.reshape(shape)
+
+    @torch.no_grad()
+    def update_expert_bias(self, rate=1e-3):
+        """DeepSeek-V3's auxiliary-loss-free balancing: raise the bias of under-loaded experts
+        and lower it for over-loaded ones, by rate * sign(mean load - load)."""
+        if self.expert_bias is None:
+            return
+        load = self.tokens_per_expert.float()
+        self.expert_bias.add_(rate * torch.sign(load.mean() - load))

@@ -1,0 +1,1015 @@
+"""torch.library custom ops over the xte C API (namespace "xte"), with fake kernels and autograd.
+
+Every op is registered with torch.library.custom_op for the CPU and CUDA dispatch keys, a fake
+kernel whose shapes come from xte's own shape queries (xte_quantize_scale_shape) or from the
+static arguments (never by running the op), and, where the C API has a backward, an autograd
+formula (swiglu, moe_permute, moe_unpermute, router, router_aux_scores, moe_aux_loss,
+moe_sort_chunks_by_index, attention_fwd).
+
+Data-dependent sizes are static here: moe_permute always returns permute_capacity(...) rows (the
+worst case for the static shapes and the cap num_out_tokens; unused rows are zeros), so fake
+tensors have static shapes and torch.compile(fullgraph=True) never breaks the graph.
+
+The op bodies only marshal arguments (zero-copy Views of the foundation) and call the C
+functions; they add no arithmetic.
+"""
+
+import ctypes
+from typing import List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from .. import _lib
+from .._lib import (DType, GemmGroups, MoeRouting, PermuteConfig, PermuteOutputs, QTensor,
+                    Recipe, RouterOutputs, ScalingMode, Status, XteValueError, call, lib)
+from .._tensor import empty, stream_of, torch_dtype, view, zeros
+
+_DEV = ("cpu", "cuda")
+_FLOAT_IN = (DType.FP32, DType.BF16, DType.FP16)
+_ACT = (DType.FP32, DType.BF16)
+_I64P = ctypes.POINTER(ctypes.c_int64)
+_F32P = ctypes.POINTER(ctypes.c_float)
+_I32P = ctypes.POINTER(ctypes.c_int32)
+
+# ----------------------------------------------------------------------------- shape helpers
+
+
+def _prod(shape):
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def scale_shape(M, K, mode, recipe, layout, columnwise):
+    """(rows, cols) of a scale buffer, from the C query xte_quantize_scale_shape."""
+    r, c = ctypes.c_int64(), ctypes.c_int64()
+    _lib.check(lib.xte_quantize_scale_shape(int(M), int(K), int(mode), int(recipe), int(layout),
+                                            int(bool(columnwise)), ctypes.byref(r),
+                                            ctypes.byref(c)), "xte_quantize_scale_shape")
+    return r.value, c.value
+
+
+def _is_mx(recipe):
+    return int(recipe) in (int(Recipe.MX_TE), int(Recipe.MX_OCP))
+
+
+def _col_transposed(mode, recipe):
+    """Whether the columnwise copy is the transpose [K, M] (per-tensor / 1x128 / 128x128 except
+    MTFP8) or keeps [M, K] (MTFP8, MXFP8)."""
+    return int(mode) != int(ScalingMode.MXFP8_1x32) and int(recipe) != int(Recipe.MTFP8)
+
+
+def _quant_shapes(shape, mode, recipe, layout, rowwise, columnwise):
+    """[(shape, xte dtype or None for the fp8 dtype)] of quantize's outputs, in order."""
+    M, K = _prod(shape[:-1]), shape[-1]
+    sdt = DType.E8M0 if _is_mx(recipe) else DType.FP32
+    out = []
+    if rowwise:
+        out.append((tuple(shape), None))
+        out.append((scale_shape(M, K, mode, recipe, layout, False), sdt))
+    if columnwise:
+        out.append(((K, M) if _col_transposed(mode, recipe) else (M, K), None))
+        out.append((scale_shape(M, K, mode, recipe, layout, True), sdt))
+    return out
+
+
+def permute_capacity(num_tokens, topk, num_experts, num_out_tokens=-1, align=1):
+    """The static row count of moe_permute's output: the worst case of xte_moe_permute_rows for
+    these shapes (every slot routed; a cap num_out_tokens >= 0 keeps at most that many rows;
+    align > 1 pads each non-empty expert to a multiple of align)."""
+    base = num_tokens * topk
+    if num_out_tokens is not None and num_out_tokens >= 0:
+        base = min(base, num_out_tokens)
+    if align > 1:
+        base += min(num_experts, base) * (align - 1)
+    return base
+
+
+# ----------------------------------------------------------------------------- marshalling
+
+
+def _as(t, d):
+    """t (uint8 bytes at the op boundary) reinterpreted as xte dtype d (a zero-copy torch view)."""
+    td = torch_dtype(d)
+    return t if t.dtype == td else t.view(td)
+
+
+def _qt(data, scale, cdata, cscale, meta, name):
+    """An xte_qtensor over (data, scale_inv, columnwise data, columnwise scale_inv) and meta =
+    [scaling_mode, recipe, layout, columnwise_layout, fmt]; fp8 data and E8M0 scales cross the op
+    boundary as uint8 bytes (opcheck and autograd cannot compare float8 tensors) and are read as
+    fmt / E8M0 here. Returns (struct, views to keep alive)."""
+    q = QTensor()
+    keep = []
+    fmt = int(meta[4]) if len(meta) > 4 else int(DType.E4M3)
+    sdt = DType.E8M0 if _is_mx(meta[1]) else DType.FP32
+    for d, s, dst, sdst, lay, nm in ((data, scale, "rowwise", "rowwise_scale_inv", meta[2], ""),
+                                      (cdata, cscale, "columnwise", "columnwise_scale_inv",
+                                       meta[3], "columnwise_")):
+        if d is None:
+            continue
+        vd = view(_as(d, fmt), f"{name}.{nm}data")
+        setattr(q, dst, vd.t)
+        keep.append(vd)
+        if s is not None:
+            vs = view(_as(s, sdt) if s.dtype == torch.uint8 else s, f"{name}.{nm}scale_inv")
+            st = getattr(q, sdst)
+            st.data = vs.t.data
+            st.dtype = vs.t.dtype
+            st.rows = vs.shape[0] if len(vs.shape) == 2 else 1
+            st.cols = vs.shape[-1] if len(vs.shape) >= 1 else 1
+            st.layout = int(lay)
+            keep.append(vs)
+    q.scaling_mode = int(meta[0])
+    q.recipe = int(meta[1])
+    return q, keep
+
+
+def _logical(data, cdata, meta):
+    """The [rows, cols] of the tensor a qtensor quantized (rank > 2: leading dims collapsed)."""
+    if data is not None:
+        return _prod(data.shape[:-1]), data.shape[-1]
+    r, c = _prod(cdata.shape[:-1]), cdata.shape[-1]
+    return (c, r) if _col_transposed(meta[0], meta[1]) else (r, c)
+
+
+def _fptr(t, name, dtype=DType.FP32):
+    if t is None:
+        return None, None
+    v = view(t, name, (dtype,))
+    return ctypes.cast(v.t.data, _F32P if dtype == DType.FP32 else _I32P), v
+
+
+# ============================================================================= quantize
+
+
+@torch.library.custom_op("xte::quantize", mutates_args=(), device_types=_DEV)
+def quantize(x: Tensor, mode: int, recipe: int, layout: int, fmt: int, rowwise: bool,
+             columnwise: bool, amax_epsilon: float, force_pow_2: int, saturate: bool,
+             scale: Optional[Tensor]) -> List[Tensor]:
+    """[data, scale_inv] (rowwise) then [columnwise_data, columnwise_scale_inv] as asked; fp8
+    data (and E8M0 scales) as uint8 bytes."""
+    vx = view(x, "x", _FLOAT_IN)
+    outs = [empty(vx, s, DType.UINT8 if d in (None, DType.E8M0) else d)
+            for s, d in _quant_shapes(vx.shape, mode, recipe, layout, rowwise, columnwise)]
+    i = 0
+    d = s = cd = cs = None
+    if rowwise:
+        d, s = outs[0], outs[1]
+        i = 2
+    if columnwise:
+        cd, cs = outs[i], outs[i + 1]
+    meta = (mode, recipe, layout, layout, fmt)
+    q, keep = _qt(d, s, cd, cs, meta, "out")
+    fs, vs = _fptr(scale, "scale")
+    q.scale = fs
+    cfg = lib.xte_quant_config_default()
+    cfg.amax_epsilon = amax_epsilon
+    cfg.force_pow_2 = force_pow_2
+    cfg.saturate = int(saturate)
+    call("xte_quantize", vx.ptr, ctypes.byref(q), ctypes.byref(cfg), stream_of(vx, *keep))
+    return outs
+
+
+@quantize.register_fake
+def _(x, mode, recipe, layout, fmt, rowwise, columnwise, amax_epsilon, force_pow_2, saturate,
+      scale):
+    shapes = _quant_shapes(tuple(int(s) for s in x.shape), mode, recipe, layout, rowwise,
+                           columnwise)
+    return [x.new_empty(s, dtype=torch.uint8 if d in (None, DType.E8M0) else torch_dtype(d))
+            for s, d in shapes]
+
+
+@torch.library.custom_op("xte::dequantize", mutates_args=(), device_types=_DEV)
+def dequantize(data: Tensor, scale_inv: Tensor, mode: int, recipe: int, layout: int, fmt: int,
+               columnwise: bool, out_dtype: int) -> Tensor:
+    """Dequantizes one copy (given as data + scale_inv; columnwise says which copy it is)."""
+    meta = (mode, recipe, layout, layout, fmt)
+    if columnwise:
+        q, keep = _qt(None, None, data, scale_inv, meta, "q")
+    else:
+        q, keep = _qt(data, scale_inv, None, None, meta, "q")
+    out = empty(keep[0], keep[0].shape, out_dtype)
+    vo = view(out, "out", writable=True)
+    call("xte_dequantize", ctypes.byref(q), int(columnwise), vo.ptr, stream_of(vo, *keep))
+    return out
+
+
+@dequantize.register_fake
+def _(data, scale_inv, mode, recipe, layout, fmt, columnwise, out_dtype):
+    return data.new_empty(data.shape, dtype=torch_dtype(out_dtype))
+
+
+# ============================================================================= GEMM
+
+
+def _gemm_cfg(trans_a, trans_b, accumulate, mode, vbias):
+    cfg = lib.xte_gemm_config_default()
+    cfg.trans_a = int(trans_a)
+    cfg.trans_b = int(trans_b)
+    cfg.accumulate = int(accumulate)
+    cfg.mode = int(mode)
+    if vbias is not None:
+        cfg.bias = ctypes.pointer(vbias.t)
+    return cfg
+
+
+@torch.library.custom_op("xte::gemm", mutates_args=(), device_types=_DEV)
+def gemm(a_data: Optional[Tensor], a_scale: Optional[Tensor], a_cdata: Optional[Tensor],
+         a_cscale: Optional[Tensor], a_meta: List[int], b_data: Optional[Tensor],
+         b_scale: Optional[Tensor], b_cdata: Optional[Tensor], b_cscale: Optional[Tensor],
+         b_meta: List[int], c: Optional[Tensor], bias: Optional[Tensor], trans_a: bool,
+         trans_b: bool, accumulate: bool, mode: int, out_dtype: int) -> Tensor:
+    """D = op(A) op(B)^T (+ C) (+ bias) (xte_gemm); A / B as (data, scale_inv, columnwise data,
+    columnwise scale_inv) with meta [scaling_mode, recipe, layout, columnwise_layout, fmt]; the C
+    flags (trans_b False: B is [N, K])."""
+    qa, ka = _qt(a_data, a_scale, a_cdata, a_cscale, a_meta, "a")
+    qb, kb = _qt(b_data, b_scale, b_cdata, b_cscale, b_meta, "b")
+    M = _gemm_out_dim(a_data, a_cdata, a_meta, trans_a)
+    N = _gemm_out_dim(b_data, b_cdata, b_meta, trans_b)
+    vc = view(c, "c", _ACT) if c is not None else None
+    vbias = view(bias, "bias", (DType.FP32,)) if bias is not None else None
+    d = empty(ka[0], (M, N), out_dtype)
+    vd = view(d, "out", writable=True)
+    cfg = _gemm_cfg(trans_a, trans_b, accumulate, mode, vbias)
+    call("xte_gemm", ctypes.byref(qa), ctypes.byref(qb), vc.ptr if vc is not None else None,
+         vd.ptr, ctypes.byref(cfg), stream_of(vd, vc, vbias, *ka, *kb))
+    return d
+
+
+def _gemm_out_dim(data, cdata, meta, trans):
+    r, c = _logical(data, cdata, meta)
+    return c if trans else r
+
+
+@gemm.register_fake
+def _(a_data, a_scale, a_cdata, a_cscale, a_meta, b_data, b_scale, b_cdata, b_cscale, b_meta, c,
+      bias, trans_a, trans_b, accumulate, mode, out_dtype):
+    M = _gemm_out_dim(a_data, a_cdata, a_meta, trans_a)
+    N = _gemm_out_dim(b_data, b_cdata, b_meta, trans_b)
+    ref = a_data if a_data is not None else a_cdata
+    return ref.new_empty((M, N), dtype=torch_dtype(out_dtype))
+
+
+def _grouped_out_shape(a_data, a_cdata, a_meta, b_data, b_cdata, b_meta, trans_a, trans_b, kind,
+                       G):
+    ar, ac = _logical(a_data, a_cdata, a_meta)
+    br, bc = _logical(b_data, b_cdata, b_meta)
+    if kind == 2:  # K-grouped: D [G, M, N]
+        return (G, ac if trans_a else ar, bc if trans_b else br)
+    N = bc if trans_b else br // G
+    if kind == 1:  # masked: A [G, m_max, K] -> D [G, m_max, N]
+        return (G, ar // G, N)
+    return (ar, N)
+
+
+@torch.library.custom_op("xte::gemm_grouped", mutates_args=(), device_types=_DEV)
+def gemm_grouped(a_data: Optional[Tensor], a_scale: Optional[Tensor], a_cdata: Optional[Tensor],
+                 a_cscale: Optional[Tensor], a_meta: List[int], b_data: Optional[Tensor],
+                 b_scale: Optional[Tensor], b_cdata: Optional[Tensor],
+                 b_cscale: Optional[Tensor], b_meta: List[int], c: Optional[Tensor],
+                 bias: Optional[Tensor], group_sizes: Optional[Tensor],
+                 masked_m: Optional[Tensor], num_groups: int, kind: int, alignment: int,
+                 trans_a: bool, trans_b: bool, accumulate: bool, mode: int,
+                 out_dtype: int) -> Tensor:
+    """xte_gemm_grouped: kind 0 contiguous (D [rows of A, N]), 1 masked (D [G, m_max, N]),
+    2 K-grouped (D [G, M, N]). group_sizes: int64 [G] (read on the host); masked_m int32 [G]."""
+    qa, ka = _qt(a_data, a_scale, a_cdata, a_cscale, a_meta, "a")
+    qb, kb = _qt(b_data, b_scale, b_cdata, b_cscale, b_meta, "b")
+    shape = _grouped_out_shape(a_data, a_cdata, a_meta, b_data, b_cdata, b_meta, trans_a,
+                               trans_b, kind, num_groups)
+    vc = view(c, "c", _ACT) if c is not None else None
+    vbias = view(bias, "bias", (DType.FP32,)) if bias is not None else None
+    # rows the C call never writes (masked rows past masked_m, padding rows) read as zeros: a
+    # functional op must not return uninitialised memory
+    d = (zeros if kind == 1 or alignment > 1 else empty)(ka[0], shape, out_dtype)
+    vd = view(d, "out", writable=True)
+    g = GemmGroups()
+    g.kind = int(kind)
+    g.num_groups = int(num_groups)
+    g.alignment = int(alignment)
+    gs = None
+    if group_sizes is not None:
+        gs = group_sizes if group_sizes.device.type == "cpu" else group_sizes.cpu()
+        vgs = view(gs, "group_sizes", (DType.INT64,))
+        if _prod(vgs.shape) != num_groups:
+            raise XteValueError(Status.SHAPE, f"group_sizes: {_prod(vgs.shape)} values for "
+                                f"{num_groups} groups")
+        g.group_sizes = ctypes.cast(vgs.t.data, _I64P)
+    vm = None
+    if masked_m is not None:
+        vm = view(masked_m, "masked_m", (DType.INT32,))
+        g.masked_m = ctypes.pointer(vm.t)
+    cfg = _gemm_cfg(trans_a, trans_b, accumulate, mode, vbias)
+    call("xte_gemm_grouped", ctypes.byref(qa), ctypes.byref(qb),
+         vc.ptr if vc is not None else None, vd.ptr, ctypes.byref(g), ctypes.byref(cfg),
+         stream_of(vd, vc, vbias, vm, *ka, *kb))
+    return d
+
+
+@gemm_grouped.register_fake
+def _(a_data, a_scale, a_cdata, a_cscale, a_meta, b_data, b_scale, b_cdata, b_cscale, b_meta, c,
+      bias, group_sizes, masked_m, num_groups, kind, alignment, trans_a, trans_b, accumulate,
+      mode, out_dtype):
+    shape = _grouped_out_shape(a_data, a_cdata, a_meta, b_data, b_cdata, b_meta, trans_a,
+                               trans_b, kind, num_groups)
+    ref = a_data if a_data is not None else a_cdata
+    return ref.new_empty(shape, dtype=torch_dtype(out_dtype))
+
+
+# ============================================================================= router
+
+
+def _router_cfg(topk, score_function, use_pre_softmax, num_groups, group_topk, scaling_factor):
+    cfg = lib.xte_router_config_default()
+    cfg.topk = topk
+    cfg.score_function = score_function
+    cfg.use_pre_softmax = int(use_pre_softmax)
+    cfg.num_groups = num_groups
+    cfg.group_topk = group_topk
+    cfg.scaling_factor = scaling_factor
+    return cfg
+
+
+@torch.library.custom_op("xte::router", mutates_args=(), device_types=_DEV)
+def router(logits: Tensor, expert_bias: Optional[Tensor], topk: int, score_function: int,
+           use_pre_softmax: bool, num_groups: int, group_topk: int,
+           scaling_factor: float) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """xte_router_forward (TE's fused_topk_with_score_function): returns topk_weights fp32
+    [T, k], topk_idx int64 [T, k], routing_map uint8 [T, E] and saved fp32 [T, E]."""
+    vl = view(logits, "logits", _ACT)
+    vb = view(expert_bias, "expert_bias", (DType.FP32,)) if expert_bias is not None else None
+    T, E = _prod(vl.shape[:-1]), vl.shape[-1]
+    w = empty(vl, (T, topk), DType.FP32)
+    idx = empty(vl, (T, topk), DType.INT64)
+    rmap = empty(vl, (T, E), DType.UINT8)
+    saved = empty(vl, (T, E), DType.FP32)
+    vw, vi, vr, vs = (view(w, "topk_weights", writable=True), view(idx, "topk_idx", writable=True),
+                      view(rmap, "routing_map", writable=True), view(saved, "saved", writable=True))
+    out = RouterOutputs()
+    out.topk_weights = vw.t
+    out.topk_idx = vi.t
+    out.routing_map = vr.t
+    out.saved = vs.t
+    cfg = _router_cfg(topk, score_function, use_pre_softmax, num_groups, group_topk,
+                      scaling_factor)
+    call("xte_router_forward", vl.ptr, vb.ptr if vb is not None else None, ctypes.byref(cfg),
+         ctypes.byref(out), stream_of(vl, vb, vw))
+    return w, idx, rmap, saved
+
+
+@router.register_fake
+def _(logits, expert_bias, topk, score_function, use_pre_softmax, num_groups, group_topk,
+      scaling_factor):
+    T, E = _prod(logits.shape[:-1]), logits.shape[-1]
+    return (logits.new_empty((T, topk), dtype=torch.float32),
+            logits.new_empty((T, topk), dtype=torch.int64),
+            logits.new_empty((T, E), dtype=torch.uint8),
+            logits.new_empty((T, E), dtype=torch.float32))
+
+
+@torch.library.custom_op("xte::router_backward", mutates_args=(), device_types=_DEV)
+def router_backward(grad_probs: Tensor, routing_map: Tensor, saved: Tensor, logits: Tensor,
+                    topk: int, score_function: int, use_pre_softmax: bool, num_groups: int,
+                    group_topk: int, scaling_factor: float) -> Tensor:
+    """xte_router_backward: grad_logits [T, E] in the logits' dtype from grad_probs fp32 [T, E]."""
+    vg = view(grad_probs, "grad_probs", (DType.FP32,))
+    vr = view(routing_map, "routing_map", (DType.UINT8,))
+    vs = view(saved, "saved", (DType.FP32,))
+    vl = view(logits, "logits", _ACT)
+    gl = empty(vl, vl.shape, vl.dtype)
+    vo = view(gl, "grad_logits", writable=True)
+    cfg = _router_cfg(topk, score_function, use_pre_softmax, num_groups, group_topk,
+                      scaling_factor)
+    call("xte_router_backward", vg.ptr, vr.ptr, vs.ptr, vl.ptr, ctypes.byref(cfg), vo.ptr,
+         stream_of(vg, vr, vs, vl, vo))
+    return gl
+
+
+@router_backward.register_fake
+def _(grad_probs, routing_map, saved, logits, topk, score_function, use_pre_softmax, num_groups,
+      group_topk, scaling_factor):
+    return torch.empty_like(logits)
+
+
+def _router_setup(ctx, inputs, output):
+    logits, _, topk, sf, pre, ng, gt, scale = inputs
+    w, idx, rmap, saved = output
+    ctx.save_for_backward(idx, rmap, saved, logits)
+    ctx.cfg = (topk, sf, pre, ng, gt, scale)
+    ctx.set_materialize_grads(True)
+
+
+def _router_bwd(ctx, gw, gidx, grmap, gsaved):
+    idx, rmap, saved, logits = ctx.saved_tensors
+    # topk_weights are the probs at topk_idx: their gradient scatters back to [T, E]
+    gp = torch.zeros(saved.shape, dtype=torch.float32, device=saved.device)
+    gp = gp.scatter(1, idx, gw.to(torch.float32))
+    gl = torch.ops.xte.router_backward(gp, rmap, saved, logits, *ctx.cfg)
+    return gl, None, None, None, None, None, None, None
+
+
+router.register_autograd(_router_bwd, setup_context=_router_setup)
+
+
+# ============================================================================= permute
+
+
+def _routing(vidx, E):
+    r = MoeRouting()
+    r.topk_idx = ctypes.pointer(vidx.t)
+    r.num_experts = int(E)
+    return r
+
+
+@torch.library.custom_op("xte::moe_permute", mutates_args=(), device_types=_DEV)
+def moe_permute(x: Tensor, topk_idx: Tensor, num_experts: int, num_out_tokens: int,
+                align: int) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """xte_moe_permute (TE moe_permute with topk_idx): returns output [C, H] with C =
+    permute_capacity(T, k, E, num_out_tokens, align) rows (unused rows zero), row_map int32
+    [T, k], tokens_per_expert int64 [E] (kept rows) and expert_offsets int64 [E + 1] (padded)."""
+    vx = view(x, "x", (DType.FP32, DType.BF16))
+    vi = view(topk_idx, "topk_idx", (DType.INT32, DType.INT64))
+    T, H = vx.shape
+    k = vi.shape[-1]
+    rows = permute_capacity(T, k, num_experts, num_out_tokens, align)
+    out = empty(vx, (rows, H), vx.dtype)
+    row_map = empty(vx, (T, k), DType.INT32)
+    tpe = empty(vx, (num_experts,), DType.INT64)
+    offs = empty(vx, (num_experts + 1,), DType.INT64)
+    vo, vr = view(out, "output", writable=True), view(row_map, "row_map", writable=True)
+    vt, vf = view(tpe, "tokens_per_expert", writable=True), view(offs, "expert_offsets",
+                                                                 writable=True)
+    extra = PermuteOutputs()
+    extra.tokens_per_expert = vt.t
+    extra.expert_offsets = vf.t
+    r = _routing(vi, num_experts)
+    cfg = PermuteConfig(num_out_tokens=num_out_tokens, align=align)
+    call("xte_moe_permute", vx.ptr, None, ctypes.byref(r), ctypes.byref(cfg), vo.ptr, None,
+         vr.ptr, ctypes.byref(extra), stream_of(vx, vi, vo))
+    return out, row_map, tpe, offs
+
+
+@moe_permute.register_fake
+def _(x, topk_idx, num_experts, num_out_tokens, align):
+    T, H = x.shape
+    k = topk_idx.shape[-1]
+    rows = permute_capacity(T, k, num_experts, num_out_tokens, align)
+    return (x.new_empty((rows, H)), x.new_empty((T, k), dtype=torch.int32),
+            x.new_empty((num_experts,), dtype=torch.int64),
+            x.new_empty((num_experts + 1,), dtype=torch.int64))
+
+
+@torch.library.custom_op("xte::moe_permute_backward", mutates_args=(), device_types=_DEV)
+def moe_permute_backward(grad_output: Tensor, topk_idx: Tensor, row_map: Tensor,
+                         num_experts: int) -> Tensor:
+    """grad_input [T, H] = the sum over each token's slots of grad_output[row] (ascending)."""
+    vg = view(grad_output, "grad_output", _ACT)
+    vi = view(topk_idx, "topk_idx", (DType.INT32, DType.INT64))
+    vr = view(row_map, "row_map", (DType.INT32,))
+    gi = empty(vg, (vi.shape[0], vg.shape[-1]), vg.dtype)
+    vo = view(gi, "grad_input", writable=True)
+    r = _routing(vi, num_experts)
+    call("xte_moe_permute_backward", vg.ptr, ctypes.byref(r), vr.ptr, vo.ptr,
+         stream_of(vg, vi, vr, vo))
+    return gi
+
+
+@moe_permute_backward.register_fake
+def _(grad_output, topk_idx, row_map, num_experts):
+    return grad_output.new_empty((topk_idx.shape[0], grad_output.shape[-1]))
+
+
+def _permute_setup(ctx, inputs, output):
+    _, topk_idx, E, _, _ = inputs
+    ctx.save_for_backward(topk_idx, output[1])
+    ctx.E = E
+    ctx.set_materialize_grads(True)
+
+
+def _permute_bwd(ctx, gout, grow, gtpe, goffs):
+    topk_idx, row_map = ctx.saved_tensors
+    return (torch.ops.xte.moe_permute_backward(gout.contiguous(), topk_idx, row_map, ctx.E),
+            None, None, None, None)
+
+
+moe_permute.register_autograd(_permute_bwd, setup_context=_permute_setup)
+
+
+@torch.library.custom_op("xte::moe_unpermute", mutates_args=(), device_types=_DEV)
+def moe_unpermute(x: Tensor, topk_idx: Tensor, row_map: Tensor, probs: Optional[Tensor],
+                  num_experts: int) -> Tensor:
+    """out [T, H] = sum over the slots of probs[t, j] * x[row_map[t, j]] (fp32 fmaf, ascending j;
+    probs None: weight 1), in x's dtype."""
+    vx = view(x, "x", _ACT)
+    vi = view(topk_idx, "topk_idx", (DType.INT32, DType.INT64))
+    vr = view(row_map, "row_map", (DType.INT32,))
+    vp = view(probs, "probs", (DType.FP32,)) if probs is not None else None
+    out = empty(vx, (vi.shape[0], vx.shape[-1]), vx.dtype)
+    vo = view(out, "out", writable=True)
+    r = _routing(vi, num_experts)
+    call("xte_moe_unpermute", vx.ptr, ctypes.byref(r), vr.ptr,
+         vp.ptr if vp is not None else None, vo.ptr, stream_of(vx, vi, vr, vp, vo))
+    return out
+
+
+@moe_unpermute.register_fake
+def _(x, topk_idx, row_map, probs, num_experts):
+    return x.new_empty((topk_idx.shape[0], x.shape[-1]))
+
+
+@torch.library.custom_op("xte::moe_unpermute_backward", mutates_args=(), device_types=_DEV)
+def moe_unpermute_backward(grad_out: Tensor, x: Tensor, topk_idx: Tensor, row_map: Tensor,
+                           probs: Optional[Tensor], num_experts: int) -> Tuple[Tensor, Tensor]:
+    """(grad_x [rows, H] in grad_out's dtype, grad_probs fp32 [T, k]; zeros when probs is None)."""
+    vg = view(grad_out, "grad_out", _ACT)
+    vx = view(x, "x", _ACT)
+    vi = view(topk_idx, "topk_idx", (DType.INT32, DType.INT64))
+    vr = view(row_map, "row_map", (DType.INT32,))
+    vp = view(probs, "probs", (DType.FP32,)) if probs is not None else None
+    gx = empty(vg, (vx.shape[0], vg.shape[-1]), vg.dtype)
+    gp = zeros(vg, vi.shape, DType.FP32)
+    vgx = view(gx, "grad_input", writable=True)
+    vgp = view(gp, "grad_probs", writable=True) if probs is not None else None
+    r = _routing(vi, num_experts)
+    call("xte_moe_unpermute_backward", vg.ptr, vx.ptr, ctypes.byref(r), vr.ptr,
+         vp.ptr if vp is not None else None, vgx.ptr, vgp.ptr if vgp is not None else None,
+         stream_of(vg, vx, vi, vr, vp, vgx))
+    return gx, gp
+
+
+@moe_unpermute_backward.register_fake
+def _(grad_out, x, topk_idx, row_map, probs, num_experts):
+    return (grad_out.new_empty((x.shape[0], grad_out.shape[-1])),
+            grad_out.new_empty(tuple(topk_idx.shape), dtype=torch.float32))
+
+
+def _unpermute_setup(ctx, inputs, output):
+    x, topk_idx, row_map, probs, E = inputs
+    ctx.has_probs = probs is not None
+    ctx.save_for_backward(x, topk_idx, row_map, probs if probs is not None else x)
+    ctx.E = E
+
+
+def _unpermute_bwd(ctx, gout):
+    x, topk_idx, row_map, probs = ctx.saved_tensors
+    gx, gp = torch.ops.xte.moe_unpermute_backward(
+        gout.contiguous(), x, topk_idx, row_map, probs if ctx.has_probs else None, ctx.E)
+    return gx, None, None, (gp if ctx.has_probs else None), None
+
+
+moe_unpermute.register_autograd(_unpermute_bwd, setup_context=_unpermute_setup)
+
+
+# ============================================================================= SwiGLU
+
+
+@torch.library.custom_op("xte::swiglu", mutates_args=(), device_types=_DEV)
+def swiglu(x: Tensor) -> Tensor:
+    """y [.., F] = silu(x[.., :F]) * x[.., F:] (xte_swiglu), in x's dtype."""
+    vx = view(x, "x", _ACT)
+    out = empty(vx, vx.shape[:-1] + (vx.shape[-1] // 2,), vx.dtype)
+    vo = view(out, "out", writable=True)
+    call("xte_swiglu", vx.ptr, vo.ptr, stream_of(vx, vo))
+    return out
+
+
+@swiglu.register_fake
+def _(x):
+    return x.new_empty(tuple(x.shape[:-1]) + (x.shape[-1] // 2,))
+
+
+@torch.library.custom_op("xte::dswiglu", mutates_args=(), device_types=_DEV)
+def dswiglu(grad_out: Tensor, x: Tensor) -> Tensor:
+    """grad_input [.., 2F] of swiglu (xte_dswiglu), in x's dtype."""
+    vg = view(grad_out, "grad_out", _ACT)
+    vx = view(x, "x", _ACT)
+    gi = empty(vx, vx.shape, vx.dtype)
+    vo = view(gi, "grad_input", writable=True)
+    call("xte_dswiglu", vg.ptr, vx.ptr, vo.ptr, stream_of(vg, vx, vo))
+    return gi
+
+
+@dswiglu.register_fake
+def _(grad_out, x):
+    return torch.empty_like(x)
+
+
+def _swiglu_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+
+
+def _swiglu_bwd(ctx, g):
+    (x,) = ctx.saved_tensors
+    return torch.ops.xte.dswiglu(g.to(x.dtype).contiguous(), x)
+
+
+swiglu.register_autograd(_swiglu_bwd, setup_context=_swiglu_setup)
+
+
+@torch.library.custom_op("xte::swiglu_quantize", mutates_args=(), device_types=_DEV)
+def swiglu_quantize(x: Tensor, act_dtype: int, mode: int, recipe: int, layout: int, fmt: int,
+                    rowwise: bool, columnwise: bool, amax_epsilon: float, force_pow_2: int,
+                    saturate: bool) -> List[Tensor]:
+    """xte_swiglu_quantize: quantize(swiglu(x) rounded to act_dtype) in one pass; outputs as
+    xte::quantize's for an input of swiglu's output shape."""
+    vx = view(x, "x", _ACT)
+    yshape = vx.shape[:-1] + (vx.shape[-1] // 2,)
+    outs = [empty(vx, s, DType.UINT8 if d in (None, DType.E8M0) else d)
+            for s, d in _quant_shapes(yshape, mode, recipe, layout, rowwise, columnwise)]
+    i = 0
+    d = s = cd = cs = None
+    if rowwise:
+        d, s = outs[0], outs[1]
+        i = 2
+    if columnwise:
+        cd, cs = outs[i], outs[i + 1]
+    q, keep = _qt(d, s, cd, cs, (mode, recipe, layout, layout, fmt), "out")
+    cfg = lib.xte_quant_config_default()
+    cfg.amax_epsilon = amax_epsilon
+    cfg.force_pow_2 = force_pow_2
+    cfg.saturate = int(saturate)
+    call("xte_swiglu_quantize", vx.ptr, int(act_dtype), ctypes.byref(q), ctypes.byref(cfg),
+         stream_of(vx, *keep))
+    return outs
+
+
+@swiglu_quantize.register_fake
+def _(x, act_dtype, mode, recipe, layout, fmt, rowwise, columnwise, amax_epsilon, force_pow_2,
+      saturate):
+    yshape = tuple(int(s) for s in x.shape[:-1]) + (int(x.shape[-1]) // 2,)
+    return [x.new_empty(s, dtype=torch.uint8 if d in (None, DType.E8M0) else torch_dtype(d))
+            for s, d in _quant_shapes(yshape, mode, recipe, layout, rowwise, columnwise)]
+
+
+# ============================================================================= attention
+
+
+def _attn_cfg(layout, mask, window_left, window_right, softmax_scale, softcap, alibi, cuq, cukv,
+              max_q, max_kv):
+    cfg = lib.xte_attention_config_default()
+    cfg.layout = layout
+    cfg.mask = mask
+    cfg.window_left = window_left
+    cfg.window_right = window_right
+    cfg.softmax_scale = softmax_scale
+    cfg.softcap = softcap
+    keep = []
+    for t, field, dt, nm in ((alibi, "alibi_slopes", DType.FP32, "alibi_slopes"),
+                             (cuq, "cu_seqlens_q", DType.INT32, "cu_seqlens_q"),
+                             (cukv, "cu_seqlens_kv", DType.INT32, "cu_seqlens_kv")):
+        if t is not None:
+            p, v = _fptr(t, nm, dt)
+            setattr(cfg, field, p)
+            keep.append(v)
+    if cuq is not None:
+        cfg.batch = cuq.shape[0] - 1
+    cfg.max_seqlen_q = max_q
+    cfg.max_seqlen_kv = max_kv
+    return cfg, keep
+
+
+def _attn_shapes(q, v, layout):
+    o = tuple(q.shape[:-1]) + (v.shape[-1],)
+    if layout == 2:  # THD
+        lse = (q.shape[0], q.shape[1])
+    elif layout == 1:  # SBHD
+        lse = (q.shape[1], q.shape[2], q.shape[0])
+    else:
+        lse = (q.shape[0], q.shape[2], q.shape[1])
+    return o, lse
+
+
+@torch.library.custom_op("xte::attention_fwd", mutates_args=(), device_types=_DEV)
+def attention_fwd(q: Tensor, k: Tensor, v: Tensor, layout: int, mask: int, window_left: int,
+                  window_right: int, softmax_scale: float, softcap: float,
+                  alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
+                  cu_seqlens_kv: Optional[Tensor], max_seqlen_q: int,
+                  max_seqlen_kv: int) -> Tuple[Tensor, Tensor]:
+    """xte_attention_fwd: (O in q's dtype, LSE fp32: BSHD / SBHD [b, h, s_q], THD [t, h])."""
+    vq, vk, vv = view(q, "q", _FLOAT_IN), view(k, "k", _FLOAT_IN), view(v, "v", _FLOAT_IN)
+    oshape, lshape = _attn_shapes(q, v, layout)
+    o = empty(vq, oshape, vq.dtype)
+    lse = empty(vq, lshape, DType.FP32)
+    vo, vl = view(o, "out", writable=True), view(lse, "lse", writable=True)
+    cfg, keep = _attn_cfg(layout, mask, window_left, window_right, softmax_scale, softcap,
+                          alibi_slopes, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv)
+    call("xte_attention_fwd", vq.ptr, vk.ptr, vv.ptr, vo.ptr, vl.ptr, ctypes.byref(cfg),
+         stream_of(vq, vk, vv, vo, vl, *keep))
+    return o, lse
+
+
+@attention_fwd.register_fake
+def _(q, k, v, layout, mask, window_left, window_right, softmax_scale, softcap, alibi_slopes,
+      cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv):
+    oshape, lshape = _attn_shapes(q, v, layout)
+    return q.new_empty(oshape), q.new_empty(lshape, dtype=torch.float32)
+
+
+@torch.library.custom_op("xte::attention_bwd", mutates_args=(), device_types=_DEV)
+def attention_bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor,
+                  layout: int, mask: int, window_left: int, window_right: int,
+                  softmax_scale: float, softcap: float, alibi_slopes: Optional[Tensor],
+                  cu_seqlens_q: Optional[Tensor], cu_seqlens_kv: Optional[Tensor],
+                  max_seqlen_q: int, max_seqlen_kv: int) -> Tuple[Tensor, Tensor, Tensor]:
+    """xte_attention_bwd: (dQ, dK, dV) in the inputs' dtype."""
+    vq, vk, vv = view(q, "q", _FLOAT_IN), view(k, "k", _FLOAT_IN), view(v, "v", _FLOAT_IN)
+    vo, vdo, vl = view(o, "o"), view(do, "do"), view(lse, "lse", (DType.FP32,))
+    dq, dk, dv = (empty(vq, vq.shape, vq.dtype), empty(vk, vk.shape, vk.dtype),
+                  empty(vv, vv.shape, vv.dtype))
+    vdq, vdk, vdv = (view(dq, "dq", writable=True), view(dk, "dk", writable=True),
+                     view(dv, "dv", writable=True))
+    cfg, keep = _attn_cfg(layout, mask, window_left, window_right, softmax_scale, softcap,
+                          alibi_slopes, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv)
+    call("xte_attention_bwd", vq.ptr, vk.ptr, vv.ptr, vo.ptr, vdo.ptr, vl.ptr, vdq.ptr, vdk.ptr,
+         vdv.ptr, ctypes.byref(cfg), stream_of(vq, vk, vv, vo, vdo, vl, vdq, *keep))
+    return dq, dk, dv
+
+
+@attention_bwd.register_fake
+def _(q, k, v, o, do, lse, layout, mask, window_left, window_right, softmax_scale, softcap,
+      alibi_slopes, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _attn_setup(ctx, inputs, output):
+    q, k, v = inputs[:3]
+    o, lse = output
+    ctx.cfg = inputs[3:]
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.set_materialize_grads(True)
+
+
+def _attn_bwd(ctx, do, dlse):
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = torch.ops.xte.attention_bwd(q, k, v, o, do.to(q.dtype).contiguous(), lse,
+                                             *ctx.cfg)
+    return (dq, dk, dv) + (None,) * 11
+
+
+attention_fwd.register_autograd(_attn_bwd, setup_context=_attn_setup)
+
+
+OPS = {
+    "quantize": quantize, "dequantize": dequantize, "gemm": gemm, "gemm_grouped": gemm_grouped,
+    "router": router, "router_backward": router_backward, "moe_permute": moe_permute,
+    "moe_permute_backward": moe_permute_backward, "moe_unpermute": moe_unpermute,
+    "moe_unpermute_backward": moe_unpermute_backward, "swiglu": swiglu, "dswiglu": dswiglu,
+    "swiglu_quantize": swiglu_quantize, "attention_fwd": attention_fwd,
+    "attention_bwd": attention_bwd,
+}
+
+
+# ============================================================================= more ops
+
+
+_BYTE_DTYPES = (int(DType.E4M3), int(DType.E5M2), int(DType.E8M0))
+
+
+@torch.library.custom_op("xte::cast", mutates_args=(), device_types=_DEV)
+def cast(x: Tensor, in_dtype: int, out_dtype: int, saturate: bool) -> Tensor:
+    """xte_cast: x (fp32 / bf16 / fp16, or fp8 / e8m0 codes as uint8 with in_dtype saying which)
+    to out_dtype (fp8 / e8m0 results as uint8 bytes)."""
+    vx = view(_as(x, in_dtype) if x.dtype == torch.uint8 else x, "x")
+    out = empty(vx, vx.shape, DType.UINT8 if out_dtype in _BYTE_DTYPES else out_dtype)
+    vo = view(_as(out, out_dtype), "out", writable=True)
+    call("xte_cast", vx.ptr, vo.ptr, int(saturate), stream_of(vx, vo))
+    return out
+
+
+@cast.register_fake
+def _(x, in_dtype, out_dtype, saturate):
+    return x.new_empty(x.shape, dtype=torch.uint8 if out_dtype in _BYTE_DTYPES
+                       else torch_dtype(out_dtype))
+
+
+@torch.library.custom_op("xte::dswiglu_quantize", mutates_args=(), device_types=_DEV)
+def dswiglu_quantize(grad_out: Tensor, x: Tensor, act_dtype: int, mode: int, recipe: int,
+                     layout: int, fmt: int, rowwise: bool, columnwise: bool, amax_epsilon: float,
+                     force_pow_2: int, saturate: bool) -> List[Tensor]:
+    """xte_dswiglu_quantize: quantize(dswiglu(grad_out, x) rounded to act_dtype), outputs as
+    xte::quantize's for an input of x's shape."""
+    vg = view(grad_out, "grad_out", _ACT)
+    vx = view(x, "x", _ACT)
+    outs = [empty(vx, s, DType.UINT8 if d in (None, DType.E8M0) else d)
+            for s, d in _quant_shapes(vx.shape, mode, recipe, layout, rowwise, columnwise)]
+    i = 0
+    d = s = cd = cs = None
+    if rowwise:
+        d, s = outs[0], outs[1]
+        i = 2
+    if columnwise:
+        cd, cs = outs[i], outs[i + 1]
+    q, keep = _qt(d, s, cd, cs, (mode, recipe, layout, layout, fmt), "out")
+    cfg = lib.xte_quant_config_default()
+    cfg.amax_epsilon = amax_epsilon
+    cfg.force_pow_2 = force_pow_2
+    cfg.saturate = int(saturate)
+    call("xte_dswiglu_quantize", vg.ptr, vx.ptr, int(act_dtype), ctypes.byref(q),
+         ctypes.byref(cfg), stream_of(vg, vx, *keep))
+    return outs
+
+
+@dswiglu_quantize.register_fake
+def _(grad_out, x, act_dtype, mode, recipe, layout, fmt, rowwise, columnwise, amax_epsilon,
+      force_pow_2, saturate):
+    return [x.new_empty(s, dtype=torch.uint8 if d in (None, DType.E8M0) else torch_dtype(d))
+            for s, d in _quant_shapes(tuple(int(v) for v in x.shape), mode, recipe, layout,
+                                      rowwise, columnwise)]
+
+
+@torch.library.custom_op("xte::router_aux_scores", mutates_args=(), device_types=_DEV)
+def router_aux_scores(logits: Tensor, topk: int,
+                      score_function: int) -> Tuple[Tensor, Tensor, Tensor]:
+    """xte_router_aux_scores (TE's fused_compute_score_for_moe_aux_loss): (scores fp32 [T, E],
+    routing_map uint8 [T, E], saved fp32 [T, E])."""
+    vl = view(logits, "logits", _ACT)
+    T, E = _prod(vl.shape[:-1]), vl.shape[-1]
+    sc, rm, sv = (empty(vl, (T, E), DType.FP32), empty(vl, (T, E), DType.UINT8),
+                  empty(vl, (T, E), DType.FP32))
+    vs, vr, vv = (view(sc, "scores", writable=True), view(rm, "routing_map", writable=True),
+                  view(sv, "saved", writable=True))
+    call("xte_router_aux_scores", vl.ptr, int(topk), int(score_function), vs.ptr, vr.ptr, vv.ptr,
+         stream_of(vl, vs, vr, vv))
+    return sc, rm, sv
+
+
+@router_aux_scores.register_fake
+def _(logits, topk, score_function):
+    T, E = _prod(logits.shape[:-1]), logits.shape[-1]
+    return (logits.new_empty((T, E), dtype=torch.float32),
+            logits.new_empty((T, E), dtype=torch.uint8),
+            logits.new_empty((T, E), dtype=torch.float32))
+
+
+@torch.library.custom_op("xte::router_aux_scores_backward", mutates_args=(), device_types=_DEV)
+def router_aux_scores_backward(grad_scores: Tensor, saved: Tensor, logits: Tensor, topk: int,
+                               score_function: int) -> Tensor:
+    """grad_logits (logits' dtype) of router_aux_scores."""
+    vg = view(grad_scores, "grad_scores", (DType.FP32,))
+    vs = view(saved, "saved", (DType.FP32,))
+    vl = view(logits, "logits", _ACT)
+    gl = empty(vl, vl.shape, vl.dtype)
+    vo = view(gl, "grad_logits", writable=True)
+    call("xte_router_aux_scores_backward", vg.ptr, vs.ptr, vl.ptr, int(topk),
+         int(score_function), vo.ptr, stream_of(vg, vs, vl, vo))
+    return gl
+
+
+@router_aux_scores_backward.register_fake
+def _(grad_scores, saved, logits, topk, score_function):
+    return torch.empty_like(logits)
+
+
+def _aux_scores_setup(ctx, inputs, output):
+    logits, topk, sf = inputs
+    ctx.save_for_backward(output[2], logits)
+    ctx.cfg = (topk, sf)
+    ctx.set_materialize_grads(True)
+
+
+def _aux_scores_bwd(ctx, gs, grm, gsaved):
+    saved, logits = ctx.saved_tensors
+    return (torch.ops.xte.router_aux_scores_backward(gs.contiguous(), saved, logits, *ctx.cfg),
+            None, None)
+
+
+router_aux_scores.register_autograd(_aux_scores_bwd, setup_context=_aux_scores_setup)
+
+
+@torch.library.custom_op("xte::moe_aux_loss", mutates_args=(), device_types=_DEV)
+def moe_aux_loss(probs: Tensor, tokens_per_expert: Tensor, total_num_tokens: int, topk: int,
+                 coeff: float) -> Tensor:
+    """xte_moe_aux_loss_forward (TE's fused_moe_aux_loss): a 0-d fp32 tensor."""
+    vp = view(probs, "probs", (DType.FP32,))
+    vt = view(tokens_per_expert, "tokens_per_expert", (DType.INT32, DType.INT64))
+    out = empty(vp, (1,), DType.FP32)
+    vo = view(out, "aux_loss", writable=True)
+    call("xte_moe_aux_loss_forward", vp.ptr, vt.ptr, int(total_num_tokens), int(topk),
+         float(coeff), ctypes.cast(vo.t.data, _F32P), stream_of(vp, vt, vo))
+    return out.view(())
+
+
+@moe_aux_loss.register_fake
+def _(probs, tokens_per_expert, total_num_tokens, topk, coeff):
+    return probs.new_empty((), dtype=torch.float32)
+
+
+@torch.library.custom_op("xte::moe_aux_loss_backward", mutates_args=(), device_types=_DEV)
+def moe_aux_loss_backward(grad_aux: Tensor, tokens_per_expert: Tensor, num_tokens: int,
+                          total_num_tokens: int, topk: int, coeff: float) -> Tensor:
+    """grad_probs fp32 [num_tokens, E] of moe_aux_loss (grad_aux: a 1-element tensor, read on
+    the host as the C API takes it)."""
+    vt = view(tokens_per_expert, "tokens_per_expert", (DType.INT32, DType.INT64))
+    gp = empty(vt, (num_tokens, vt.shape[-1]), DType.FP32)
+    vg = view(gp, "grad_probs", writable=True)
+    call("xte_moe_aux_loss_backward", vt.ptr, int(total_num_tokens), int(topk), float(coeff),
+         float(grad_aux.reshape(()).item()), vg.ptr, stream_of(vt, vg))
+    return gp
+
+
+@moe_aux_loss_backward.register_fake
+def _(grad_aux, tokens_per_expert, num_tokens, total_num_tokens, topk, coeff):
+    return tokens_per_expert.new_empty((num_tokens, tokens_per_expert.shape[-1]),
+                                       dtype=torch.float32)
+
+
+def _aux_loss_setup(ctx, inputs, output):
+    probs, tpe, total, topk, coeff = inputs
+    ctx.save_for_backward(tpe)
+    ctx.cfg = (probs.shape[0], total, topk, coeff)
+
+
+def _aux_loss_bwd(ctx, g):
+    (tpe,) = ctx.saved_tensors
+    return (torch.ops.xte.moe_aux_loss_backward(g.reshape(1).to(torch.float32), tpe, *ctx.cfg),
+            None, None, None, None)
+
+
+moe_aux_loss.register_autograd(_aux_loss_bwd, setup_context=_aux_loss_setup)
+
+
+@torch.library.custom_op("xte::moe_sort_chunks_by_index", mutates_args=(), device_types=_DEV)
+def moe_sort_chunks_by_index(x: Tensor, split_sizes: Tensor,
+                             sorted_index: Tensor) -> Tuple[Tensor, Tensor]:
+    """xte_moe_sort_chunks_by_index: (output [R, H], row_map int32 [R])."""
+    vx = view(x, "x")
+    vs = view(split_sizes, "split_sizes", (DType.INT32, DType.INT64))
+    vi = view(sorted_index, "sorted_index", (DType.INT32, DType.INT64))
+    out = empty(vx, vx.shape, vx.dtype)
+    rm = empty(vx, (vx.shape[0],), DType.INT32)
+    vo, vr = view(out, "output", writable=True), view(rm, "row_map", writable=True)
+    call("xte_moe_sort_chunks_by_index", vx.ptr, vs.ptr, vi.ptr, vo.ptr, vr.ptr,
+         stream_of(vx, vs, vi, vo))
+    return out, rm
+
+
+@moe_sort_chunks_by_index.register_fake
+def _(x, split_sizes, sorted_index):
+    return torch.empty_like(x), x.new_empty((x.shape[0],), dtype=torch.int32)
+
+
+@torch.library.custom_op("xte::moe_sort_chunks_backward", mutates_args=(), device_types=_DEV)
+def moe_sort_chunks_backward(grad_output: Tensor, row_map: Tensor) -> Tensor:
+    """grad_input[r] = grad_output[row_map[r]]."""
+    vg = view(grad_output, "grad_output")
+    vr = view(row_map, "row_map", (DType.INT32,))
+    gi = empty(vg, vg.shape, vg.dtype)
+    vo = view(gi, "grad_input", writable=True)
+    call("xte_moe_sort_chunks_backward", vg.ptr, vr.ptr, vo.ptr, stream_of(vg, vr, vo))
+    return gi
+
+
+@moe_sort_chunks_backward.register_fake
+def _(grad_output, row_map):
+    return torch.empty_like(grad_output)
+
+
+def _sort_setup(ctx, inputs, output):
+    ctx.save_for_backward(output[1])
+    ctx.set_materialize_grads(True)
+
+
+def _sort_bwd(ctx, gout, grm):
+    (rm,) = ctx.saved_tensors
+    return torch.ops.xte.moe_sort_chunks_backward(gout.contiguous(), rm), None, None
+
+
+moe_sort_chunks_by_index.register_autograd(_sort_bwd, setup_context=_sort_setup)
+
+
+@torch.library.custom_op("xte::moe_dispatch_layout", mutates_args=(), device_types=_DEV)
+def moe_dispatch_layout(topk_idx: Tensor, num_experts: int,
+                        num_ranks: int) -> Tuple[Tensor, Tensor, Tensor]:
+    """xte_moe_dispatch_layout (DeepEP get_dispatch_layout): (tokens_per_rank int32 [R],
+    tokens_per_expert int32 [E], is_token_in_rank uint8 [T, R])."""
+    vi = view(topk_idx, "topk_idx", (DType.INT32, DType.INT64))
+    T = vi.shape[0]
+    a = empty(vi, (num_ranks,), DType.INT32)
+    b = empty(vi, (num_experts,), DType.INT32)
+    c = empty(vi, (T, num_ranks), DType.UINT8)
+    va, vb, vc = (view(a, "tokens_per_rank", writable=True),
+                  view(b, "tokens_per_expert", writable=True),
+                  view(c, "is_token_in_rank", writable=True))
+    call("xte_moe_dispatch_layout", vi.ptr, int(num_experts), int(num_ranks), va.ptr, vb.ptr,
+         vc.ptr, stream_of(vi, va))
+    return a, b, c
+
+
+@moe_dispatch_layout.register_fake
+def _(topk_idx, num_experts, num_ranks):
+    return (topk_idx.new_empty((num_ranks,), dtype=torch.int32),
+            topk_idx.new_empty((num_experts,), dtype=torch.int32),
+            topk_idx.new_empty((topk_idx.shape[0], num_ranks), dtype=torch.uint8))
+
+
+OPS.update({
+    "cast": cast, "dswiglu_quantize": dswiglu_quantize, "router_aux_scores": router_aux_scores,
+    "router_aux_scores_backward": router_aux_scores_backward, "moe_aux_loss": moe_aux_loss,
+    "moe_aux_loss_backward": moe_aux_loss_backward,
+    "moe_sort_chunks_by_index": moe_sort_chunks_by_index,
+    "moe_sort_chunks_backward": moe_sort_chunks_backward,
+    "moe_dispatch_layout": moe_dispatch_layout,
+})

@@ -1,0 +1,32 @@
+"""examples/python/train_moe.py, short: 30 training steps of the tiny MoE model with xte's FP8
+modules beside the same model in bf16; the loss curves stay within the example's stated distance
+(max_t |l_xte - l_bf16| / l_bf16(0) <= DISTANCE = 1%) and both losses fall. Needs torch (CI
+installs it)."""
+
+# ctest: no-isa-variants  (as test_nn.py; and it is the slowest file)
+
+import importlib.util
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLE = os.path.join(HERE, "..", "..", "examples", "python", "train_moe.py")
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("train_moe", EXAMPLE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_train_moe_30_steps_within_stated_distance():
+    ex = _load()
+    lx, lb, dist = ex.train(30, log=None)
+    assert len(lx) == len(lb) == 30
+    assert dist <= ex.DISTANCE, dist
+    assert lx[-1] < 0.5 * lx[0] and lb[-1] < 0.5 * lb[0], (lx[0], lx[-1], lb[0], lb[-1])
+    assert ex.main(["--steps", "3", "--every", "1", "--check", str(ex.DISTANCE)]) == 0
