@@ -106,3 +106,34 @@ Test(attention_fwd, padding_bshd) {
 Test(attention_fwd, long_sequence) {
   run(mk(BSHD, BF16, 1, 1000, 1000, 1, 1, 128, 128, CAUSAL), "s1000 bf16 causal");
 }
+
+/* A NaN in one key: the rows that see it give NaN (canonical bits) in every output column and
+ * in the LSE; rows that do not see it (causal) are untouched by it (before the fix the rows
+ * that saw it came out as O = 0, LSE = -inf, like rows with no visible key). */
+Test(attention_fwd, nan_key_gives_nan_rows) {
+  adata d;
+  acase c = mk(BSHD, F32, 1, 6, 70, 1, 1, 16, 16, CAUSAL);
+  int64_t i, cc;
+  uint32_t bits;
+  ta_setup(&d, &c);
+  ((float *)d.Kr)[ta_off(&d, 1, 0, 3, 0, 5, 1, 16)] = NAN;
+  cr_assert_eq(xte_attention_fwd(&d.Q, &d.K, &d.V, &d.O, &d.L, &d.cfg, NULL), XTE_SUCCESS, "%s",
+               xte_last_error());
+  for (i = 0; i < 6; i++) {
+    for (cc = 0; cc < 16; cc++) {
+      float o = ((float *)d.Or)[ta_off(&d, 0, 0, i, 0, cc, 1, 16)];
+      memcpy(&bits, &o, 4);
+      if (i < 3)
+        cr_expect(isfinite(o), "row %lld col %lld: %g", (long long)i, (long long)cc, o);
+      else
+        cr_expect_eq(bits, 0x7FC00000u, "row %lld col %lld: 0x%08x", (long long)i, (long long)cc,
+                     bits);
+    }
+    memcpy(&bits, &d.lse[ta_loff(&d, 0, i, 0)], 4);
+    if (i < 3)
+      cr_expect(isfinite(d.lse[ta_loff(&d, 0, i, 0)]), "lse row %lld", (long long)i);
+    else
+      cr_expect_eq(bits, 0x7FC00000u, "lse row %lld: 0x%08x", (long long)i, bits);
+  }
+  ta_free(&d);
+}

@@ -456,7 +456,9 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
       if (a->dtype == XTE_DTYPE_E4M3)
         for (cc = 0; cc < dv; cc++) o[cc] = o[cc] * vdesc;
     } else {
-      for (cc = 0; cc < dv; cc++) o[cc] = 0.0f;
+      /* no visible key: 0; a NaN sum (a NaN in q or in a visible key): NaN, never a silent 0 */
+      const float z = xte_f32_isnan(l[r]) ? xte_attn_nan() : 0.0f;
+      for (cc = 0; cc < dv; cc++) o[cc] = z;
     }
     store_row(&a->o, a->out_dtype, eoff(&a->o, b, qt0 + i0 + r, h), dv, o);
     a->lse[loff(a, b, qt0 + i0 + r, h)] = xte_attn_lse(m[r], l[r]);

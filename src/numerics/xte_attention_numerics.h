@@ -132,8 +132,16 @@ XTE_HD float xte_attn_finish(float o, float l) {
   return o / l;
 }
 
-/* Final LSE (natural log) from the max m and the sum l. */
+/* The value of every output of a row whose sum l is NaN (a NaN in q, in a visible key or in
+ * its logit): the canonical quiet NaN, the same bits on every backend. */
+XTE_HD float xte_attn_nan(void) {
+  return xte_bits_f32(0x7FC00000u);
+}
+
+/* Final LSE (natural log) from the max m and the sum l: -inf when no key is visible (l == 0),
+ * the canonical NaN when l is NaN. */
 XTE_HD float xte_attn_lse(float m, float l) {
+  if (xte_f32_isnan(l)) return xte_attn_nan();
   if (!(l > 0.0f)) return xte_attn_neg_inf();
   return m + xte_logf(l);
 }
