@@ -34,6 +34,9 @@ typedef struct xte_attn_args {
   float scale, softcap;
   const float *alibi;                             /* [hq] or NULL */
   const float *descale_q, *descale_k, *descale_v; /* [batch, hkv] or NULL (e4m3 only) */
+  int no_output; /* every output has zero elements: a backend checks what only it can read
+                    (cu_seqlens in its memory), then returns without work (the drivers' passes
+                    walk the batch: 2^31 - 1 empty sequences took minutes) */
 } xte_attn_args;
 
 struct xte_attention_ops {

@@ -233,6 +233,30 @@ Test(attention_bad_input, empty_sequences_huge_batch, .timeout = 20) {
   }
 }
 
+/* Empty outputs skip the work, not the checks: THD with no query token and cu_seqlens_q
+ * {0, 1, 0} (decreasing, past the tokens) is still an error (found by fuzz_attention when the
+ * empty-output shortcut first returned before the backend's cu_seqlens checks). */
+Test(attention_bad_input, empty_outputs_still_check_cu_seqlens) {
+  adata d;
+  acase c = small(XTE_ATTN_LAYOUT_THD);
+  int bwd;
+  for (bwd = 0; bwd < 2; bwd++) {
+    xte_status st;
+    ta_setup(&d, &c);
+    d.Q.shape[0] = d.O.shape[0] = d.dO.shape[0] = d.dQ.shape[0] = d.L.shape[0] = 0;
+    d.K.shape[0] = d.V.shape[0] = d.dK.shape[0] = d.dV.shape[0] = 0;
+    d.cu_q[0] = 0, d.cu_q[1] = 1, d.cu_q[2] = 0;
+    d.cu_kv[0] = 0, d.cu_kv[1] = 0, d.cu_kv[2] = 0;
+    st = bwd ? xte_attention_bwd(&d.Q, &d.K, &d.V, &d.O, &d.dO, &d.L, &d.dQ, &d.dK, &d.dV, &d.cfg,
+                                 NULL)
+             : xte_attention_fwd(&d.Q, &d.K, &d.V, &d.O, &d.L, &d.cfg, NULL);
+    cr_expect_eq(st, XTE_ERROR_INVALID_ARGUMENT, "%s: got %s", bwd ? "bwd" : "fwd",
+                 xte_status_string(st));
+    cr_expect(strstr(xte_last_error(), "cu_seqlens_q") != NULL, "%s", xte_last_error());
+    ta_free(&d);
+  }
+}
+
 /* Test hooks of src/alloc.c (exported, declared in src/xte_internal.h). */
 void xte_internal_fail_alloc(int64_t nth);
 int64_t xte_internal_alloc_count(void);

@@ -488,6 +488,7 @@ static xte_status cpu_attn_fwd(const xte_attn_args *a, void *handle) {
   xte_status st;
   (void)handle;
   XTE_TRY(check_args(a));
+  if (a->no_output) return XTE_SUCCESS;
   init_ctx(&c, a);
   /* every allocation before the first output byte */
   st = make_q_tasks(&c);
@@ -716,6 +717,7 @@ static xte_status cpu_attn_bwd(const xte_attn_args *a, void *handle) {
   size_t bytes, wsf;
   (void)handle;
   XTE_TRY(check_args(a));
+  if (a->no_output) return XTE_SUCCESS;
   init_ctx(&c, a);
   /* every allocation before the first output byte: D, both task lists, the workspaces */
   if (__builtin_mul_overflow(a->packed ? a->total_q : a->batch * a->sq, a->hq, &nl) ||
