@@ -9,7 +9,7 @@ import ctypes
 
 from . import _lib
 from ._lib import QTensor, Recipe, ScaleLayout, ScalingMode, Status, XteValueError
-from ._tensor import view, view_opt
+from ._tensor import XteLayoutError, view, view_opt
 
 __all__ = ["QuantizedTensor", "qview", "parse_recipe", "parse_layout", "parse_mode"]
 
@@ -131,9 +131,13 @@ class QuantizedTensor:
 
 def _scale_fields(arr, layout, name, writable):
     """(View, (data, dtype, rows, cols, layout)) of a scale array: [rows, cols]; 1-D [n] as
-    [1, n]; more dimensions (grouped [G, rows, cols]) with the leading ones as rows."""
+    [1, n]; more dimensions (grouped [G, rows, cols]) with the leading ones as rows. A scale
+    buffer is dense (xte_scale_tensor has no row stride): a padded view is an XteLayoutError."""
     v = view(arr, name, writable=writable)
     shp = v.shape
+    if v.f[-1] not in (0, shp[-1]):
+        raise XteLayoutError(f"{name}: scale rows padded to a stride of {v.f[-1]} (shape "
+                             f"{shp}): scale buffers are dense, pass a contiguous array")
     if len(shp) == 2:
         rows, cols = shp
     elif len(shp) == 1:
@@ -146,10 +150,16 @@ def _scale_fields(arr, layout, name, writable):
     return v, (v.f[0], v.f[1], rows, cols, int(layout))
 
 
-def _float_ptr(arr, name):
+def _float_ptr(arr, name, writable):
+    """The pointer of a one-element fp32 array (amax / scale: C reads or writes one float)."""
     if arr is None:
         return 0, None
-    v = view(arr, name, (_lib.DType.FP32,))
+    v = view(arr, name, (_lib.DType.FP32,), writable=writable)
+    n = 1
+    for s in v.shape:
+        n *= s
+    if n != 1:
+        raise _lib.XteShapeError(Status.SHAPE, f"{name}: shape {v.shape}, expected one element")
     return v.f[0], v
 
 
@@ -194,8 +204,10 @@ def qview(q, name, writable=False):
             v, cs = _scale_fields(q.columnwise_scale_inv, q.columnwise_layout,
                                   f"{name}.columnwise_scale_inv", writable)
             views.append(v)
-    pa, va = _float_ptr(q.amax, f"{name}.amax")
-    ps, vs = _float_ptr(q.scale, f"{name}.scale")
+    # amax is an output of a quantizing call; scale too for TE_CURRENT (TE_DELAYED reads it)
+    pa, va = _float_ptr(q.amax, f"{name}.amax", writable)
+    ps, vs = _float_ptr(q.scale, f"{name}.scale",
+                        writable and q.recipe == Recipe.TE_CURRENT)
     if va is not None:
         views.append(va)
     if vs is not None:

@@ -85,7 +85,7 @@ _DT_CACHE = {}
 
 def dtype_of(x):
     """The xte dtype of a torch / NumPy dtype (or an array's dtype), or None."""
-    dt = getattr(x, "dtype", x)
+    dt = x if isinstance(x, type) else getattr(x, "dtype", x)
     try:
         return _DT_CACHE[dt]
     except KeyError:
@@ -93,6 +93,11 @@ def dtype_of(x):
     except TypeError:  # unhashable
         return None
     r = _BY_NAME.get(str(dt).rsplit(".", 1)[-1])
+    if r is None and isinstance(dt, type):  # a NumPy scalar type (np.float32, ml_dtypes.bfloat16)
+        try:
+            r = _BY_NAME.get(_numpy().dtype(dt).name)
+        except TypeError:
+            r = None
     _DT_CACHE[dt] = r
     return r
 

@@ -39,7 +39,7 @@ from .._lib import (DType, GemmGroups, GemmGrouping, GemmMode, QTensor, Recipe,
                     ScaleLayout, ScaleTensor, ScalingMode, Status, XteDTypeError, XteError,
                     XteShapeError, XteUnsupportedError, XteValueError, lib)
 from .._qtensor import QuantizedTensor, parse_layout, parse_mode, qview
-from .._tensor import dtype_of, empty, ptr, stream_of, view, view_opt
+from .._tensor import XteLayoutError, dtype_of, empty, ptr, stream_of, view, view_opt
 
 __all__ = ["gemm", "gemm_grouped", "fp8_gemm_nt", "fp8_gemm_nn", "fp8_gemm_tn", "fp8_gemm_tt",
            "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked",
@@ -131,13 +131,7 @@ class _Operand:
 
 
 def _from_qtensor(q, name):
-    s, views = qview(q, name)
-    # 3-D scale arrays: the grid of the 2-D [G * rows, cols] tensor the C library reads
-    for arr, st in ((q.scale_inv, s.rowwise_scale_inv),
-                    (q.columnwise_scale_inv, s.columnwise_scale_inv)):
-        shp = getattr(arr, "shape", None)
-        if shp is not None and len(shp) >= 3:
-            st.rows, st.cols = _rows_cols(tuple(shp))
+    s, views = qview(q, name)  # 3-D scale arrays: [G * rows, cols], as the C library reads
     o = _Operand()
     o.q, o.views, o.name = s, views, name
     o.shape = tuple(q.shape)
@@ -235,6 +229,9 @@ def _build_pair(dv, sv, name, mode, cands):
                             f"{dv.shape} in several storages ({', '.join(sorted(classes))}): "
                             "pass layout= ('compact', 'deepgemm', 'te_gemm', 'mx_swizzled')")
     layout, recipe, col = next(iter(classes.values()))
+    if sv.t.ld not in (0, sv.shape[-1]):
+        raise XteLayoutError(f"{name}[1]: scale rows padded to a stride of {sv.t.ld} (shape "
+                             f"{sv.shape}): scale buffers are dense, pass a contiguous array")
     s = QTensor()
     st = ScaleTensor()
     st.data = sv.t.data

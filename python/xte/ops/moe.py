@@ -17,6 +17,7 @@ int32 [T, k] map (the output row of each slot), carried in a RowIdMap with the r
 from, since the unpermute and the backwards take both.
 """
 
+import copy
 import ctypes
 import re
 import sys
@@ -727,14 +728,19 @@ def _swiglu_q(fn, args, aliases, like, M, K, recipe, layout, fmt, rowwise, colum
     rec = parse_recipe(recipe)
     lay = parse_layout(layout if layout is not None else "compact")
     ad = _dtype(act_dtype, "act_dtype", _FLOAT_IN, DType.FP32)
+    given = out
     if out is None:
         out = _alloc_quantized(like, M, K, rec, lay, fmt, rowwise, columnwise, amax)
-    elif amax is not None:
+    elif amax is not None:  # a copy for the call: the caller's out changes only on success
+        out = copy.copy(out)
         out.amax = amax
     qs, qv = qview(out, "out", writable=True)
     cfg = _qconfig(amax_epsilon, force_pow_2, saturate)
     _call(fn, aliases, *args, int(ad), ctypes.byref(qs), ctypes.byref(cfg),
           stream_of(like, *qv))
+    if given is not None and out is not given:
+        given.amax = amax
+        return given
     return out
 
 

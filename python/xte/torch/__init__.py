@@ -24,9 +24,11 @@ these wrappers restore the float8 dtypes as zero-copy views.
 
 import torch
 
-from .._lib import DType, GemmMode, Recipe, RouterScore, ScaleLayout, ScalingMode
+from .._lib import AttnLayout, AttnMask, DType, GemmMode, Recipe, RouterScore, ScaleLayout, ScalingMode
 from .._qtensor import QuantizedTensor, parse_layout, parse_mode, parse_recipe
 from .._tensor import dtype_of
+from ..ops import attention as _A
+from ..ops.gemm import _gemm_mode
 from . import _ops  # noqa: F401  (registers the ops)
 from ._ops import OPS, permute_capacity, scale_shape  # noqa: F401
 
@@ -41,9 +43,6 @@ _FMT = {"e4m3": DType.E4M3, "float8_e4m3fn": DType.E4M3, "e5m2": DType.E5M2,
         "float8_e5m2": DType.E5M2, DType.E4M3: DType.E4M3, DType.E5M2: DType.E5M2}
 _SCORES = {"softmax": RouterScore.SOFTMAX, "sigmoid": RouterScore.SIGMOID,
            "sqrtsoftplus": RouterScore.SQRTSOFTPLUS}
-_LAYOUTS = {"bshd": 0, "sbhd": 1, "thd": 2}
-_MASKS = {None: 0, "none": 0, "no_mask": 0, "causal": 1, "causal_bottom_right": 2,
-          "padding_causal_bottom_right": 2}
 
 
 def _dt(d):
@@ -138,7 +137,7 @@ def gemm(a, b, *, trans_a=False, trans_b=True, c=None, accumulate=False, bias=No
     b^T when trans_b (the default: b is the weight [N, K], the Linear forward "TN"); a, b
     QuantizedTensors. (The raw op torch.ops.xte.gemm takes the C flags: its trans_b is
     `not trans_b` here.)"""
-    m = GemmMode.FAST if str(mode).lower() in ("fast", "1") else GemmMode.EXACT
+    m = _gemm_mode(mode)
     if c is not None:
         accumulate = True
     return ops.gemm(*_qargs(a), *_qargs(b), c, bias, bool(trans_a), not bool(trans_b),
@@ -161,7 +160,7 @@ def gemm_grouped(a, b, *, group_sizes=None, masked_m=None, num_groups=None, kind
         group_sizes = torch.tensor(group_sizes, dtype=torch.int64)
     if num_groups is None:
         num_groups = (group_sizes if group_sizes is not None else masked_m).numel()
-    m = GemmMode.FAST if str(mode).lower() in ("fast", "1") else GemmMode.EXACT
+    m = _gemm_mode(mode)
     return ops.gemm_grouped(*_qargs(a), *_qargs(b), c, bias, group_sizes, masked_m,
                             int(num_groups), k, int(alignment), bool(trans_a), not bool(trans_b),
                             bool(accumulate), int(m), int(_dt(out_dtype)))
@@ -218,9 +217,8 @@ def swiglu_quantize(x, act_dtype=torch.bfloat16, recipe="te_block", layout=None,
 
 def _attn_args(layout, mask, window, softmax_scale, softcap, alibi_slopes, cu_seqlens_q,
                cu_seqlens_kv, max_seqlen_q, max_seqlen_kv):
-    lay = _LAYOUTS[layout.lower()] if isinstance(layout, str) else int(layout)
-    msk = _MASKS[mask.lower() if isinstance(mask, str) else mask] \
-        if (mask is None or isinstance(mask, str)) else int(mask)
+    lay = int(_A._enum(layout, _A._LAYOUTS, AttnLayout, "layout"))
+    msk = int(_A._enum(mask if mask is not None else "none", _A._MASKS, AttnMask, "mask"))
     wl, wr = (-1, -1) if window is None else (int(window[0]), int(window[1]))
     return (lay, msk, wl, wr, float(softmax_scale or 0.0), float(softcap or 0.0), alibi_slopes,
             cu_seqlens_q, cu_seqlens_kv, int(max_seqlen_q or 0), int(max_seqlen_kv or 0))

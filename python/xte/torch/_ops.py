@@ -24,6 +24,8 @@ from .. import _lib
 from .._lib import (DType, GemmGroups, MoeRouting, PermuteConfig, PermuteOutputs, QTensor,
                     Recipe, RouterOutputs, ScalingMode, Status, XteValueError, call, lib)
 from .._tensor import empty, stream_of, torch_dtype, view, zeros
+from .._qtensor import _scale_fields
+from ..ops import attention as _A
 
 _DEV = ("cpu", "cuda")
 _FLOAT_IN = (DType.FP32, DType.BF16, DType.FP16)
@@ -114,13 +116,10 @@ def _qt(data, scale, cdata, cscale, meta, name):
         setattr(q, dst, vd.t)
         keep.append(vd)
         if s is not None:
-            vs = view(_as(s, sdt) if s.dtype == torch.uint8 else s, f"{name}.{nm}scale_inv")
+            vs, f = _scale_fields(_as(s, sdt) if s.dtype == torch.uint8 else s, lay,
+                                  f"{name}.{nm}scale_inv", False)
             st = getattr(q, sdst)
-            st.data = vs.t.data
-            st.dtype = vs.t.dtype
-            st.rows = vs.shape[0] if len(vs.shape) == 2 else 1
-            st.cols = vs.shape[-1] if len(vs.shape) >= 1 else 1
-            st.layout = int(lay)
+            st.data, st.dtype, st.rows, st.cols, st.layout = f
             keep.append(vs)
     q.scaling_mode = int(meta[0])
     q.recipe = int(meta[1])
@@ -163,6 +162,15 @@ def quantize(x: Tensor, mode: int, recipe: int, layout: int, fmt: int, rowwise: 
         cd, cs = outs[i], outs[i + 1]
     meta = (mode, recipe, layout, layout, fmt)
     q, keep = _qt(d, s, cd, cs, meta, "out")
+    if scale is not None:
+        # the op is functional: the scale is TE_DELAYED's input only (one fp32 on the host,
+        # read by the C library before the launch), never TE_CURRENT's written-back scale
+        if recipe != Recipe.TE_DELAYED:
+            raise XteValueError(Status.INVALID_ARGUMENT, "scale: only TE_DELAYED takes a scale "
+                                "here (TE_CURRENT's scale is an output: use xte.quantize)")
+        if scale.device.type != "cpu" or scale.numel() != 1:
+            raise XteValueError(Status.INVALID_ARGUMENT, f"scale: a 1-element fp32 CPU tensor "
+                                f"(got {tuple(scale.shape)} on {scale.device})")
     fs, vs = _fptr(scale, "scale")
     q.scale = fs
     cfg = lib.xte_quant_config_default()
@@ -647,28 +655,13 @@ def _(x, act_dtype, mode, recipe, layout, fmt, rowwise, columnwise, amax_epsilon
 # ============================================================================= attention
 
 
-def _attn_cfg(layout, mask, window_left, window_right, softmax_scale, softcap, alibi, cuq, cukv,
-              max_q, max_kv):
-    cfg = lib.xte_attention_config_default()
-    cfg.layout = layout
-    cfg.mask = mask
-    cfg.window_left = window_left
-    cfg.window_right = window_right
-    cfg.softmax_scale = softmax_scale
-    cfg.softcap = softcap
-    keep = []
-    for t, field, dt, nm in ((alibi, "alibi_slopes", DType.FP32, "alibi_slopes"),
-                             (cuq, "cu_seqlens_q", DType.INT32, "cu_seqlens_q"),
-                             (cukv, "cu_seqlens_kv", DType.INT32, "cu_seqlens_kv")):
-        if t is not None:
-            p, v = _fptr(t, nm, dt)
-            setattr(cfg, field, p)
-            keep.append(v)
-    if cuq is not None:
-        cfg.batch = cuq.shape[0] - 1
-    cfg.max_seqlen_q = max_q
-    cfg.max_seqlen_kv = max_kv
-    return cfg, keep
+def _attn_kw(layout, mask, window_left, window_right, softmax_scale, softcap, alibi, cuq, cukv,
+             max_q, max_kv):
+    """The plain attention functions' keywords from the op's flat arguments."""
+    return dict(layout=int(layout), mask=int(mask), window=(window_left, window_right),
+                softmax_scale=softmax_scale if softmax_scale else None, softcap=softcap,
+                alibi_slopes=alibi, cu_seqlens_q=cuq, cu_seqlens_kv=cukv,
+                max_seqlen_q=max_q or None, max_seqlen_kv=max_kv or None)
 
 
 def _attn_shapes(q, v, layout):
@@ -688,17 +681,13 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, layout: int, mask: int, windo
                   alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
                   cu_seqlens_kv: Optional[Tensor], max_seqlen_q: int,
                   max_seqlen_kv: int) -> Tuple[Tensor, Tensor]:
-    """xte_attention_fwd: (O in q's dtype, LSE fp32: BSHD / SBHD [b, h, s_q], THD [t, h])."""
-    vq, vk, vv = view(q, "q", _FLOAT_IN), view(k, "k", _FLOAT_IN), view(v, "v", _FLOAT_IN)
-    oshape, lshape = _attn_shapes(q, v, layout)
-    o = empty(vq, oshape, vq.dtype)
-    lse = empty(vq, lshape, DType.FP32)
-    vo, vl = view(o, "out", writable=True), view(lse, "lse", writable=True)
-    cfg, keep = _attn_cfg(layout, mask, window_left, window_right, softmax_scale, softcap,
-                          alibi_slopes, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv)
-    call("xte_attention_fwd", vq.ptr, vk.ptr, vv.ptr, vo.ptr, vl.ptr, ctypes.byref(cfg),
-         stream_of(vq, vk, vv, vo, vl, *keep))
-    return o, lse
+    """xte_attention_fwd: (O in q's dtype, LSE fp32: BSHD / SBHD [b, h, s_q], THD [t, h]).
+    The plain xte.attention_fwd runs it: every config array is checked there (dtype, element
+    count, device) before C reads it; max_seqlen 0 means "the tokens of the tensor" (THD)."""
+    return _A.attention_fwd(q, k, v, **_attn_kw(layout, mask, window_left, window_right,
+                                                  softmax_scale, softcap, alibi_slopes,
+                                                  cu_seqlens_q, cu_seqlens_kv, max_seqlen_q,
+                                                  max_seqlen_kv))
 
 
 @attention_fwd.register_fake
@@ -714,18 +703,12 @@ def attention_bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: T
                   softmax_scale: float, softcap: float, alibi_slopes: Optional[Tensor],
                   cu_seqlens_q: Optional[Tensor], cu_seqlens_kv: Optional[Tensor],
                   max_seqlen_q: int, max_seqlen_kv: int) -> Tuple[Tensor, Tensor, Tensor]:
-    """xte_attention_bwd: (dQ, dK, dV) in the inputs' dtype."""
-    vq, vk, vv = view(q, "q", _FLOAT_IN), view(k, "k", _FLOAT_IN), view(v, "v", _FLOAT_IN)
-    vo, vdo, vl = view(o, "o"), view(do, "do"), view(lse, "lse", (DType.FP32,))
-    dq, dk, dv = (empty(vq, vq.shape, vq.dtype), empty(vk, vk.shape, vk.dtype),
-                  empty(vv, vv.shape, vv.dtype))
-    vdq, vdk, vdv = (view(dq, "dq", writable=True), view(dk, "dk", writable=True),
-                     view(dv, "dv", writable=True))
-    cfg, keep = _attn_cfg(layout, mask, window_left, window_right, softmax_scale, softcap,
-                          alibi_slopes, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv)
-    call("xte_attention_bwd", vq.ptr, vk.ptr, vv.ptr, vo.ptr, vdo.ptr, vl.ptr, vdq.ptr, vdk.ptr,
-         vdv.ptr, ctypes.byref(cfg), stream_of(vq, vk, vv, vo, vdo, vl, vdq, *keep))
-    return dq, dk, dv
+    """xte_attention_bwd: (dQ, dK, dV) in the inputs' dtype (through xte.attention_bwd)."""
+    return _A.attention_bwd(q, k, v, o, do, lse, **_attn_kw(layout, mask, window_left,
+                                                              window_right, softmax_scale,
+                                                              softcap, alibi_slopes, cu_seqlens_q,
+                                                              cu_seqlens_kv, max_seqlen_q,
+                                                              max_seqlen_kv))
 
 
 @attention_bwd.register_fake
