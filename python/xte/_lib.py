@@ -421,6 +421,27 @@ _EXC = {
 }
 
 
+def parse_enum(value, table, enum_cls, what):
+    """An enum from the enum itself, its int value, or a key of `table` (strings matched in
+    lower case; lists as tuples); else an XteValueError naming `what` and the accepted names."""
+    if isinstance(value, enum_cls):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return enum_cls(value)
+        except ValueError:
+            pass
+    key = value.lower() if isinstance(value, str) else value
+    if isinstance(key, list):
+        key = tuple(key)
+    try:
+        return table[key]
+    except (KeyError, TypeError):
+        names = sorted(str(k) for k in table if isinstance(k, str))
+        raise XteValueError(Status.INVALID_ARGUMENT,
+                            f"{what}: {value!r} is not one of {', '.join(names)}") from None
+
+
 def exception_for(status):
     """The exception class of an xte_status value."""
     return _EXC.get(status, XteError)

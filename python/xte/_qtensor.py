@@ -32,22 +32,7 @@ _MODES = {"per_tensor": ScalingMode.PER_TENSOR, "1x128": ScalingMode.BLOCK_1x128
 
 
 def _parse(table, enum_cls, value, what):
-    if isinstance(value, enum_cls):
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        try:
-            return enum_cls(value)
-        except ValueError:
-            pass
-    key = value.lower() if isinstance(value, str) else value
-    if isinstance(key, list):
-        key = tuple(key)
-    try:
-        return table[key]
-    except (KeyError, TypeError):
-        names = sorted(str(k) for k in table if isinstance(k, str))
-        raise XteValueError(Status.INVALID_ARGUMENT,
-                            f"{what}: {value!r} is not one of {', '.join(names)}") from None
+    return _lib.parse_enum(value, table, enum_cls, what)
 
 
 def parse_recipe(r):

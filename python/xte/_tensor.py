@@ -394,16 +394,16 @@ def ptr(v):
     return None if v is None else ctypes.pointer(v.t)
 
 
+def _torch_device(like):
+    return "cpu" if like.device[0] == "cpu" else f"{like.device[0]}:{like.device[1]}"
+
+
 def empty(like, shape, dtype):
     """A new uninitialised array of xte dtype `dtype` in the framework / device of View `like`."""
     if like.fw != "torch":
         return _np_empty(shape, dtype=_np_dtype(dtype))
-    shape = tuple(int(s) for s in shape)
-    if like.fw == "torch":
-        t = _torch()
-        dev = "cpu" if like.device[0] == "cpu" else f"{like.device[0]}:{like.device[1]}"
-        return t.empty(shape, dtype=torch_dtype(dtype), device=dev)
-    return _numpy().empty(shape, dtype=_np_dtype(dtype))
+    return _torch().empty(tuple(int(s) for s in shape), dtype=torch_dtype(dtype),
+                          device=_torch_device(like))
 
 
 def _np_empty(shape, dtype):
@@ -414,12 +414,10 @@ def _np_empty(shape, dtype):
 
 def zeros(like, shape, dtype):
     """empty() filled with zero bytes."""
-    shape = tuple(int(s) for s in shape)
-    if like.fw == "torch":
-        t = _torch()
-        dev = "cpu" if like.device[0] == "cpu" else f"{like.device[0]}:{like.device[1]}"
-        return t.zeros(shape, dtype=torch_dtype(dtype), device=dev)
-    return _numpy().zeros(shape, dtype=_np_dtype(dtype))
+    if like.fw != "torch":
+        return _numpy().zeros(shape, dtype=_np_dtype(dtype))
+    return _torch().zeros(tuple(int(s) for s in shape), dtype=torch_dtype(dtype),
+                          device=_torch_device(like))
 
 
 # ------------------------------------------------------------------------------- streams

@@ -17,6 +17,7 @@ import re
 from .. import _lib
 from .._lib import AttnLayout, AttnMask, DType, Status, XteError, XteShapeError, \
     XteValueError, lib
+from .._lib import parse_enum
 from .._tensor import empty, stream_of, view, view_opt
 
 __all__ = ["attention_fwd", "attention_bwd"]
@@ -35,16 +36,7 @@ def _bad(name, msg, cls=XteValueError, status=Status.INVALID_ARGUMENT):
 
 
 def _enum(value, table, cls, name):
-    if isinstance(value, cls):
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        try:
-            return cls(value)
-        except ValueError:
-            pass
-    if isinstance(value, str) and value.lower() in table:
-        return table[value.lower()]
-    raise _bad(name, f"{value!r} is not one of {', '.join(sorted(table))}")
+    return parse_enum(value, table, cls, name)
 
 
 

@@ -39,6 +39,7 @@ from .._lib import (DType, GemmGroups, GemmGrouping, GemmMode, QTensor, Recipe,
                     ScaleLayout, ScaleTensor, ScalingMode, Status, XteDTypeError, XteError,
                     XteShapeError, XteUnsupportedError, XteValueError, lib)
 from .._qtensor import QuantizedTensor, parse_layout, parse_mode, qview
+from .._lib import parse_enum as _lib_parse_enum
 from .._tensor import XteLayoutError, dtype_of, empty, ptr, stream_of, view, view_opt
 
 __all__ = ["gemm", "gemm_grouped", "fp8_gemm_nt", "fp8_gemm_nn", "fp8_gemm_tn", "fp8_gemm_tt",
@@ -58,18 +59,7 @@ _LAYOUT_ORDER = (ScaleLayout.COMPACT, ScaleLayout.DEEPGEMM, ScaleLayout.TE_GEMM,
 # ------------------------------------------------------------------------------- helpers
 
 
-def _parse_enum(value, table, enum_cls, what):
-    if isinstance(value, enum_cls):
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        try:
-            return enum_cls(value)
-        except ValueError:
-            pass
-    if isinstance(value, str) and value.lower() in table:
-        return table[value.lower()]
-    raise XteValueError(Status.INVALID_ARGUMENT,
-                        f"{what}: {value!r} is not one of {', '.join(sorted(table))}")
+_parse_enum = _lib_parse_enum
 
 
 def _gemm_mode(mode):

@@ -27,6 +27,7 @@ from .._lib import (DType, MoeRouting, PermuteConfig, PermuteOutputs, Recipe,
                     RouterOutputs, RouterScore, ScaleLayout, ScalingMode, Status, XteError,
                     XteShapeError, XteValueError, lib)
 from .._qtensor import QuantizedTensor, parse_layout, parse_recipe
+from .._lib import parse_enum
 from .._tensor import empty, ptr, stream_of, view, view_opt
 
 __all__ = [
@@ -70,21 +71,12 @@ def _bad(name, msg, cls=XteValueError, status=Status.INVALID_ARGUMENT):
     return cls(status, f"{name}: {msg}")
 
 
+_SCORES = {"softmax": RouterScore.SOFTMAX, "sigmoid": RouterScore.SIGMOID,
+           "sqrtsoftplus": RouterScore.SQRTSOFTPLUS}
+
+
 def _score(score_function):
-    if isinstance(score_function, RouterScore):
-        return score_function
-    if isinstance(score_function, int) and not isinstance(score_function, bool):
-        try:
-            return RouterScore(score_function)
-        except ValueError:
-            pass
-    if isinstance(score_function, str):
-        try:
-            return RouterScore[score_function.upper()]
-        except KeyError:
-            pass
-    raise _bad("score_function", f"{score_function!r} is not one of 'softmax', 'sigmoid', "
-               "'sqrtsoftplus'")
+    return parse_enum(score_function, _SCORES, RouterScore, "score_function")
 
 
 def _dtype(d, name, allowed, default=None):

@@ -85,13 +85,7 @@ def _bytes_or(t):
 
 def from_lists(outs, mode, recipe, layout, rowwise=True, columnwise=False, fmt=DType.E4M3):
     """A QuantizedTensor (fp8 dtypes restored as zero-copy views) from xte::quantize's list."""
-    i = 0
-    d = s = cd = cs = None
-    if rowwise:
-        d, s = outs[0], outs[1]
-        i = 2
-    if columnwise:
-        cd, cs = outs[i], outs[i + 1]
+    d, s, cd, cs = _ops.split_copies(outs, rowwise, columnwise)
     f = _TFP8[DType(int(fmt))]
     mx = int(recipe) in (int(Recipe.MX_TE), int(Recipe.MX_OCP))
 

@@ -144,6 +144,18 @@ def _fptr(t, name, dtype=DType.FP32):
 # ============================================================================= quantize
 
 
+def split_copies(outs, rowwise, columnwise):
+    """(data, scale_inv, columnwise_data, columnwise_scale_inv) from xte::quantize's list."""
+    d = sc = cd = cs = None
+    i = 0
+    if rowwise:
+        d, sc = outs[0], outs[1]
+        i = 2
+    if columnwise:
+        cd, cs = outs[i], outs[i + 1]
+    return d, sc, cd, cs
+
+
 @torch.library.custom_op("xte::quantize", mutates_args=(), device_types=_DEV)
 def quantize(x: Tensor, mode: int, recipe: int, layout: int, fmt: int, rowwise: bool,
              columnwise: bool, amax_epsilon: float, force_pow_2: int, saturate: bool,
@@ -153,13 +165,7 @@ def quantize(x: Tensor, mode: int, recipe: int, layout: int, fmt: int, rowwise: 
     vx = view(x, "x", _FLOAT_IN)
     outs = [empty(vx, s, DType.UINT8 if d in (None, DType.E8M0) else d)
             for s, d in _quant_shapes(vx.shape, mode, recipe, layout, rowwise, columnwise)]
-    i = 0
-    d = s = cd = cs = None
-    if rowwise:
-        d, s = outs[0], outs[1]
-        i = 2
-    if columnwise:
-        cd, cs = outs[i], outs[i + 1]
+    d, s, cd, cs = split_copies(outs, rowwise, columnwise)
     meta = (mode, recipe, layout, layout, fmt)
     q, keep = _qt(d, s, cd, cs, meta, "out")
     if scale is not None:
