@@ -194,6 +194,19 @@ def quantize(x, recipe="te_block", block=None, layout=None, fmt="e4m3", rowwise=
             q = _quantize_fast(x, *spec)
             if q is not None:
                 return q
+    elif (type(out) is QuantizedTensor and out.columnwise_data is None and out.amax is None and
+          out.scale is None and scale is None and amax is None and block is None and
+          layout is None and rowwise is True and columnwise is False and fmt == "e4m3" and
+          amax_epsilon == 0.0 and force_pow_2 is None and saturate is True and
+          out.recipe not in _PER_TENSOR_RECIPES and out.data is not None and
+          (recipe is out.recipe or _RECIPE_OF.get(recipe) == out.recipe)):
+        # refilling a rowwise QuantizedTensor (an activation buffer reused every step)
+        vx = view(x, "x", _FLOATS)
+        qs, views = qview(out, "out", writable=True)
+        if views[0].dtype == DType.E4M3 and len(vx.shape) == 2:
+            call("xte_quantize", vx.ref, ctypes.byref(qs), ctypes.byref(_DEFAULT_CFG),
+                 stream_of(vx, *views))
+            return out
     opts = getattr(recipe, "quantize_kwargs", None)
     if callable(opts):
         o = opts()
@@ -316,6 +329,11 @@ def quantize(x, recipe="te_block", block=None, layout=None, fmt="e4m3", rowwise=
         return out
     return res
 
+
+_RECIPE_OF = {"te_block": Recipe.TE_BLOCK, "deepgemm": Recipe.DEEPGEMM,
+              "deepgemm_ue8m0": Recipe.DEEPGEMM_UE8M0, "mtfp8": Recipe.MTFP8,
+              "mx_te": Recipe.MX_TE, "mx_ocp": Recipe.MX_OCP}
+_DEFAULT_CFG = lib.xte_quant_config_default()
 
 # (recipe, block, layout, fmt) as the caller spelled them -> (recipe, mode, layout, fp8 dtype,
 # scale dtype, config): filled by a successful general call with the default options, rowwise
