@@ -310,3 +310,18 @@ def test_attention_function_autograd():
         is_causal=True).transpose(1, 2)
     torch.testing.assert_close(o.double(), ref, rtol=1e-5, atol=1e-6)
     assert q.grad is not None and k.grad is not None and v.grad is not None
+
+
+def test_compile_inductor_linear_bytes():
+    """torch.compile's default backend (inductor, what users call torch.compile) traces
+    xte.nn.Linear without a graph break and gives eager's bytes, forward and input gradient."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(xnn.Linear(256, 128), torch.nn.GELU(), xnn.Linear(128, 256))
+    x = torch.randn(8, 256, requires_grad=True)
+    ref = m(x)
+    ref.sum().backward()
+    g_ref = x.grad.clone()
+    x.grad = None
+    y = torch.compile(m, fullgraph=True)(x)
+    y.sum().backward()
+    assert torch.equal(y, ref) and torch.equal(x.grad, g_ref)
