@@ -253,7 +253,7 @@ def test_router_bytes_equal_plain_opcheck_and_grad(score, pre, ng, gt):
     g = torch.Generator().manual_seed(4)
     logits, bias = _router_inputs(g)
     topk, scale = 4, 2.5
-    sf = int(xt._SCORES[score])
+    sf = int(xt._score(score))
     eb = bias if score != "softmax" else None
     w, idx, rmap, saved = ops.router(logits, eb, topk, sf, pre, ng, gt, scale)
     idx_p = torch.empty(idx.shape, dtype=torch.int64)
@@ -514,7 +514,7 @@ def test_aux_scores_and_aux_loss(score):
     g = torch.Generator().manual_seed(21)
     T, E, k = 19, 8, 2
     logits = torch.randn(T, E, generator=g)
-    sf = int(xt._SCORES[score])
+    sf = int(xt._score(score))
     sc, rm, sv = ops.router_aux_scores(logits, k, sf)
     prm, psc, psv = P_moe.fused_compute_score_for_moe_aux_loss(logits, k, score,
                                                                return_intermediate=True)

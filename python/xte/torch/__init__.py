@@ -28,6 +28,7 @@ from .._lib import AttnLayout, AttnMask, DType, GemmMode, Recipe, RouterScore, S
 from .._qtensor import QuantizedTensor, parse_layout, parse_mode, parse_recipe
 from .._tensor import dtype_of
 from ..ops import attention as _A
+from ..ops.moe import _score
 from ..ops.gemm import _gemm_mode
 from . import _ops  # noqa: F401  (registers the ops)
 from ._ops import OPS, permute_capacity, scale_shape  # noqa: F401
@@ -41,10 +42,6 @@ ops = torch.ops.xte
 
 _FMT = {"e4m3": DType.E4M3, "float8_e4m3fn": DType.E4M3, "e5m2": DType.E5M2,
         "float8_e5m2": DType.E5M2, DType.E4M3: DType.E4M3, DType.E5M2: DType.E5M2}
-_SCORES = {"softmax": RouterScore.SOFTMAX, "sigmoid": RouterScore.SIGMOID,
-           "sqrtsoftplus": RouterScore.SQRTSOFTPLUS}
-
-
 def _dt(d):
     """xte DType of a torch dtype / name / DType."""
     if isinstance(d, DType):
@@ -162,9 +159,11 @@ def gemm_grouped(a, b, *, group_sizes=None, masked_m=None, num_groups=None, kind
 
 def router(logits, topk, score_function="softmax", *, expert_bias=None, use_pre_softmax=False,
            num_groups=0, group_topk=0, scaling_factor=1.0):
-    """TE's fused_topk_with_score_function through xte::router (autograd to the logits):
-    returns (topk_weights fp32 [T, k], topk_idx int64 [T, k])."""
-    sf = _SCORES[score_function] if isinstance(score_function, str) else score_function
+    """The router of TE's fused_topk_with_score_function (same options) through xte::router,
+    with autograd to the logits. Unlike TE's function (and xte.fused_topk_with_score_function),
+    it returns the index form (topk_weights fp32 [T, k], topk_idx int64 [T, k]), which the
+    xte.torch permute ops take: static shapes for torch.compile."""
+    sf = _score(score_function)
     w, idx, _, _ = ops.router(logits, expert_bias, int(topk), int(sf), bool(use_pre_softmax),
                               int(num_groups or 0), int(group_topk or 0),
                               float(1.0 if scaling_factor is None else scaling_factor))
@@ -257,13 +256,15 @@ def cast(x, dtype, saturate=True):
 
 
 def router_aux_scores(logits, topk, score_function="softmax"):
-    """TE's fused_compute_score_for_moe_aux_loss scores fp32 [T, E] (autograd to the logits)."""
-    sf = _SCORES[score_function] if isinstance(score_function, str) else score_function
+    """The scores fp32 [T, E] of TE's fused_compute_score_for_moe_aux_loss (autograd to the
+    logits; TE returns (routing_map, scores): xte.fused_compute_score_for_moe_aux_loss)."""
+    sf = _score(score_function)
     return ops.router_aux_scores(logits, int(topk), int(sf))[0]
 
 
 def moe_aux_loss(probs, tokens_per_expert, total_num_tokens, topk, coeff):
-    """TE's fused_moe_aux_loss as a 0-d fp32 tensor (autograd to probs)."""
+    """TE's fused_moe_aux_loss as a 0-d fp32 tensor (autograd to probs); TE's num_experts
+    argument is probs' column count here (xte.fused_moe_aux_loss takes TE's argument list)."""
     return ops.moe_aux_loss(probs, tokens_per_expert, int(total_num_tokens), int(topk),
                             float(coeff))
 
