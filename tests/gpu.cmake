@@ -9,6 +9,9 @@
 #  check_gpu_musa_compat    every CUDA name used under src/cuda/ is mapped for MUSA in
 #                           src/musa/xte_musa_compat.h (tests/check_musa_compat.py).
 # All carry the label "gpu"; their names contain "gpu" (ctest -R gpu).
+# Without Criterion (XTE_NO_CRITERION=ON, or not installed) tests/CMakeLists.txt builds only the
+# test_gpu_*.c programs, on tests/cr_shim.h (same --filter / --jobs options, same output lines),
+# and includes this file alone.
 if(TARGET test_gpu_quantize)
   set_tests_properties(test_gpu_quantize PROPERTIES LABELS "gpu" TIMEOUT 1800
                        SKIP_REGULAR_EXPRESSION "SKIPPED: ")
@@ -31,3 +34,14 @@ if(Python3_Interpreter_FOUND)
 else()
   message(STATUS "xte: no Python 3, check_gpu_musa_compat is not run")
 endif()
+
+# `xte info` for machines where the xte program is not built (it needs the benchmark
+# dependencies): tests/device/run.sh runs xte_device_info instead.
+add_executable(xte_device_info ${CMAKE_CURRENT_SOURCE_DIR}/device/xte_info.c)
+target_link_libraries(xte_device_info PRIVATE xte::xte)
+target_compile_options(xte_device_info PRIVATE ${XTE_C_FLAGS})
+
+# A short benchmark table of the CUDA ops against a device-to-device copy (tests/device/run.sh).
+add_executable(xte_device_bench ${CMAKE_CURRENT_SOURCE_DIR}/device/gpu_bench.c)
+target_link_libraries(xte_device_bench PRIVATE xte::xte)
+target_compile_options(xte_device_bench PRIVATE ${XTE_C_FLAGS})

@@ -1,8 +1,22 @@
 /* The CUDA backend against the CPU backend, byte for byte: quantize (every recipe x scaling mode
  * x scale layout x rowwise / columnwise / both, fp32 / bf16 / fp16 inputs, e4m3 / e5m2, shapes
  * with tails, special values), dequantize (every fp8 byte) and cast (every bf16 / fp16 / fp8
- * pattern). Where no CUDA device is usable the tests print SKIPPED with the reason. */
+ * pattern). Every GPU operation runs twice and must give the same bytes both times (determinism).
+ * Where no CUDA device is usable the tests print SKIPPED with the reason.
+ *
+ * Built with Criterion, or without it on tests/cr_shim.h (XTE_TEST_CR_SHIM; the offline GPU
+ * machine). Environment:
+ *   XTE_TEST_GPU_AS_CPU=1   the "GPU" side on the CPU backend too (a check of this harness)
+ *   XTE_TEST_GPU_REDUCED=1  small shapes and casts only (compute-sanitizer runs)
+ *   XTE_TEST_GPU_HUGE=1     gpu_quantize/huge_* run quantize, dequantize and cast over more than
+ *                           2^31 elements (about 20 GiB of host memory, 10 GiB on the device);
+ *                           without it those tests pass without running (no SKIPPED line, which
+ *                           would mark the whole program skipped in ctest). */
+#ifdef XTE_TEST_CR_SHIM
+#include "cr_shim.h"
+#else
 #include <criterion/criterion.h>
+#endif
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -11,8 +25,13 @@
 #include <xte/xte.h>
 
 static xte_stream gpu, cpu;
-static int failures;
+static int failures, nondeterministic;
 #define MAX_REPORTED 25
+
+static int env_on(const char *name) {
+  const char *e = getenv(name);
+  return e && *e == '1';
+}
 
 /* XTE_TEST_GPU_AS_CPU=1 runs the "GPU" side on the CPU backend too: a check of this harness
  * itself on machines without a GPU. */
@@ -28,12 +47,13 @@ static void streams(void) {
   cr_assert_eq(xte_stream_create(XTE_BACKEND_CPU, 0, NULL, &cpu), XTE_SUCCESS);
 }
 
+/* Every mismatch is counted (the totals say how many cases differ); the first MAX_REPORTED are
+ * reported in full. */
 static void fail(const char *fmt, const char *desc, size_t at, unsigned g, unsigned c) {
   failures++;
   if (failures <= MAX_REPORTED)
     cr_expect_fail("%s: %s: first difference at byte %zu: gpu 0x%02x, cpu 0x%02x", desc, fmt, at, g,
                    c);
-  cr_assert_lt(failures, 200, "too many mismatches, stopping");
 }
 
 static int same(const char *what, const char *desc, const void *g, const void *c, size_t n) {
@@ -42,6 +62,20 @@ static int same(const char *what, const char *desc, const void *g, const void *c
   if (memcmp(a, b, n) == 0) return 1;
   for (i = 0; a[i] == b[i]; i++) continue;
   fail(what, desc, i, a[i], b[i]);
+  return 0;
+}
+
+/* The second GPU run against the first: the same bytes. */
+static int same_twice(const char *what, const char *desc, const void *second, const void *first,
+                      size_t n) {
+  const uint8_t *a = (const uint8_t *)second, *b = (const uint8_t *)first;
+  size_t i;
+  if (memcmp(a, b, n) == 0) return 1;
+  for (i = 0; a[i] == b[i]; i++) continue;
+  nondeterministic++;
+  if (nondeterministic <= MAX_REPORTED)
+    cr_expect_fail("%s: %s: second GPU run differs at byte %zu: 0x%02x, first 0x%02x", desc, what,
+                   i, a[i], b[i]);
   return 0;
 }
 
@@ -232,11 +266,14 @@ static void run_quant(const qcase *q, const void *h_in, const void *d_in) {
   xte_tensor in_h, in_d;
   xte_qtensor tc, tg;
   uint8_t *c_rq = NULL, *c_rs = NULL, *c_cq = NULL, *c_cs = NULL;
-  uint8_t *g_rq = NULL, *g_rs = NULL, *g_cq = NULL, *g_cs = NULL;
+  uint8_t *g_rq[2] = {NULL, NULL}, *g_rs[2] = {NULL, NULL}, *g_cq[2] = {NULL, NULL},
+          *g_cs[2] = {NULL, NULL};
   void *d_rq = NULL, *d_rs = NULL, *d_cq = NULL, *d_cs = NULL, *d_amax, *d_scale;
-  float c_amax = -1.0f, g_amax = -2.0f, c_scale = -1.0f, g_scale = -2.0f, given = 0.37f;
+  float c_amax = -1.0f, g_amax[2], c_scale = -1.0f, g_scale[2], given = 0.37f;
+  const float amax0 = -2.0f, scale0 = -2.0f;
   const int current = q->recipe == XTE_RECIPE_TE_CURRENT;
   const int delayed = q->recipe == XTE_RECIPE_TE_DELAYED;
+  int run;
   xte_status st;
 
   describe(q, desc, sizeof desc);
@@ -249,25 +286,21 @@ static void run_quant(const qcase *q, const void *h_in, const void *d_in) {
   if (q->row) {
     c_rq = hcalloc(rb.qbytes, 0xCD);
     c_rs = hcalloc(rb.sbytes, 0xCD);
-    g_rq = hcalloc(rb.qbytes, 0);
-    g_rs = hcalloc(rb.sbytes, 0);
+    for (run = 0; run < 2; run++)
+      g_rq[run] = hcalloc(rb.qbytes, 0), g_rs[run] = hcalloc(rb.sbytes, 0);
     d_rq = dalloc(rb.qbytes);
     d_rs = dalloc(rb.sbytes);
-    xte_memset(gpu, d_rq, 0xCD, rb.qbytes);
-    xte_memset(gpu, d_rs, 0xCD, rb.sbytes);
   }
   if (q->col) {
     c_cq = hcalloc(cb.qbytes, 0xCD);
     c_cs = hcalloc(cb.sbytes, 0xCD);
-    g_cq = hcalloc(cb.qbytes, 0);
-    g_cs = hcalloc(cb.sbytes, 0);
+    for (run = 0; run < 2; run++)
+      g_cq[run] = hcalloc(cb.qbytes, 0), g_cs[run] = hcalloc(cb.sbytes, 0);
     d_cq = dalloc(cb.qbytes);
     d_cs = dalloc(cb.sbytes);
-    xte_memset(gpu, d_cq, 0xCD, cb.qbytes);
-    xte_memset(gpu, d_cs, 0xCD, cb.sbytes);
   }
-  d_amax = dup_to_gpu(&g_amax, 4);
-  d_scale = dup_to_gpu(&g_scale, 4);
+  d_amax = dalloc(4);
+  d_scale = dalloc(4);
 
   fill_qtensor(&tc, q, &rb, &cb, c_rq, c_rs, c_cq, c_cs);
   tc.amax = &c_amax;
@@ -275,32 +308,55 @@ static void run_quant(const qcase *q, const void *h_in, const void *d_in) {
   st = xte_quantize(&in_h, &tc, &q->cfg, cpu);
   cr_assert_eq(st, XTE_SUCCESS, "cpu quantize %s: %s", desc, xte_last_error());
 
-  fill_qtensor(&tg, q, &rb, &cb, d_rq, d_rs, d_cq, d_cs);
-  tg.amax = (float *)d_amax;
-  tg.scale = delayed ? &given : (current ? (float *)d_scale : NULL); /* delayed: read on host */
-  st = xte_quantize(&in_d, &tg, &q->cfg, gpu);
-  cr_assert_eq(st, XTE_SUCCESS, "gpu quantize %s: %s", desc, xte_last_error());
+  /* twice, from the same starting bytes */
+  for (run = 0; run < 2; run++) {
+    if (q->row) {
+      xte_memset(gpu, d_rq, 0xCD, rb.qbytes);
+      xte_memset(gpu, d_rs, 0xCD, rb.sbytes);
+    }
+    if (q->col) {
+      xte_memset(gpu, d_cq, 0xCD, cb.qbytes);
+      xte_memset(gpu, d_cs, 0xCD, cb.sbytes);
+    }
+    cr_assert_eq(xte_memcpy(gpu, d_amax, &amax0, 4, XTE_MEMCPY_HOST_TO_DEVICE), XTE_SUCCESS);
+    cr_assert_eq(xte_memcpy(gpu, d_scale, &scale0, 4, XTE_MEMCPY_HOST_TO_DEVICE), XTE_SUCCESS);
+    fill_qtensor(&tg, q, &rb, &cb, d_rq, d_rs, d_cq, d_cs);
+    tg.amax = (float *)d_amax;
+    tg.scale = delayed ? &given : (current ? (float *)d_scale : NULL); /* delayed: read on host */
+    st = xte_quantize(&in_d, &tg, &q->cfg, gpu);
+    cr_assert_eq(st, XTE_SUCCESS, "gpu quantize %s (run %d): %s", desc, run + 1, xte_last_error());
+    if (q->row) {
+      get(g_rq[run], d_rq, rb.qbytes);
+      get(g_rs[run], d_rs, rb.sbytes);
+    }
+    if (q->col) {
+      get(g_cq[run], d_cq, cb.qbytes);
+      get(g_cs[run], d_cs, cb.sbytes);
+    }
+    get(&g_amax[run], d_amax, 4);
+    get(&g_scale[run], d_scale, 4);
+  }
 
   if (q->row) {
-    get(g_rq, d_rq, rb.qbytes);
-    get(g_rs, d_rs, rb.sbytes);
-    same("rowwise data", desc, g_rq, c_rq, rb.qbytes);
-    same("rowwise scale_inv", desc, g_rs, c_rs, rb.sbytes);
+    same("rowwise data", desc, g_rq[0], c_rq, rb.qbytes);
+    same("rowwise scale_inv", desc, g_rs[0], c_rs, rb.sbytes);
+    same_twice("rowwise data", desc, g_rq[1], g_rq[0], rb.qbytes);
+    same_twice("rowwise scale_inv", desc, g_rs[1], g_rs[0], rb.sbytes);
   }
   if (q->col) {
-    get(g_cq, d_cq, cb.qbytes);
-    get(g_cs, d_cs, cb.sbytes);
-    same("columnwise data", desc, g_cq, c_cq, cb.qbytes);
-    same("columnwise scale_inv", desc, g_cs, c_cs, cb.sbytes);
+    same("columnwise data", desc, g_cq[0], c_cq, cb.qbytes);
+    same("columnwise scale_inv", desc, g_cs[0], c_cs, cb.sbytes);
+    same_twice("columnwise data", desc, g_cq[1], g_cq[0], cb.qbytes);
+    same_twice("columnwise scale_inv", desc, g_cs[1], g_cs[0], cb.sbytes);
   }
-  get(&g_amax, d_amax, 4);
-  same("amax", desc, &g_amax, &c_amax, 4);
+  same("amax", desc, &g_amax[0], &c_amax, 4);
+  same_twice("amax", desc, &g_amax[1], &g_amax[0], 4);
   if (current) {
-    get(&g_scale, d_scale, 4);
-    same("scale", desc, &g_scale, &c_scale, 4);
+    same("scale", desc, &g_scale[0], &c_scale, 4);
+    same_twice("scale", desc, &g_scale[1], &g_scale[0], 4);
   }
   free(c_rq), free(c_rs), free(c_cq), free(c_cs);
-  free(g_rq), free(g_rs), free(g_cq), free(g_cs);
+  for (run = 0; run < 2; run++) free(g_rq[run]), free(g_rs[run]), free(g_cq[run]), free(g_cs[run]);
   dfree(d_rq), dfree(d_rs), dfree(d_cq), dfree(d_cs), dfree(d_amax), dfree(d_scale);
 }
 
@@ -314,6 +370,10 @@ static int shapes(shape *s) {
   int64_t rm = 129 + (int64_t)(rnd() % 300), rk = 33 + (int64_t)(rnd() % 400);
   s[n++] = (shape){1, 16, 16, 0};
   s[n++] = (shape){65, 96, 96, 0};
+  if (env_on("XTE_TEST_GPU_REDUCED")) { /* compute-sanitizer: a tail, a tile, a stride */
+    s[n - 1] = (shape){129, 160, 163, 1};
+    return n;
+  }
   s[n++] = (shape){993, 512, 512, 0};
   s[n++] = (shape){1024, 1, 1, 0};
   s[n++] = (shape){rm, rk, rk, 0};
@@ -333,10 +393,12 @@ static int valid(int mode, int recipe, int layout) {
 Test(gpu_quantize, quantize_matches_cpu, .timeout = 1200) {
   shape sh[8];
   int ns, si, di, fi, mode, recipe, layout, which, runs = 0, variant = 0;
+  int cases_failed[XTE_RECIPE_COUNT] = {0}, cases_run[XTE_RECIPE_COUNT] = {0};
   streams();
   ns = shapes(sh);
   for (si = 0; si < ns; si++) {
     for (di = 0; di < 3; di++) {
+      if (env_on("XTE_TEST_GPU_REDUCED") && in_dtypes[di] != XTE_DTYPE_BF16) continue;
       void *h_in = make_input(sh[si].M, sh[si].K, sh[si].ld_in, in_dtypes[di]);
       size_t bytes = (size_t)(sh[si].M * sh[si].ld_in) * xte_dtype_size(in_dtypes[di]);
       void *d_in = dup_to_gpu(h_in, bytes);
@@ -364,7 +426,12 @@ Test(gpu_quantize, quantize_matches_cpu, .timeout = 1200) {
                 q.cfg.force_pow_2 = (variant & 2) ? 0 : 1;
                 q.cfg.amax_epsilon = variant % 5 == 4 ? 1e-3f : 0.0f;
                 variant++;
-                run_quant(&q, h_in, d_in);
+                {
+                  int before = failures + nondeterministic;
+                  run_quant(&q, h_in, d_in);
+                  cases_failed[recipe] += failures + nondeterministic > before;
+                  cases_run[recipe]++;
+                }
                 runs++;
               }
             }
@@ -372,8 +439,14 @@ Test(gpu_quantize, quantize_matches_cpu, .timeout = 1200) {
       dfree(d_in);
     }
   }
+  for (recipe = 0; recipe < XTE_RECIPE_COUNT; recipe++)
+    if (cases_failed[recipe])
+      cr_log_info("recipe %d: %d of %d quantize cases differ", recipe, cases_failed[recipe],
+                  cases_run[recipe]);
   cr_expect_eq(failures, 0, "%d mismatches over %d quantize cases", failures, runs);
-  cr_log_info("%d quantize cases compared", runs);
+  cr_expect_eq(nondeterministic, 0, "%d second-run differences over %d quantize cases",
+               nondeterministic, runs);
+  cr_log_info("%d quantize cases compared, each run twice on the GPU", runs);
 }
 
 /* ---------------------------------------------------------------- dequantize */
@@ -450,6 +523,11 @@ Test(gpu_quantize, dequantize_matches_cpu, .timeout = 1200) {
                              xte_last_error());
                 get(og, od, ob);
                 same("dequantized", desc, og, oc, ob);
+                xte_memset(gpu, od, 0xAB, ob); /* the second run, from the same bytes */
+                cr_assert_eq(xte_dequantize(&tg, colw, &tgo, gpu), XTE_SUCCESS, "%s: %s", desc,
+                             xte_last_error());
+                get(oc, od, ob);
+                same_twice("dequantized", desc, oc, og, ob);
                 free(oc), free(og), dfree(od);
                 runs++;
               }
@@ -460,6 +538,8 @@ Test(gpu_quantize, dequantize_matches_cpu, .timeout = 1200) {
     free(h_in);
   }
   cr_expect_eq(failures, 0, "%d mismatches over %d dequantize cases", failures, runs);
+  cr_expect_eq(nondeterministic, 0, "%d second-run differences over %d dequantize cases",
+               nondeterministic, runs);
 }
 
 /* ---------------------------------------------------------------- cast */
@@ -478,6 +558,10 @@ static void cast_both(const void *h_in, xte_dtype in_dt, int64_t n, xte_dtype ou
   cr_assert_eq(xte_cast(&a, &b, sat, gpu), XTE_SUCCESS, "%s: %s", desc, xte_last_error());
   get(og, d_out, ob);
   same("cast", desc, og, oc, ob);
+  xte_memset(gpu, d_out, 0, ob); /* the second run */
+  cr_assert_eq(xte_cast(&a, &b, sat, gpu), XTE_SUCCESS, "%s: %s", desc, xte_last_error());
+  get(oc, d_out, ob);
+  same_twice("cast", desc, oc, og, ob);
   free(oc), free(og), dfree(d_in), dfree(d_out);
 }
 
@@ -486,7 +570,7 @@ Test(gpu_quantize, cast_matches_cpu, .timeout = 600) {
                            XTE_DTYPE_E5M2};
   uint16_t *h16 = (uint16_t *)hcalloc(65536 * 2, 0);
   uint8_t *h8 = (uint8_t *)hcalloc(256, 0);
-  const int64_t n32 = (1 << 20) + (int64_t)NSPECIAL;
+  const int64_t n32 = (env_on("XTE_TEST_GPU_REDUCED") ? 4096 : 1 << 20) + (int64_t)NSPECIAL;
   uint32_t *h32 = (uint32_t *)hcalloc((size_t)n32 * 4, 0);
   int i, o, sat;
   streams();
@@ -496,14 +580,141 @@ Test(gpu_quantize, cast_matches_cpu, .timeout = 600) {
   for (i = (int)NSPECIAL; i < n32; i++) h32[i] = (uint32_t)rnd();
   for (o = 0; o < 5; o++)
     for (sat = 0; sat < 2; sat++) {
-      cast_both(h16, XTE_DTYPE_BF16, 65536, all[o], sat); /* every bf16 pattern */
-      cast_both(h16, XTE_DTYPE_FP16, 65536, all[o], sat); /* every fp16 pattern */
+      int64_t n16 = env_on("XTE_TEST_GPU_REDUCED") ? 4096 : 65536;
+      cast_both(h16, XTE_DTYPE_BF16, n16, all[o], sat); /* every bf16 pattern */
+      cast_both(h16, XTE_DTYPE_FP16, n16, all[o], sat); /* every fp16 pattern */
       cast_both(h8, XTE_DTYPE_E4M3, 256, all[o], sat);
       cast_both(h8, XTE_DTYPE_E5M2, 256, all[o], sat);
       cast_both(h32, XTE_DTYPE_FP32, n32, all[o], sat);
     }
   cr_expect_eq(failures, 0, "%d cast mismatches", failures);
+  cr_expect_eq(nondeterministic, 0, "%d cast second-run differences", nondeterministic);
   free(h16), free(h8), free(h32);
+}
+
+/* ---------------------------------------------------------------- more than 2^31 elements */
+
+/* [HUGE_M, HUGE_K] bf16: 2^31 + 4096 elements, so every element index past 2^31 - 1 is used. */
+#define HUGE_K ((int64_t)4096)
+#define HUGE_M ((int64_t)524289)
+#define HUGE_N (HUGE_M * HUGE_K)
+
+static int huge_wanted(void) {
+  if (env_on("XTE_TEST_GPU_HUGE")) return 1;
+  cr_log_info("more than 2^31 elements: not run (set XTE_TEST_GPU_HUGE=1)");
+  return 0;
+}
+
+/* Random finite bf16 below 2 in magnitude (subnormals and zeros included), and special values
+ * past element 2^31: +-inf, NaNs, the largest finite bf16, a subnormal. */
+static uint16_t *huge_input(void) {
+  uint16_t *h = (uint16_t *)malloc((size_t)HUGE_N * 2);
+  uint64_t x = 0x243F6A8885A308D3ull;
+  int64_t i;
+  static const uint16_t late[] = {0x7F80, 0xFF80, 0x7FC1, 0xFFA0, 0x7F7F, 0x0001, 0x8000, 0x43E0};
+  cr_assert_not_null(h);
+  for (i = 0; i < HUGE_N; i += 4) {
+    int j;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    for (j = 0; j < 4 && i + j < HUGE_N; j++) h[i + j] = (uint16_t)(x >> (16 * j)) & 0xBFFFu;
+  }
+  for (i = 0; i < (int64_t)(sizeof late / sizeof late[0]); i++) {
+    h[((int64_t)1 << 31) + 3 + 131 * i] = late[i];
+    h[HUGE_N - 1 - 7 * i] = late[i];
+  }
+  return h;
+}
+
+static qcase huge_case(int row, int col) {
+  qcase q;
+  memset(&q, 0, sizeof q);
+  q.M = HUGE_M;
+  q.K = HUGE_K;
+  q.ld_in = HUGE_K;
+  q.in_dt = XTE_DTYPE_BF16;
+  q.q_dt = XTE_DTYPE_E4M3;
+  q.mode = XTE_SCALING_BLOCK_1x128;
+  q.recipe = XTE_RECIPE_TE_BLOCK;
+  q.layout = XTE_SCALE_LAYOUT_COMPACT;
+  q.row = row;
+  q.col = col;
+  q.cfg = xte_quant_config_default();
+  return q;
+}
+
+Test(gpu_quantize, huge_quantize, .timeout = 900) {
+  uint16_t *h;
+  void *d;
+  qcase q;
+  if (!huge_wanted()) return;
+  streams();
+  h = huge_input();
+  d = dup_to_gpu(h, (size_t)HUGE_N * 2);
+  q = huge_case(1, 1);
+  run_quant(&q, h, d);
+  dfree(d);
+  free(h);
+  cr_expect_eq(failures, 0, "quantize of %lld elements: %d mismatches", (long long)HUGE_N,
+               failures);
+  cr_expect_eq(nondeterministic, 0, "quantize of %lld elements: second run differs",
+               (long long)HUGE_N);
+}
+
+Test(gpu_quantize, huge_dequantize, .timeout = 900) {
+  uint16_t *h;
+  qcase q;
+  copy_buf rb, cb;
+  xte_qtensor t, tg;
+  xte_tensor in, out, outg;
+  uint8_t *rq, *rs;
+  void *d_rq, *d_rs, *d_out, *oc, *og;
+  size_t ob = (size_t)HUGE_N * 2;
+  int run;
+  if (!huge_wanted()) return;
+  streams();
+  h = huge_input();
+  q = huge_case(1, 0);
+  geometry(&q, 0, &rb);
+  geometry(&q, 1, &cb);
+  rq = hcalloc(rb.qbytes, 0);
+  rs = hcalloc(rb.sbytes, 0);
+  fill_qtensor(&t, &q, &rb, &cb, rq, rs, NULL, NULL);
+  in = xte_tensor_2d(h, XTE_DTYPE_BF16, q.M, q.K);
+  cr_assert_eq(xte_quantize(&in, &t, &q.cfg, cpu), XTE_SUCCESS, "%s", xte_last_error());
+  free(h);
+  d_rq = dup_to_gpu(rq, rb.qbytes);
+  d_rs = dup_to_gpu(rs, rb.sbytes);
+  fill_qtensor(&tg, &q, &rb, &cb, d_rq, d_rs, NULL, NULL);
+  oc = hcalloc(ob, 0xAB);
+  og = hcalloc(ob, 0);
+  d_out = dalloc(ob);
+  out = xte_tensor_2d(oc, XTE_DTYPE_BF16, q.M, q.K);
+  outg = out;
+  outg.data = d_out;
+  cr_assert_eq(xte_dequantize(&t, 0, &out, cpu), XTE_SUCCESS, "%s", xte_last_error());
+  for (run = 0; run < 2; run++) {
+    xte_memset(gpu, d_out, 0xAB, ob);
+    cr_assert_eq(xte_dequantize(&tg, 0, &outg, gpu), XTE_SUCCESS, "%s", xte_last_error());
+    get(og, d_out, ob);
+    same("dequantized", run ? "huge dequantize (run 2)" : "huge dequantize", og, oc, ob);
+  }
+  free(rq), free(rs), free(oc), free(og);
+  dfree(d_rq), dfree(d_rs), dfree(d_out);
+  cr_expect_eq(failures, 0, "dequantize of %lld elements: %d mismatches", (long long)HUGE_N,
+               failures);
+}
+
+Test(gpu_quantize, huge_cast, .timeout = 900) {
+  uint16_t *h;
+  if (!huge_wanted()) return;
+  streams();
+  h = huge_input();
+  cast_both(h, XTE_DTYPE_BF16, HUGE_N, XTE_DTYPE_E4M3, 1);
+  free(h);
+  cr_expect_eq(failures, 0, "cast of %lld elements: %d mismatches", (long long)HUGE_N, failures);
+  cr_expect_eq(nondeterministic, 0, "cast of %lld elements: second run differs", (long long)HUGE_N);
 }
 
 /* ---------------------------------------------------------------- plugin plumbing */

@@ -122,8 +122,8 @@ XTE_API xte_cpu_isa xte_cpu_get_isa(void);
 /* Selects the ISA for subsequent calls (process-wide). XTE_ERROR_UNSUPPORTED if this machine or
  * build cannot run it. */
 XTE_API xte_status xte_cpu_set_isa(xte_cpu_isa isa);
-/* Threads of the CPU pool (XTE_NUM_THREADS, else the physical cores from hwloc). Results never
- * depend on it. n = 0 restores the default. */
+/* Threads of the CPU pool (XTE_NUM_THREADS, else the physical cores, from hwloc or sysfs). Results
+ * never depend on it. n = 0 restores the default. */
 XTE_API xte_status xte_cpu_set_num_threads(int n);
 XTE_API int xte_cpu_get_num_threads(void);
 
@@ -139,7 +139,7 @@ typedef struct xte_backend_info {
   xte_cpu_isa cpu_isa;        /* in use */
   xte_cpu_isa cpu_isa_best;   /* best the machine supports */
   unsigned cpu_isa_available; /* bit i set: ISA i can run */
-  int cpu_cores;              /* physical cores (hwloc) */
+  int cpu_cores;              /* physical cores (hwloc or sysfs) */
   int cpu_threads;            /* pool size */
   size_t l1d_bytes, l2_bytes, l3_bytes;
   char cpu_name[128];

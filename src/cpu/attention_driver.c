@@ -112,19 +112,26 @@ static void load_row(const actx *c, const xte_attn_tensor *t, int dtype, int64_t
   }
 }
 
+/* The NaN rule (docs/numerics.md, "NaN bits"): every NaN written to O, dQ, dK, dV is the
+ * canonical xte_attn_nan() (bf16 0x7FC0, fp16 0x7E00), never the hardware's (a NaN in V, or
+ * p * v = 0 * inf in the P V chain, carries x86's or the GPU's bits until here). */
+static float canon_nan(float x) {
+  return xte_f32_isnan(x) ? xte_attn_nan() : x;
+}
+
 static void store_row(const xte_attn_tensor *t, int dtype, int64_t off, int64_t n,
                       const float *src) {
   char *p = (char *)t->data + (size_t)off * dt_size(dtype);
   int64_t i;
   switch (dtype) {
     case XTE_DTYPE_FP32:
-      memcpy(p, src, (size_t)n * 4);
+      for (i = 0; i < n; i++) ((float *)p)[i] = canon_nan(src[i]);
       break;
     case XTE_DTYPE_BF16:
-      for (i = 0; i < n; i++) ((uint16_t *)p)[i] = xte_f32_to_bf16(src[i]);
+      for (i = 0; i < n; i++) ((uint16_t *)p)[i] = xte_f32_to_bf16(canon_nan(src[i]));
       break;
     default:
-      for (i = 0; i < n; i++) ((uint16_t *)p)[i] = xte_f32_to_fp16(src[i]);
+      for (i = 0; i < n; i++) ((uint16_t *)p)[i] = xte_f32_to_fp16(canon_nan(src[i]));
       break;
   }
 }

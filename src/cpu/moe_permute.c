@@ -320,8 +320,9 @@ static void unpermute_range(void *vctx, int64_t b, int64_t e, int tid) {
           const char *x;
           if (rm[j] < 0) continue;
           x = (const char *)a->in.data + ((size_t)rm[j] * (size_t)a->in.ld + (size_t)h) * ies;
-          acc = xte_fmaf(slot_weight(a, c->slots, t, j),
-                         ibf ? xte_bf16_to_f32(*(const uint16_t *)x) : *(const float *)x, acc);
+          acc =
+              xte_fma_nanprop(slot_weight(a, c->slots, t, j),
+                              ibf ? xte_bf16_to_f32(*(const uint16_t *)x) : *(const float *)x, acc);
         }
         if (obf)
           ((uint16_t *)a->out.data)[t * a->out.ld + h] = xte_f32_to_bf16(acc);
@@ -380,8 +381,8 @@ static void unpermute_range(void *vctx, int64_t b, int64_t e, int tid) {
       float acc = 0.0f;
       for (j = 0; j < k->n; j++) {
         const char *p = k->src[j] + (size_t)h0 * ies;
-        acc =
-            xte_fmaf(k->w[j], ibf ? xte_bf16_to_f32(*(const uint16_t *)p) : *(const float *)p, acc);
+        acc = xte_fma_nanprop(k->w[j],
+                              ibf ? xte_bf16_to_f32(*(const uint16_t *)p) : *(const float *)p, acc);
       }
       if (obf)
         ((uint16_t *)out)[h0] = xte_f32_to_bf16(acc);
@@ -413,10 +414,10 @@ static void unpermute_range(void *vctx, int64_t b, int64_t e, int tid) {
         w = slot_weight(a, c->slots, t, j);
         if (a->in.dtype == XTE_DTYPE_FP32) {
           const float *x = (const float *)a->in.data + row * a->in.ld + h0;
-          for (h = 0; h < n; h++) acc[h] = xte_fmaf(w, x[h], acc[h]);
+          for (h = 0; h < n; h++) acc[h] = xte_fma_nanprop(w, x[h], acc[h]);
         } else {
           const uint16_t *x = (const uint16_t *)a->in.data + row * a->in.ld + h0;
-          for (h = 0; h < n; h++) acc[h] = xte_fmaf(w, xte_bf16_to_f32(x[h]), acc[h]);
+          for (h = 0; h < n; h++) acc[h] = xte_fma_nanprop(w, xte_bf16_to_f32(x[h]), acc[h]);
         }
       }
       if (a->out.dtype == XTE_DTYPE_FP32) {
@@ -486,11 +487,11 @@ static void unpermute_bwd_range(void *vctx, int64_t b, int64_t e, int tid) {
       for (h0 = 0; h0 < H; h0 += HCHUNK) {
         n = H - h0 < HCHUNK ? H - h0 : HCHUNK;
         load_f32_part(&a->grad_out, t, h0, n, g);
-        for (h = 0; h < n; h++) x[h] = w * g[h];
+        for (h = 0; h < n; h++) x[h] = xte_mul_nanprop(w, g[h]);
         store_f32_part(&a->grad_in, row, h0, n, x);
         if (gp) {
           load_f32_part(&a->fwd_in, row, h0, n, x);
-          for (h = 0; h < n; h++) dot = xte_fmaf(g[h], x[h], dot);
+          for (h = 0; h < n; h++) dot = xte_fma_nanprop(g[h], x[h], dot);
         }
       }
       if (gp) gp[a->probs_dense ? c->slots[t * K + j] : j] = dot;

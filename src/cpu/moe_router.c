@@ -134,10 +134,10 @@ static void softmax_set(const float *x, const int *set, int n, float *p) {
   int j;
   for (j = 0; j < n; j++) m = xte_fmaxf(m, x[set[j]]);
   for (j = 0; j < n; j++) {
-    p[set[j]] = xte_expf(x[set[j]] - m);
-    sum += p[set[j]];
+    p[set[j]] = xte_expf(xte_sub_nanprop(x[set[j]], m));
+    sum = xte_add_nanprop(sum, p[set[j]]);
   }
-  for (j = 0; j < n; j++) p[set[j]] = p[set[j]] / sum;
+  for (j = 0; j < n; j++) p[set[j]] = xte_div_nanprop(p[set[j]], sum);
 }
 
 /* softmax_set over all E experts (the same steps; the exponentials and divisions lane-wise). */
@@ -161,13 +161,13 @@ static void softmax_all(const float *x, int E, float *p) {
 #ifdef XTE_MOE_VW
   for (; e + XTE_MOE_VW <= E; e += XTE_MOE_VW) xv_st(p + e, xv_expf(xv_sub(xv_ld(x + e), xv_1(m))));
 #endif
-  for (; e < E; e++) p[e] = xte_expf(x[e] - m);
-  for (e = 0; e < E; e++) sum += p[e];
+  for (; e < E; e++) p[e] = xte_expf(xte_sub_nanprop(x[e], m));
+  for (e = 0; e < E; e++) sum = xte_add_nanprop(sum, p[e]);
   e = 0;
 #ifdef XTE_MOE_VW
   for (; e + XTE_MOE_VW <= E; e += XTE_MOE_VW) xv_st(p + e, xv_div(xv_ld(p + e), xv_1(sum)));
 #endif
-  for (; e < E; e++) p[e] = p[e] / sum;
+  for (; e < E; e++) p[e] = xte_div_nanprop(p[e], sum);
 }
 
 static void sort_asc(int *v, int n) {
@@ -387,10 +387,10 @@ static void router_row(const xte_router_args *a, int64_t t, router_ws *ws) {
     }
     if (a->aux && !softmax) { /* aux scores: normalised over all E, for every topk (as TE) */
       float s = 0.0f;
-      for (e = 0; e < E; e++) s += sc[e];
-      s = s + XTE_MOE_NORM_EPS;
+      for (e = 0; e < E; e++) s = xte_add_nanprop(s, sc[e]);
+      s = xte_add_nanprop(s, XTE_MOE_NORM_EPS);
       if (a->saved.data) memcpy((float *)a->saved.data + t * a->saved.ld, sc, (size_t)E * 4);
-      for (e = 0; e < E; e++) sc[e] = sc[e] / s;
+      for (e = 0; e < E; e++) sc[e] = xte_div_nanprop(sc[e], s);
     } else if (a->saved.data && (!softmax || a->pre_softmax)) {
       memcpy((float *)a->saved.data + t * a->saved.ld, sc, (size_t)E * 4);
     }
@@ -406,7 +406,7 @@ static void router_row(const xte_router_args *a, int64_t t, router_ws *ws) {
       float s = 0.0f;
       int m = 0;
       for (e = g * gs; e < (g + 1) * gs; e++) xte_moe_topk_insert(tv, ti, &m, per, sel[e], e);
-      for (j = 0; j < m; j++) s += tv[j];
+      for (j = 0; j < m; j++) s = xte_add_nanprop(s, tv[j]);
       xte_moe_topk_insert(gv, gidx, &ng, a->group_topk, s, g);
     }
     memset(allowed, 0, (size_t)E);
@@ -426,9 +426,9 @@ static void router_row(const xte_router_args *a, int64_t t, router_ws *ws) {
     if (a->saved.data) memcpy((float *)a->saved.data + t * a->saved.ld, w, (size_t)E * 4);
   } else if (!softmax && k > 1) {
     float s = 0.0f;
-    for (j = 0; j < n; j++) s += scp[asc[j]];
-    s = s + XTE_MOE_NORM_EPS;
-    for (j = 0; j < n; j++) w[asc[j]] = scp[asc[j]] / s;
+    for (j = 0; j < n; j++) s = xte_add_nanprop(s, scp[asc[j]]);
+    s = xte_add_nanprop(s, XTE_MOE_NORM_EPS);
+    for (j = 0; j < n; j++) w[asc[j]] = xte_div_nanprop(scp[asc[j]], s);
   } else {
     for (j = 0; j < n; j++) w[asc[j]] = scp[asc[j]];
   }
@@ -440,7 +440,7 @@ static void router_row(const xte_router_args *a, int64_t t, router_ws *ws) {
       if (a->aux) {
         stream_row(p, w, (size_t)E * 4);
       } else {
-        for (j = 0; j < n; j++) ws->pr[idx[j]] = a->scaling * w[idx[j]];
+        for (j = 0; j < n; j++) ws->pr[idx[j]] = xte_mul_nanprop(a->scaling, w[idx[j]]);
         stream_row(p, ws->pr, (size_t)E * 4);
         for (j = 0; j < n; j++) ws->pr[idx[j]] = 0.0f;
       }
@@ -450,7 +450,7 @@ static void router_row(const xte_router_args *a, int64_t t, router_ws *ws) {
       for (e = 0; e < E; e++) p[e] = w[e];
     } else {
       for (e = 0; e < E; e++) p[e] = 0.0f;
-      for (j = 0; j < n; j++) p[idx[j]] = a->scaling * w[idx[j]];
+      for (j = 0; j < n; j++) p[idx[j]] = xte_mul_nanprop(a->scaling, w[idx[j]]);
     }
   }
   if (a->map.data) {
@@ -483,7 +483,7 @@ static void router_row(const xte_router_args *a, int64_t t, router_ws *ws) {
   }
   if (a->weights.data) {
     float *wo = (float *)a->weights.data + t * a->weights.ld;
-    for (j = 0; j < k; j++) wo[j] = j < n ? a->scaling * w[idx[j]] : 0.0f;
+    for (j = 0; j < k; j++) wo[j] = j < n ? xte_mul_nanprop(a->scaling, w[idx[j]]) : 0.0f;
   }
 }
 
@@ -538,12 +538,12 @@ static void router_bwd_row(const xte_router_bwd_args *a, int64_t t) {
   const float *s = (const float *)a->saved.data + t * a->saved.ld;
   float dp[MAXE], gx[MAXE], x[MAXE];
   int e;
-  for (e = 0; e < E; e++) dp[e] = (a->aux || m[e]) ? a->scaling * g[e] : 0.0f;
+  for (e = 0; e < E; e++) dp[e] = (a->aux || m[e]) ? xte_mul_nanprop(a->scaling, g[e]) : 0.0f;
   if (a->score == XTE_MOE_SOFTMAX) {
     /* p = saved (0 off the set for the post-top-k softmax): gx_i = p_i (dp_i - sum_j p_j dp_j) */
     float dot = 0.0f;
-    for (e = 0; e < E; e++) dot = xte_fmaf(s[e], dp[e], dot);
-    for (e = 0; e < E; e++) gx[e] = s[e] * (dp[e] - dot);
+    for (e = 0; e < E; e++) dot = xte_fma_nanprop(s[e], dp[e], dot);
+    for (e = 0; e < E; e++) gx[e] = xte_mul_nanprop(s[e], xte_sub_nanprop(dp[e], dot));
   } else {
     float gs[MAXE];
     if (a->logits.data)
@@ -555,15 +555,18 @@ static void router_bwd_row(const xte_router_bwd_args *a, int64_t t) {
        * gs_j = (dp_j - (sum_S dp_e s_e) / D) / D on S, 0 off S */
       float D = 0.0f, dot = 0.0f;
       for (e = 0; e < E; e++)
-        if (a->aux || m[e]) D += s[e];
-      D = D + XTE_MOE_NORM_EPS;
+        if (a->aux || m[e]) D = xte_add_nanprop(D, s[e]);
+      D = xte_add_nanprop(D, XTE_MOE_NORM_EPS);
       for (e = 0; e < E; e++)
-        if (a->aux || m[e]) dot = xte_fmaf(dp[e], s[e], dot);
-      for (e = 0; e < E; e++) gs[e] = (a->aux || m[e]) ? (dp[e] - dot / D) / D : 0.0f;
+        if (a->aux || m[e]) dot = xte_fma_nanprop(dp[e], s[e], dot);
+      for (e = 0; e < E; e++)
+        gs[e] = (a->aux || m[e])
+                    ? xte_div_nanprop(xte_sub_nanprop(dp[e], xte_div_nanprop(dot, D)), D)
+                    : 0.0f;
     } else {
       for (e = 0; e < E; e++) gs[e] = dp[e];
     }
-    for (e = 0; e < E; e++) gx[e] = gs[e] * xte_moe_dscore(s[e], x[e], a->score);
+    for (e = 0; e < E; e++) gx[e] = xte_mul_nanprop(gs[e], xte_moe_dscore(s[e], x[e], a->score));
   }
   store_row(&a->grad_logits, t, E, gx);
 }

@@ -434,7 +434,7 @@ static void dequant_rows(void *vctx, int64_t b, int64_t e, int tid) {
     const uint8_t *q = a->q + (size_t)r * (size_t)a->ld_q;
     for (c = 0; c < a->C; c++) {
       float s = xte_load_scale_inv(&a->s, r / a->bh, c / a->bw);
-      float v = xte_fp8_to_f32(q[c], a->fmt) * s;
+      float v = xte_mul_nanprop(xte_fp8_to_f32(q[c], a->fmt), s); /* the NaN rule */
       size_t o = (size_t)r * (size_t)a->ld_out + (size_t)c;
       if (a->out_dtype == XTE_DTYPE_FP32)
         ((float *)a->out)[o] = v;

@@ -129,7 +129,7 @@ static inline int xte_threads_for(int64_t elements) {
 int xte_parallel_threads(xte_range_fn fn, void *ctx);
 int xte_cpu_threads(void);
 
-/* Cache sizes (hwloc) */
+/* Cache sizes (hwloc or sysfs) */
 size_t xte_cpu_l1d(void);
 size_t xte_cpu_l2(void);
 size_t xte_cpu_l3(void);

@@ -23,6 +23,13 @@ xte_status xte_gpu_check(cudaError_t e, const char *what) {
   return st;
 }
 
+xte_status xte_gpu_launch_check(cudaError_t prior, const char *what) {
+  cudaError_t e = cudaPeekAtLastError();
+  if (e == cudaSuccess || e == prior) return XTE_SUCCESS;
+  (void)cudaGetLastError(); /* ours: consumed, so the application does not see it again */
+  return xte_gpu_check(e, what);
+}
+
 /* ---------------------------------------------------------------- runtime, devices */
 
 static xte_status gpu_init(const xte_core_services *svc, char *why, size_t why_size) {
@@ -79,11 +86,16 @@ static xte_status alloc_scratch(xte_gpu_stream *h) {
 }
 
 static xte_status gpu_stream_create(int device, void *native, void **handle) {
+  xte_gpu_device_scope scope;
   xte_gpu_stream *h = (xte_gpu_stream *)calloc(1, sizeof *h);
   xte_status st;
   if (!h) return g_svc->set_error(XTE_ERROR_OUT_OF_MEMORY, "stream: out of host memory");
+  if (pthread_mutex_init(&h->lock, NULL) != 0) {
+    free(h);
+    return g_svc->set_error(XTE_ERROR_OUT_OF_MEMORY, "stream: pthread_mutex_init failed");
+  }
   h->device = device;
-  st = xte_gpu_check(cudaSetDevice(device), "cudaSetDevice");
+  st = xte_gpu_check(scope.enter(device), "cudaSetDevice");
   if (st == XTE_SUCCESS) {
     if (native) {
       h->stream = (cudaStream_t)native;
@@ -96,6 +108,7 @@ static xte_status gpu_stream_create(int device, void *native, void **handle) {
   if (st == XTE_SUCCESS) st = alloc_scratch(h);
   if (st != XTE_SUCCESS) {
     if (h->owned) (void)cudaStreamDestroy(h->stream);
+    pthread_mutex_destroy(&h->lock);
     free(h);
     return st;
   }
@@ -105,52 +118,55 @@ static xte_status gpu_stream_create(int device, void *native, void **handle) {
 
 static xte_status gpu_stream_destroy(void *handle) {
   xte_gpu_stream *h = (xte_gpu_stream *)handle;
+  xte_gpu_device_scope scope;
   xte_status st = XTE_SUCCESS;
   if (!h) return XTE_SUCCESS;
-  (void)cudaSetDevice(h->device);
+  (void)scope.enter(h->device);
   if (h->scratch) {
     /* pending work on the stream may still read the scratch */
     st = xte_gpu_check(cudaStreamSynchronize(h->stream), "cudaStreamSynchronize");
     (void)cudaFree(h->scratch);
   }
   if (h->owned) (void)cudaStreamDestroy(h->stream);
+  pthread_mutex_destroy(&h->lock);
   free(h);
   return st;
 }
 
-/* The handle for a NULL stream: device 0, the legacy default stream. */
-static xte_gpu_stream g_default;
-static pthread_mutex_t g_default_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The handle for a NULL stream: device 0, the legacy default stream, shared by every host thread
+ * (its lock orders their scratch use; see xte_gpu_stream). */
+static xte_gpu_stream g_default = {NULL, 0, 0, NULL, PTHREAD_MUTEX_INITIALIZER};
 
-xte_status xte_gpu_resolve(void *handle, xte_gpu_stream **out) {
+xte_status xte_gpu_resolve(void *handle, xte_gpu_stream **out, xte_gpu_device_scope *scope) {
   xte_gpu_stream *h = (xte_gpu_stream *)handle;
   if (!h) {
     xte_status st;
-    XTE_GPU_TRY(cudaSetDevice(0), "cudaSetDevice");
-    pthread_mutex_lock(&g_default_lock);
+    XTE_GPU_TRY(scope->enter(0), "cudaSetDevice");
+    pthread_mutex_lock(&g_default.lock);
     st = alloc_scratch(&g_default);
-    pthread_mutex_unlock(&g_default_lock);
+    pthread_mutex_unlock(&g_default.lock);
     if (st != XTE_SUCCESS) return st;
     *out = &g_default;
     return XTE_SUCCESS;
   }
-  XTE_GPU_TRY(cudaSetDevice(h->device), "cudaSetDevice");
+  XTE_GPU_TRY(scope->enter(h->device), "cudaSetDevice");
   *out = h;
   return XTE_SUCCESS;
 }
 
 static xte_status gpu_synchronize(void *handle) {
   xte_gpu_stream *h;
-  XTE_TRY_GPU_RESOLVE(handle, h);
+  XTE_GPU_ENTER(handle, h);
   return xte_gpu_check(cudaStreamSynchronize(h->stream), "cudaStreamSynchronize");
 }
 
 /* ---------------------------------------------------------------- memory */
 
 static xte_status gpu_alloc(int device, size_t bytes, void **ptr) {
+  xte_gpu_device_scope scope;
   void *p = NULL;
   xte_status st;
-  XTE_GPU_TRY(cudaSetDevice(device), "cudaSetDevice");
+  XTE_GPU_TRY(scope.enter(device), "cudaSetDevice");
   if (bytes == 0) {
     *ptr = NULL;
     return XTE_SUCCESS;
@@ -161,8 +177,9 @@ static xte_status gpu_alloc(int device, size_t bytes, void **ptr) {
 }
 
 static xte_status gpu_dealloc(int device, void *ptr) {
+  xte_gpu_device_scope scope;
   if (!ptr) return XTE_SUCCESS;
-  XTE_GPU_TRY(cudaSetDevice(device), "cudaSetDevice");
+  XTE_GPU_TRY(scope.enter(device), "cudaSetDevice");
   return xte_gpu_check(cudaFree(ptr), "cudaFree");
 }
 
@@ -171,14 +188,14 @@ static xte_status gpu_copy(void *handle, void *dst, const void *src, size_t byte
   cudaMemcpyKind k = kind == 0   ? cudaMemcpyHostToDevice
                      : kind == 1 ? cudaMemcpyDeviceToHost
                                  : cudaMemcpyDeviceToDevice;
-  XTE_TRY_GPU_RESOLVE(handle, h);
+  XTE_GPU_ENTER(handle, h);
   XTE_GPU_TRY(cudaMemcpyAsync(dst, src, bytes, k, h->stream), "cudaMemcpyAsync");
   return xte_gpu_check(cudaStreamSynchronize(h->stream), "cudaStreamSynchronize (copy)");
 }
 
 static xte_status gpu_fill(void *handle, void *dst, int value, size_t bytes) {
   xte_gpu_stream *h;
-  XTE_TRY_GPU_RESOLVE(handle, h);
+  XTE_GPU_ENTER(handle, h);
   XTE_GPU_TRY(cudaMemsetAsync(dst, value, bytes, h->stream), "cudaMemsetAsync");
   return xte_gpu_check(cudaStreamSynchronize(h->stream), "cudaStreamSynchronize (fill)");
 }

@@ -26,8 +26,26 @@
 #define xte_sqrtf_(a) __builtin_sqrtf(a)
 #endif
 
-XTE_HD float xte_fmaf(float a, float b, float c) { return xte_fmaf_(a, b, c); }
-XTE_HD float xte_sqrtf(float a) { return xte_sqrtf_(a); }
+/* The NaN rule (xte_numerics.h): a NaN these give is the hardware's, which the XTE_NAN_SIM build
+ * turns into the GPU's 0x7FFFFFFF; a caller whose NaN can reach an output byte sets its bits
+ * (xte_fma_nanprop) or canonicalizes the output. */
+XTE_HD float xte_fmaf(float a, float b, float c) {
+  return xte_hwnan(xte_fmaf_(a, b, c));
+}
+XTE_HD float xte_sqrtf(float a) {
+  return xte_hwnan(xte_sqrtf_(a));
+}
+
+/* fmaf(a, b, c) with explicit NaN bits: the first NaN of a, b, c, quieted; a NaN the operation
+ * creates (inf * 0, or inf * x + -inf) is XTE_NAN_INVALID. */
+XTE_HD float xte_fma_nanprop(float a, float b, float c) {
+  float r = xte_fmaf(a, b, c);
+  if (!xte_f32_isnan(r)) return r;
+  if (xte_f32_isnan(a)) return xte_f32_quiet(a);
+  if (xte_f32_isnan(b)) return xte_f32_quiet(b);
+  if (xte_f32_isnan(c)) return xte_f32_quiet(c);
+  return xte_bits_f32(XTE_NAN_INVALID);
+}
 
 /* Constants shared with the SIMD lane copies of these functions (src/cpu/avx2/attention_avx2.c,
  * src/cpu/avx512/attention_avx512.c), so that the copies cannot drift from the scalar code. */
@@ -69,14 +87,13 @@ XTE_HD float xte_rint_small(float t) {
 /* y * 2^k for k in [-252, 254], with a single rounding (only when the result is subnormal). */
 XTE_HD float xte_ldexp_small(float y, int k) {
   if (k > XTE_LDEXP_KMAX) return (y * 2.0f) * xte_exp2i(k - 1);
-  if (k < XTE_LDEXP_KMIN)
-    return (y * xte_exp2i(k + XTE_LDEXP_SPLIT)) * xte_exp2i(-XTE_LDEXP_SPLIT);
+  if (k < XTE_LDEXP_KMIN) return (y * xte_exp2i(k + XTE_LDEXP_SPLIT)) * xte_exp2i(-XTE_LDEXP_SPLIT);
   return y * xte_exp2i(k);
 }
 
 /* e^r - 1 for |r| <= ln2/2 + a little: Taylor polynomial to degree 8, Horner with FMAs. */
 XTE_HD float xte_expm1_poly(float r) {
-  float p = 2.48015873015873e-05f;   /* 1/8! */
+  float p = 2.48015873015873e-05f;           /* 1/8! */
   p = xte_fmaf(p, r, 1.98412698412698e-04f); /* 1/7! */
   p = xte_fmaf(p, r, 1.38888888888889e-03f); /* 1/6! */
   p = xte_fmaf(p, r, 8.33333333333333e-03f); /* 1/5! */
@@ -89,10 +106,10 @@ XTE_HD float xte_expm1_poly(float r) {
 /* e^x. Range reduction x = k ln2 + r with ln2 split in two (Cody-Waite, FMAs), then
  * e^r = 1 + expm1_poly(r), scaled by 2^k. Overflow -> +inf, underflow -> 0, NaN -> NaN. */
 XTE_HD float xte_expf(float x) {
-  const float ln2_hi = 0.693147182464599609375f;      /* 0x3F317218 */
-  const float ln2_lo = -1.904654323148236e-09f;       /* ln2 - ln2_hi */
+  const float ln2_hi = 0.693147182464599609375f; /* 0x3F317218 */
+  const float ln2_lo = -1.904654323148236e-09f;  /* ln2 - ln2_hi */
   float k, r;
-  if (xte_f32_isnan(x)) return x + x;
+  if (xte_f32_isnan(x)) return xte_f32_quiet(x);
   if (x > 88.72283935546875f) return xte_bits_f32(0x7F800000u);
   if (x < -103.97909545898438f) return 0.0f;
   k = xte_rint_small(x * 1.44269502162933349609375f);
@@ -105,7 +122,7 @@ XTE_HD float xte_expf(float x) {
  * degree 8 with the coefficients (ln2)^n / n! rounded to fp32. */
 XTE_HD float xte_exp2f(float x) {
   float k, r, p;
-  if (xte_f32_isnan(x)) return x + x;
+  if (xte_f32_isnan(x)) return xte_f32_quiet(x);
   if (x >= XTE_EXP2_MAX) return xte_bits_f32(0x7F800000u);
   if (x < XTE_EXP2_MIN) return 0.0f;
   k = xte_rint_small(x);
@@ -121,7 +138,7 @@ XTE_HD float xte_expm1f(float x) {
   const float ln2_hi = 0.693147182464599609375f;
   const float ln2_lo = -1.904654323148236e-09f;
   float k, r, t;
-  if (xte_f32_isnan(x)) return x + x;
+  if (xte_f32_isnan(x)) return xte_f32_quiet(x);
   if (x > -0.35f && x < 0.35f) return xte_expm1_poly(x);
   if (x < -17.5f) return -1.0f;
   if (x > 13.0f || x < -13.0f) return xte_expf(x) - 1.0f;
@@ -155,7 +172,7 @@ XTE_HD float xte_logf(float x) {
   uint32_t u = xte_f32_bits(x);
   int e;
   float f, ef;
-  if (xte_f32_isnan(x)) return x + x;
+  if (xte_f32_isnan(x)) return xte_f32_quiet(x);
   if ((u & 0x7FFFFFFFu) == 0) return xte_bits_f32(0xFF800000u);
   if (u >> 31) return xte_bits_f32(0x7FC00000u);
   if (u == 0x7F800000u) return x;
@@ -180,11 +197,12 @@ XTE_HD float xte_logf(float x) {
 /* log(1 + x) with Kahan's correction: u = 1 + x, log(u) + (x - (u - 1)) / u; -1 -> -inf. */
 XTE_HD float xte_log1pf(float x) {
   float u;
-  if (xte_f32_isnan(x)) return x + x;
+  if (xte_f32_isnan(x)) return xte_f32_quiet(x);
   if (x > -1e-4f && x < 1e-4f) { /* x - x^2/2 + x^3/3 */
     return xte_fmaf(xte_fmaf(x, 0.33333333333333333f, -0.5f), x * x, x);
   }
   u = 1.0f + x;
+  if (u < 0.0f) return xte_bits_f32(0x7FC00000u); /* x < -1 (-inf too): logf's NaN */
   if (u == xte_bits_f32(0x7F800000u)) return u;
   if (u == 0.0f) return xte_bits_f32(0xFF800000u); /* x = -1: -inf (not -inf + 0/0) */
   return xte_logf(u) + (x - (u - 1.0f)) / u;
@@ -193,9 +211,11 @@ XTE_HD float xte_log1pf(float x) {
 /* tanh: odd; |x| > 9.1 -> +-1; tiny x -> x; else t = expm1(2|x|), t / (t + 2). */
 XTE_HD float xte_tanhf(float x) {
   float a = xte_f32_abs(x), t, r;
-  if (xte_f32_isnan(x)) return x + x;
-  if (a > 9.1f) r = 1.0f;
-  else if (a < 2.44140625e-4f) return x; /* 2^-12: x^3/3 below half an ulp */
+  if (xte_f32_isnan(x)) return xte_f32_quiet(x);
+  if (a > 9.1f)
+    r = 1.0f;
+  else if (a < 2.44140625e-4f)
+    return x; /* 2^-12: x^3/3 below half an ulp */
   else {
     t = xte_expm1f(2.0f * a);
     r = t / (t + 2.0f);
@@ -207,6 +227,7 @@ XTE_HD float xte_tanhf(float x) {
  * e^-x, full relative accuracy down to the subnormal range). */
 XTE_HD float xte_sigmoidf(float x) {
   float e;
+  if (xte_f32_isnan(x)) return xte_f32_quiet(x);
   if (x >= 0.0f) return 1.0f / (1.0f + xte_expf(-x));
   e = xte_expf(x);
   return e / (1.0f + e);
@@ -214,7 +235,7 @@ XTE_HD float xte_sigmoidf(float x) {
 
 /* softplus log(1 + e^x): x for x > 20 (e^-x below an ulp), else log1p(e^x). */
 XTE_HD float xte_softplusf(float x) {
-  if (xte_f32_isnan(x)) return x + x;
+  if (xte_f32_isnan(x)) return xte_f32_quiet(x);
   if (x > 20.0f) return x;
   return xte_log1pf(xte_expf(x));
 }
@@ -223,6 +244,7 @@ XTE_HD float xte_softplusf(float x) {
  * is e^x to within 2^-25 relative, and e^x itself underflows (to subnormals, then 0) long before
  * its square root does, so the result is e^(x/2) there (x/2 exact). */
 XTE_HD float xte_sqrtsoftplusf(float x) {
+  if (xte_f32_isnan(x)) return xte_f32_quiet(x);
   if (x < -17.0f) return xte_expf(0.5f * x);
   return xte_sqrtf(xte_softplusf(x));
 }
@@ -232,6 +254,7 @@ XTE_HD float xte_sqrtsoftplusf(float x) {
  * is below 2^-126.) */
 XTE_HD float xte_siluf(float x) {
   float e;
+  if (xte_f32_isnan(x)) return xte_f32_quiet(x);
   if (x >= 0.0f) return x / (1.0f + xte_expf(-x));
   if (x == xte_bits_f32(0xFF800000u)) return -0.0f;
   e = xte_expf(x);

@@ -38,9 +38,9 @@ XTE_HD float xte_moe_score(float x, int fn) {
 /* d score / d x from the saved score s (and x for sqrtsoftplus):
  * sigmoid s (1 - s); sqrtsoftplus sigmoid(x) / (2 s), 0 where s == 0. */
 XTE_HD float xte_moe_dscore(float s, float x, int fn) {
-  if (fn == XTE_MOE_SIGMOID) return s * (1.0f - s);
+  if (fn == XTE_MOE_SIGMOID) return xte_mul_nanprop(s, xte_sub_nanprop(1.0f, s));
   if (s == 0.0f) return 0.0f;
-  return xte_sigmoidf(x) / (2.0f * s);
+  return xte_div_nanprop(xte_sigmoidf(x), xte_mul_nanprop(2.0f, s));
 }
 
 /* Inserts (v, i) into the rank-ordered list (vals, idxs) of length *n, capacity k. */
@@ -63,25 +63,32 @@ XTE_HD void xte_moe_topk_insert(float *vals, int *idxs, int *n, int k, float v, 
 
 /* ---------------------------------------------------------------- SwiGLU */
 
+/* The products below follow the NaN rule (xte_mul_nanprop): silu(+-inf) * 0, 0 * inf and
+ * dsilu(+-inf) create NaNs, whose bits are XTE_NAN_INVALID on every backend. */
+
 /* y = silu(g) * u */
 XTE_HD float xte_swiglu_fwd(float g, float u) {
-  return xte_siluf(g) * u;
+  return xte_mul_nanprop(xte_siluf(g), u);
 }
 
-/* dsilu(g) = sig(g) * fmaf(g, 1 - sig(g), 1) */
+/* dsilu(g) = sig(g) * fmaf(g, 1 - sig(g), 1); NaN g gives g quieted, +-inf (inf * 0 inside)
+ * XTE_NAN_INVALID. */
 XTE_HD float xte_dsilu(float g) {
-  float s = xte_sigmoidf(g);
+  float s;
+  if (xte_f32_isnan(g)) return xte_f32_quiet(g);
+  if (xte_f32_isinf(g)) return xte_bits_f32(XTE_NAN_INVALID);
+  s = xte_sigmoidf(g);
   return s * xte_fmaf(g, 1.0f - s, 1.0f);
 }
 
 /* d_gate = (dy * u) * dsilu(g) */
 XTE_HD float xte_dswiglu_gate(float dy, float g, float u) {
-  return (dy * u) * xte_dsilu(g);
+  return xte_mul_nanprop(xte_mul_nanprop(dy, u), xte_dsilu(g));
 }
 
 /* d_up = dy * silu(g) */
 XTE_HD float xte_dswiglu_up(float dy, float g) {
-  return dy * xte_siluf(g);
+  return xte_mul_nanprop(dy, xte_siluf(g));
 }
 
 #endif /* XTE_MOE_NUMERICS_H */

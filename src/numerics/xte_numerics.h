@@ -61,14 +61,60 @@ XTE_HD float xte_fmaxf(float a, float b) {
   return a > b ? a : b;
 }
 
-/* x * s with the NaN rule of x86 SSE/AVX (what the CPU backend's plain multiplication gives):
- * a NaN operand comes back quieted with its sign and payload (the first one when both are
- * NaN). GPUs return a canonical NaN from a multiply, so their kernels call this to match the
- * CPU bytes, e.g. a -NaN element quantizes to 0xFF everywhere. */
+/* ---------------------------------------------------------------- the NaN rule
+ * No NaN made by hardware reaches an output byte (docs/numerics.md, section 2, "NaN bits"):
+ * x86 and NVIDIA GPUs give different NaNs (x86: the first NaN operand, quieted, or its default
+ * NaN 0xFFC00000 for an invalid operation on non-NaN operands such as inf * 0, inf - inf, 0 / 0;
+ * NVIDIA: 0x7FFFFFFF for both). Every operation of this directory that can give a NaN either
+ * goes through xte_nan2 below (the result's NaN bits set explicitly, the x86 rule, so the CPU
+ * bytes are what the hardware gives there) or has its output canonicalized by the caller (GEMM,
+ * attention: 0x7FC00000).
+ *
+ * xte_hwnan(r) is applied to the raw hardware result of such an operation. It is the identity,
+ * except in the XTE_NAN_SIM build (cmake/XteNanSim.cmake, scripts/nansim.sh), where it models
+ * a GPU: every NaN comes out as 0x7FFFFFFF, so a NaN whose bits the code leaves to the hardware
+ * changes the scalar ISA's bytes and fails the byte-equality tests. */
+#define XTE_NAN_INVALID 0xFFC00000u /* invalid operation: x86's default NaN */
+
+XTE_HD float xte_hwnan(float r) {
+#ifdef XTE_NAN_SIM
+  if (xte_f32_isnan(r)) return xte_bits_f32(0x7FFFFFFFu);
+#endif
+  return r;
+}
+
+/* A NaN x made quiet, sign and payload kept. */
+XTE_HD float xte_f32_quiet(float x) {
+  return xte_bits_f32(xte_f32_bits(x) | 0x00400000u);
+}
+
+/* The NaN rule of a binary operation a op b whose hardware result is r: r when it is not NaN;
+ * else the first NaN operand, quieted; else (a NaN the operation created) XTE_NAN_INVALID. */
+XTE_HD float xte_nan2(float a, float b, float r) {
+  if (!xte_f32_isnan(r)) return r;
+  if (xte_f32_isnan(a)) return xte_f32_quiet(a);
+  if (xte_f32_isnan(b)) return xte_f32_quiet(b);
+  return xte_bits_f32(XTE_NAN_INVALID);
+}
+
+/* x * s with the NaN rule (what the CPU backend's plain multiplication gives on x86): a NaN
+ * operand comes back quieted with its sign and payload (the first one when both are NaN), a
+ * NaN the multiplication creates (inf * 0) is 0xFFC00000. GPUs return 0x7FFFFFFF from a
+ * multiply, so their kernels call this to match the CPU bytes: a -NaN element quantizes to 0xFF
+ * everywhere, and so does an inf element of a block whose scale is 0 (DEEPGEMM, MTFP8). */
 XTE_HD float xte_mul_nanprop(float x, float s) {
-  if (xte_f32_isnan(x)) return xte_bits_f32(xte_f32_bits(x) | 0x00400000u);
-  if (xte_f32_isnan(s)) return xte_bits_f32(xte_f32_bits(s) | 0x00400000u);
-  return x * s;
+  return xte_nan2(x, s, xte_hwnan(x * s));
+}
+
+/* a + b, a - b, a / b with the same rule (inf - inf, 0 / 0, inf / inf create a NaN). */
+XTE_HD float xte_add_nanprop(float a, float b) {
+  return xte_nan2(a, b, xte_hwnan(a + b));
+}
+XTE_HD float xte_sub_nanprop(float a, float b) {
+  return xte_nan2(a, b, xte_hwnan(a - b));
+}
+XTE_HD float xte_div_nanprop(float a, float b) {
+  return xte_nan2(a, b, xte_hwnan(a / b));
 }
 
 /* 2^e as fp32 for e in [-149, 127] (subnormal results included), exact. */

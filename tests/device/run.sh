@@ -1,14 +1,26 @@
 #!/usr/bin/env bash
 # The one script a session with a lent GPU machine runs, from the repository root:
-#   bash tests/device/run.sh
-# Installs what is missing when it can (the machine may have no network), configures with the
-# CUDA plugin for sm_90a, builds, runs the GPU tests (ctest -R gpu) and `xte info`, all in under
-# five minutes. Logs go to $OUT when it is set (else <build>/device-logs); summary.txt says what
-# ran and what did not. Exit status: 0 when every step that ran passed and the GPU tests ran.
+#   bash tests/device/run.sh [OUTPUT_DIR]
+# Offline and fast: needs cmake, a C compiler and nvcc, nothing else (no network, no SIMDe, no
+# hwloc, no Criterion, no OpenBLAS / google-benchmark). It configures a build with the CUDA plugin
+# for sm_90a only, builds only what it runs, then runs under one deadline (default 290 s), in this
+# order: `xte info`; every GPU byte-equality test (each GPU op runs twice and must give the same
+# bytes); quantize, dequantize and cast over more than 2^31 elements against the CPU;
+# compute-sanitizer memcheck and racecheck on a reduced case (when compute-sanitizer exists); a
+# short benchmark table against a device-to-device copy. Everything it writes goes under the
+# output folder (OUTPUT_DIR, else $OUT, else <build>/device-logs): summary.txt (one line per step
+# and the verdict) and one log per step.
+#
+# Exit status: 0 when nothing failed, which includes a machine with no GPU (every GPU step then
+# says "SKIPPED: <why>"); 1 when a step failed, crashed or ran out of time, or when the machine has
+# a GPU (nvidia-smi lists one) that xte cannot use.
 #
 #   XTE_BUILD_DIR        build directory (default build-device)
 #   XTE_CUDA_ARCH        CMAKE_CUDA_ARCHITECTURES (default 90a)
 #   XTE_DEVICE_DEADLINE  seconds for the whole script (default 290)
+#   XTE_DEVICE_BUILD_LIMIT  seconds for the build step (default 180; 16 cores need 40-70 s,
+#                        a first build on 2 cores about 6 minutes: raise both for a dry run)
+#   XTE_DEVICE_HUGE=0    leave out the > 2^31-element step (about 20 GiB of host memory)
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 
@@ -16,123 +28,177 @@ start=$(date +%s)
 deadline=${XTE_DEVICE_DEADLINE:-290}
 bdir=${XTE_BUILD_DIR:-build-device}
 arch=${XTE_CUDA_ARCH:-90a}
-logs=${OUT:-$bdir/device-logs}
-mkdir -p "$logs" "$bdir"
+logs=${1:-${OUT:-$bdir/device-logs}}
+mkdir -p "$logs" "$bdir" || exit 1
+logs=$(cd "$logs" && pwd)
 summary=$logs/summary.txt
 rm -f "$logs"/*.log # a rerun's logs (and what is read back from them) are its own
 : >"$summary"
 rc=0
 
 note() { echo "$*" | tee -a "$summary"; }
-left() { echo $((deadline - ($(date +%s) - start))); }
-# step NAME SECONDS CMD...: runs CMD with a time limit (capped by what is left), logging to NAME.log
+elapsed() { echo $(($(date +%s) - start)); }
+left() { echo $((deadline - $(elapsed))); }
+failed() { # failed STEP WHY: a real failure
+  note "$1: FAILED: $2"
+  rc=1
+}
+# step NAME SECONDS CMD...: runs CMD with a time limit (capped by what is left), logging to
+# NAME.log; returns CMD's status, 124 when it ran out of time or was not started for lack of it.
 step() {
   local name=$1 limit=$2 t s
   shift 2
   t=$(left)
   [ "$t" -lt "$limit" ] && limit=$t
   if [ "$limit" -le 5 ]; then
-    note "$name: NOT RUN (out of time)"
+    note "$name: NOT RUN (out of time, $(elapsed)s elapsed)"
     return 124
   fi
-  echo "== $name (limit ${limit}s): $*" | tee -a "$logs/$name.log"
+  echo "== $name (limit ${limit}s): $*" >>"$logs/$name.log"
   timeout --kill-after=5 "$limit" "$@" >>"$logs/$name.log" 2>&1
   s=$?
-  note "$name: exit $s ($(($(date +%s) - start))s elapsed)"
+  [ $s -eq 124 ] || [ $s -eq 137 ] && echo "== $name: TIMED OUT after ${limit}s" >>"$logs/$name.log"
+  echo "   $name: exit $s ($(elapsed)s elapsed)" >>"$summary"
   return $s
 }
 
 # ---------------------------------------------------------------- the machine
-{
-  echo "date: $(date -u)"
-  uname -a
-  nvidia-smi 2>&1 || echo "nvidia-smi: not available"
-  command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>&1
-  cmake --version 2>&1 | head -1
-  gcc --version 2>&1 | head -1
-} >"$logs/machine.log" 2>&1
 if [ -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null; then
   export PATH=/usr/local/cuda/bin:$PATH
 fi
-
-# ---------------------------------------------------------------- dependencies
-have_pc() { pkg-config --exists "$1" 2>/dev/null; }
-missing=()
-command -v cmake >/dev/null || missing+=(cmake)
-command -v pkg-config >/dev/null || missing+=(pkg-config)
-command -v ninja >/dev/null || missing+=(ninja-build)
-command -v python3 >/dev/null || missing+=(python3)
-have_pc hwloc || missing+=(libhwloc-dev)
-have_pc criterion || missing+=(libcriterion-dev)
-have_pc openblas || missing+=(libopenblas-dev)
-[ -e /usr/include/benchmark/benchmark.h ] || [ -e /usr/local/include/benchmark/benchmark.h ] ||
-  missing+=(libbenchmark-dev)
-[ -e /usr/include/simde/x86/avx512.h ] || missing+=(libsimde-dev)
-if [ ${#missing[@]} -gt 0 ]; then
-  note "deps: missing ${missing[*]}; trying apt-get (may fail without network)"
-  sudo=()
-  [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && sudo=(sudo -n)
-  # Without network apt-get update fails (or hangs until its limit): then install nothing.
-  if step apt-update 40 "${sudo[@]}" apt-get update -qq; then
-    step apt-install 70 "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-      --no-install-recommends "${missing[@]}"
-  fi
+{
+  echo "date: $(date -u)"
+  uname -a
+  nproc
+  nvidia-smi 2>&1 || echo "nvidia-smi: not available"
+  command -v nvcc && nvcc --version | tail -2
+  cmake --version 2>&1 | head -1
+  ${CC:-cc} --version 2>&1 | head -1
+  command -v compute-sanitizer || echo "compute-sanitizer: not found"
+} >"$logs/machine.log" 2>&1
+gpu_listed=0
+if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  gpu_listed=1
+  note "machine: $(nvidia-smi -L 2>/dev/null | head -1)"
+else
+  note "machine: no NVIDIA GPU listed by nvidia-smi (the GPU steps will say SKIPPED)"
 fi
 
-# ---------------------------------------------------------------- configure
-cfg=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" -DXTE_CUDA=ON
-  -DXTE_MUSA=OFF -DXTE_WERROR=OFF)
-command -v ninja >/dev/null && cfg+=(-G Ninja)
-if ! have_pc criterion; then
-  cfg+=(-DXTE_BUILD_TESTS=OFF)
-  note "criterion: NOT FOUND, the Criterion tests (test_gpu_quantize) cannot be built"
-  rc=1
-fi
-if ! have_pc openblas || ! { [ -e /usr/include/benchmark/benchmark.h ] ||
-  [ -e /usr/local/include/benchmark/benchmark.h ]; }; then
-  cfg+=(-DXTE_BUILD_BENCH=OFF)
-  note "bench: google-benchmark or openblas missing, the xte program is not built"
-fi
-if command -v nvcc >/dev/null; then
-  cfg+=(-DCMAKE_CUDA_COMPILER="$(command -v nvcc)")
-fi
-if ! step configure 60 cmake -S . -B "$bdir" "${cfg[@]}"; then
-  note "configure FAILED: see $logs/configure.log"
-  tail -30 "$logs/configure.log"
+# ---------------------------------------------------------------- configure and build
+# Only what the checks need: libxte, libxte_cuda.so, the GPU tests on the plain-C Criterion
+# shim, the info and benchmark programs. No SIMDe, no benchmarks, hwloc only if present.
+cfg=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" -DXTE_CUDA=ON -DXTE_MUSA=OFF
+  -DXTE_WERROR=OFF -DXTE_SIMDE=OFF -DXTE_BUILD_BENCH=OFF -DXTE_BUILD_TESTS=ON
+  -DXTE_NO_CRITERION=ON)
+command -v ninja >/dev/null && [ ! -f "$bdir/CMakeCache.txt" ] && cfg+=(-G Ninja)
+command -v nvcc >/dev/null && cfg+=(-DCMAKE_CUDA_COMPILER="$(command -v nvcc)")
+if ! command -v nvcc >/dev/null; then
+  failed configure "nvcc not found (PATH, /usr/local/cuda/bin)"
+  note "total: $(elapsed)s, exit 1"
   exit 1
 fi
+if ! step configure 60 cmake -S . -B "$bdir" "${cfg[@]}"; then
+  tail -30 "$logs/configure.log"
+  failed configure "see configure.log"
+  note "total: $(elapsed)s, exit 1"
+  exit 1
+fi
+note "configure: done ($(elapsed)s)"
+targets=(xte xte_cuda test_gpu_quantize xte_device_info xte_device_bench)
+if ! step build "${XTE_DEVICE_BUILD_LIMIT:-180}" cmake --build "$bdir" -j"$(nproc)" --target "${targets[@]}"; then
+  tail -40 "$logs/build.log"
+  failed build "${targets[*]} (see build.log)"
+  note "total: $(elapsed)s, exit 1"
+  exit 1
+fi
+note "build: done ($(elapsed)s)"
+tq=$bdir/tests/test_gpu_quantize
 
-# ---------------------------------------------------------------- build
-# What the GPU checks need first, so that a broken unrelated target cannot hold them up.
-targets=(xte xte_cuda)
-have_pc criterion && targets+=(test_gpu_quantize)
-if ! step build-gpu 150 cmake --build "$bdir" -j"$(nproc)" --target "${targets[@]}"; then
-  note "build of ${targets[*]} FAILED: see $logs/build-gpu.log"
-  tail -40 "$logs/build-gpu.log"
-  rc=1
-fi
-if ! step build-all 90 cmake --build "$bdir" -j"$(nproc)"; then
-  note "build of the other targets FAILED (or ran out of time): see $logs/build-all.log"
-  rc=1
-fi
-ls -l "$bdir"/libxte*.so* >>"$logs/build-all.log" 2>&1
-
-# ---------------------------------------------------------------- run
-if [ -x "$bdir/xte" ]; then
-  step xte-info 20 "$bdir/xte" info || rc=1
-  cat "$logs/xte-info.log"
-fi
-if [ -f "$bdir/CTestTestfile.cmake" ]; then
-  step ctest-gpu 200 ctest --test-dir "$bdir" -R gpu --output-on-failure --timeout 180 -V || rc=1
-  grep -E "tests passed|Passed|Failed|Skipped|SKIPPED|\[FAIL\]|\[SKIP\]|cases compared|Synthesis" \
-    "$logs/ctest-gpu.log" | tee -a "$summary"
-  if grep -q "SKIPPED: " "$logs/ctest-gpu.log"; then
-    note "GPU tests were SKIPPED on this machine: no usable CUDA device (see above)"
-    rc=1
-  fi
+# ---------------------------------------------------------------- 1. xte info
+info=$bdir/tests/xte_device_info
+[ -x "$bdir/xte" ] && info=$bdir/xte
+if [ "$info" = "$bdir/xte" ]; then step info 20 "$info" info; else step info 20 "$info"; fi
+s=$?
+sed -n '2,$p' "$logs/info.log"
+[ $s -eq 0 ] || failed info "exit $s (see info.log)"
+have_gpu=0
+grep -qE '^  gpu [0-9]+: ' <(sed -n '/^cuda:/,/^musa:/p' "$logs/info.log") && have_gpu=1
+if [ $have_gpu -eq 1 ]; then
+  note "info: $(grep -m1 -E '^  gpu 0: ' "$logs/info.log" | sed 's/^ *//')"
 else
-  note "ctest: nothing to run (no tests configured)"
-  rc=1
+  why=$(grep -m1 '^cuda:' "$logs/info.log")
+  if [ $gpu_listed -eq 1 ]; then
+    failed info "nvidia-smi lists a GPU but xte sees no CUDA device: ${why:-no report}"
+  else
+    note "info: SKIPPED: no CUDA device for xte: ${why:-no report}"
+  fi
 fi
-note "total: $(($(date +%s) - start))s, exit $rc"
+
+# ---------------------------------------------------------------- 2. byte equality, twice
+# test_gpu_quantize runs every GPU op twice (same bytes) and compares with the CPU backend;
+# check_gpu_musa_compat runs too (ctest -R gpu).
+step ctest-gpu 120 ctest --test-dir "$bdir" -R gpu --output-on-failure --timeout 150 -V
+s=$?
+grep -E "\[(PASS|FAIL|CRASH|SKIP)\]|Synthesis|cases compared|cases differ|differences over" \
+  "$logs/ctest-gpu.log" | head -40 | sed 's/^/   /' | tee -a "$summary"
+grep -E "tests passed|Test +#" "$logs/ctest-gpu.log" | sed 's/^/   /' | tee -a "$summary"
+if [ $s -ne 0 ]; then
+  failed byte-equality "ctest -R gpu exit $s (see ctest-gpu.log)"
+elif [ $have_gpu -eq 1 ] && grep -q "SKIPPED: " "$logs/ctest-gpu.log"; then
+  failed byte-equality "a GPU test was SKIPPED on a machine with a CUDA device"
+elif [ $have_gpu -eq 1 ]; then
+  note "byte-equality: PASSED (every op twice, same bytes)"
+else
+  note "byte-equality: SKIPPED: no CUDA device (the tests ran and skipped; plugin checks passed)"
+fi
+
+# ---------------------------------------------------------------- 3. more than 2^31 elements
+if [ "${XTE_DEVICE_HUGE:-1}" = 0 ]; then
+  note "huge: NOT RUN (XTE_DEVICE_HUGE=0)"
+elif [ $have_gpu -eq 0 ]; then
+  note "huge: SKIPPED: no CUDA device"
+else
+  step huge 90 env XTE_TEST_GPU_HUGE=1 "$tq" --filter 'gpu_quantize/huge_*'
+  s=$?
+  grep -E "\[(PASS|FAIL|CRASH)\]|Synthesis" "$logs/huge.log" | sed 's/^/   /' | tee -a "$summary"
+  [ $s -eq 0 ] && note "huge: PASSED (quantize, dequantize, cast of $((524289 * 4096)) elements)" ||
+    failed huge "exit $s (see huge.log)"
+fi
+
+# ---------------------------------------------------------------- 4. compute-sanitizer
+san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer \
+  /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)
+if [ $have_gpu -eq 0 ]; then
+  note "sanitizer: SKIPPED: no CUDA device"
+elif [ -z "$san" ]; then
+  note "sanitizer: SKIPPED: compute-sanitizer not found"
+else
+  for tool in memcheck racecheck; do
+    # --no-fork: the tests run in the sanitized process itself; reduced shapes and casts.
+    step "$tool" 45 env XTE_TEST_GPU_REDUCED=1 "$san" --tool "$tool" --error-exitcode 99 \
+      --print-limit 20 "$tq" --no-fork
+    s=$?
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Synthesis" "$logs/$tool.log" | sed 's/^/   /' |
+      tee -a "$summary"
+    if [ $s -eq 0 ]; then
+      note "$tool: PASSED (reduced case)"
+    elif grep -qE "Device not supported|error 999" "$logs/$tool.log"; then
+      note "$tool: SKIPPED: compute-sanitizer cannot use this device (see $tool.log)"
+    else
+      failed "$tool" "exit $s (see $tool.log)"
+    fi
+  done
+fi
+
+# ---------------------------------------------------------------- 5. benchmark table
+if [ $have_gpu -eq 0 ]; then
+  note "bench: SKIPPED: no CUDA device"
+else
+  step bench 30 "$bdir/tests/xte_device_bench"
+  s=$?
+  grep -E "^\||^\(" "$logs/bench.log" | tee -a "$summary"
+  [ $s -eq 0 ] || failed bench "exit $s (see bench.log)"
+fi
+
+note "total: $(elapsed)s of ${deadline}s, exit $rc ($([ $rc -eq 0 ] && echo 'nothing failed' || echo FAILED))"
 exit $rc

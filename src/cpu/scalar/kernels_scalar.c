@@ -31,12 +31,12 @@ static void amax_cols(const float *x, int64_t rows, int64_t cols, int64_t ld, fl
 
 static void quant(const float *x, int64_t n, float scale, int fmt, int sat, uint8_t *q) {
   int64_t i;
-  for (i = 0; i < n; i++) q[i] = xte_f32_to_fp8(x[i] * scale, fmt, sat);
+  for (i = 0; i < n; i++) q[i] = xte_f32_to_fp8(xte_mul_nanprop(x[i], scale), fmt, sat);
 }
 
 static void quant_vs(const float *x, int64_t n, const float *scale, int fmt, int sat, uint8_t *q) {
   int64_t i;
-  for (i = 0; i < n; i++) q[i] = xte_f32_to_fp8(x[i] * scale[i], fmt, sat);
+  for (i = 0; i < n; i++) q[i] = xte_f32_to_fp8(xte_mul_nanprop(x[i], scale[i]), fmt, sat);
 }
 
 static void cast_fp8(const float *x, int64_t n, int fmt, int sat, uint8_t *q) {
@@ -93,7 +93,7 @@ static float load_quant(const void *src, int64_t lds, int in_kind, int64_t rows,
     for (i = 0; i < n; i++) {
       float x = ld1(ROW(src, r, lds, es), in_kind, i);
       m = xte_amax_update(m, x);
-      q[r * ldq + i] = xte_f32_to_fp8(x * scale, fmt, sat);
+      q[r * ldq + i] = xte_f32_to_fp8(xte_mul_nanprop(x, scale), fmt, sat);
     }
   return m;
 }
@@ -105,7 +105,8 @@ static void load_quant_vs(const void *src, int64_t lds, int in_kind, int64_t row
   (void)nt;
   for (r = 0; r < rows; r++)
     for (i = 0; i < n; i++)
-      q[r * ldq + i] = xte_f32_to_fp8(ld1(ROW(src, r, lds, es), in_kind, i) * scale[i], fmt, sat);
+      q[r * ldq + i] = xte_f32_to_fp8(
+          xte_mul_nanprop(ld1(ROW(src, r, lds, es), in_kind, i), scale[i]), fmt, sat);
 }
 
 static float quant_blocks(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,

@@ -1,0 +1,167 @@
+/* libxte_cuda.so for the host SIMT runner: a plugin with the CUDA plugin's backend table whose
+ * "device" is host memory and whose kernels are the CUDA kernel text of
+ * src/cuda/quantize_kernels.cuh, compiled for the host (simt.h) and launched by simt::launch.
+ * test_simt_quantize points XTE_PLUGIN_DIR at the folder holding it, so libxte's core validates
+ * and prepares every argument exactly as for the CUDA plugin, and the bytes of the CUDA backend
+ * stream can be compared with the CPU backend's.
+ *
+ * The launches below restate src/cuda/quantize.cu's (same order, same launch geometry through the
+ * header's helpers, cudaMemsetAsync as memset): keep the two in step. */
+#include "simt.h"
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "cuda/quantize_kernels.cuh"
+#include "xte_backend.h"
+
+namespace {
+
+const xte_core_services *g_svc;
+
+struct handle {
+  float scratch[4] = {0, 0, 0, 0};
+  std::mutex lock;
+};
+handle g_default;
+
+xte_status launch_failed(const char *what) {
+  return g_svc->set_error(XTE_ERROR_DEVICE, "simt: %s: invalid launch configuration", what);
+}
+
+#define SIMT_TRY(call, what)                            \
+  do {                                                  \
+    if ((call) != simt::ok) return launch_failed(what); \
+  } while (0)
+
+xte_status init(const xte_core_services *svc, char *why, size_t why_size) {
+  g_svc = svc;
+  if (why_size) why[0] = '\0';
+  return XTE_SUCCESS;
+}
+int device_count() {
+  return 1;
+}
+xte_status device_info(int, xte_gpu_info *info) {
+  std::memset(info, 0, sizeof *info);
+  std::snprintf(info->name, sizeof info->name, "simt host runner");
+  std::snprintf(info->arch, sizeof info->arch, "simt_w%d", warpSize);
+  return XTE_SUCCESS;
+}
+xte_status stream_create(int, void *, void **out) {
+  *out = new handle;
+  return XTE_SUCCESS;
+}
+xte_status stream_destroy(void *h) {
+  delete static_cast<handle *>(h);
+  return XTE_SUCCESS;
+}
+xte_status synchronize(void *) {
+  return XTE_SUCCESS;
+}
+xte_status alloc(int, size_t bytes, void **ptr) {
+  void *p;
+  if (bytes == 0) {
+    *ptr = nullptr;
+    return XTE_SUCCESS;
+  }
+  p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  if (!p) return g_svc->set_error(XTE_ERROR_OUT_OF_MEMORY, "simt: out of memory");
+  *ptr = p;
+  return XTE_SUCCESS;
+}
+xte_status dealloc(int, void *ptr) {
+  std::free(ptr);
+  return XTE_SUCCESS;
+}
+xte_status copy(void *, void *dst, const void *src, size_t bytes, int) {
+  if (bytes) std::memcpy(dst, src, bytes);
+  return XTE_SUCCESS;
+}
+xte_status fill(void *, void *dst, int value, size_t bytes) {
+  if (bytes) std::memset(dst, value, bytes);
+  return XTE_SUCCESS;
+}
+
+void zero_scales(const xte_scale_map *m) {
+  if (!m->data || m->total <= 0) return;
+  std::memset(m->data, 0, (size_t)m->total * (m->e8m0 ? 1u : 4u));
+}
+
+/* quantize.cu: xte_gpu_quantize / quantize_locked */
+xte_status quantize(const xte_quant_args *a, void *hv) {
+  handle *h = hv ? static_cast<handle *>(hv) : &g_default;
+  std::lock_guard<std::mutex> g(h->lock);
+  const int64_t ntr = xte_q_tiles(a->M), ntc = xte_q_tiles(a->K);
+  const int empty = a->M <= 0 || a->K <= 0;
+  if (!empty && ntr * ntc > INT_MAX)
+    return g_svc->set_error(XTE_ERROR_DEVICE, "simt: quantize: more than 2^31 tiles");
+  zero_scales(&a->row_s);
+  zero_scales(&a->col_s);
+  if (a->mode == XTE_SCALING_PER_TENSOR) {
+    if (a->recipe == XTE_RECIPE_TE_CURRENT) {
+      std::memset(&h->scratch[0], 0, sizeof h->scratch[0]); /* the amax accumulator */
+      if (!empty)
+        SIMT_TRY(simt::launch(dim3((unsigned)xte_q_amax_grid(a->M)), dim3(NT), 0, amax_kernel, *a,
+                              (unsigned *)h->scratch),
+                 "amax_kernel");
+    }
+    SIMT_TRY(simt::launch(dim3(1), dim3(1), 0, tensor_scale_kernel, *a, h->scratch + 0),
+             "tensor_scale_kernel");
+  }
+  if (a->amax_out) std::memset(a->amax_out, 0, sizeof(float));
+  if (!empty)
+    SIMT_TRY(simt::launch(dim3((unsigned)(ntr * ntc)), dim3(NT), 0, quant_tiles, *a,
+                          (const float *)(h->scratch + 1), (unsigned *)a->amax_out, ntc),
+             "quant_tiles");
+  return XTE_SUCCESS;
+}
+
+xte_status dequantize(const xte_dequant_args *a, void *) {
+  if (a->R <= 0 || a->C <= 0) return XTE_SUCCESS;
+  SIMT_TRY(
+      simt::launch(dim3((unsigned)xte_q_grid_for(a->R * a->C)), dim3(NT), 0, dequant_kernel, *a),
+      "dequant_kernel");
+  return XTE_SUCCESS;
+}
+
+xte_status cast(const xte_cast_args *a, void *) {
+  if (a->n <= 0) return XTE_SUCCESS;
+  SIMT_TRY(simt::launch(dim3((unsigned)xte_q_grid_for(a->n)), dim3(NT), 0, cast_kernel, *a),
+           "cast_kernel");
+  return XTE_SUCCESS;
+}
+
+xte_backend_ops g_ops;
+std::once_flag g_once;
+
+void fill_ops() {
+  std::memset(&g_ops, 0, sizeof g_ops);
+  g_ops.abi = XTE_PLUGIN_ABI;
+  g_ops.name = "cuda";
+  g_ops.init = init;
+  g_ops.device_count = device_count;
+  g_ops.device_info = device_info;
+  g_ops.stream_create = stream_create;
+  g_ops.stream_destroy = stream_destroy;
+  g_ops.synchronize = synchronize;
+  g_ops.alloc = alloc;
+  g_ops.dealloc = dealloc;
+  g_ops.copy = copy;
+  g_ops.fill = fill;
+  g_ops.quantize = quantize;
+  g_ops.dequantize = dequantize;
+  g_ops.cast = cast;
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) const xte_backend_ops *xte_plugin_get_ops(
+    int abi) {
+  if (abi != XTE_PLUGIN_ABI) return nullptr;
+  std::call_once(g_once, fill_ops);
+  return &g_ops;
+}
