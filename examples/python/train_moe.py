@@ -12,13 +12,18 @@ same model computed in bf16 by plain torch.
 Both start from the same weights and see the same batches; printed: both losses every
 --every steps and the distance max_t |l_xte(t) - l_bf16(t)| / l_bf16(0) (the largest gap between
 the curves, as a fraction of the initial loss). --check D makes the run fail (exit 1) when the
-distance exceeds D. The stated distance is DISTANCE below (1% of the initial loss), for the
-default run (200 steps, 4 experts, top-2, 64 tokens) and for any prefix of it (the 30-step
-test, tests/python/test_nn_example.py). Measured (2 shared cores, seed 0): 0.0020 over 200
-steps, 0.0020 over 30 steps; 50 s for the 200 steps under a load of ~5, loss 0.186 -> 0.0027
-(xte) and 0.186 -> 0.0024 (bf16). Relative to the current loss the gap is larger late in
-training (about 10%): FP8 block scaling (e4m3, 3 mantissa bits) has a higher noise floor than
-bf16 (8 bits), which shows once the loss is ~1.5% of its start.
+distance exceeds D.
+
+The stated distance is DISTANCE below: 0.0075 (0.75% of the initial loss), for the default run
+(200 steps, 4 experts, top-2, 64 tokens) with seeds 0, 1 and 2. Measured (seeds 0 / 1 / 2):
+0.0020 / 0.0052 / 0.0037, each reached in the first 30 steps (at steps 25 / 3 / 0), so the
+30-step runs of tests/python/test_nn_example.py (seeds 0 and 1) check the same maximum as the
+full runs; the bound is 1.45x the largest measured value, for the bf16 model's fp32 CPU
+matmuls, which may round differently on other CPUs and torch versions. Loss 0.18 -> 0.0025
+(xte) and 0.18 -> 0.0023 (bf16) in 200 steps. Relative to the current loss the gap is larger
+late in training: 12-14% in the last 50 steps, final xte / bf16 loss ratio 1.11-1.17 (measured,
+not asserted by the test): FP8 block scaling (e4m3, 3 mantissa bits) has a higher noise floor
+than bf16 (8 bits), which shows once the loss is ~1.5% of its start.
 
     XTE_LIBRARY=build/libxte.so PYTHONPATH=python python examples/python/train_moe.py
 """
@@ -32,7 +37,7 @@ import torch.nn.functional as F
 
 import xte.nn as xnn
 
-DISTANCE = 0.01  # the stated bound on max_t |l_xte - l_bf16| / l_bf16(0) (see the module doc)
+DISTANCE = 0.0075  # the stated bound on max_t |l_xte - l_bf16| / l_bf16(0) (see the module doc)
 
 H, FFN, E, TOPK, SCALE, BATCH = 128, 64, 4, 2, 2.5, 64
 

@@ -75,9 +75,16 @@ def _np_dtype_make(d):
     return np.dtype(name)
 
 
+_TORCH_DT = {}
+
+
 def torch_dtype(d):
     """The torch dtype of an xte dtype."""
-    return getattr(_torch(), _NAME_OF[DType(d)])
+    try:
+        return _TORCH_DT[d]
+    except KeyError:
+        r = _TORCH_DT[d] = getattr(_torch(), _NAME_OF[DType(d)])
+        return r
 
 
 _DT_CACHE = {}
@@ -402,6 +409,8 @@ def empty(like, shape, dtype):
     """A new uninitialised array of xte dtype `dtype` in the framework / device of View `like`."""
     if like.fw != "torch":
         return _np_empty(shape, dtype=_np_dtype(dtype))
+    if like.device is _CPU:  # the common case: no device argument, no shape conversion
+        return _torch().empty(shape, dtype=torch_dtype(dtype))
     return _torch().empty(tuple(int(s) for s in shape), dtype=torch_dtype(dtype),
                           device=_torch_device(like))
 

@@ -338,3 +338,12 @@ def test_empty_shapes():
     assert np.all(a == 0) and np.all(b == 0) and c.shape == (0, 2)
     assert moe.swiglu(x).shape == (0, 4)
     assert moe.moe_sort_chunks_by_index(x, np.array([0, 0]), np.array([1, 0])).shape == (0, 8)
+
+
+def test_per_tensor_quantized_input_is_unsupported():
+    """A per-tensor QuantizedTensor has no row scales to move: a clear error, not a C NULL."""
+    x = np.random.default_rng(3).standard_normal((6, 32)).astype(np.float32)
+    q = xte.quantize(x, recipe="te_current")
+    idx = np.array([[0, 1]] * 6, np.int32)
+    with pytest.raises(xte.XteUnsupportedError, match="per-tensor"):
+        xte.moe_permute(q, idx, map_type="index", num_experts=2)

@@ -325,3 +325,47 @@ def test_compile_inductor_linear_bytes():
     y = torch.compile(m, fullgraph=True)(x)
     y.sum().backward()
     assert torch.equal(y, ref) and torch.equal(x.grad, g_ref)
+
+
+# ----------------------------------------------------------------------------- permuted rows
+
+
+def test_moe_eager_permuted_rows_exact_and_bytes_unchanged():
+    """Eager MoE sizes the permuted buffer by the routed rows: moe.permuted_rows (recorded by
+    forward) = sum over experts of the routed count rounded up to align (counted here from the
+    router's topk_idx with torch.bincount), fewer than the static worst case; the output and
+    every gradient are byte-equal to the worst-case buffer (static_capacity=True, the compile
+    path run eagerly)."""
+    T, E, k, align = 6, 16, 2, 128
+    g = torch.Generator().manual_seed(21)
+    x = torch.randn(T, 128, generator=g)
+    dy = torch.randn(T, 128, generator=g)
+    res = {}
+    for static in (False, True):
+        torch.manual_seed(20)
+        moe = xnn.MoE(128, 64, E, k, score_function="sigmoid", scaling_factor=2.827,
+                      num_shared_experts=1, static_capacity=static)
+        xx = x.clone().requires_grad_(True)
+        y = moe(xx)
+        y.backward(dy)
+        res[static] = [y, xx.grad] + [p.grad for p in moe.parameters()]
+        rows = moe.permuted_rows
+        with torch.no_grad():
+            _, idx = moe.route(x)
+        counts = torch.bincount(idx.flatten(), minlength=E)
+        want = int(sum(-(-int(c) // align) * align for c in counts))
+        cap = xt.permute_capacity(T, k, E, -1, align)
+        assert rows == (cap if static else want), (static, rows, want, cap)
+    assert want < cap
+    for a, b in zip(res[False], res[True]):
+        assert a.dtype == b.dtype and torch.equal(a.view(torch.uint8) if a.dtype != torch.uint8
+                                                  else a, b.view(torch.uint8))
+
+
+def test_moe_eager_permuted_rows_with_cap():
+    torch.manual_seed(22)
+    moe = xnn.MoE(128, 64, 8, 3, num_out_tokens=10, align=16)
+    moe(torch.randn(7, 128))
+    tpe = moe.tokens_per_expert
+    assert int(tpe.sum()) == 10
+    assert moe.permuted_rows == int(sum(-(-int(c) // 16) * 16 for c in tpe))

@@ -22,11 +22,12 @@ import torch
 from .._lib import DType, GemmMode, ScaleLayout, ScalingMode
 from .._qtensor import parse_recipe
 from ..torch import (attention, attention_fwd, moe_permute, moe_unpermute, permute_capacity,
-                     router, swiglu)
+                     permute_rows, router, swiglu)
 from .._tensor import dtype_of
 
 __all__ = ["linear", "grouped_linear", "attention", "attention_fwd", "router", "moe_permute",
-           "moe_unpermute", "swiglu", "permute_capacity", "group_sizes_from_offsets"]
+           "moe_unpermute", "swiglu", "permute_capacity", "permute_rows",
+           "group_sizes_from_offsets"]
 
 _ops = torch.ops.xte
 _B1 = int(ScalingMode.BLOCK_1x128)
@@ -156,7 +157,8 @@ def grouped_linear(x, weight, m_splits, recipe="te_block", fmt="e4m3"):
 
 def group_sizes_from_offsets(expert_offsets, rows):
     """Rows per expert for the grouped GEMMs from moe_permute's (padded) expert_offsets [E + 1],
-    the unused rows of the static capacity `rows` added to the last expert (they are zeros)."""
+    the unused rows of the static capacity `rows` added to the last expert (they are zeros;
+    none when the buffer has exactly permute_rows(...) rows, as xte.nn.MoE's in eager mode)."""
     sizes = expert_offsets[1:] - expert_offsets[:-1]
     tail = rows - expert_offsets[-1:]
     return torch.cat([sizes[:-1], sizes[-1:] + tail])

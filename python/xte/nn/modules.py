@@ -74,14 +74,26 @@ class MoE(nn.Module):
     when num_experts > 1. num_out_tokens (>= 0) caps the permuted rows (tokens past the cap,
     in expert-major order, are dropped); None keeps every token. After forward,
     self.tokens_per_expert holds the routed rows per expert (for update_expert_bias).
+
+    Permuted buffer size. In eager mode (torch.compiler.is_compiling() false) the permuted
+    buffer has exactly the rows the routing uses, R = sum over experts of the kept rows rounded
+    up to `align` (xte_moe_permute_rows, read on the host: a device sync on CUDA), and after
+    forward self.permuted_rows holds R. Under torch.compile shapes must be static: the buffer
+    has the worst case permute_capacity(T, topk, E, num_out_tokens, align) rows (with align
+    128 and no cap, T * topk + min(E, T * topk) * 127), the unused rows zeros fed through the
+    last expert's GEMMs and never read back. Both give the same bytes
+    (each output row of the grouped GEMMs depends on its own row only). static_capacity=True
+    uses the worst case in eager mode too.
     """
 
     def __init__(self, hidden_size, ffn_hidden_size, num_experts, topk, *,
                  score_function="sigmoid", use_expert_bias=True, num_groups=0, group_topk=0,
                  scaling_factor=1.0, use_pre_softmax=False, num_shared_experts=0,
                  num_out_tokens=None, align=128, recipe="te_block", fmt="e4m3",
-                 params_dtype=torch.float32, device=None):
+                 params_dtype=torch.float32, device=None, static_capacity=False):
         super().__init__()
+        self.static_capacity = static_capacity
+        self.permuted_rows = None  # rows of the last eager forward's permuted buffer
         self.hidden_size, self.ffn_hidden_size = hidden_size, ffn_hidden_size
         self.num_experts, self.topk = num_experts, topk
         self.score_function = score_function
@@ -119,9 +131,15 @@ class MoE(nn.Module):
         x2 = x.reshape(-1, self.hidden_size)
         w, idx = self.route(x2)
         cap = -1 if self.num_out_tokens is None else self.num_out_tokens
-        xp, row_map, tpe, offs = F.moe_permute(x2, idx, self.num_experts, cap, self.align)
-        if not torch.compiler.is_compiling():
+        eager = not torch.compiler.is_compiling()
+        rows = None
+        if eager and not self.static_capacity:  # exact rows; static worst case under compile
+            rows = F.permute_rows(topk_idx=idx, num_experts=self.num_experts,
+                                  num_out_tokens=cap, align=self.align)
+        xp, row_map, tpe, offs = F.moe_permute(x2, idx, self.num_experts, cap, self.align, rows)
+        if eager:
             self.tokens_per_expert.copy_(tpe)
+            self.permuted_rows = int(xp.shape[0])
         m_splits = F.group_sizes_from_offsets(offs, xp.shape[0])
         h = self.fc1(xp, m_splits)
         a = F.swiglu(h)

@@ -400,8 +400,8 @@ def moe_permute(inp, routing_map, num_out_tokens=-1, max_token_num=-1, map_type=
     """TE's moe_permute: (output, row_id_map).
 
     inp [T, H] fp32 / bf16 / e4m3 / e5m2, or an xte.QuantizedTensor with rowwise data and
-    COMPACT row-major scales (1x128 / 1x32: the scales move with their rows; per-tensor: the
-    scale is shared) -> the output is then a QuantizedTensor. A raw fp8 inp with input_scales
+    COMPACT row-major scales (1x128 / 1x32: the scales move with their rows; per-tensor scaling is
+    XteUnsupportedError) -> the output is then a QuantizedTensor. A raw fp8 inp with input_scales
     ([T, S] fp32 / e8m0) returns (output, output_scales, row_id_map).
     routing_map: byte / bool [T, E] (map_type 'mask') or topk indices int32 / int64 [T, k]
     (map_type 'index', -1 = none; needs num_experts). Order: expert-major, tokens ascending.
@@ -420,16 +420,16 @@ def moe_permute(inp, routing_map, num_out_tokens=-1, max_token_num=-1, map_type=
     if q is not None:
         if q.data is None:
             raise _bad("inp.data", "the QuantizedTensor has no rowwise data to permute")
-        if q.scaling_mode != ScalingMode.PER_TENSOR:
-            if q.layout != ScaleLayout.COMPACT or q.scaling_mode not in (
-                    ScalingMode.BLOCK_1x128, ScalingMode.MXFP8_1x32):
-                raise _bad("inp.scale_inv", f"{q.scaling_mode.name} scales in layout "
-                           f"{q.layout.name}: the permute moves row scales (1x128 or 1x32 "
-                           "blocks in the COMPACT layout)", _lib.XteUnsupportedError,
-                           Status.UNSUPPORTED)
-            if input_scales is not None:
-                raise _bad("input_scales", "given twice (inp is a QuantizedTensor)")
-            input_scales = q.scale_inv
+        if q.layout != ScaleLayout.COMPACT or q.scaling_mode not in (
+                ScalingMode.BLOCK_1x128, ScalingMode.MXFP8_1x32):
+            raise _bad("inp.scale_inv", f"{q.scaling_mode.name} scales in layout "
+                       f"{q.layout.name}: the permute moves row scales (1x128 or 1x32 "
+                       "blocks in the COMPACT layout; a per-tensor scale is not a row scale: "
+                       "permute inp.data as raw fp8 rows and keep the scale)",
+                       _lib.XteUnsupportedError, Status.UNSUPPORTED)
+        if input_scales is not None:
+            raise _bad("input_scales", "given twice (inp is a QuantizedTensor)")
+        input_scales = q.scale_inv
         data = q.data
         dname, sname = "inp.data", "inp.scale_inv"
     else:

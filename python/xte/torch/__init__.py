@@ -17,6 +17,12 @@ matters).
     router(logits, topk, ...), moe_permute, moe_unpermute, swiglu, dswiglu, swiglu_quantize,
     router_aux_scores, moe_aux_loss, moe_sort_chunks_by_index (autograd),
     attention(q, k, v, ...) (autograd), attention_fwd / attention_bwd
+    fp8_gemm_nt / nn / tn / tt, m_grouped_fp8_gemm_nt_contiguous, m_grouped_fp8_gemm_nt_masked,
+    k_grouped_fp8_gemm_tn_contiguous: DeepGEMM's destination-passing GEMMs on (data, scales)
+    pairs (mutating ops on d)
+    moe_permute_mask / moe_unpermute_mask (TE's byte-map form, autograd), moe_permute_fp8 (FP8
+    rows with their scale rows), fused_topk_with_score_function (TE's probs + byte map / bitmap,
+    autograd), permute_capacity / permute_rows (static worst case / exact rows of a permute)
 The raw ops (torch.ops.xte.<name>, listed in OPS) take the C API's flags and enums as ints and
 pass FP8 data / E8M0 scales as uint8 bytes (opcheck and autograd cannot compare float8 tensors);
 these wrappers restore the float8 dtypes as zero-copy views.
@@ -31,12 +37,18 @@ from ..ops import attention as _A
 from ..ops.moe import _score
 from ..ops.gemm import _gemm_mode
 from . import _ops  # noqa: F401  (registers the ops)
-from ._ops import OPS, permute_capacity, scale_shape  # noqa: F401
+from ._ops import OPS, permute_capacity, permute_rows, scale_shape  # noqa: F401
+from .._lib import Status, XteDTypeError, XteUnsupportedError, XteValueError
+from ..ops import gemm as _G
 
 __all__ = ["quantize", "dequantize", "gemm", "gemm_grouped", "router", "moe_permute",
            "moe_unpermute", "swiglu", "dswiglu", "swiglu_quantize", "attention", "attention_fwd",
            "attention_bwd", "permute_capacity", "qmeta", "from_lists", "OPS", "cast",
-           "router_aux_scores", "moe_aux_loss", "moe_sort_chunks_by_index", "dispatch_layout"]
+           "router_aux_scores", "moe_aux_loss", "moe_sort_chunks_by_index", "dispatch_layout",
+           "permute_rows", "moe_permute_mask", "moe_unpermute_mask", "moe_permute_fp8",
+           "fused_topk_with_score_function", "fp8_gemm_nt", "fp8_gemm_nn", "fp8_gemm_tn",
+           "fp8_gemm_tt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked",
+           "k_grouped_fp8_gemm_tn_contiguous"]
 
 ops = torch.ops.xte
 
@@ -170,11 +182,219 @@ def router(logits, topk, score_function="softmax", *, expert_bias=None, use_pre_
     return w, idx
 
 
-def moe_permute(x, topk_idx, num_experts, num_out_tokens=-1, align=1):
+def moe_permute(x, topk_idx, num_experts, num_out_tokens=-1, align=1, rows=None):
     """(output [permute_capacity(...), H], row_map int32 [T, k], tokens_per_expert int64 [E],
-    expert_offsets int64 [E + 1]) through xte::moe_permute (autograd to x)."""
+    expert_offsets int64 [E + 1]) through xte::moe_permute (autograd to x). rows: the output's
+    row count instead of the static worst case (eager code passes permute_rows(topk_idx=...,
+    ...), the rows the routing uses; a static int under torch.compile)."""
     return ops.moe_permute(x, topk_idx, int(num_experts),
-                           -1 if num_out_tokens is None else int(num_out_tokens), int(align))
+                           -1 if num_out_tokens is None else int(num_out_tokens), int(align),
+                           -1 if rows is None else int(rows))
+
+
+def moe_permute_mask(x, routing_map, num_out_tokens=-1, align=1, topk=None, rows=None):
+    """TE's moe_permute with map_type 'mask' through xte::moe_permute_mask (autograd to x):
+    routing_map bool / uint8 [T, E]; topk: the row map's columns (the most experts a token may
+    have; default E). Returns (output [permute_capacity(T, topk, E, ...) or rows, H], row_map int32
+    [T, topk], tokens_per_expert int64 [E], expert_offsets int64 [E + 1])."""
+    rm = _bytes_or(routing_map)
+    k = int(rm.shape[-1]) if topk is None else int(topk)
+    return ops.moe_permute_mask(x, rm, k, -1 if num_out_tokens is None else int(num_out_tokens),
+                                int(align), -1 if rows is None else int(rows))
+
+
+def moe_unpermute_mask(x, routing_map, row_map, probs=None):
+    """[T, H] = sum over t's routed experts (ascending) of probs[t, e] * x[row] through
+    xte::moe_unpermute_mask (autograd to x and probs); probs fp32 [T, E] (the router's probs)."""
+    return ops.moe_unpermute_mask(x, _bytes_or(routing_map), row_map, probs)
+
+
+def moe_permute_fp8(x, scales=None, *, routing_map=None, topk_idx=None, num_experts=None,
+                    num_out_tokens=-1, align=1, topk=None, rows=None):
+    """FP8 rows permuted with their scales through xte::moe_permute_fp8 (no autograd).
+
+    x: an xte.QuantizedTensor with rowwise data and COMPACT 1x128 / 1x32 scales, or float8 data
+    [T, H] with scales ([T, S] fp32 / e8m0, row-major). (A per-tensor scale is not supported:
+    the C permute takes row scales.) Routing: routing_map (bool / uint8 [T, E]; topk: the row
+    map's columns, default E) or topk_idx ([T, k], with num_experts). Returns (QuantizedTensor,
+    row_map, tokens_per_expert, expert_offsets) for a QuantizedTensor, else (output,
+    output_scales, row_map, tokens_per_expert, expert_offsets); rows as moe_permute's."""
+    q = x if isinstance(x, QuantizedTensor) else None
+    if q is not None:
+        if q.data is None:
+            raise XteValueError(Status.INVALID_ARGUMENT, "x.data: the QuantizedTensor has no "
+                                "rowwise data to permute")
+        if scales is not None:
+            raise XteValueError(Status.INVALID_ARGUMENT, "scales: given twice (x is a "
+                                "QuantizedTensor)")
+        if q.layout != ScaleLayout.COMPACT or q.scaling_mode not in (
+                ScalingMode.BLOCK_1x128, ScalingMode.MXFP8_1x32):
+            raise XteUnsupportedError(
+                Status.UNSUPPORTED, f"x.scale_inv: {q.scaling_mode.name} scales in layout "
+                f"{q.layout.name}: the permute moves row scales (1x128 or 1x32 blocks in the "
+                "COMPACT layout)")
+        data, scales = q.data, q.scale_inv
+    else:
+        data = x
+        if scales is None:
+            raise XteValueError(Status.NULL_POINTER, "scales: required (the permute moves the "
+                                "row scales of fp8 data)")
+    fmt = dtype_of(data.dtype)
+    if fmt not in (DType.E4M3, DType.E5M2):
+        raise XteDTypeError(Status.DTYPE, f"{'x.data' if q is not None else 'x'}: dtype "
+                            f"{data.dtype}: want float8_e4m3fn or float8_e5m2")
+    rm = _bytes_or(routing_map)
+    if rm is not None:
+        k = int(rm.shape[-1]) if topk is None else int(topk)
+        E = int(rm.shape[-1])
+    else:
+        if num_experts is None:
+            raise XteValueError(Status.INVALID_ARGUMENT, "num_experts: required with topk_idx")
+        k, E = 0, int(num_experts)
+    out, osc, row_map, tpe, offs = ops.moe_permute_fp8(
+        _bytes_or(data), _bytes_or(scales), rm, topk_idx, E, k, int(fmt),
+        -1 if num_out_tokens is None else int(num_out_tokens), int(align),
+        -1 if rows is None else int(rows))
+    out = out.view(data.dtype)
+    if osc.dtype != scales.dtype:
+        osc = osc.view(scales.dtype)
+    if q is not None:
+        qo = QuantizedTensor(out, osc, scaling_mode=q.scaling_mode, recipe=q.recipe,
+                             layout=q.layout)
+        return qo, row_map, tpe, offs
+    return out, osc, row_map, tpe, offs
+
+
+def fused_topk_with_score_function(logits, topk, use_pre_softmax=False, num_groups=None,
+                                   group_topk=None, scaling_factor=None, score_function="softmax",
+                                   expert_bias=None, routing_map_format="bytemap"):
+    """TE's fused router in TE's form through xte::router_probs (autograd from probs to the
+    logits): (probs fp32 [T, E], routing_map bool [T, E] ('bytemap') or uint8 [T, ceil(E/8)]
+    LSB-first ('bitmap_u8')), the bytes of xte.fused_topk_with_score_function."""
+    fmt = routing_map_format.lower() if hasattr(routing_map_format, "lower") else \
+        routing_map_format
+    if fmt not in ("bytemap", "bitmap_u8", 0, 1):
+        raise XteValueError(Status.INVALID_ARGUMENT, f"routing_map_format: "
+                            f"{routing_map_format!r}: want 'bytemap' or 'bitmap_u8'")
+    sf = _score(score_function)
+    probs, rmap, bits, _ = ops.router_probs(
+        logits, expert_bias, int(topk), int(sf), bool(use_pre_softmax), int(num_groups or 0),
+        int(group_topk or 0), float(1.0 if scaling_factor is None else scaling_factor))
+    return probs, (bits if fmt in ("bitmap_u8", 1) else rmap.view(torch.bool))
+
+
+# ----------------------------------------------------------------------------- DeepGEMM names
+
+
+def _dg_pair(x, name):
+    """(uint8 data, scales as bytes or fp32, fmt) of a DeepGEMM (data, scales) pair."""
+    if isinstance(x, QuantizedTensor) or not (isinstance(x, (tuple, list)) and len(x) == 2):
+        raise XteDTypeError(Status.DTYPE, f"{name}: {type(x).__name__}: xte.torch's DeepGEMM ops "
+                            "take (data, scales) pairs (for a QuantizedTensor use xte.torch.gemm "
+                            "/ gemm_grouped or the plain xte function)")
+    data, sc = x
+    fmt = dtype_of(data.dtype)
+    if fmt not in (DType.E4M3, DType.E5M2):
+        raise XteDTypeError(Status.DTYPE, f"{name}[0]: dtype {data.dtype}: want float8_e4m3fn "
+                            "or float8_e5m2")
+    return _bytes_or(data), _bytes_or(sc), int(fmt)
+
+
+def _dg_args(a, b, recipe, recipe_a, recipe_b, layout):
+    """The pair tensors, formats and the folded hints [mode_a, layout_a, mode_b, layout_b]."""
+    ad, asc, af = _dg_pair(a, "a")
+    bd, bsc, bf = _dg_pair(b, "b")
+    (ma, la), (mb, lb) = _G._hints(recipe, recipe_a, recipe_b, layout)
+    hints = [-1 if v is None else int(v) for v in (ma, la, mb, lb)]
+    return ad, asc, bd, bsc, af, bf, hints
+
+
+def _no_alpha(alpha):
+    if alpha is not None:
+        raise XteUnsupportedError(Status.UNSUPPORTED, "alpha: xte's GEMM has no alpha scaling")
+
+
+def _sizes_tensor(x):
+    if x is None or isinstance(x, torch.Tensor):
+        return x
+    return torch.tensor([int(v) for v in x], dtype=torch.int64)
+
+
+def _make_dg(nm):
+    op = getattr(ops, f"fp8_gemm_{nm}")
+
+    def f(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None, *, layout=None,
+          mode="exact", bias=None, compiled_dims=None, disable_ue8m0_cast=False, alpha=None):
+        _no_alpha(alpha)
+        ad, asc, bd, bsc, af, bf, hints = _dg_args(a, b, recipe, recipe_a, recipe_b, layout)
+        op(ad, asc, bd, bsc, d, None if c is d else c, c is d, bias, af, bf, [], hints,
+           int(_gemm_mode(mode)))
+        return d
+    f.__name__ = f.__qualname__ = f"fp8_gemm_{nm}"
+    f.__doc__ = (f"xte.fp8_gemm_{nm} (DeepGEMM's name and arguments) through the mutating custom "
+                 f"op xte::fp8_gemm_{nm}: writes d and returns it; traceable by torch.compile. "
+                 "a / b: (data float8, scales fp32 / e8m0) pairs.")
+    return f
+
+
+fp8_gemm_nt = _make_dg("nt")
+fp8_gemm_nn = _make_dg("nn")
+fp8_gemm_tn = _make_dg("tn")
+fp8_gemm_tt = _make_dg("tt")
+
+
+def m_grouped_fp8_gemm_nt_contiguous(a, b, d, grouped_layout=None, recipe=None, recipe_a=None,
+                                     recipe_b=None, *, group_sizes=None, alignment=None,
+                                     layout=None, mode="exact", bias=None, compiled_dims=None,
+                                     disable_ue8m0_cast=False, use_psum_layout=False,
+                                     ensure_zero_padding=True, expected_m_for_psum_layout=None):
+    """xte.m_grouped_fp8_gemm_nt_contiguous through xte::m_grouped_fp8_gemm_nt_contiguous
+    (writes d, returns it). group_sizes: a list or int64 tensor; grouped_layout: DeepGEMM's int32
+    [M] m_indices (a list is taken as group sizes)."""
+    if use_psum_layout or expected_m_for_psum_layout is not None:
+        raise XteUnsupportedError(Status.UNSUPPORTED, "use_psum_layout: not supported (pass "
+                                  "group_sizes= or an m_indices grouped_layout)")
+    if group_sizes is None and isinstance(grouped_layout, (list, tuple)):
+        group_sizes, grouped_layout = grouped_layout, None
+    ad, asc, bd, bsc, af, bf, hints = _dg_args(a, b, recipe, recipe_a, recipe_b, layout)
+    ops.m_grouped_fp8_gemm_nt_contiguous(ad, asc, bd, bsc, d, grouped_layout,
+                                         _sizes_tensor(group_sizes),
+                                         -1 if alignment is None else int(alignment), bias, af,
+                                         bf, [], hints, int(_gemm_mode(mode)))
+    return d
+
+
+def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m=None, recipe=None, recipe_a=None,
+                                 recipe_b=None, *, layout=None, mode="exact", bias=None,
+                                 compiled_dims=None, disable_ue8m0_cast=False):
+    """xte.m_grouped_fp8_gemm_nt_masked through xte::m_grouped_fp8_gemm_nt_masked (writes d,
+    returns it; rows past masked_m[g] keep their bytes)."""
+    ad, asc, bd, bsc, af, bf, hints = _dg_args(a, b, recipe, recipe_a, recipe_b, layout)
+    ops.m_grouped_fp8_gemm_nt_masked(ad, asc, bd, bsc, d, masked_m, bias, af, bf, [], hints,
+                                     int(_gemm_mode(mode)))
+    return d
+
+
+def k_grouped_fp8_gemm_tn_contiguous(a, b, d, ks=None, grouped_layout=None, c=None,
+                                     recipe=(1, 1, 128), *, layout=None, mode="exact",
+                                     bias=None, compiled_dims=None, use_psum_layout=False):
+    """xte.k_grouped_fp8_gemm_tn_contiguous through xte::k_grouped_fp8_gemm_tn_contiguous
+    (writes d, returns it). ks: a list or int64 tensor of the K of each group."""
+    if use_psum_layout:
+        raise XteUnsupportedError(Status.UNSUPPORTED, "use_psum_layout: not supported (pass ks)")
+    ad, asc, af = _dg_pair(a, "a")
+    bd, bsc, bf = _dg_pair(b, "b")
+    _G._hints(recipe, None, None, layout)  # validates recipe / layout as the plain function
+    if isinstance(layout, (tuple, list)):
+        la, lb = (None if v is None else parse_layout(v) for v in layout)
+    else:
+        la = lb = None if layout is None else parse_layout(layout)
+    hints = [-1, -1 if la is None else int(la), -1, -1 if lb is None else int(lb)]
+    rec = [] if recipe is None else [int(v) for v in recipe]
+    ops.k_grouped_fp8_gemm_tn_contiguous(ad, asc, bd, bsc, d, _sizes_tensor(ks), grouped_layout,
+                                         None if c is d else c, c is d, bias, af, bf, rec, hints,
+                                         int(_gemm_mode(mode)))
+    return d
 
 
 def moe_unpermute(x, topk_idx, row_map, probs=None, num_experts=None):

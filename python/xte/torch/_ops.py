@@ -4,10 +4,12 @@ Every op is registered with torch.library.custom_op for the CPU and CUDA dispatc
 kernel whose shapes come from xte's own shape queries (xte_quantize_scale_shape) or from the
 static arguments (never by running the op), and, where the C API has a backward, an autograd
 formula (swiglu, moe_permute, moe_unpermute, router, router_aux_scores, moe_aux_loss,
-moe_sort_chunks_by_index, attention_fwd).
+moe_sort_chunks_by_index, attention_fwd, moe_permute_mask, moe_unpermute_mask, router_probs).
+DeepGEMM's destination-passing GEMMs (fp8_gemm_*, *_grouped_*) are mutating ops on d.
 
-Data-dependent sizes are static here: moe_permute always returns permute_capacity(...) rows (the
-worst case for the static shapes and the cap num_out_tokens; unused rows are zeros), so fake
+Data-dependent sizes are static here: the permutes return permute_capacity(...) rows (the worst
+case for the static shapes and the cap num_out_tokens; unused rows are zeros) unless given rows=
+(a static int: eager callers pass permute_rows(...), the rows the routing uses), so fake
 tensors have static shapes and torch.compile(fullgraph=True) never breaks the graph.
 
 The op bodies only marshal arguments (zero-copy Views of the foundation) and call the C
@@ -87,6 +89,36 @@ def permute_capacity(num_tokens, topk, num_experts, num_out_tokens=-1, align=1):
     if align > 1:
         base += min(num_experts, base) * (align - 1)
     return base
+
+
+def _rows_or_capacity(rows, T, k, E, num_out_tokens, align):
+    return int(rows) if rows >= 0 else permute_capacity(T, k, E, num_out_tokens, align)
+
+
+def permute_rows(routing_map=None, topk_idx=None, num_experts=None, num_out_tokens=-1, align=1):
+    """The rows a permute of this routing really uses (xte_moe_permute_rows: sum over experts of
+    the kept rows rounded up to align), a host int. Reads the routing (a device sync for CUDA
+    tensors): for eager callers that size the permuted buffer exactly (the moe_permute ops'
+    rows=); under torch.compile use the static permute_capacity instead."""
+    if (routing_map is None) == (topk_idx is None):
+        raise XteValueError(Status.INVALID_ARGUMENT, "permute_rows: give routing_map or topk_idx")
+    r = MoeRouting()
+    if routing_map is not None:
+        v = view(routing_map, "routing_map", (DType.UINT8,))
+        r.routing_map = v.ptr
+        r.num_experts = int(v.shape[-1])
+    else:
+        v = view(topk_idx, "topk_idx", (DType.INT32, DType.INT64))
+        if num_experts is None:
+            raise XteValueError(Status.INVALID_ARGUMENT, "num_experts: required with topk_idx")
+        r.topk_idx = v.ptr
+        r.num_experts = int(num_experts)
+    cfg = PermuteConfig(num_out_tokens=-1 if num_out_tokens is None else int(num_out_tokens),
+                        align=int(align))
+    n = ctypes.c_int64(0)
+    call("xte_moe_permute_rows", ctypes.byref(r), ctypes.byref(cfg), ctypes.byref(n),
+         stream_of(v))
+    return n.value
 
 
 # ----------------------------------------------------------------------------- marshalling
@@ -440,15 +472,17 @@ def _routing(vidx, E):
 
 @torch.library.custom_op("xte::moe_permute", mutates_args=(), device_types=_DEV)
 def moe_permute(x: Tensor, topk_idx: Tensor, num_experts: int, num_out_tokens: int,
-                align: int) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+                align: int, rows: int = -1) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """xte_moe_permute (TE moe_permute with topk_idx): returns output [C, H] with C =
-    permute_capacity(T, k, E, num_out_tokens, align) rows (unused rows zero), row_map int32
-    [T, k], tokens_per_expert int64 [E] (kept rows) and expert_offsets int64 [E + 1] (padded)."""
+    permute_capacity(T, k, E, num_out_tokens, align) rows (unused rows zero), or C = rows when
+    rows >= 0 (eager callers pass permute_rows(...), the rows the routing really uses; fewer
+    than that is the C library's error), row_map int32 [T, k], tokens_per_expert int64 [E]
+    (kept rows) and expert_offsets int64 [E + 1] (padded)."""
     vx = view(x, "x", (DType.FP32, DType.BF16))
     vi = view(topk_idx, "topk_idx", (DType.INT32, DType.INT64))
     T, H = vx.shape
     k = vi.shape[-1]
-    rows = permute_capacity(T, k, num_experts, num_out_tokens, align)
+    rows = _rows_or_capacity(rows, T, k, num_experts, num_out_tokens, align)
     out = empty(vx, (rows, H), vx.dtype)
     row_map = empty(vx, (T, k), DType.INT32)
     tpe = empty(vx, (num_experts,), DType.INT64)
@@ -467,10 +501,10 @@ def moe_permute(x: Tensor, topk_idx: Tensor, num_experts: int, num_out_tokens: i
 
 
 @moe_permute.register_fake
-def _(x, topk_idx, num_experts, num_out_tokens, align):
+def _(x, topk_idx, num_experts, num_out_tokens, align, rows=-1):
     T, H = x.shape
     k = topk_idx.shape[-1]
-    rows = permute_capacity(T, k, num_experts, num_out_tokens, align)
+    rows = _rows_or_capacity(rows, T, k, num_experts, num_out_tokens, align)
     return (x.new_empty((rows, H)), x.new_empty((T, k), dtype=torch.int32),
             x.new_empty((num_experts,), dtype=torch.int64),
             x.new_empty((num_experts + 1,), dtype=torch.int64))
@@ -497,7 +531,7 @@ def _(grad_output, topk_idx, row_map, num_experts):
 
 
 def _permute_setup(ctx, inputs, output):
-    _, topk_idx, E, _, _ = inputs
+    topk_idx, E = inputs[1], inputs[2]
     ctx.save_for_backward(topk_idx, output[1])
     ctx.E = E
     ctx.set_materialize_grads(True)
@@ -506,7 +540,7 @@ def _permute_setup(ctx, inputs, output):
 def _permute_bwd(ctx, gout, grow, gtpe, goffs):
     topk_idx, row_map = ctx.saved_tensors
     return (torch.ops.xte.moe_permute_backward(gout.contiguous(), topk_idx, row_map, ctx.E),
-            None, None, None, None)
+            None, None, None, None, None)
 
 
 moe_permute.register_autograd(_permute_bwd, setup_context=_permute_setup)
@@ -1001,4 +1035,389 @@ OPS.update({
     "moe_sort_chunks_by_index": moe_sort_chunks_by_index,
     "moe_sort_chunks_backward": moe_sort_chunks_backward,
     "moe_dispatch_layout": moe_dispatch_layout,
+})
+
+
+# ============================================================================= DeepGEMM names
+#
+# Destination-passing ops: each mutates d (mutates_args=("d",)) and returns nothing, as
+# DeepGEMM's functions; torch.compile functionalises them. Operands are (data, scales) pairs:
+# data as uint8 bytes with its fp8 format (a_fmt / b_fmt: DType.E4M3 / E5M2), scales fp32 or
+# E8M0 bytes (uint8). The bodies run the plain xte.fp8_gemm_* / *_grouped_* functions (scale
+# shapes resolved there with xte_quantize_scale_shape; errors name the argument); the fake
+# kernels have no output to shape. recipe: [] or DeepGEMM's (gran_m, gran_n, gran_k); hints:
+# [mode_a, layout_a, mode_b, layout_b] (ScalingMode / ScaleLayout ints, -1 = infer).
+
+from ..ops import gemm as _G  # noqa: E402
+
+
+def _pair(data, scale, fmt):
+    return (_as(data, fmt) if data.dtype == torch.uint8 else data), scale
+
+
+def _hint_kw(recipe, hints, modes=True):
+    ma, la, mb, lb = (None if int(h) < 0 else int(h) for h in hints)
+    kw = {"recipe": tuple(int(v) for v in recipe) if len(recipe) else None,
+          "layout": None if la is None and lb is None else (la, lb)}
+    if modes:
+        kw["recipe_a"], kw["recipe_b"] = ma, mb
+    return kw
+
+
+def _make_fp8_gemm(nm):
+    plain = getattr(_G, f"fp8_gemm_{nm}")
+
+    def fp8_gemm(a_data: Tensor, a_scale: Tensor, b_data: Tensor, b_scale: Tensor, d: Tensor,
+                 c: Optional[Tensor], c_is_d: bool, bias: Optional[Tensor], a_fmt: int,
+                 b_fmt: int, recipe: List[int], hints: List[int], gemm_mode: int) -> None:
+        plain(_pair(a_data, a_scale, a_fmt), _pair(b_data, b_scale, b_fmt), d,
+              d if c_is_d else c, mode=int(gemm_mode), bias=bias, **_hint_kw(recipe, hints))
+
+    fp8_gemm.__name__ = fp8_gemm.__qualname__ = f"fp8_gemm_{nm}"
+    fp8_gemm.__doc__ = (f"DeepGEMM's fp8_gemm_{nm} (xte.fp8_gemm_{nm}): d = op(a) op(b) (+ c, "
+                        "or + d itself when c_is_d) (+ bias), written into d.")
+    op = torch.library.custom_op(f"xte::fp8_gemm_{nm}", fp8_gemm, mutates_args=("d",),
+                                 device_types=_DEV)
+
+    @op.register_fake
+    def _(a_data, a_scale, b_data, b_scale, d, c, c_is_d, bias, a_fmt, b_fmt, recipe, hints,
+          gemm_mode):
+        return None
+    return op
+
+
+fp8_gemm_nt = _make_fp8_gemm("nt")
+fp8_gemm_nn = _make_fp8_gemm("nn")
+fp8_gemm_tn = _make_fp8_gemm("tn")
+fp8_gemm_tt = _make_fp8_gemm("tt")
+
+
+@torch.library.custom_op("xte::m_grouped_fp8_gemm_nt_contiguous", mutates_args=("d",),
+                         device_types=_DEV)
+def m_grouped_fp8_gemm_nt_contiguous(a_data: Tensor, a_scale: Tensor, b_data: Tensor,
+                                     b_scale: Tensor, d: Tensor, grouped_layout: Optional[Tensor],
+                                     group_sizes: Optional[Tensor], alignment: int,
+                                     bias: Optional[Tensor], a_fmt: int, b_fmt: int,
+                                     recipe: List[int], hints: List[int],
+                                     gemm_mode: int) -> None:
+    """xte.m_grouped_fp8_gemm_nt_contiguous: groups from group_sizes (int64 [G], read on the
+    host) or DeepGEMM's grouped_layout (int32 [M]); alignment -1: the plain function's default."""
+    _G.m_grouped_fp8_gemm_nt_contiguous(
+        _pair(a_data, a_scale, a_fmt), _pair(b_data, b_scale, b_fmt), d, grouped_layout,
+        group_sizes=group_sizes, alignment=None if alignment < 0 else int(alignment),
+        mode=int(gemm_mode), bias=bias, **_hint_kw(recipe, hints))
+
+
+@m_grouped_fp8_gemm_nt_contiguous.register_fake
+def _(a_data, a_scale, b_data, b_scale, d, grouped_layout, group_sizes, alignment, bias, a_fmt,
+      b_fmt, recipe, hints, gemm_mode):
+    return None
+
+
+@torch.library.custom_op("xte::m_grouped_fp8_gemm_nt_masked", mutates_args=("d",),
+                         device_types=_DEV)
+def m_grouped_fp8_gemm_nt_masked(a_data: Tensor, a_scale: Tensor, b_data: Tensor,
+                                 b_scale: Tensor, d: Tensor, masked_m: Tensor,
+                                 bias: Optional[Tensor], a_fmt: int, b_fmt: int,
+                                 recipe: List[int], hints: List[int], gemm_mode: int) -> None:
+    """xte.m_grouped_fp8_gemm_nt_masked: d[g, :masked_m[g]] = a[g, :masked_m[g]] b[g]^T."""
+    _G.m_grouped_fp8_gemm_nt_masked(
+        _pair(a_data, a_scale, a_fmt), _pair(b_data, b_scale, b_fmt), d, masked_m,
+        mode=int(gemm_mode), bias=bias, **_hint_kw(recipe, hints))
+
+
+@m_grouped_fp8_gemm_nt_masked.register_fake
+def _(a_data, a_scale, b_data, b_scale, d, masked_m, bias, a_fmt, b_fmt, recipe, hints,
+      gemm_mode):
+    return None
+
+
+@torch.library.custom_op("xte::k_grouped_fp8_gemm_tn_contiguous", mutates_args=("d",),
+                         device_types=_DEV)
+def k_grouped_fp8_gemm_tn_contiguous(a_data: Tensor, a_scale: Tensor, b_data: Tensor,
+                                     b_scale: Tensor, d: Tensor, ks: Optional[Tensor],
+                                     grouped_layout: Optional[Tensor], c: Optional[Tensor],
+                                     c_is_d: bool, bias: Optional[Tensor], a_fmt: int,
+                                     b_fmt: int, recipe: List[int], hints: List[int],
+                                     gemm_mode: int) -> None:
+    """xte.k_grouped_fp8_gemm_tn_contiguous: d[g] = (c[g] +) a[seg g]^T b[seg g]; ks int64 [G]
+    (or grouped_layout), read on the host. hints: only the layouts are used (the modes come from
+    recipe, as the plain function)."""
+    _G.k_grouped_fp8_gemm_tn_contiguous(
+        _pair(a_data, a_scale, a_fmt), _pair(b_data, b_scale, b_fmt), d, ks, grouped_layout,
+        d if c_is_d else c, mode=int(gemm_mode), bias=bias,
+        **_hint_kw(recipe, hints, modes=False))
+
+
+@k_grouped_fp8_gemm_tn_contiguous.register_fake
+def _(a_data, a_scale, b_data, b_scale, d, ks, grouped_layout, c, c_is_d, bias, a_fmt, b_fmt,
+      recipe, hints, gemm_mode):
+    return None
+
+
+# ============================================================================= mask / FP8 permute
+
+
+def _map_routing(vmap):
+    r = MoeRouting()
+    r.routing_map = vmap.ptr
+    r.num_experts = int(vmap.shape[-1])
+    return r
+
+
+def _permute_call(vx, vsc, r, rows, k, num_experts, num_out_tokens, align, out_dtype):
+    """xte_moe_permute into new buffers: (output [rows, H], output_scales [rows, S] or None,
+    row_map int32 [T, k], tokens_per_expert int64 [E], expert_offsets int64 [E + 1])."""
+    T, H = vx.shape
+    out = empty(vx, (rows, H), out_dtype)
+    osc = empty(vsc, (rows, vsc.shape[-1]), vsc.dtype) if vsc is not None else None
+    row_map = empty(vx, (T, k), DType.INT32)
+    tpe = empty(vx, (num_experts,), DType.INT64)
+    offs = empty(vx, (num_experts + 1,), DType.INT64)
+    vo, vr = view(_as(out, vx.dtype), "output", writable=True), view(row_map, "row_map",
+                                                                       writable=True)
+    vos = view(osc, "output_scales", writable=True) if osc is not None else None
+    vt, vf = (view(tpe, "tokens_per_expert", writable=True),
+              view(offs, "expert_offsets", writable=True))
+    extra = PermuteOutputs()
+    extra.tokens_per_expert = vt.t
+    extra.expert_offsets = vf.t
+    cfg = PermuteConfig(num_out_tokens=num_out_tokens, align=align)
+    call("xte_moe_permute", vx.ptr, vsc.ptr if vsc is not None else None, ctypes.byref(r),
+         ctypes.byref(cfg), vo.ptr, vos.ptr if vos is not None else None, vr.ptr,
+         ctypes.byref(extra), stream_of(vx, vsc, vo, vos, vr))
+    return out, osc, row_map, tpe, offs
+
+
+@torch.library.custom_op("xte::moe_permute_mask", mutates_args=(), device_types=_DEV)
+def moe_permute_mask(x: Tensor, routing_map: Tensor, topk: int, num_out_tokens: int, align: int,
+                     rows: int = -1) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """xte_moe_permute with a byte routing map [T, E] (TE's map_type 'mask'): as xte::moe_permute
+    (output [C, H], C = permute_capacity(T, topk, E, num_out_tokens, align) or rows >= 0;
+    row_map int32 [T, topk]: topk = the most experts a token may have; tokens_per_expert;
+    expert_offsets)."""
+    vx = view(x, "x", (DType.FP32, DType.BF16))
+    vm = view(routing_map, "routing_map", (DType.UINT8,))
+    T, E = vm.shape
+    n = _rows_or_capacity(rows, vx.shape[0], topk, E, num_out_tokens, align)
+    out, _, rm, tpe, offs = _permute_call(vx, None, _map_routing(vm), n, topk, E, num_out_tokens,
+                                          align, vx.dtype)
+    return out, rm, tpe, offs
+
+
+@moe_permute_mask.register_fake
+def _(x, routing_map, topk, num_out_tokens, align, rows=-1):
+    T, H = x.shape
+    E = routing_map.shape[-1]
+    n = _rows_or_capacity(rows, T, topk, E, num_out_tokens, align)
+    return (x.new_empty((n, H)), x.new_empty((T, topk), dtype=torch.int32),
+            x.new_empty((E,), dtype=torch.int64), x.new_empty((E + 1,), dtype=torch.int64))
+
+
+@torch.library.custom_op("xte::moe_permute_mask_backward", mutates_args=(), device_types=_DEV)
+def moe_permute_mask_backward(grad_output: Tensor, routing_map: Tensor,
+                              row_map: Tensor) -> Tensor:
+    """grad_input [T, H] of moe_permute_mask (xte_moe_permute_backward with the byte map)."""
+    vg = view(grad_output, "grad_output", _ACT)
+    vm = view(routing_map, "routing_map", (DType.UINT8,))
+    vr = view(row_map, "row_map", (DType.INT32,))
+    gi = empty(vg, (vm.shape[0], vg.shape[-1]), vg.dtype)
+    vo = view(gi, "grad_input", writable=True)
+    call("xte_moe_permute_backward", vg.ptr, ctypes.byref(_map_routing(vm)), vr.ptr, vo.ptr,
+         stream_of(vg, vm, vr, vo))
+    return gi
+
+
+@moe_permute_mask_backward.register_fake
+def _(grad_output, routing_map, row_map):
+    return grad_output.new_empty((routing_map.shape[0], grad_output.shape[-1]))
+
+
+def _permute_mask_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[1], output[1])
+    ctx.set_materialize_grads(True)
+
+
+def _permute_mask_bwd(ctx, gout, grow, gtpe, goffs):
+    routing_map, row_map = ctx.saved_tensors
+    return (torch.ops.xte.moe_permute_mask_backward(gout.contiguous(), routing_map, row_map),
+            None, None, None, None, None)
+
+
+moe_permute_mask.register_autograd(_permute_mask_bwd, setup_context=_permute_mask_setup)
+
+
+@torch.library.custom_op("xte::moe_unpermute_mask", mutates_args=(), device_types=_DEV)
+def moe_unpermute_mask(x: Tensor, routing_map: Tensor, row_map: Tensor,
+                       probs: Optional[Tensor]) -> Tensor:
+    """out [T, H] = sum over t's slots (ascending expert) of probs[t, e] * x[row_map[t, j]]
+    (xte_moe_unpermute with the byte map; probs fp32 [T, E], the router's probs; None: 1)."""
+    vx = view(x, "x", _ACT)
+    vm = view(routing_map, "routing_map", (DType.UINT8,))
+    vr = view(row_map, "row_map", (DType.INT32,))
+    vp = view(probs, "probs", (DType.FP32,)) if probs is not None else None
+    out = empty(vx, (vm.shape[0], vx.shape[-1]), vx.dtype)
+    vo = view(out, "out", writable=True)
+    call("xte_moe_unpermute", vx.ptr, ctypes.byref(_map_routing(vm)), vr.ptr,
+         vp.ptr if vp is not None else None, vo.ptr, stream_of(vx, vm, vr, vp, vo))
+    return out
+
+
+@moe_unpermute_mask.register_fake
+def _(x, routing_map, row_map, probs):
+    return x.new_empty((routing_map.shape[0], x.shape[-1]))
+
+
+@torch.library.custom_op("xte::moe_unpermute_mask_backward", mutates_args=(), device_types=_DEV)
+def moe_unpermute_mask_backward(grad_out: Tensor, x: Tensor, routing_map: Tensor,
+                                row_map: Tensor, probs: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    """(grad_x [rows, H], grad_probs fp32 [T, E]; zeros when probs is None)."""
+    vg = view(grad_out, "grad_out", _ACT)
+    vx = view(x, "x", _ACT)
+    vm = view(routing_map, "routing_map", (DType.UINT8,))
+    vr = view(row_map, "row_map", (DType.INT32,))
+    vp = view(probs, "probs", (DType.FP32,)) if probs is not None else None
+    gx = empty(vg, (vx.shape[0], vg.shape[-1]), vg.dtype)
+    gp = zeros(vg, vm.shape, DType.FP32)
+    vgx = view(gx, "grad_input", writable=True)
+    vgp = view(gp, "grad_probs", writable=True) if probs is not None else None
+    call("xte_moe_unpermute_backward", vg.ptr, vx.ptr, ctypes.byref(_map_routing(vm)), vr.ptr,
+         vp.ptr if vp is not None else None, vgx.ptr, vgp.ptr if vgp is not None else None,
+         stream_of(vg, vx, vm, vr, vp, vgx))
+    return gx, gp
+
+
+@moe_unpermute_mask_backward.register_fake
+def _(grad_out, x, routing_map, row_map, probs):
+    return (grad_out.new_empty((x.shape[0], grad_out.shape[-1])),
+            grad_out.new_empty(tuple(routing_map.shape), dtype=torch.float32))
+
+
+def _unpermute_mask_setup(ctx, inputs, output):
+    x, routing_map, row_map, probs = inputs
+    ctx.has_probs = probs is not None
+    ctx.save_for_backward(x, routing_map, row_map, probs if probs is not None else x)
+
+
+def _unpermute_mask_bwd(ctx, gout):
+    x, routing_map, row_map, probs = ctx.saved_tensors
+    gx, gp = torch.ops.xte.moe_unpermute_mask_backward(
+        gout.contiguous(), x, routing_map, row_map, probs if ctx.has_probs else None)
+    return gx, None, None, (gp if ctx.has_probs else None)
+
+
+moe_unpermute_mask.register_autograd(_unpermute_mask_bwd, setup_context=_unpermute_mask_setup)
+
+
+@torch.library.custom_op("xte::moe_permute_fp8", mutates_args=(), device_types=_DEV)
+def moe_permute_fp8(x: Tensor, scales: Tensor, routing_map: Optional[Tensor],
+                    topk_idx: Optional[Tensor], num_experts: int, topk: int, fmt: int,
+                    num_out_tokens: int, align: int,
+                    rows: int = -1) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """xte_moe_permute of FP8 rows with their scales: x uint8 [T, H] (fmt's codes), scales fp32
+    or E8M0 bytes (uint8) [T, S] (row-major, e.g. COMPACT 1x128 / 1x32) moved bit for bit with
+    their rows. Routing: routing_map (byte [T, E], topk = the row map's columns) or topk_idx
+    ([T, k], num_experts). Returns (output uint8 [C, H], output_scales [C, S] in the scales'
+    dtype, row_map int32 [T, k], tokens_per_expert int64 [E], expert_offsets int64 [E + 1]);
+    C as xte::moe_permute's. Not differentiable (FP8 codes)."""
+    vx = view(_as(x, fmt), "x", (DType.E4M3, DType.E5M2))
+    vsc = view(_as(scales, DType.E8M0) if scales.dtype == torch.uint8 else scales, "scales",
+               (DType.FP32, DType.E8M0))
+    if (routing_map is None) == (topk_idx is None):
+        raise XteValueError(Status.INVALID_ARGUMENT, "routing_map / topk_idx: give exactly one")
+    if routing_map is not None:
+        vm = view(routing_map, "routing_map", (DType.UINT8,))
+        r, E, k = _map_routing(vm), vm.shape[-1], int(topk)
+    else:
+        vm = view(topk_idx, "topk_idx", (DType.INT32, DType.INT64))
+        r, E, k = _routing(vm, num_experts), int(num_experts), vm.shape[-1]
+    n = _rows_or_capacity(rows, vx.shape[0], k, E, num_out_tokens, align)
+    out, osc, rm, tpe, offs = _permute_call(vx, vsc, r, n, k, E, num_out_tokens, align,
+                                            DType.UINT8)
+    return out, (osc.view(torch.uint8) if scales.dtype == torch.uint8 else osc), rm, tpe, offs
+
+
+@moe_permute_fp8.register_fake
+def _(x, scales, routing_map, topk_idx, num_experts, topk, fmt, num_out_tokens, align, rows=-1):
+    T, H = x.shape
+    if routing_map is not None:
+        E, k = routing_map.shape[-1], topk
+    else:
+        E, k = num_experts, topk_idx.shape[-1]
+    n = _rows_or_capacity(rows, T, k, E, num_out_tokens, align)
+    return (x.new_empty((n, H)), scales.new_empty((n, scales.shape[-1])),
+            x.new_empty((T, k), dtype=torch.int32), x.new_empty((E,), dtype=torch.int64),
+            x.new_empty((E + 1,), dtype=torch.int64))
+
+
+# ============================================================================= router, TE's form
+
+
+@torch.library.custom_op("xte::router_probs", mutates_args=(), device_types=_DEV)
+def router_probs(logits: Tensor, expert_bias: Optional[Tensor], topk: int, score_function: int,
+                 use_pre_softmax: bool, num_groups: int, group_topk: int,
+                 scaling_factor: float) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """xte_router_forward in TE's form: (probs fp32 [T, E], routing_map uint8 [T, E],
+    routing_bits uint8 [T, ceil(E/8)] (bit e % 8 of byte e / 8, LSB first), saved fp32 [T, E]);
+    autograd from probs to the logits."""
+    vl = view(logits, "logits", _ACT)
+    vb = view(expert_bias, "expert_bias", (DType.FP32,)) if expert_bias is not None else None
+    T, E = _prod(vl.shape[:-1]), vl.shape[-1]
+    probs = empty(vl, (T, E), DType.FP32)
+    rmap = empty(vl, (T, E), DType.UINT8)
+    bits = empty(vl, (T, (E + 7) // 8), DType.UINT8)
+    saved = empty(vl, (T, E), DType.FP32)
+    vp, vr, vbits, vs = (view(probs, "probs", writable=True),
+                         view(rmap, "routing_map", writable=True),
+                         view(bits, "routing_bits", writable=True),
+                         view(saved, "saved", writable=True))
+    out = RouterOutputs()
+    out.probs = vp.t
+    out.routing_map = vr.t
+    out.routing_bits = vbits.t
+    out.saved = vs.t
+    cfg = _router_cfg(topk, score_function, use_pre_softmax, num_groups, group_topk,
+                      scaling_factor)
+    call("xte_router_forward", vl.ptr, vb.ptr if vb is not None else None, ctypes.byref(cfg),
+         ctypes.byref(out), stream_of(vl, vb, vp, vr, vbits, vs))
+    return probs, rmap, bits, saved
+
+
+@router_probs.register_fake
+def _(logits, expert_bias, topk, score_function, use_pre_softmax, num_groups, group_topk,
+      scaling_factor):
+    T, E = _prod(logits.shape[:-1]), logits.shape[-1]
+    return (logits.new_empty((T, E), dtype=torch.float32),
+            logits.new_empty((T, E), dtype=torch.uint8),
+            logits.new_empty((T, (E + 7) // 8), dtype=torch.uint8),
+            logits.new_empty((T, E), dtype=torch.float32))
+
+
+def _router_probs_setup(ctx, inputs, output):
+    logits, _, topk, sf, pre, ng, gt, scale = inputs
+    ctx.save_for_backward(output[1], output[3], logits)
+    ctx.cfg = (topk, sf, pre, ng, gt, scale)
+    ctx.set_materialize_grads(True)
+
+
+def _router_probs_bwd(ctx, gp, grmap, gbits, gsaved):
+    rmap, saved, logits = ctx.saved_tensors
+    gl = torch.ops.xte.router_backward(gp.to(torch.float32).contiguous(), rmap, saved, logits,
+                                       *ctx.cfg)
+    return gl, None, None, None, None, None, None, None
+
+
+router_probs.register_autograd(_router_probs_bwd, setup_context=_router_probs_setup)
+
+
+OPS.update({
+    "fp8_gemm_nt": fp8_gemm_nt, "fp8_gemm_nn": fp8_gemm_nn, "fp8_gemm_tn": fp8_gemm_tn,
+    "fp8_gemm_tt": fp8_gemm_tt,
+    "m_grouped_fp8_gemm_nt_contiguous": m_grouped_fp8_gemm_nt_contiguous,
+    "m_grouped_fp8_gemm_nt_masked": m_grouped_fp8_gemm_nt_masked,
+    "k_grouped_fp8_gemm_tn_contiguous": k_grouped_fp8_gemm_tn_contiguous,
+    "moe_permute_mask": moe_permute_mask, "moe_permute_mask_backward": moe_permute_mask_backward,
+    "moe_unpermute_mask": moe_unpermute_mask,
+    "moe_unpermute_mask_backward": moe_unpermute_mask_backward,
+    "moe_permute_fp8": moe_permute_fp8, "router_probs": router_probs,
 })
