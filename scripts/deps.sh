@@ -2,6 +2,7 @@
 # Installs what xte's build and tests need on a Debian machine, skipping what is present.
 set -euo pipefail
 pkgs=(cmake ninja-build pkg-config gcc g++ libhwloc-dev libopenblas-dev libcriterion-dev
+      openmpi-bin libopenmpi-dev
       libbenchmark-dev libsimde-dev python3 python3-venv clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cpu/xte_cpu.h"
+#include "ep/ep_transport.h"
 #include "xte_internal.h"
 
 struct xte_stream_s {
@@ -308,6 +309,7 @@ xte_status xte_backend_info_string(char *buf, size_t size) {
   for (i = 0; i < in.num_musa_gpus; i++)
     XTE_PUT("  gpu %d: %s (%s, %zu MiB)\n", i, in.musa_gpus[i].name, in.musa_gpus[i].arch,
             in.musa_gpus[i].memory_bytes >> 20);
+  XTE_PUT("expert parallelism: threads%s\n", xte_ep_have_mpi() ? ", mpi" : " (built without MPI)");
 #undef XTE_PUT
   return XTE_SUCCESS;
 }

@@ -27,3 +27,47 @@ if(TARGET xte_cli)
     PASS_REGULAR_EXPRESSION "numerics: PASS"
     FAIL_REGULAR_EXPRESSION "FAIL|NON-FINITE")
 endif()
+
+# `xte moe --ep N` (tools/moe_ep.c) under mpiexec, when MPI is found (cmake/XteEp.cmake): the
+# routed experts split over N ranks (xte_ep_dispatch, the local experts' grouped GEMMs,
+# xte_ep_combine; forward and backward), output and every gradient compared byte for byte with
+# the one-process layer (exit 1 and "ep check: FAIL" on any difference).
+#  moe_layer_ep_np1..4     1 to 4 ranks (--oversubscribe: CI has 2 cores; runs as root), 50
+#                          tokens (uneven splits: 16/17/17, 12/13/12/13), two steps each
+#  moe_layer_ep_np4_empty  3 tokens over 4 ranks: rank 0 has no token and receives no row
+#  moe_layer_ep_fault_*    a planted bug (XTE_MOE_EP_FAULT: combine without the top-k weights;
+#                          each rank holding the next experts' weights): the check must say FAIL
+# Each takes about a second.
+if(TARGET xte_cli AND XTE_HAVE_MPI)
+  set(XTE_MOE_EP_SMALL --hidden 256 --ffn 256 --experts 12 --topk 3 --tokens 50 --quiet)
+  set(XTE_MOE_EP_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  foreach(n 1 2 3 4)
+    add_test(NAME moe_layer_ep_np${n}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} --oversubscribe
+                     ${MPIEXEC_PREFLAGS} $<TARGET_FILE:xte_cli> ${MPIEXEC_POSTFLAGS}
+                     moe --ep ${n} ${XTE_MOE_EP_SMALL} --iters 2)
+    set_tests_properties(moe_layer_ep_np${n} PROPERTIES
+      LABELS "moe;ep;mpi" TIMEOUT 120 ENVIRONMENT "${XTE_MOE_EP_ENV}"
+      PASS_REGULAR_EXPRESSION "ep check: PASS"
+      FAIL_REGULAR_EXPRESSION "FAIL")
+  endforeach()
+  add_test(NAME moe_layer_ep_np4_empty
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 4 --oversubscribe
+                   ${MPIEXEC_PREFLAGS} $<TARGET_FILE:xte_cli> ${MPIEXEC_POSTFLAGS}
+                   moe --ep 4 --hidden 256 --ffn 128 --experts 8 --topk 2 --tokens 3
+                   --recipe deepgemm --quiet)
+  set_tests_properties(moe_layer_ep_np4_empty PROPERTIES
+    LABELS "moe;ep;mpi" TIMEOUT 120 ENVIRONMENT "${XTE_MOE_EP_ENV}"
+    PASS_REGULAR_EXPRESSION "per rank: 0/0 .*ep check: PASS"
+    FAIL_REGULAR_EXPRESSION "FAIL")
+  foreach(fault weights offset)
+    add_test(NAME moe_layer_ep_fault_${fault}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3 --oversubscribe
+                     ${MPIEXEC_PREFLAGS} $<TARGET_FILE:xte_cli> ${MPIEXEC_POSTFLAGS}
+                     moe --ep 3 ${XTE_MOE_EP_SMALL})
+    set_tests_properties(moe_layer_ep_fault_${fault} PROPERTIES
+      LABELS "moe;ep;mpi" TIMEOUT 120
+      ENVIRONMENT "${XTE_MOE_EP_ENV};XTE_MOE_EP_FAULT=${fault}"
+      PASS_REGULAR_EXPRESSION "ep check: FAIL")
+  endforeach()
+endif()

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "bench_common.h"
+#include "moe_ep.h"
 #include "xte/xte.h"
 
 const char xte_cmd_moe_summary[] =
@@ -47,6 +48,7 @@ typedef struct moe_opts {
   int64_t check_tokens;
   uint64_t seed;
   int iters, warmup, json, quiet;
+  int64_t ep; /* --ep N: experts over N MPI ranks (tools/moe_ep.c); 0: one process */
   const char *preset;
 } moe_opts;
 
@@ -78,6 +80,7 @@ static void usage(FILE *f) {
       "               [--ffn N] [--topk N] [--shared 0|1] [--scaling X] [--recipe R]\n"
       "               [--backend B] [--threads N] [--isa ISA] [--forward-only | --backward]\n"
       "               [--check-tokens N] [--seed N] [--iters N] [--warmup N] [--json] [--quiet]\n"
+      "       mpirun -np N xte moe --ep N [shape options]\n"
       "\n"
       "One MoE layer forward and backward through xte: Kimi-K2's expert shapes (hidden 7168,\n"
       "expert FFN 2048, SwiGLU, top-8 sigmoid router with expert bias, routed scaling 2.827,\n"
@@ -109,6 +112,9 @@ static void usage(FILE *f) {
       "  --iters N         timed runs of the layer (the table shows their mean; default 1)\n"
       "  --warmup N        untimed runs before them (default 0)\n"
       "  --json            print one JSON object instead of the table\n"
+      "  --ep N            expert parallelism: the routed experts split over the N ranks of an\n"
+      "                    MPI job (dispatch, grouped GEMMs, combine; forward and backward),\n"
+      "                    checked byte for byte against the one-process layer (tools/moe_ep.c)\n"
       "  --quiet           no progress line\n");
 }
 
@@ -193,6 +199,7 @@ static int parse_opts(int argc, char **argv, moe_opts *o) {
     INTOPT("--iters", 1, 1000, iters)
     INTOPT("--warmup", 0, 1000, warmup)
     INTOPT("--threads", 1, 256, threads)
+    INTOPT("--ep", 1, 4096, ep)
 #undef INTOPT
     if (is_opt(a, "--seed")) {
       if (!(s = opt_value(argc, argv, &i, "--seed"))) return 2;
@@ -1441,6 +1448,25 @@ int xte_cmd_moe(int argc, char **argv) {
   rc = parse_opts(argc, argv, &o);
   if (rc == 1) return 0;
   if (rc) return 2;
+  if (o.ep > 0) { /* hand over to tools/moe_ep.c */
+    xte_moe_ep_opts e = {.ep = (int)o.ep,
+                         .tokens = o.tokens,
+                         .experts = o.experts,
+                         .hidden = o.hidden,
+                         .ffn = o.ffn,
+                         .topk = o.topk,
+                         .shared = (int)o.shared,
+                         .scaling = o.scaling,
+                         .recipe = (int)o.recipe,
+                         .threads = o.threads,
+                         .isa = o.isa,
+                         .backward = o.backward != 0,
+                         .seed = o.seed,
+                         .iters = o.iters,
+                         .warmup = o.warmup,
+                         .quiet = o.quiet};
+    return xte_moe_ep_main(&e);
+  }
 
   prog.t0 = t_start;
   prog.last = 0;

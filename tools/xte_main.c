@@ -27,6 +27,7 @@ typedef int (*xte_cmd_fn)(int argc, char **argv);
 
 static int cmd_info(int argc, char **argv);
 static int cmd_bench(int argc, char **argv);
+int xte_bench_ep(int argc, char **argv); /* bench/ep_bench.c */
 static int cmd_help(int argc, char **argv);
 
 typedef struct command {
@@ -80,7 +81,10 @@ static void bench_usage(FILE *f) {
   fprintf(f,
           "usage: xte bench <suite|all> [--filter S] [--json FILE] [--min-time SECONDS]\n"
           "                 [--rounds N] [--threads N] [--isa ISA]\n"
-          "       xte bench list\n\n"
+          "       xte bench list\n"
+          "       mpirun -np R xte bench ep [--tokens T] [--hidden H] [--experts E] [--topk K]\n"
+          "                 [--dtype e4m3|bf16] [--iters N]   (expert-parallel dispatch /\n"
+          "                 combine against MPI_Alltoallv of the same bytes)\n\n"
           "  --filter S          run the cases whose name contains S (and their anchors)\n"
           "  --json FILE         also write Google Benchmark's JSON report, with the ratios\n"
           "  --min-time SECONDS  minimum timed time per case (default: Google Benchmark's)\n"
@@ -138,6 +142,7 @@ static int cmd_bench(int argc, char **argv) {
   const xte_bench_suite_entry *s;
   xte_status rc;
 
+  if (argc > 1 && strcmp(argv[1], "ep") == 0) return xte_bench_ep(argc - 1, argv + 1);
   for (i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
     char *end;

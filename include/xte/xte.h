@@ -7,5 +7,6 @@
 #include "xte/gemm.h"
 #include "xte/moe.h"
 #include "xte/attention.h"
+#include "xte/ep.h"
 
 #endif /* XTE_XTE_H */

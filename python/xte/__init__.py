@@ -18,6 +18,7 @@ library_path = _lib.library_path
 
 from . import recipe, testing
 from .ops.attention import attention_bwd, attention_fwd
+from .ops.ep import EPGroup, EPHandle, ThreadsWorld
 from .ops.moe import (RowIdMap, dispatch_layout, dswiglu, dswiglu_quantize,
                       fused_compute_score_for_moe_aux_loss,
                       fused_compute_score_for_moe_aux_loss_backward, fused_moe_aux_loss,

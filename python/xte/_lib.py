@@ -264,6 +264,27 @@ class AttentionConfig(ctypes.Structure):
                 ("descale_v", ctypes.POINTER(ctypes.c_float))]
 
 
+class EpConfig(ctypes.Structure):
+    """xte_ep_config"""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("experts_per_rank", ctypes.c_int64),
+                ("hidden", ctypes.c_int64), ("topk", ctypes.c_int32), ("align", ctypes.c_int32),
+                ("max_tokens_per_rank", ctypes.c_int64)]
+
+
+class EpCounts(ctypes.Structure):
+    """xte_ep_counts"""
+    _fields_ = [("recv_rows", ctypes.c_int64), ("slot_rows", ctypes.c_int64),
+                ("recv_tokens", ctypes.c_int64)]
+
+
+class EpStats(ctypes.Structure):
+    """xte_ep_stats"""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("calls", ctypes.c_int64),
+                ("pack_ns", ctypes.c_int64), ("exchange_ns", ctypes.c_int64),
+                ("local_ns", ctypes.c_int64), ("bytes_sent", ctypes.c_int64),
+                ("bytes_received", ctypes.c_int64)]
+
+
 # The structs by their C names (for the layout test).
 STRUCTS = {
     "xte_tensor": Tensor, "xte_scale_tensor": ScaleTensor, "xte_qtensor": QTensor,
@@ -272,6 +293,7 @@ STRUCTS = {
     "xte_router_config": RouterConfig, "xte_router_outputs": RouterOutputs,
     "xte_moe_routing": MoeRouting, "xte_permute_config": PermuteConfig,
     "xte_permute_outputs": PermuteOutputs, "xte_attention_config": AttentionConfig,
+    "xte_ep_config": EpConfig, "xte_ep_counts": EpCounts, "xte_ep_stats": EpStats,
 }
 
 # --------------------------------------------------------------------------- prototypes
@@ -344,6 +366,23 @@ _PROTOTYPES = {
     "xte_attention_config_default": (AttentionConfig, []),
     "xte_attention_fwd": (_st, [_T, _T, _T, _T, _T, _P(AttentionConfig), _S]),
     "xte_attention_bwd": (_st, [_T, _T, _T, _T, _T, _T, _T, _T, _T, _P(AttentionConfig), _S]),
+    # ep.h (groups, worlds and handles are opaque pointers)
+    "xte_ep_config_default": (EpConfig, []),
+    "xte_ep_group_create_mpi": (_st, [ctypes.c_void_p, _P(EpConfig), _P(ctypes.c_void_p)]),
+    "xte_ep_threads_world_create": (_st, [_int, _P(ctypes.c_void_p)]),
+    "xte_ep_threads_world_destroy": (_st, [ctypes.c_void_p]),
+    "xte_ep_group_create_threads": (_st, [ctypes.c_void_p, _int, _P(EpConfig),
+                                          _P(ctypes.c_void_p)]),
+    "xte_ep_group_destroy": (_st, [ctypes.c_void_p]),
+    "xte_ep_group_info": (_st, [ctypes.c_void_p, _P(_int), _P(_int), _P(ctypes.c_char_p)]),
+    "xte_ep_group_stats": (_st, [ctypes.c_void_p, _P(EpStats), _int]),
+    "xte_ep_handle_size": (_st, [ctypes.c_void_p, _P(ctypes.c_size_t)]),
+    "xte_ep_prepare": (_st, [ctypes.c_void_p, _T, ctypes.c_void_p, ctypes.c_size_t, _P(EpCounts),
+                             _T, _S]),
+    "xte_ep_dispatch": (_st, [ctypes.c_void_p, ctypes.c_void_p, _T, _T, _T, _T, _T, _T, _S]),
+    "xte_ep_combine": (_st, [ctypes.c_void_p, ctypes.c_void_p, _T, _T, _T, _T, _S]),
+    "xte_ep_combine_backward": (_st, [ctypes.c_void_p, ctypes.c_void_p, _T, _T, _T, _T, _T, _S]),
+    "xte_ep_dispatch_backward": (_st, [ctypes.c_void_p, ctypes.c_void_p, _T, _T, _S]),
 }
 
 for _name, (_res, _args) in _PROTOTYPES.items():

@@ -34,6 +34,7 @@ void calls_output(calls_ctx *c, void *p, size_t bytes, const char *name) {
 
 void calls_free(calls_ctx *c) {
   int i;
+  if (c->cleanup) c->cleanup(c);
   for (i = 0; i < c->nbufs; i++) free(c->bufs[i]);
   memset(c, 0, sizeof *c);
 }
@@ -1223,6 +1224,133 @@ static xte_status malloc_run(calls_ctx *c) {
 
 /* ------------------------------------------------------------------ the table */
 
+/* ------------------------------------------------------------------ expert parallelism */
+
+/* One rank (a threads world of one): its step moves every row to itself through the transport
+ * and the same packing as any rank count. op: 0 prepare, 1 dispatch, 2 combine, 3 combine
+ * backward, 4 dispatch backward; the steps before op run in the setup. */
+typedef struct ep_state {
+  int op;
+  xte_ep_threads_world world;
+  xte_ep_group g;
+  void *handle;
+  size_t hb;
+  xte_ep_counts counts, *pcounts;
+  xte_tensor idx, x, xs, w, rx, rs, rw, tpe, y, out, slots, gout, gy, gw, gr, gx;
+} ep_state;
+
+static void ep_cleanup(calls_ctx *c) {
+  ep_state *s = (ep_state *)c->state;
+  if (!s) return;
+  xte_ep_group_destroy(s->g);
+  xte_ep_threads_world_destroy(s->world);
+  s->g = NULL;
+  s->world = NULL;
+}
+
+static xte_status ep_run(calls_ctx *c) {
+  ep_state *s = (ep_state *)c->state;
+  switch (s->op) {
+    case 0:
+      return xte_ep_prepare(s->g, &s->idx, s->handle, s->hb, s->pcounts, &s->tpe, NULL);
+    case 1:
+      return xte_ep_dispatch(s->g, s->handle, &s->x, &s->xs, &s->w, &s->rx, &s->rs, &s->rw, NULL);
+    case 2:
+      return xte_ep_combine(s->g, s->handle, &s->y, &s->w, &s->out, &s->slots, NULL);
+    case 3:
+      return xte_ep_combine_backward(s->g, s->handle, &s->gout, &s->w, &s->slots, &s->gy, &s->gw,
+                                     NULL);
+    default:
+      return xte_ep_dispatch_backward(s->g, s->handle, &s->gr, &s->gx, NULL);
+  }
+}
+
+static int ep_setup(calls_ctx *c, int op) {
+  const int64_t T = 100, H = 256, El = 8, K = 4, S = 2;
+  xte_ep_config cfg = xte_ep_config_default();
+  int32_t *idx;
+  float *w;
+  int64_t t, j, rows;
+  STATE(ep_state);
+  s->op = op;
+  c->cleanup = ep_cleanup;
+  ALLOC(idx, int32_t, T * K);
+  ALLOC(w, float, T *K);
+  for (t = 0; t < T; t++)
+    for (j = 0; j < K; j++) {
+      idx[t * K + j] = (int32_t)((t * 3 + j * 5) % El); /* distinct within a token (5 k < 8) */
+      if ((t + j) % 11 == 0) idx[t * K + j] = -1;
+      w[t * K + j] = (float)(t % 7 + j) / 8.0f;
+    }
+  s->idx = xte_tensor_2d(idx, XTE_DTYPE_INT32, T, K);
+  s->w = xte_tensor_2d(w, XTE_DTYPE_FP32, T, K);
+  s->x = xte_tensor_2d(data(c, XTE_DTYPE_E4M3, T * H, 1.0f, 0), XTE_DTYPE_E4M3, T, H);
+  s->xs = xte_tensor_2d(data(c, XTE_DTYPE_FP32, T * S, 1.0f, 0), XTE_DTYPE_FP32, T, S);
+  if (!s->x.data || !s->xs.data) return fail(c, "out of buffer slots");
+  cfg.experts_per_rank = El;
+  cfg.hidden = H;
+  cfg.topk = (int32_t)K;
+  cfg.align = 16;
+  cfg.max_tokens_per_rank = T;
+  TRY_X(xte_ep_threads_world_create(1, &s->world));
+  TRY_X(xte_ep_group_create_threads(s->world, 0, &cfg, &s->g));
+  TRY_X(xte_ep_handle_size(s->g, &s->hb));
+  s->handle = calls_alloc(c, s->hb);
+  if (!s->handle) return fail(c, "out of buffer slots (handle)");
+  if (op == 0) {
+    /* the handle is opaque (it holds the group's address, which differs between contexts): the
+     * counts and tokens_per_expert are the outputs compared */
+    s->pcounts = (xte_ep_counts *)calls_alloc(c, sizeof(xte_ep_counts));
+    if (!s->pcounts) return fail(c, "out of buffer slots (counts)");
+    calls_output(c, s->pcounts, sizeof(xte_ep_counts), "counts");
+    return out2d(c, &s->tpe, XTE_DTYPE_INT64, 1, El, "tokens_per_expert");
+  }
+  TRY_X(xte_ep_prepare(s->g, &s->idx, s->handle, s->hb, &s->counts, NULL, NULL));
+  rows = s->counts.recv_rows;
+  if (op == 1)
+    return out2d(c, &s->rx, XTE_DTYPE_E4M3, rows, H, "recv_x") ||
+           out2d(c, &s->rs, XTE_DTYPE_FP32, rows, S, "recv_scales") ||
+           out2d(c, &s->rw, XTE_DTYPE_FP32, 1, rows, "recv_weights");
+  ALLOC(s->rx.data, uint8_t, rows * H);
+  ALLOC(s->rs.data, float, rows *S);
+  s->rx = xte_tensor_2d(s->rx.data, XTE_DTYPE_E4M3, rows, H);
+  s->rs = xte_tensor_2d(s->rs.data, XTE_DTYPE_FP32, rows, S);
+  TRY_X(xte_ep_dispatch(s->g, s->handle, &s->x, &s->xs, NULL, &s->rx, &s->rs, NULL, NULL));
+  s->y = xte_tensor_2d(data(c, XTE_DTYPE_BF16, rows * H, 2.0f, 1), XTE_DTYPE_BF16, rows, H);
+  s->gr = xte_tensor_2d(data(c, XTE_DTYPE_FP32, rows * H, 2.0f, 1), XTE_DTYPE_FP32, rows, H);
+  s->gout = xte_tensor_2d(data(c, XTE_DTYPE_BF16, T * H, 2.0f, 1), XTE_DTYPE_BF16, T, H);
+  if (!s->y.data || !s->gr.data || !s->gout.data) return fail(c, "out of buffer slots");
+  if (op == 2)
+    return out2d(c, &s->out, XTE_DTYPE_BF16, T, H, "out") ||
+           out2d(c, &s->slots, XTE_DTYPE_BF16, s->counts.slot_rows, H, "slot_rows");
+  if (op == 3) {
+    ALLOC(s->out.data, uint16_t, T * H);
+    ALLOC(s->slots.data, uint16_t, s->counts.slot_rows * H);
+    s->out = xte_tensor_2d(s->out.data, XTE_DTYPE_BF16, T, H);
+    s->slots = xte_tensor_2d(s->slots.data, XTE_DTYPE_BF16, s->counts.slot_rows, H);
+    TRY_X(xte_ep_combine(s->g, s->handle, &s->y, &s->w, &s->out, &s->slots, NULL));
+    return out2d(c, &s->gy, XTE_DTYPE_BF16, rows + 3, H, "grad_expert_out") ||
+           out2d(c, &s->gw, XTE_DTYPE_FP32, T, K, "grad_weights");
+  }
+  return out2d(c, &s->gx, XTE_DTYPE_FP32, T, H, "grad_x");
+}
+
+static int setup_ep_prepare(calls_ctx *c) {
+  return ep_setup(c, 0);
+}
+static int setup_ep_dispatch_e4m3(calls_ctx *c) {
+  return ep_setup(c, 1);
+}
+static int setup_ep_combine_bf16(calls_ctx *c) {
+  return ep_setup(c, 2);
+}
+static int setup_ep_combine_bwd(calls_ctx *c) {
+  return ep_setup(c, 3);
+}
+static int setup_ep_dispatch_bwd(calls_ctx *c) {
+  return ep_setup(c, 4);
+}
+
 #define CASE(name, run) \
   { #name, setup_##name, run }
 
@@ -1275,6 +1403,11 @@ const calls_case calls_table[] = {
     CASE(attn_bwd_bshd_bf16, attn_run),
     CASE(attn_bwd_thd_fp32, attn_run),
     CASE(attn_bwd_thd_bf16, attn_run),
+    CASE(ep_prepare, ep_run),
+    CASE(ep_dispatch_e4m3, ep_run),
+    CASE(ep_combine_bf16, ep_run),
+    CASE(ep_combine_bwd, ep_run),
+    CASE(ep_dispatch_bwd, ep_run),
     {"stream_create_destroy", mem_setup, stream_run},
     {"malloc_free", mem_setup, malloc_run},
 };

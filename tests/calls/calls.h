@@ -30,8 +30,9 @@ typedef struct calls_ctx {
   calls_out out[CALLS_MAX_OUT]; /* the bytes a run may write */
   int nout;
   uint64_t rng;
-  void *state;   /* the case's own struct (calls_alloc'd) */
-  char err[160]; /* why a setup failed */
+  void *state;                          /* the case's own struct (calls_alloc'd) */
+  void (*cleanup)(struct calls_ctx *c); /* releases what is not a buffer (an EP group), or NULL */
+  char err[160];                        /* why a setup failed */
 } calls_ctx;
 
 typedef struct calls_case {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the seed corpora tests/fuzz/corpus/<target>/ from built fuzz targets.
 
-    tests/fuzz/make_corpus.py <fuzz build dir> [--per-call N] [--tries N]
+    tests/fuzz/make_corpus.py <fuzz build dir> [--per-call N] [--tries N] [--targets T ...]
 
 The targets decode bytes into calls; a byte below 200 at a choice point takes the usual path
 (small shapes, valid enums, matching dtypes). This script draws candidate inputs from a fixed
@@ -20,7 +20,7 @@ import sys
 import tempfile
 
 TARGETS = ["fuzz_quantize", "fuzz_gemm", "fuzz_gemm_grouped", "fuzz_router", "fuzz_permute",
-           "fuzz_swiglu", "fuzz_attention"]
+           "fuzz_swiglu", "fuzz_attention", "fuzz_ep"]
 
 
 def candidate(rng):
@@ -34,12 +34,13 @@ def main():
     ap.add_argument("build")
     ap.add_argument("--per-call", type=int, default=6)
     ap.add_argument("--tries", type=int, default=1500)
+    ap.add_argument("--targets", nargs="*", default=TARGETS, help="a subset of the targets")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                   "corpus"))
     args = ap.parse_args()
     env = dict(os.environ, XTE_FUZZ_REPORT="1", ASAN_OPTIONS="detect_leaks=0")
     total = 0
-    for t in TARGETS:
+    for t in args.targets:
         exe = os.path.join(args.build, "tests", "fuzz", t)
         if not os.path.exists(exe):
             print(f"make_corpus: {exe} is missing", file=sys.stderr)

@@ -71,6 +71,17 @@ prepare() {
       : >"$venv/xte-no-torch"
     fi
   fi
+  # mpi4py for the expert-parallel tests over MPI (only where Open MPI / MPICH is installed)
+  if command -v mpiexec >/dev/null 2>&1 && ! have mpi4py; then
+    echo "run_pytest: installing mpi4py into $venv"
+    if ! pip_install mpi4py; then
+      if [ "$require" = 1 ]; then
+        echo "run_pytest: pip could not install mpi4py (XTE_REQUIRE_PYTHON_TESTS=1): failed"
+        return 1
+      fi
+      echo "run_pytest: pip could not install mpi4py: the MPI tests skip"
+    fi
+  fi
   return 0
 }
 

@@ -18,7 +18,7 @@ from xte import _lib, _tensor
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 INCLUDE = os.path.join(ROOT, "include")
-HEADERS = ["core", "quantize", "gemm", "moe", "attention"]
+HEADERS = ["core", "quantize", "gemm", "moe", "attention", "ep"]
 
 ENUM_PREFIX = {
     _lib.DType: "XTE_DTYPE_", _lib.Backend: "XTE_BACKEND_", _lib.CpuIsa: "XTE_CPU_ISA_",

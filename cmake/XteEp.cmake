@@ -1,0 +1,21 @@
+# Expert parallelism transports (src/ep/): the threads transport always; the MPI transport when
+# CMake finds MPI (Debian: openmpi-bin libopenmpi-dev), else a stand-in that says so.
+# XTE_MPI=OFF builds without MPI even where it is installed.
+option(XTE_MPI "Build the MPI transport of expert parallelism when MPI is found" ON)
+set(XTE_HAVE_MPI OFF)
+if(XTE_MPI)
+  find_package(MPI COMPONENTS C QUIET)
+  if(MPI_C_FOUND)
+    set(XTE_HAVE_MPI ON)
+  endif()
+endif()
+target_sources(xte PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src/ep/threads.c)
+if(XTE_HAVE_MPI)
+  target_sources(xte PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src/ep/mpi.c)
+  target_link_libraries(xte PRIVATE MPI::MPI_C)
+  target_compile_definitions(xte PRIVATE XTE_HAVE_MPI)
+  message(STATUS "xte: expert parallelism over MPI ${MPI_C_VERSION} (${MPIEXEC_EXECUTABLE})")
+else()
+  target_sources(xte PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src/ep/no_mpi.c)
+  message(STATUS "xte: expert parallelism without MPI (threads transport only)")
+endif()

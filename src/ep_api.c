@@ -1,0 +1,1026 @@
+/* Entry points of expert parallelism (include/xte/ep.h): argument checks, the ranks' agreement,
+ * then token rows moved by a transport (src/ep/) around the one-process token movement calls
+ * (xte_moe_permute / unpermute and their backwards), which do all the arithmetic. The transport
+ * only moves bytes, so every sum is the one-process sum, in its order.
+ *
+ * Data movement of a step, for rank me:
+ *  prepare   the send lists (token t goes to rank r once when one of its experts lives on r) and
+ *            the receive side's routing (each received token's k slots as local expert ids, -1
+ *            where the expert is elsewhere), exchanged once.
+ *  dispatch  one record per (token, rank): [x row | scale row | k weights], 16-byte aligned;
+ *            the receiver permutes straight from the records (an ld-strided view).
+ *  combine / dispatch_backward
+ *            the rows of each received (token, local slot) go back to the token's rank, in the
+ *            order (record, slot ascending); the token's rank finds the row of its slot (t, j) at
+ *            src_row_map[t, j] and runs the one-process unpermute / permute backward.
+ *  combine_backward
+ *            the reverse: unpermute backward at the token's rank, rows out to the experts.
+ *
+ * Agreement: each collective first runs every local check (and allocates its workspace), then
+ * all ranks exchange their status with an allgather; one failing rank fails all of them before
+ * any data moves. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "ep/ep_transport.h"
+#include "xte/ep.h"
+#include "xte/moe.h"
+#include "xte_internal.h"
+
+#define EP_MAGIC 0x7874652d65702d31ull /* "xte-ep-1" */
+#define NSIG 6
+
+typedef struct agree_msg {
+  int32_t status;
+  int32_t pad;
+  int64_t sig[NSIG];
+  char msg[144];
+} agree_msg;
+
+struct xte_ep_group_s {
+  xte_ep_transport tr;
+  int R;
+  int64_t El, E, H, Tmax;
+  int K, align;
+  size_t handle_bytes;
+  agree_msg *agree; /* [R] */
+  xte_ep_stats stats;
+  void *ws[2]; /* send / receive workspace, kept and grown across calls (no page faults per call) */
+  size_t ws_bytes[2];
+};
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The data exchange of a collective, timed and counted into the group's statistics. */
+static xte_status exchange(struct xte_ep_group_s *g, const void *send, const int64_t *scount,
+                           const int64_t *sdispl, void *recv, const int64_t *rcount,
+                           const int64_t *rdispl, size_t unit) {
+  int64_t t0 = now_ns(), r;
+  xte_status st = g->tr.alltoallv(g->tr.ctx, send, scount, sdispl, recv, rcount, rdispl, unit);
+  g->stats.exchange_ns += now_ns() - t0;
+  for (r = 0; r < g->R; r++) {
+    if (r == g->tr.rank) continue;
+    g->stats.bytes_sent += scount[r] * (int64_t)unit;
+    g->stats.bytes_received += rcount[r] * (int64_t)unit;
+  }
+  return st;
+}
+
+/* The handle: this header, then the arrays at offsets fixed by the group. */
+typedef struct ep_hdr {
+  uint64_t magic;
+  const struct xte_ep_group_s *group;
+  int64_t T, nsend, nrecv, nslot, nret, recv_rows;
+  int32_t prepared, dispatched;
+} ep_hdr;
+
+typedef struct ep_handle {
+  ep_hdr *h;
+  int64_t *send_cnt, *send_off; /* tokens to rank r          [R], [R + 1] */
+  int64_t *slot_cnt, *slot_off; /* my routed slots on rank r [R], [R + 1] */
+  int64_t *recv_cnt, *recv_off; /* records from rank r       [R], [R + 1] */
+  int64_t *ret_cnt, *ret_off;   /* rows back to rank r       [R], [R + 1] */
+  int64_t *tpe;                 /* rows per local expert     [El] */
+  int32_t *send_tok;            /* [Tmax * min(K, R)] */
+  int32_t *topk;                /* [Tmax * K] global experts, -1 none */
+  int32_t *src_row_map;         /* [Tmax * K] */
+  int32_t *recv_topk;           /* [R * Tmax * K] local experts, -1 elsewhere */
+  int32_t *row_map;             /* [R * Tmax * K] rows of recv_x */
+} ep_handle;
+
+/* ------------------------------------------------------------------ sizes */
+
+static int add_sz(size_t *acc, size_t n, size_t elem) {
+  size_t b;
+  if (__builtin_mul_overflow(n, elem, &b)) return 0;
+  b = (b + 63) & ~(size_t)63;
+  if (b < n * elem || __builtin_add_overflow(*acc, b, acc)) return 0;
+  return 1;
+}
+
+/* Lays out the handle at base (NULL: only computes the size into *bytes). */
+static int handle_layout(const struct xte_ep_group_s *g, char *base, ep_handle *eh, size_t *bytes) {
+  size_t off = 0, R = (size_t)g->R, R1 = R + 1, K = (size_t)g->K, T = (size_t)g->Tmax;
+  size_t kr = K < R ? K : R, RT;
+  size_t o[16];
+  int n = 0;
+  if (__builtin_mul_overflow(R, T, &RT)) return 0;
+#define EP_ARR(cnt, elem)                       \
+  do {                                          \
+    o[n++] = off;                               \
+    if (!add_sz(&off, (cnt), (elem))) return 0; \
+  } while (0)
+  EP_ARR(1, sizeof(ep_hdr));
+  EP_ARR(R, 8);
+  EP_ARR(R1, 8);
+  EP_ARR(R, 8);
+  EP_ARR(R1, 8);
+  EP_ARR(R, 8);
+  EP_ARR(R1, 8);
+  EP_ARR(R, 8);
+  EP_ARR(R1, 8);
+  EP_ARR((size_t)g->El, 8);
+  if (T && kr > SIZE_MAX / T) return 0;
+  EP_ARR(T * kr, 4);
+  if (T && K > SIZE_MAX / T) return 0;
+  EP_ARR(T * K, 4);
+  EP_ARR(T * K, 4);
+  if (RT && K > SIZE_MAX / RT) return 0;
+  EP_ARR(RT * K, 4);
+  EP_ARR(RT * K, 4);
+#undef EP_ARR
+  *bytes = off;
+  if (base && eh) {
+    eh->h = (ep_hdr *)(base + o[0]);
+    eh->send_cnt = (int64_t *)(base + o[1]);
+    eh->send_off = (int64_t *)(base + o[2]);
+    eh->slot_cnt = (int64_t *)(base + o[3]);
+    eh->slot_off = (int64_t *)(base + o[4]);
+    eh->recv_cnt = (int64_t *)(base + o[5]);
+    eh->recv_off = (int64_t *)(base + o[6]);
+    eh->ret_cnt = (int64_t *)(base + o[7]);
+    eh->ret_off = (int64_t *)(base + o[8]);
+    eh->tpe = (int64_t *)(base + o[9]);
+    eh->send_tok = (int32_t *)(base + o[10]);
+    eh->topk = (int32_t *)(base + o[11]);
+    eh->src_row_map = (int32_t *)(base + o[12]);
+    eh->recv_topk = (int32_t *)(base + o[13]);
+    eh->row_map = (int32_t *)(base + o[14]);
+  }
+  return 1;
+}
+
+/* ------------------------------------------------------------------ agreement */
+
+/* Every rank calls this with its local status (XTE_SUCCESS or the error it recorded) and its
+ * signature (values that must be equal on every rank, sig_names[i] naming sig[i]; NULL names
+ * an unused slot). Returns the same status on every rank. */
+static xte_status agree(struct xte_ep_group_s *g, xte_status st, const int64_t *sig,
+                        const char *const *sig_names) {
+  agree_msg me;
+  xte_status ts;
+  int r, i;
+  memset(&me, 0, sizeof me);
+  me.status = (int32_t)st;
+  if (sig)
+    for (i = 0; i < NSIG; i++) me.sig[i] = sig[i];
+  if (st != XTE_SUCCESS) snprintf(me.msg, sizeof me.msg, "%s", xte_last_error());
+  ts = g->tr.allgather(g->tr.ctx, &me, g->agree, sizeof me);
+  if (ts != XTE_SUCCESS) return ts;
+  for (r = 0; r < g->R; r++) {
+    if (g->agree[r].status == XTE_SUCCESS) continue;
+    if (r == g->tr.rank) return st; /* our own message stands */
+    return xte_set_error((xte_status)g->agree[r].status, "rank %d failed its checks: %s", r,
+                         g->agree[r].msg);
+  }
+  if (st != XTE_SUCCESS) return st; /* cannot happen: our status was gathered */
+  if (sig_names)
+    for (i = 0; i < NSIG; i++) {
+      if (!sig_names[i]) continue;
+      for (r = 1; r < g->R; r++)
+        if (g->agree[r].sig[i] != g->agree[0].sig[i])
+          return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                               "%s differs between ranks: %lld on rank 0, %lld on rank %d",
+                               sig_names[i], (long long)g->agree[0].sig[i],
+                               (long long)g->agree[r].sig[i], r);
+    }
+  return XTE_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ groups */
+
+xte_ep_config xte_ep_config_default(void) {
+  xte_ep_config c;
+  memset(&c, 0, sizeof c);
+  c.struct_size = sizeof c;
+  c.experts_per_rank = 1;
+  c.hidden = 0;
+  c.topk = 1;
+  c.align = 1;
+  c.max_tokens_per_rank = 0;
+  return c;
+}
+
+static xte_status check_config(const xte_ep_config *c, int R, struct xte_ep_group_s *g) {
+  XTE_CHECK_PTR(c, "config");
+  if (R > 4096)
+    return xte_set_error(XTE_ERROR_UNSUPPORTED, "the communicator has %d ranks: at most 4096", R);
+  if (c->struct_size < sizeof(xte_ep_config) || c->struct_size > 4096)
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                         "config->struct_size = %zu: want sizeof(xte_ep_config) = %zu (set by "
+                         "xte_ep_config_default)",
+                         c->struct_size, sizeof(xte_ep_config));
+  if (c->experts_per_rank < 1 || c->experts_per_rank > XTE_MOE_MAX_EXPERTS / R)
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                         "config->experts_per_rank = %lld: want 1..%lld (%d ranks)",
+                         (long long)c->experts_per_rank, (long long)(XTE_MOE_MAX_EXPERTS / R), R);
+  if (c->hidden < 1 || c->hidden > ((int64_t)1 << 24))
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "config->hidden = %lld: want 1..2^24",
+                         (long long)c->hidden);
+  if (c->topk < 1 || c->topk > XTE_EP_MAX_TOPK)
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "config->topk = %d: want 1..%d", c->topk,
+                         XTE_EP_MAX_TOPK);
+  if (c->align > (1 << 20))
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "config->align = %d: want <= 2^20", c->align);
+  if (c->max_tokens_per_rank < 0 || c->max_tokens_per_rank > INT32_MAX / c->topk / R)
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                         "config->max_tokens_per_rank = %lld: want 0..%lld (int32 rows for %d "
+                         "ranks of topk %d)",
+                         (long long)c->max_tokens_per_rank, (long long)(INT32_MAX / c->topk / R), R,
+                         c->topk);
+  /* every row index of a step (received slots plus each expert's padding) fits the int32 row
+   * maps of the token movement calls */
+  if ((int64_t)R * c->max_tokens_per_rank * c->topk +
+          c->experts_per_rank * (int64_t)(c->align > 1 ? c->align - 1 : 0) >
+      INT32_MAX)
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                         "config: %d ranks x max_tokens_per_rank %lld x topk %d plus %lld experts' "
+                         "padding to align %d can exceed 2^31 - 1 rows",
+                         R, (long long)c->max_tokens_per_rank, c->topk,
+                         (long long)c->experts_per_rank, c->align);
+  g->R = R;
+  g->El = c->experts_per_rank;
+  g->E = c->experts_per_rank * R;
+  g->H = c->hidden;
+  g->K = c->topk;
+  g->align = c->align > 1 ? c->align : 1;
+  g->Tmax = c->max_tokens_per_rank;
+  if (!handle_layout(g, NULL, NULL, &g->handle_bytes))
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                         "config: the routing handle's size overflows (max_tokens_per_rank %lld, "
+                         "%d ranks)",
+                         (long long)g->Tmax, R);
+  return XTE_SUCCESS;
+}
+
+/* Finishes a group over transport tr (owned from here on): config checks, agreement. */
+static xte_status group_finish(xte_ep_transport *tr, const xte_ep_config *config,
+                               xte_ep_group *group) {
+  static const char *const names[NSIG] = {"config->experts_per_rank",
+                                          "config->hidden",
+                                          "config->topk",
+                                          "config->align",
+                                          "config->max_tokens_per_rank",
+                                          NULL};
+  struct xte_ep_group_s *g;
+  xte_status st;
+  int64_t sig[NSIG] = {0};
+  g = (struct xte_ep_group_s *)xte_aligned_calloc(1, sizeof *g);
+  if (g) g->agree = (agree_msg *)xte_aligned_calloc((size_t)tr->size, sizeof(agree_msg));
+  if (!g || !g->agree) {
+    /* no agreement without its buffer: the other ranks may wait for this one (documented) */
+    if (g) xte_aligned_free(g);
+    tr->destroy(tr->ctx);
+    return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "group: out of memory");
+  }
+  g->tr = *tr;
+  st = check_config(config, tr->size, g);
+  if (st == XTE_SUCCESS) {
+    sig[0] = g->El;
+    sig[1] = g->H;
+    sig[2] = g->K;
+    sig[3] = g->align;
+    sig[4] = g->Tmax;
+  }
+  st = agree(g, st, sig, names);
+  if (st != XTE_SUCCESS) {
+    g->tr.destroy(g->tr.ctx);
+    xte_aligned_free(g->agree);
+    xte_aligned_free(g);
+    return st;
+  }
+  *group = g;
+  xte_clear_error();
+  return XTE_SUCCESS;
+}
+
+xte_status xte_ep_group_create_mpi(const void *mpi_comm, const xte_ep_config *config,
+                                   xte_ep_group *group) {
+  xte_ep_transport tr;
+  XTE_CHECK_PTR(group, "group");
+  XTE_TRY(xte_ep_mpi_transport(mpi_comm, &tr));
+  return group_finish(&tr, config, group);
+}
+
+xte_status xte_ep_group_create_threads(xte_ep_threads_world world, int rank,
+                                       const xte_ep_config *config, xte_ep_group *group) {
+  xte_ep_transport tr;
+  XTE_CHECK_PTR(group, "group");
+  XTE_TRY(xte_ep_threads_transport(world, rank, &tr));
+  return group_finish(&tr, config, group);
+}
+
+xte_status xte_ep_group_destroy(xte_ep_group group) {
+  if (group) {
+    xte_aligned_free(group->ws[0]);
+    xte_aligned_free(group->ws[1]);
+    group->tr.destroy(group->tr.ctx);
+    xte_aligned_free(group->agree);
+    xte_aligned_free(group);
+  }
+  xte_clear_error();
+  return XTE_SUCCESS;
+}
+
+xte_status xte_ep_group_info(xte_ep_group group, int *rank, int *num_ranks,
+                             const char **transport) {
+  XTE_CHECK_PTR(group, "group");
+  if (rank) *rank = group->tr.rank;
+  if (num_ranks) *num_ranks = group->R;
+  if (transport) *transport = group->tr.name;
+  xte_clear_error();
+  return XTE_SUCCESS;
+}
+
+xte_status xte_ep_group_stats(xte_ep_group group, xte_ep_stats *stats, int reset) {
+  XTE_CHECK_PTR(group, "group");
+  if (stats) {
+    if (stats->struct_size < sizeof(xte_ep_stats))
+      return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                           "stats->struct_size = %zu: want sizeof(xte_ep_stats) = %zu",
+                           stats->struct_size, sizeof(xte_ep_stats));
+    *stats = group->stats;
+    stats->struct_size = sizeof(xte_ep_stats);
+  }
+  if (reset) memset(&group->stats, 0, sizeof group->stats);
+  xte_clear_error();
+  return XTE_SUCCESS;
+}
+
+xte_status xte_ep_handle_size(xte_ep_group group, size_t *bytes) {
+  XTE_CHECK_PTR(group, "group");
+  XTE_CHECK_PTR(bytes, "bytes");
+  *bytes = group->handle_bytes;
+  xte_clear_error();
+  return XTE_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+static xte_status cpu_stream(xte_stream stream) {
+  xte_exec ex;
+  XTE_TRY(xte_resolve_stream(stream, &ex));
+  if (ex.backend != XTE_BACKEND_CPU)
+    return xte_set_error(XTE_ERROR_UNSUPPORTED,
+                         "stream: expert parallelism runs on the CPU backend in this build (the "
+                         "NCCL / MCCL transports are not built yet)");
+  return XTE_SUCCESS;
+}
+
+/* A 2-D view of t with dtype in mask, rows (when >= 0, else at least min_rows) and cols. */
+static xte_status tview(const xte_tensor *t, const char *name, unsigned mask, int64_t rows,
+                        int64_t min_rows, int64_t cols, int64_t *r_out, int64_t *ld_out) {
+  int64_t r, c, ld;
+  XTE_TRY(xte_tensor_view2d(t, name, &r, &c, &ld));
+  if (!(mask & (1u << (unsigned)t->dtype)))
+    return xte_set_error(XTE_ERROR_DTYPE, "%s->dtype is %s: not taken here", name,
+                         xte_dtype_name(t->dtype));
+  if ((uintptr_t)t->data % xte_dtype_size(t->dtype))
+    return xte_set_error(XTE_ERROR_ALIGNMENT, "%s->data is not aligned to its element size", name);
+  if ((rows >= 0 && r != rows) || r < min_rows || (cols >= 0 && c != cols))
+    return xte_set_error(XTE_ERROR_SHAPE, "%s is [%lld, %lld]: want [%s%lld, %lld]", name,
+                         (long long)r, (long long)c,
+                         rows >= 0 ? "" : ">= ", (long long)(rows >= 0 ? rows : min_rows),
+                         (long long)(cols >= 0 ? cols : c));
+  if (r_out) *r_out = r;
+  if (ld_out) *ld_out = ld ? ld : c;
+  return XTE_SUCCESS;
+}
+
+#define DT(d) (1u << (unsigned)(d))
+#define F32 DT(XTE_DTYPE_FP32)
+#define BF16 DT(XTE_DTYPE_BF16)
+#define FP8 (DT(XTE_DTYPE_E4M3) | DT(XTE_DTYPE_E5M2))
+
+static xte_tensor mk2d(void *data, xte_dtype dt, int64_t rows, int64_t cols, int64_t ld) {
+  xte_tensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.dtype = dt;
+  t.rank = 2;
+  t.shape[0] = rows;
+  t.shape[1] = cols;
+  t.ld = ld == cols ? 0 : ld;
+  return t;
+}
+
+/* A handle prepared by group (and dispatched when need_dispatch). */
+static xte_status get_handle(struct xte_ep_group_s *g, void *handle, int need_dispatch,
+                             ep_handle *eh) {
+  size_t bytes;
+  XTE_CHECK_PTR(handle, "handle");
+  if ((uintptr_t)handle % 8)
+    return xte_set_error(XTE_ERROR_ALIGNMENT, "handle is not 8-byte aligned");
+  handle_layout(g, (char *)handle, eh, &bytes);
+  if (eh->h->magic != EP_MAGIC || eh->h->group != g || !eh->h->prepared)
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                         "handle was not prepared by xte_ep_prepare on this group");
+  if (need_dispatch && !eh->h->dispatched)
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                         "handle: xte_ep_dispatch has not run on it (combine and the backwards "
+                         "use its rows)");
+  return XTE_SUCCESS;
+}
+
+static char g_empty_row[64] __attribute__((aligned(64)));
+
+/* Workspace of n_rows * row_bytes bytes (a non-NULL pointer when that is 0): the group's buffer
+ * `slot` (0 send, 1 receive), grown when too small, or with g NULL a fresh allocation. */
+static xte_status ws_alloc(struct xte_ep_group_s *g, int slot, int64_t n_rows, size_t row_bytes,
+                           void **p) {
+  size_t b;
+  if (n_rows < 0 || __builtin_mul_overflow((size_t)n_rows, row_bytes, &b))
+    return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "workspace size overflows");
+  if (b == 0) {
+    *p = g_empty_row;
+    return XTE_SUCCESS;
+  }
+  if (g && g->ws_bytes[slot] >= b) {
+    *p = g->ws[slot];
+    return XTE_SUCCESS;
+  }
+  *p = xte_aligned_alloc(b);
+  if (!*p) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "out of memory for %zu bytes", b);
+  if (g) {
+    xte_aligned_free(g->ws[slot]);
+    g->ws[slot] = *p;
+    g->ws_bytes[slot] = b;
+  }
+  return XTE_SUCCESS;
+}
+
+/* Frees a workspace of ws_alloc (the group's buffers stay). */
+static void ws_free(struct xte_ep_group_s *g, void *p) {
+  if (!p || p == (void *)g_empty_row) return;
+  if (g && (p == g->ws[0] || p == g->ws[1])) return;
+  xte_aligned_free(p);
+}
+
+/* agree() that also releases the call's two workspaces when the ranks do not go ahead. */
+static xte_status agree_or_free(struct xte_ep_group_s *g, xte_status st, const int64_t *sig,
+                                const char *const *names, void *ws_a, void *ws_b) {
+  st = agree(g, st, sig, names);
+  if (st != XTE_SUCCESS) {
+    ws_free(g, ws_a);
+    ws_free(g, ws_b);
+  }
+  return st;
+}
+
+/* ------------------------------------------------------------------ prepare */
+
+xte_status xte_ep_prepare(xte_ep_group group, const xte_tensor *topk_idx, void *handle,
+                          size_t handle_bytes, xte_ep_counts *counts, xte_tensor *tokens_per_expert,
+                          xte_stream stream) {
+  struct xte_ep_group_s *g = group;
+  ep_handle eh;
+  xte_status st = XTE_SUCCESS;
+  int64_t T = 0, ld = 0, t, j, r, i;
+  int R, K;
+  int64_t El;
+  int32_t *sendrec = NULL;
+  int64_t *cnt1 = NULL;
+  size_t bytes;
+  int tpe_i64 = 0;
+  int64_t tpe_ld = 1;
+  XTE_CHECK_PTR(g, "group");
+  R = g->R;
+  K = g->K;
+  El = g->El;
+  memset(&eh, 0, sizeof eh);
+  /* local checks: nothing written yet */
+  st = cpu_stream(stream);
+  if (st == XTE_SUCCESS)
+    st = tview(topk_idx, "topk_idx", DT(XTE_DTYPE_INT32) | DT(XTE_DTYPE_INT64), -1, 0, K, &T, &ld);
+  if (st == XTE_SUCCESS && T > g->Tmax)
+    st = xte_set_error(XTE_ERROR_SHAPE,
+                       "topk_idx has %lld tokens: more than "
+                       "config->max_tokens_per_rank = %lld",
+                       (long long)T, (long long)g->Tmax);
+  if (st == XTE_SUCCESS) {
+    for (t = 0; t < T && st == XTE_SUCCESS; t++)
+      for (j = 0; j < K; j++) {
+        int64_t e = topk_idx->dtype == XTE_DTYPE_INT32
+                        ? ((const int32_t *)topk_idx->data)[t * ld + j]
+                        : ((const int64_t *)topk_idx->data)[t * ld + j];
+        if (e < -1 || e >= g->E) {
+          st = xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                             "topk_idx[%lld, %lld] = %lld: want -1 or an expert in [0, %lld)",
+                             (long long)t, (long long)j, (long long)e, (long long)g->E);
+          break;
+        }
+      }
+  }
+  if (st == XTE_SUCCESS && !handle) st = xte_set_error(XTE_ERROR_NULL_POINTER, "handle is NULL");
+  if (st == XTE_SUCCESS && (uintptr_t)handle % 8)
+    st = xte_set_error(XTE_ERROR_ALIGNMENT, "handle is not 8-byte aligned");
+  if (st == XTE_SUCCESS && handle_bytes < g->handle_bytes)
+    st = xte_set_error(XTE_ERROR_BUFFER_TOO_SMALL,
+                       "handle_bytes = %zu: want >= %zu (xte_ep_handle_size)", handle_bytes,
+                       g->handle_bytes);
+  if (st == XTE_SUCCESS && tokens_per_expert && tokens_per_expert->data) {
+    int64_t rr, cc;
+    st = xte_tensor_view2d(tokens_per_expert, "tokens_per_expert", &rr, &cc, &tpe_ld);
+    if (st == XTE_SUCCESS &&
+        (rr * cc != El || (rr != 1 && cc != 1) || (cc == 1 && rr > 1 && tpe_ld > 1)))
+      st = xte_set_error(XTE_ERROR_SHAPE,
+                         "tokens_per_expert holds [%lld, %lld]: want a dense "
+                         "vector of %lld",
+                         (long long)rr, (long long)cc, (long long)El);
+    if (st == XTE_SUCCESS && tokens_per_expert->dtype != XTE_DTYPE_INT32 &&
+        tokens_per_expert->dtype != XTE_DTYPE_INT64)
+      st = xte_set_error(XTE_ERROR_DTYPE, "tokens_per_expert->dtype is %s: want int32 / int64",
+                         xte_dtype_name(tokens_per_expert->dtype));
+    if (st == XTE_SUCCESS &&
+        (uintptr_t)tokens_per_expert->data % xte_dtype_size(tokens_per_expert->dtype))
+      st = xte_set_error(XTE_ERROR_ALIGNMENT, "tokens_per_expert->data is not aligned");
+    tpe_i64 = tokens_per_expert->dtype == XTE_DTYPE_INT64;
+  }
+  if (st == XTE_SUCCESS && counts && (uintptr_t)counts % 8)
+    st = xte_set_error(XTE_ERROR_ALIGNMENT, "counts is not 8-byte aligned");
+  /* workspace: the send records (k local ids per (token, rank)) and count scratch */
+  if (st == XTE_SUCCESS) {
+    int64_t kr = K < R ? K : R;
+    st = ws_alloc(NULL, 0, T * kr, (size_t)K * 4, (void **)&sendrec);
+    if (st == XTE_SUCCESS) st = ws_alloc(NULL, 0, 4 * (int64_t)R, 8, (void **)&cnt1);
+  }
+  st = agree_or_free(g, st, NULL, NULL, sendrec, cnt1);
+  if (st != XTE_SUCCESS) return st;
+
+  /* the handle */
+  handle_layout(g, (char *)handle, &eh, &bytes);
+  memset(eh.h, 0, sizeof *eh.h);
+  eh.h->magic = EP_MAGIC;
+  eh.h->group = g;
+  eh.h->T = T;
+  for (t = 0; t < T; t++)
+    for (j = 0; j < K; j++)
+      eh.topk[t * K + j] = (int32_t)(topk_idx->dtype == XTE_DTYPE_INT32
+                                         ? ((const int32_t *)topk_idx->data)[t * ld + j]
+                                         : ((const int64_t *)topk_idx->data)[t * ld + j]);
+  /* send lists: rank-major, tokens ascending; my slots per rank, (token, slot) ascending */
+  for (r = 0; r < R; r++) eh.send_cnt[r] = eh.slot_cnt[r] = 0;
+  for (t = 0; t < T; t++) {
+    uint64_t seen[(4096 + 63) / 64];
+    memset(seen, 0, sizeof(uint64_t) * (size_t)((R + 63) / 64));
+    for (j = 0; j < K; j++) {
+      int32_t e = eh.topk[t * K + j];
+      if (e < 0) continue;
+      r = e / El;
+      eh.slot_cnt[r]++;
+      if (!(seen[r / 64] >> (r % 64) & 1)) {
+        seen[r / 64] |= 1ull << (r % 64);
+        eh.send_cnt[r]++;
+      }
+    }
+  }
+  eh.send_off[0] = eh.slot_off[0] = 0;
+  for (r = 0; r < R; r++) {
+    eh.send_off[r + 1] = eh.send_off[r] + eh.send_cnt[r];
+    eh.slot_off[r + 1] = eh.slot_off[r] + eh.slot_cnt[r];
+  }
+  eh.h->nsend = eh.send_off[R];
+  eh.h->nslot = eh.slot_off[R];
+  {
+    int64_t *sp = cnt1, *pp = cnt1 + R; /* next send record / slot row of each rank */
+    for (r = 0; r < R; r++) {
+      sp[r] = eh.send_off[r];
+      pp[r] = eh.slot_off[r];
+    }
+    /* rank-major order: walk the ranks, then the tokens (the slot rows of rank r in (token,
+     * slot) order) */
+    for (t = 0; t < T * K; t++) eh.src_row_map[t] = -1;
+    for (r = 0; r < R; r++) {
+      for (t = 0; t < T; t++) {
+        int any = 0;
+        for (j = 0; j < K; j++) {
+          int32_t e = eh.topk[t * K + j];
+          if (e >= 0 && e / El == r) {
+            any = 1;
+            eh.src_row_map[t * K + j] = (int32_t)pp[r]++;
+          }
+        }
+        if (!any) continue;
+        i = sp[r]++;
+        eh.send_tok[i] = (int32_t)t;
+        for (j = 0; j < K; j++) {
+          int32_t e = eh.topk[t * K + j];
+          sendrec[i * K + j] = (e >= 0 && e / El == r) ? (int32_t)(e - r * El) : -1;
+        }
+      }
+    }
+  }
+  /* exchange the counts, then the records' routing */
+  {
+    int64_t *one = cnt1 + 2 * R, *idx = cnt1 + 3 * R;
+    for (r = 0; r < R; r++) {
+      one[r] = 1;
+      idx[r] = r;
+    }
+    st = g->tr.alltoallv(g->tr.ctx, eh.send_cnt, one, idx, eh.recv_cnt, one, idx, 8);
+  }
+  if (st == XTE_SUCCESS) {
+    eh.recv_off[0] = 0;
+    for (r = 0; r < R; r++) eh.recv_off[r + 1] = eh.recv_off[r] + eh.recv_cnt[r];
+    eh.h->nrecv = eh.recv_off[R];
+    st = g->tr.alltoallv(g->tr.ctx, sendrec, eh.send_cnt, eh.send_off, eh.recv_topk, eh.recv_cnt,
+                         eh.recv_off, (size_t)K * 4);
+  }
+  ws_free(NULL, sendrec);
+  ws_free(NULL, cnt1);
+  if (st != XTE_SUCCESS) return st;
+  /* the receive side: rows back to each rank, rows per local expert, padded rows */
+  {
+    int64_t e, rows = 0;
+    for (e = 0; e < El; e++) eh.tpe[e] = 0;
+    eh.ret_off[0] = 0;
+    for (r = 0; r < R; r++) {
+      int64_t n = 0;
+      for (i = eh.recv_off[r]; i < eh.recv_off[r + 1]; i++)
+        for (j = 0; j < K; j++) {
+          int32_t l = eh.recv_topk[i * K + j];
+          if (l < 0) continue;
+          if (l >= El) {
+            return xte_set_error(XTE_ERROR_INTERNAL, "rank %lld sent local expert %d", (long long)r,
+                                 l);
+          }
+          n++;
+          eh.tpe[l]++;
+        }
+      eh.ret_cnt[r] = n;
+      eh.ret_off[r + 1] = eh.ret_off[r] + n;
+    }
+    eh.h->nret = eh.ret_off[R];
+    for (e = 0; e < El; e++) rows += (eh.tpe[e] + g->align - 1) / g->align * g->align;
+    eh.h->recv_rows = rows;
+  }
+  eh.h->prepared = 1;
+  if (counts) {
+    counts->recv_rows = eh.h->recv_rows;
+    counts->slot_rows = eh.h->nslot;
+    counts->recv_tokens = eh.h->nrecv;
+  }
+  if (tokens_per_expert && tokens_per_expert->data) {
+    int64_t e;
+    for (e = 0; e < El; e++) {
+      if (tpe_i64)
+        ((int64_t *)tokens_per_expert->data)[e] = eh.tpe[e];
+      else
+        ((int32_t *)tokens_per_expert->data)[e] = (int32_t)eh.tpe[e];
+    }
+  }
+  xte_clear_error();
+  return XTE_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ dispatch */
+
+xte_status xte_ep_dispatch(xte_ep_group group, void *handle, const xte_tensor *x,
+                           const xte_tensor *x_scales, const xte_tensor *topk_weights,
+                           xte_tensor *recv_x, xte_tensor *recv_scales, xte_tensor *recv_weights,
+                           xte_stream stream) {
+  static const char *const names[NSIG] = {
+      "x->dtype", "x_scales->dtype", "x_scales' columns", "topk_weights (given or not)", NULL,
+      NULL};
+  struct xte_ep_group_s *g = group;
+  ep_handle eh;
+  xte_status st;
+  int64_t T = 0, H, K, ldx = 0, lds = 0, ldw = 0, S = 0, nrows = 0, ldo = 0, i, j, r;
+  int fp8 = 0, has_w = 0;
+  size_t es = 0, ss = 0, xb, sb, wb, off_s, off_w, rec = 16;
+  char *sendbuf = NULL, *recvbuf = NULL;
+  int64_t sig[NSIG] = {0}, t_pack = 0, t_local = 0;
+  XTE_CHECK_PTR(g, "group");
+  H = g->H;
+  K = g->K;
+  memset(&eh, 0, sizeof eh);
+  st = cpu_stream(stream);
+  if (st == XTE_SUCCESS) st = get_handle(g, handle, 0, &eh);
+  if (st == XTE_SUCCESS) {
+    T = eh.h->T;
+    st = tview(x, "x", F32 | BF16 | FP8, T, 0, H, NULL, &ldx);
+  }
+  if (st == XTE_SUCCESS) {
+    fp8 = x->dtype == XTE_DTYPE_E4M3 || x->dtype == XTE_DTYPE_E5M2;
+    es = xte_dtype_size(x->dtype);
+    st = tview(recv_x, "recv_x", DT(x->dtype), -1, eh.h->recv_rows, H, &nrows, &ldo);
+  }
+  if (st == XTE_SUCCESS && fp8) {
+    if (!x_scales || !x_scales->data || !recv_scales || !recv_scales->data)
+      st = xte_set_error(XTE_ERROR_NULL_POINTER, "%s is NULL: an fp8 x moves its scales along",
+                         (!x_scales || !x_scales->data) ? "x_scales" : "recv_scales");
+    if (st == XTE_SUCCESS) {
+      int64_t c, rr, ld2;
+      st = xte_tensor_view2d(x_scales, "x_scales", &rr, &c, &ld2);
+      S = c;
+      if (st == XTE_SUCCESS)
+        st = tview(x_scales, "x_scales", F32 | DT(XTE_DTYPE_E8M0), T, 0, -1, NULL, &lds);
+      if (st == XTE_SUCCESS && S < 1)
+        st = xte_set_error(XTE_ERROR_SHAPE, "x_scales has no columns");
+      if (st == XTE_SUCCESS)
+        st = tview(recv_scales, "recv_scales", DT(x_scales->dtype), nrows, 0, S, NULL, NULL);
+      if (st == XTE_SUCCESS) ss = xte_dtype_size(x_scales->dtype);
+    }
+  } else if (st == XTE_SUCCESS &&
+             ((x_scales && x_scales->data) || (recv_scales && recv_scales->data))) {
+    st = xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                       "x_scales / recv_scales are for fp8 x only (x is %s)",
+                       xte_dtype_name(x->dtype));
+  }
+  if (st == XTE_SUCCESS && topk_weights && topk_weights->data) {
+    has_w = 1;
+    st = tview(topk_weights, "topk_weights", F32, T, 0, K, NULL, &ldw);
+  }
+  if (st == XTE_SUCCESS && recv_weights && recv_weights->data) {
+    int64_t rr, cc, l2;
+    if (!has_w)
+      st = xte_set_error(XTE_ERROR_NULL_POINTER,
+                         "topk_weights is NULL but recv_weights is asked "
+                         "for");
+    if (st == XTE_SUCCESS) st = xte_tensor_view2d(recv_weights, "recv_weights", &rr, &cc, &l2);
+    if (st == XTE_SUCCESS &&
+        (rr * cc != nrows || (rr != 1 && cc != 1) || (cc == 1 && rr > 1 && l2 > 1)))
+      st = xte_set_error(XTE_ERROR_SHAPE,
+                         "recv_weights holds [%lld, %lld]: want a dense vector of "
+                         "%lld (recv_x's rows)",
+                         (long long)rr, (long long)cc, (long long)nrows);
+    if (st == XTE_SUCCESS && recv_weights->dtype != XTE_DTYPE_FP32)
+      st = xte_set_error(XTE_ERROR_DTYPE, "recv_weights->dtype is %s: want fp32",
+                         xte_dtype_name(recv_weights->dtype));
+    if (st == XTE_SUCCESS && (uintptr_t)recv_weights->data % 4)
+      st = xte_set_error(XTE_ERROR_ALIGNMENT, "recv_weights->data is not aligned");
+  }
+  if (st == XTE_SUCCESS) {
+    xb = (size_t)H * es;
+    sb = (size_t)S * ss;
+    wb = has_w ? (size_t)K * 4 : 0;
+    off_s = (xb + 3) & ~(size_t)3;
+    off_w = off_s + ((sb + 3) & ~(size_t)3);
+    rec = (off_w + wb + 15) & ~(size_t)15;
+    st = ws_alloc(g, 0, eh.h->nsend, rec, (void **)&sendbuf);
+    if (st == XTE_SUCCESS) st = ws_alloc(g, 1, eh.h->nrecv, rec, (void **)&recvbuf);
+    sig[0] = x->dtype;
+    sig[1] = fp8 ? (int64_t)x_scales->dtype : -1;
+    sig[2] = S;
+    sig[3] = has_w;
+  } else {
+    xb = sb = wb = off_s = off_w = 0;
+  }
+  st = agree_or_free(g, st, sig, names, sendbuf, recvbuf);
+  if (st != XTE_SUCCESS) return st;
+  /* pack one record per (token, rank) */
+  t_pack = now_ns();
+  for (i = 0; i < eh.h->nsend; i++) {
+    int64_t t = eh.send_tok[i];
+    char *p = sendbuf + (size_t)i * rec;
+    memcpy(p, (const char *)x->data + (size_t)(t * ldx) * es, xb);
+    if (sb) memcpy(p + off_s, (const char *)x_scales->data + (size_t)(t * lds) * ss, sb);
+    if (wb) memcpy(p + off_w, (const float *)topk_weights->data + t * ldw, wb);
+  }
+  g->stats.pack_ns += now_ns() - t_pack;
+  st = exchange(g, sendbuf, eh.send_cnt, eh.send_off, recvbuf, eh.recv_cnt, eh.recv_off, rec);
+  t_local = now_ns();
+  ws_free(g, sendbuf);
+  if (st == XTE_SUCCESS) {
+    /* permute straight from the records */
+    int64_t nrecv = eh.h->nrecv;
+    xte_tensor in = mk2d(recvbuf, x->dtype, nrecv, H, (int64_t)(rec / es));
+    xte_tensor in_s = fp8 ? mk2d(recvbuf + off_s, x_scales->dtype, nrecv, S, (int64_t)(rec / ss))
+                          : mk2d(NULL, XTE_DTYPE_FP32, 0, 0, 0);
+    xte_tensor idx =
+        mk2d(nrecv ? (void *)eh.recv_topk : (void *)g_empty_row, XTE_DTYPE_INT32, nrecv, K, K);
+    xte_tensor rm =
+        mk2d(nrecv ? (void *)eh.row_map : (void *)g_empty_row, XTE_DTYPE_INT32, nrecv, K, K);
+    xte_moe_routing routing;
+    xte_permute_config pc;
+    routing.routing_map = NULL;
+    routing.topk_idx = &idx;
+    routing.num_experts = g->El;
+    pc.num_out_tokens = -1;
+    pc.align = g->align;
+    st = xte_moe_permute(&in, fp8 ? &in_s : NULL, &routing, &pc, recv_x, fp8 ? recv_scales : NULL,
+                         &rm, NULL, stream);
+    if (st == XTE_SUCCESS && recv_weights && recv_weights->data) {
+      float *w = (float *)recv_weights->data;
+      memset(w, 0, (size_t)nrows * sizeof(float));
+      for (i = 0; i < nrecv; i++) {
+        const float *rw = (const float *)(recvbuf + (size_t)i * rec + off_w);
+        for (j = 0; j < K; j++) {
+          int32_t row = eh.row_map[i * K + j];
+          if (row >= 0) w[row] = rw[j];
+        }
+      }
+    }
+  }
+  ws_free(g, recvbuf);
+  g->stats.local_ns += now_ns() - t_local;
+  g->stats.calls++;
+  (void)r;
+  (void)ldo;
+  if (st != XTE_SUCCESS) return st;
+  eh.h->dispatched = 1;
+  xte_clear_error();
+  return XTE_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ rows back and forth */
+
+/* Packs the rows of every received (record, local slot), in (source rank, record, slot) order,
+ * from rows [.., H] (ld) into buf. */
+static void pack_return(const ep_handle *eh, int64_t K, const char *rows, int64_t ld, size_t es,
+                        size_t row_bytes, char *buf) {
+  int64_t i, j, p = 0;
+  for (i = 0; i < eh->h->nrecv; i++)
+    for (j = 0; j < K; j++) {
+      int32_t row = eh->row_map[i * K + j];
+      if (row < 0) continue;
+      memcpy(buf + (size_t)p * row_bytes, rows + (size_t)row * (size_t)ld * es, row_bytes);
+      p++;
+    }
+}
+
+/* The routing of this rank's own tokens (the handle's int32 copy) and src_row_map as tensors. */
+static void own_routing(const struct xte_ep_group_s *g, const ep_handle *eh, xte_tensor *idx,
+                        xte_tensor *rm, xte_moe_routing *routing) {
+  int64_t T = eh->h->T;
+  *idx = mk2d(T ? (void *)eh->topk : (void *)g_empty_row, XTE_DTYPE_INT32, T, g->K, g->K);
+  *rm = mk2d(T ? (void *)eh->src_row_map : (void *)g_empty_row, XTE_DTYPE_INT32, T, g->K, g->K);
+  routing->routing_map = NULL;
+  routing->topk_idx = idx;
+  routing->num_experts = g->E;
+}
+
+/* combine and dispatch_backward: rows of the received slots back to the tokens' ranks, then the
+ * one-process gather-sum there. */
+static xte_status return_and_sum(struct xte_ep_group_s *g, void *handle, const xte_tensor *rows,
+                                 const char *rows_name, const xte_tensor *weights, xte_tensor *out,
+                                 const char *out_name, xte_tensor *slot_rows, int backward,
+                                 xte_stream stream) {
+  static const char *const names[NSIG] = {"the expert rows' dtype", NULL, NULL, NULL, NULL, NULL};
+  ep_handle eh;
+  xte_status st;
+  int64_t T = 0, H = g->H, ld = 0, nrows = 0, sld = 0;
+  size_t es = 0, rb = 0;
+  char *sendbuf = NULL, *recvbuf = NULL;
+  int want_slots = 0;
+  int64_t sig[NSIG] = {0}, t0;
+  memset(&eh, 0, sizeof eh);
+  st = cpu_stream(stream);
+  if (st == XTE_SUCCESS) st = get_handle(g, handle, 1, &eh);
+  if (st == XTE_SUCCESS) {
+    T = eh.h->T;
+    st = tview(rows, rows_name, F32 | BF16, -1, eh.h->recv_rows, H, &nrows, &ld);
+  }
+  if (st == XTE_SUCCESS) st = tview(out, out_name, F32 | BF16, T, 0, H, NULL, NULL);
+  if (st == XTE_SUCCESS && weights && weights->data)
+    st = tview(weights, "topk_weights", F32, T, 0, g->K, NULL, NULL);
+  if (st == XTE_SUCCESS) {
+    es = xte_dtype_size(rows->dtype);
+    rb = (size_t)H * es;
+  }
+  if (st == XTE_SUCCESS && slot_rows && slot_rows->data) {
+    st = tview(slot_rows, "slot_rows", DT(rows->dtype), eh.h->nslot, 0, H, NULL, &sld);
+    if (st == XTE_SUCCESS && sld != H)
+      st = xte_set_error(XTE_ERROR_SHAPE, "slot_rows->ld = %lld: want a dense tensor",
+                         (long long)sld);
+    want_slots = 1;
+  }
+  if (st == XTE_SUCCESS) {
+    st = ws_alloc(g, 0, eh.h->nret, rb, (void **)&sendbuf);
+    /* received into workspace even when slot_rows is given: slot_rows is written only after the
+     * local sum succeeded (nothing written on error) */
+    if (st == XTE_SUCCESS) st = ws_alloc(g, 1, eh.h->nslot, rb, (void **)&recvbuf);
+    sig[0] = rows->dtype;
+  }
+  st = agree_or_free(g, st, sig, names, sendbuf, recvbuf);
+  if (st != XTE_SUCCESS) return st;
+  t0 = now_ns();
+  pack_return(&eh, g->K, (const char *)rows->data, ld, es, rb, sendbuf);
+  g->stats.pack_ns += now_ns() - t0;
+  st = exchange(g, sendbuf, eh.ret_cnt, eh.ret_off, recvbuf, eh.slot_cnt, eh.slot_off, rb);
+  ws_free(g, sendbuf);
+  t0 = now_ns();
+  if (st == XTE_SUCCESS) {
+    xte_tensor idx, rm, in = mk2d(recvbuf, rows->dtype, eh.h->nslot, H, H);
+    xte_moe_routing routing;
+    own_routing(g, &eh, &idx, &rm, &routing);
+    if (backward)
+      st = xte_moe_permute_backward(&in, &routing, &rm, out, stream);
+    else
+      st = xte_moe_unpermute(&in, &routing, &rm, weights && weights->data ? weights : NULL, out,
+                             stream);
+  }
+  if (st == XTE_SUCCESS && want_slots && eh.h->nslot)
+    memcpy(slot_rows->data, recvbuf, (size_t)eh.h->nslot * rb);
+  ws_free(g, recvbuf);
+  g->stats.local_ns += now_ns() - t0;
+  g->stats.calls++;
+  if (st == XTE_SUCCESS) xte_clear_error();
+  return st;
+}
+
+xte_status xte_ep_combine(xte_ep_group group, void *handle, const xte_tensor *expert_out,
+                          const xte_tensor *topk_weights, xte_tensor *out, xte_tensor *slot_rows,
+                          xte_stream stream) {
+  XTE_CHECK_PTR(group, "group");
+  return return_and_sum(group, handle, expert_out, "expert_out", topk_weights, out, "out",
+                        slot_rows, 0, stream);
+}
+
+xte_status xte_ep_dispatch_backward(xte_ep_group group, void *handle, const xte_tensor *grad_recv,
+                                    xte_tensor *grad_x, xte_stream stream) {
+  XTE_CHECK_PTR(group, "group");
+  return return_and_sum(group, handle, grad_recv, "grad_recv", NULL, grad_x, "grad_x", NULL, 1,
+                        stream);
+}
+
+xte_status xte_ep_combine_backward(xte_ep_group group, void *handle, const xte_tensor *grad_out,
+                                   const xte_tensor *topk_weights, const xte_tensor *slot_rows,
+                                   xte_tensor *grad_expert_out, xte_tensor *grad_weights,
+                                   xte_stream stream) {
+  static const char *const names[NSIG] = {"grad_expert_out->dtype", NULL, NULL, NULL, NULL, NULL};
+  struct xte_ep_group_s *g = group;
+  ep_handle eh;
+  xte_status st;
+  int64_t T = 0, H, K, ldg = 0, nrows = 0, i, j;
+  size_t es = 0, rb = 0;
+  char *sendbuf = NULL, *recvbuf = NULL;
+  int want_gw = 0;
+  int64_t sig[NSIG] = {0}, t0;
+  XTE_CHECK_PTR(g, "group");
+  H = g->H;
+  K = g->K;
+  memset(&eh, 0, sizeof eh);
+  st = cpu_stream(stream);
+  if (st == XTE_SUCCESS) st = get_handle(g, handle, 1, &eh);
+  if (st == XTE_SUCCESS) {
+    T = eh.h->T;
+    st = tview(grad_out, "grad_out", F32 | BF16, T, 0, H, NULL, NULL);
+  }
+  if (st == XTE_SUCCESS)
+    st =
+        tview(grad_expert_out, "grad_expert_out", F32 | BF16, -1, eh.h->recv_rows, H, &nrows, &ldg);
+  if (st == XTE_SUCCESS && topk_weights && topk_weights->data)
+    st = tview(topk_weights, "topk_weights", F32, T, 0, K, NULL, NULL);
+  if (st == XTE_SUCCESS && grad_weights && grad_weights->data) {
+    want_gw = 1;
+    if (!topk_weights || !topk_weights->data)
+      st = xte_set_error(XTE_ERROR_NULL_POINTER,
+                         "topk_weights is NULL but grad_weights is asked "
+                         "for");
+    else if (!slot_rows || !slot_rows->data)
+      st = xte_set_error(XTE_ERROR_NULL_POINTER,
+                         "slot_rows is NULL but grad_weights is asked "
+                         "for (combine's slot_rows)");
+    if (st == XTE_SUCCESS)
+      st = tview(slot_rows, "slot_rows", F32 | BF16, eh.h->nslot, 0, H, NULL, NULL);
+    if (st == XTE_SUCCESS) st = tview(grad_weights, "grad_weights", F32, T, 0, K, NULL, NULL);
+  }
+  if (st == XTE_SUCCESS) {
+    es = xte_dtype_size(grad_expert_out->dtype);
+    rb = (size_t)H * es;
+    st = ws_alloc(g, 0, eh.h->nslot, rb, (void **)&sendbuf);
+    if (st == XTE_SUCCESS) st = ws_alloc(g, 1, eh.h->nret, rb, (void **)&recvbuf);
+    sig[0] = grad_expert_out->dtype;
+  }
+  st = agree_or_free(g, st, sig, names, sendbuf, recvbuf);
+  if (st != XTE_SUCCESS) return st;
+  t0 = now_ns();
+  {
+    xte_tensor idx, rm, gi = mk2d(sendbuf, grad_expert_out->dtype, eh.h->nslot, H, H);
+    xte_moe_routing routing;
+    own_routing(g, &eh, &idx, &rm, &routing);
+    st = xte_moe_unpermute_backward(grad_out, want_gw ? slot_rows : NULL, &routing, &rm,
+                                    topk_weights && topk_weights->data ? topk_weights : NULL, &gi,
+                                    want_gw ? grad_weights : NULL, stream);
+  }
+  g->stats.local_ns += now_ns() - t0;
+  if (st == XTE_SUCCESS)
+    st = exchange(g, sendbuf, eh.slot_cnt, eh.slot_off, recvbuf, eh.ret_cnt, eh.ret_off, rb);
+  ws_free(g, sendbuf);
+  t0 = now_ns();
+  if (st == XTE_SUCCESS) {
+    char *base = (char *)grad_expert_out->data;
+    int64_t p = 0, r;
+    for (r = 0; r < nrows; r++) memset(base + (size_t)(r * ldg) * es, 0, rb);
+    for (i = 0; i < eh.h->nrecv; i++)
+      for (j = 0; j < K; j++) {
+        int32_t row = eh.row_map[i * K + j];
+        if (row < 0) continue;
+        memcpy(base + (size_t)((int64_t)row * ldg) * es, recvbuf + (size_t)p * rb, rb);
+        p++;
+      }
+  }
+  g->stats.pack_ns += now_ns() - t0;
+  g->stats.calls++;
+  ws_free(g, recvbuf);
+  if (st == XTE_SUCCESS) xte_clear_error();
+  return st;
+}
