@@ -223,6 +223,10 @@ int xte_bench_ep(int argc, char **argv) {
     abuf_r = (uint8_t *)calloc((size_t)ar + 1, 1);
     cbuf_s = (uint8_t *)calloc((size_t)cs + 1, 1);
     cbuf_r = (uint8_t *)calloc((size_t)cr + 1, 1);
+    /* written, so that the anchor reads real pages (calloc's untouched pages all map the one
+     * zero page, which would flatter the anchor) */
+    memset(abuf_s, 0x3C, (size_t)as + 1);
+    memset(cbuf_s, 0x3C, (size_t)cs + 1);
   }
 
   td = (double *)calloc((size_t)o.iters * 4, sizeof(double));
