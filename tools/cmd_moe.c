@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "bench_common.h"
+#include "moe_synth.h"
 #include "moe_ep.h"
 #include "xte/xte.h"
 
@@ -294,41 +295,6 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static float bf16_to_f32(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-static uint16_t f32_to_bf16(float f) { /* RNE; the values here are finite */
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
-static uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-/* The synthetic value i of stream `stream`: uniform in [-1, 1) (24 bits, exact in fp32) times
- * the fp32 magnitude a. The FP8 path and the fp64 check both call this: same fp32 values. */
-static inline float synth(uint64_t key, uint64_t i, float a) {
-  uint64_t z = mix64(key + i * 0x9E3779B97F4A7C15ull);
-  float u = (float)((int32_t)(z >> 40) - (1 << 23)) * 0x1p-23f;
-  return u * a;
-}
-
-static uint64_t stream_key(uint64_t seed, uint64_t stream) {
-  return mix64(seed * 0xD1B54A32D192ED03ull + stream * 0x8CB92BA72F3D8DD7ull + 1);
-}
-
-/* Streams of the synthetic tensors. */
-enum { S_X = 1, S_WR, S_BIAS, S_DY, S_SGU, S_SD, S_EXPERT0 = 16 }; /* expert e: 16+2e, 17+2e */
-
 typedef struct fill_job {
   float *f;
   double *d;
@@ -342,11 +308,11 @@ static void fill_part(void *ctx, int t, int nt) {
   const fill_job *j = (const fill_job *)ctx;
   size_t lo = j->n * (size_t)t / (size_t)nt, hi = j->n * (size_t)(t + 1) / (size_t)nt, i;
   if (j->f)
-    for (i = lo; i < hi; i++) j->f[i] = synth(j->key, i, j->a);
+    for (i = lo; i < hi; i++) j->f[i] = moe_synth(j->key, i, j->a);
   else if (j->d)
-    for (i = lo; i < hi; i++) j->d[i] = (double)synth(j->key, i, j->a);
+    for (i = lo; i < hi; i++) j->d[i] = (double)moe_synth(j->key, i, j->a);
   else
-    for (i = lo; i < hi; i++) j->b[i] = f32_to_bf16(synth(j->key, i, j->a));
+    for (i = lo; i < hi; i++) j->b[i] = moe_f32_to_bf16(moe_synth(j->key, i, j->a));
 }
 
 static void fill(float *f, double *d, uint16_t *b, size_t n, uint64_t seed, uint64_t stream,
@@ -356,7 +322,7 @@ static void fill(float *f, double *d, uint16_t *b, size_t n, uint64_t seed, uint
   j.d = d;
   j.b = b;
   j.n = n;
-  j.key = stream_key(seed, stream);
+  j.key = moe_stream_key(seed, stream);
   j.a = a;
   if (n < ((size_t)1 << 16))
     fill_part(&j, 0, 1);
@@ -1016,7 +982,7 @@ static void ref_expert(refctx *c, int64_t n, const int64_t *tok, int64_t e, int 
   const layer *L = c->L;
   int64_t H = L->H, F = L->F, E = L->E, i, j;
   for (i = 0; i < n; i++)
-    for (j = 0; j < H; j++) c->X[i * H + j] = (double)bf16_to_f32(L->x[tok[i] * H + j]);
+    for (j = 0; j < H; j++) c->X[i * H + j] = (double)moe_bf16_to_f32(L->x[tok[i] * H + j]);
   cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)(2 * F), (int)H, 1.0, c->X,
               (int)H, c->Wgu, (int)H, 0.0, c->Hh, (int)(2 * F));
   for (i = 0; i < n; i++)
@@ -1035,7 +1001,7 @@ static void ref_expert(refctx *c, int64_t n, const int64_t *tok, int64_t e, int 
     int64_t t = tok[i];
     double p = shared ? 1.0 : c->p64[t * E + e], g = 0;
     for (j = 0; j < H; j++) {
-      double d = (double)bf16_to_f32(L->dy[t * H + j]);
+      double d = (double)moe_bf16_to_f32(L->dy[t * H + j]);
       g += d * c->Y[i * H + j];
       c->dYp[i * H + j] = p * d;
     }
@@ -1133,7 +1099,7 @@ static int run_check(layer *L, check *ck) {
       double l = 0;
       const uint16_t *xr = L->x + i * H;
       const double *wr = c.Wr + e * H;
-      for (j = 0; j < H; j++) l += (double)bf16_to_f32(xr[j]) * wr[j];
+      for (j = 0; j < H; j++) l += (double)moe_bf16_to_f32(xr[j]) * wr[j];
       c.s64[i * E + e] = 1.0 / (1.0 + exp(-l));
       if (L->map[i * E + e]) D += c.s64[i * E + e];
     }
@@ -1198,7 +1164,7 @@ static int run_check(layer *L, check *ck) {
   for (i = 0; i < n; i++) {
     int64_t t = ck->toks[i];
     for (j = 0; j < H; j++)
-      cmp_add(&ck->c[C_OUT], (double)bf16_to_f32(L->out[t * H + j]), c.out[i * H + j]);
+      cmp_add(&ck->c[C_OUT], (double)moe_bf16_to_f32(L->out[t * H + j]), c.out[i * H + j]);
     if (L->bwd)
       for (j = 0; j < H; j++) cmp_add(&ck->c[C_DX], (double)L->dx[t * H + j], c.dx[i * H + j]);
   }
@@ -1545,7 +1511,7 @@ int xte_cmd_moe(int argc, char **argv) {
     double t0 = now_s();
     int64_t i;
     fill(NULL, NULL, L->x, (size_t)(L->T * L->H), o.seed, S_X, 1.0f);
-    for (i = 0; i < L->T * L->H; i++) L->xf[i] = bf16_to_f32(L->x[i]);
+    for (i = 0; i < L->T * L->H; i++) L->xf[i] = moe_bf16_to_f32(L->x[i]);
     fill(L->Wr, NULL, NULL, (size_t)(L->E * L->H), o.seed, S_WR, w_scale(L->H));
     fill(L->bias, NULL, NULL, (size_t)L->E, o.seed, S_BIAS, 0.1f);
     if (L->bwd) fill(NULL, NULL, L->dy, (size_t)(L->T * L->H), o.seed, S_DY, 1.0f);

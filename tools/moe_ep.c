@@ -36,6 +36,7 @@
  * each rank the weights of the experts one past its own. (tests/moe_layer.cmake) */
 #define _GNU_SOURCE /* clock_gettime, posix_memalign */
 #include "moe_ep.h"
+#include "moe_synth.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -109,44 +110,16 @@ static void free_all(void) {
   while (g_nbufs > 0) free(g_bufs[--g_nbufs]);
 }
 
-static uint16_t f32_to_bf16(float f) { /* RNE; the values here are finite */
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
-/* The synthetic values of `xte moe` (tools/cmd_moe.c): value i of stream s, uniform in [-1, 1)
- * times a, so the experts' weights here are those of `xte moe` with the same seed. */
-static uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-static float synth(uint64_t key, uint64_t i, float a) {
-  uint64_t z = mix64(key + i * 0x9E3779B97F4A7C15ull);
-  float u = (float)((int32_t)(z >> 40) - (1 << 23)) * 0x1p-23f;
-  return u * a;
-}
-
-static uint64_t stream_key(uint64_t seed, uint64_t stream) {
-  return mix64(seed * 0xD1B54A32D192ED03ull + stream * 0x8CB92BA72F3D8DD7ull + 1);
-}
-
-/* cmd_moe.c's streams (x, expert bias, grad of out, experts) and one of this file (logits). */
-enum { S_X = 1, S_BIAS = 3, S_DY = 4, S_LOGITS = 9, S_EXPERT0 = 16 };
-
 static void fill_f32(float *p, size_t n, uint64_t seed, uint64_t stream, float a) {
-  uint64_t key = stream_key(seed, stream);
+  uint64_t key = moe_stream_key(seed, stream);
   size_t i;
-  for (i = 0; i < n; i++) p[i] = synth(key, i, a);
+  for (i = 0; i < n; i++) p[i] = moe_synth(key, i, a);
 }
 
 static void fill_bf16(uint16_t *p, size_t n, uint64_t seed, uint64_t stream, float a) {
-  uint64_t key = stream_key(seed, stream);
+  uint64_t key = moe_stream_key(seed, stream);
   size_t i;
-  for (i = 0; i < n; i++) p[i] = f32_to_bf16(synth(key, i, a));
+  for (i = 0; i < n; i++) p[i] = moe_f32_to_bf16(moe_synth(key, i, a));
 }
 
 static xte_tensor T2(void *p, xte_dtype dt, int64_t r, int64_t c) {
