@@ -70,4 +70,13 @@ if(TARGET xte_cli AND XTE_HAVE_MPI)
       ENVIRONMENT "${XTE_MOE_EP_ENV};XTE_MOE_EP_FAULT=${fault}"
       PASS_REGULAR_EXPRESSION "ep check: FAIL")
   endforeach()
+  # `xte bench ep` on a small shape: it runs, every call succeeds, and both rows print
+  add_test(NAME bench_ep_smoke
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3 --oversubscribe
+                   ${MPIEXEC_PREFLAGS} $<TARGET_FILE:xte_cli> ${MPIEXEC_POSTFLAGS}
+                   bench ep --tokens 40 --hidden 300 --experts 6 --topk 4 --iters 2)
+  set_tests_properties(bench_ep_smoke PROPERTIES
+    LABELS "ep;mpi" TIMEOUT 120 ENVIRONMENT "${XTE_MOE_EP_ENV}"
+    PASS_REGULAR_EXPRESSION "dispatch .*combine "
+    FAIL_REGULAR_EXPRESSION "rank [0-9]+: |usage: ")
 endif()
