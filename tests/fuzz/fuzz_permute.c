@@ -361,6 +361,11 @@ static void do_dispatch(fz *f) {
     fz_g.why = NULL;
   }
   if (rt.r.topk_idx == NULL) {
+    /* make_route gave no topk_idx (a map, or rarely no routing at all after building one):
+     * what it built is not consulted, so its marks go too (fuzz finding: a bad-dtype topk_idx
+     * dropped by make_route left the flag set for the fresh, valid one below) */
+    fz_g.impossible = 0;
+    fz_g.why = NULL;
     fz_tensor2(f, &rt.idx, XTE_DTYPE_INT32, rt.T, 2, 0, 1, "topk_idx");
   }
   E = rt.E;
