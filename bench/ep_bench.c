@@ -59,6 +59,25 @@ static double median_max(double *t, int n, MPI_Comm comm) {
   return t[n / 2];
 }
 
+/* Seconds of one MPI_Alltoallv in bytes (the anchor), the ranks started together. */
+static double timed_alltoallv(const void *sb, const int *sc, const int *sd, void *rb, const int *rc,
+                              const int *rd, MPI_Comm comm) {
+  double t0;
+  MPI_Barrier(comm);
+  t0 = MPI_Wtime();
+  MPI_Alltoallv(sb, sc, sd, MPI_BYTE, rb, rc, rd, MPI_BYTE, comm);
+  return MPI_Wtime() - t0;
+}
+
+/* One row of the table: the op, MB per rank, xte and anchor seconds, xte's time split. */
+static void print_row(const char *op, double mb, double tx, double ta, const xte_ep_stats *s) {
+  double tot = (double)(s->pack_ns + s->exchange_ns + s->local_ns);
+  if (tot <= 0) tot = 1;
+  printf("%-9s %14.2f %9.3f %16.3f %9.2f %8.2f %6.1f %10.1f %7.1f\n", op, mb, tx * 1e3, ta * 1e3,
+         ta / tx, mb / 1e3 / tx, 100 * s->pack_ns / tot, 100 * s->exchange_ns / tot,
+         100 * s->local_ns / tot);
+}
+
 static int parse(int argc, char **argv, epb_opts *o) {
   int i;
   for (i = 1; i < argc; i++) {
@@ -244,7 +263,7 @@ int xte_bench_ep(int argc, char **argv) {
     xte_tensor tout = xte_tensor_2d(out, XTE_DTYPE_BF16, T, H);
     int it;
     for (it = -2; it < o.iters; it++) {
-      double t0, t1;
+      double t0, t1, ta;
       if (it == 0) {
         xte_ep_group_stats(g, NULL, 1);
       }
@@ -254,27 +273,21 @@ int xte_bench_ep(int argc, char **argv) {
                             &trw, NULL) != XTE_SUCCESS;
       t1 = MPI_Wtime();
       if (it >= 0) td[it] = t1 - t0;
-      MPI_Barrier(comm);
-      t0 = MPI_Wtime();
-      MPI_Alltoallv(abuf_s, a_sc, a_sd, MPI_BYTE, abuf_r, a_rc, a_rd, MPI_BYTE, comm);
-      t1 = MPI_Wtime();
-      if (it >= 0) tad[it] = t1 - t0;
+      ta = timed_alltoallv(abuf_s, a_sc, a_sd, abuf_r, a_rc, a_rd, comm);
+      if (it >= 0) tad[it] = ta;
     }
     sd.struct_size = sizeof sd;
     xte_ep_group_stats(g, &sd, 1);
     for (it = -2; it < o.iters; it++) {
-      double t0, t1;
+      double t0, t1, ta;
       if (it == 0) xte_ep_group_stats(g, NULL, 1);
       MPI_Barrier(comm);
       t0 = MPI_Wtime();
       rc |= xte_ep_combine(g, handle, &tyo, &tw, &tout, NULL, NULL) != XTE_SUCCESS;
       t1 = MPI_Wtime();
       if (it >= 0) tc[it] = t1 - t0;
-      MPI_Barrier(comm);
-      t0 = MPI_Wtime();
-      MPI_Alltoallv(cbuf_s, c_sc, c_sd, MPI_BYTE, cbuf_r, c_rc, c_rd, MPI_BYTE, comm);
-      t1 = MPI_Wtime();
-      if (it >= 0) tac[it] = t1 - t0;
+      ta = timed_alltoallv(cbuf_s, c_sc, c_sd, cbuf_r, c_rc, c_rd, comm);
+      if (it >= 0) tac[it] = ta;
     }
     sc.struct_size = sizeof sc;
     xte_ep_group_stats(g, &sc, 1);
@@ -285,7 +298,7 @@ int xte_bench_ep(int argc, char **argv) {
   d_a = median_max(tad, (int)o.iters, comm);
   c_a = median_max(tac, (int)o.iters, comm);
   {
-    double mb_d = 0, mb_c = 0, tot_d, tot_c;
+    double mb_d = 0, mb_c = 0;
     long v[2] = {0, 0}, all[2];
     for (r = 0; r < R; r++) {
       v[0] += a_sc[r];
@@ -294,8 +307,6 @@ int xte_bench_ep(int argc, char **argv) {
     MPI_Allreduce(v, all, 2, MPI_LONG, MPI_SUM, comm);
     mb_d = (double)all[0] / R / 1e6;
     mb_c = (double)all[1] / R / 1e6;
-    tot_d = (double)(sd.pack_ns + sd.exchange_ns + sd.local_ns);
-    tot_c = (double)(sc.pack_ns + sc.exchange_ns + sc.local_ns);
     if (rank == 0) {
       char info[4096];
       char *cpu = info;
@@ -309,14 +320,8 @@ int xte_bench_ep(int argc, char **argv) {
           ", fp32 weights", K, E, o.iters);
       printf("%-9s %14s %9s %16s %9s %8s %6s %10s %7s\n", "op", "MB per rank", "xte ms",
              "MPI_Alltoallv ms", "ratio", "GB/s", "pack%", "exchange%", "local%");
-      printf("%-9s %14.2f %9.3f %16.3f %9.2f %8.2f %6.1f %10.1f %7.1f\n", "dispatch", mb_d,
-             d_x * 1e3, d_a * 1e3, d_a / d_x, mb_d / 1e3 / d_x,
-             tot_d > 0 ? 100 * sd.pack_ns / tot_d : 0, tot_d > 0 ? 100 * sd.exchange_ns / tot_d : 0,
-             tot_d > 0 ? 100 * sd.local_ns / tot_d : 0);
-      printf("%-9s %14.2f %9.3f %16.3f %9.2f %8.2f %6.1f %10.1f %7.1f\n", "combine", mb_c,
-             c_x * 1e3, c_a * 1e3, c_a / c_x, mb_c / 1e3 / c_x,
-             tot_c > 0 ? 100 * sc.pack_ns / tot_c : 0, tot_c > 0 ? 100 * sc.exchange_ns / tot_c : 0,
-             tot_c > 0 ? 100 * sc.local_ns / tot_c : 0);
+      print_row("dispatch", mb_d, d_x, d_a, &sd);
+      print_row("combine", mb_c, c_x, c_a, &sc);
       printf(
           "(shares: rank 0; combine output bf16, fp32 accumulation in xte_moe_unpermute's "
           "order)\n");
