@@ -65,10 +65,35 @@ typedef void (*xte_gemm_tile_fn)(int64_t nblk, const int *kl, const double *a, c
                                  const double *b, const double *b_lo, const float *sa,
                                  const float *sb, float *acc);
 
+/* ---------------------------------------------------------------- small-M ("skinny") path
+ * For a few rows of A (<= XTE_GEMM_SK_MAXM) B is not packed: per K block the driver (or the
+ * kernel's sk_decode) decodes 8 rows of B codes into an L1 buffer bd [8][XTE_GEMM_SK_LDB] fp64
+ * (value * 2^-8 for e4m3, whose fp16 image is shifted by 2^8; e5m2 as is; zero past the block's
+ * length, up to its length rounded up to 8); A is packed once per K panel as value * (2^8 for an
+ * e4m3 B, else 1), so every product is the exact product of the two codes' values.
+ * sk_decode(rows, nrows, kl, fmt, split, t_hi, t_lo, bd, bd_lo): rows[j] points at the block's
+ *   first code of B row j (codes contiguous along K), j < nrows (rows >= nrows are zero); fmt is
+ *   B's format; split: bd gets the class |v| >= 1 (and NaN, inf), bd_lo the class |v| < 1; t_hi /
+ *   t_lo are the driver's 256-entry tables of the same values (for tails).
+ * sk_block(rows, kl8, a, a_lo, lda, bd, bd_lo, sa, sb, w, ldw): for r < rows, j < 8:
+ *   P = sum_{k < kl8} a[r * lda + k] * bd[j * LDB + k] (exact in any order), with a split operand
+ *   (a_lo or bd_lo non-NULL) also Q from the low class and p = RNE_fp32(P + Q) exactly, else
+ *   p = RNE_fp32(P); w[r * ldw + j] = fmaf(p, RNE_fp32(sa[r] * sb[j]), w[r * ldw + j]). */
+#define XTE_GEMM_SK_MAXM 32
+#define XTE_GEMM_SK_LDB 128
+typedef void (*xte_gemm_sk_decode_fn)(const uint8_t *const *rows, int nrows, int kl, int fmt,
+                                      int split, const double *t_hi, const double *t_lo, double *bd,
+                                      double *bd_lo);
+typedef void (*xte_gemm_sk_block_fn)(int rows, int kl8, const double *a, const double *a_lo,
+                                     int64_t lda, const double *bd, const double *bd_lo,
+                                     const float *sa, const float *sb, float *w, int64_t ldw);
+
 typedef struct xte_gemm_ukernel {
   int isa; /* xte_cpu_isa */
   int mr, nr;
   xte_gemm_tile_fn tile;
+  xte_gemm_sk_decode_fn sk_decode;
+  xte_gemm_sk_block_fn sk_block;
 } xte_gemm_ukernel;
 
 extern const xte_gemm_ukernel xte_gemm_ukernel_scalar;

@@ -234,6 +234,72 @@ Test(gemm_exact, model_shapes_small_m) {
   reset_isa();
 }
 
+/* The small-M path (m <= 32 rows: B decoded per K block into a buffer, never packed): every M it
+ * covers and one past it, every scaling pair and scale layout, each dtype pair (e5m2 split on
+ * either side), B read along K or transposed (trans_b), N with a strip tail, K with a 16-multiple
+ * block tail (272: the SIMD decode only), an odd tail (300: the table decode for the last codes)
+ * and K < 16. */
+Test(gemm_exact, small_m_every_path) {
+  const int64_t Ms[] = {1, 2, 3, 4, 5, 6, 7, 12, 13, 31, 32, 33};
+  const int64_t Ks[] = {272, 300, 7};
+  const side pairs[][2] = {
+      {{XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK},
+       {XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK}},
+      {{XTE_SCALING_BLOCK_1x128, XTE_RECIPE_DEEPGEMM},
+       {XTE_SCALING_BLOCK_128x128, XTE_RECIPE_DEEPGEMM}},
+      {{XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK}, {XTE_SCALING_BLOCK_1x128, XTE_RECIPE_MTFP8}},
+      {{XTE_SCALING_PER_TENSOR, XTE_RECIPE_TE_CURRENT},
+       {XTE_SCALING_PER_TENSOR, XTE_RECIPE_TE_CURRENT}},
+      {{XTE_SCALING_MXFP8_1x32, XTE_RECIPE_MX_TE}, {XTE_SCALING_MXFP8_1x32, XTE_RECIPE_MX_OCP}},
+  };
+  const xte_dtype dts[][2] = {{XTE_DTYPE_E4M3, XTE_DTYPE_E4M3},
+                              {XTE_DTYPE_E5M2, XTE_DTYPE_E4M3},
+                              {XTE_DTYPE_E4M3, XTE_DTYPE_E5M2}};
+  int mi, n = 0;
+  for (mi = 0; mi < 12; mi++) {
+    /* each M meets every dtype pair, both trans_b and every K; the pairs rotate */
+    int d, t;
+    for (d = 0; d < 3; d++)
+      for (t = 0; t < 2; t++, n++)
+        run_case(pairs[n % 5][0], pairs[n % 5][1], dts[d][0], dts[d][1], 0, t, Ms[mi], 45,
+                 Ks[(mi + d + t) % 3], (n & 1) ? XTE_DTYPE_BF16 : XTE_DTYPE_FP32, ALL_ISA,
+                 3000 + (uint64_t)n);
+  }
+  /* several K panels of the packed A (32 rows: 2048 columns a panel; 31 split rows: 1920), and
+   * several 256-column chunks per thread over one packed A */
+  {
+    const side a1 = {XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK};
+    const side b2 = {XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK};
+    run_case(a1, b2, XTE_DTYPE_E4M3, XTE_DTYPE_E4M3, 0, 0, 32, 19, 2200, XTE_DTYPE_FP32, ALL_ISA,
+             3200);
+    run_case(a1, b2, XTE_DTYPE_E5M2, XTE_DTYPE_E4M3, 0, 0, 31, 11, 4000, XTE_DTYPE_BF16, ALL_ISA,
+             3201);
+    run_case(a1, b2, XTE_DTYPE_E4M3, XTE_DTYPE_E5M2, 0, 0, 5, 1100, 300, XTE_DTYPE_FP32, ALL_ISA,
+             3202);
+  }
+  /* A used transposed (X [K, M]): the columnwise copy, or the rowwise copy read strided along K
+   * (per-tensor and 128x128 A given only by it), with B either way */
+  for (mi = 0; mi < 4; mi++)
+    run_case_x(pairs[mi][0], pairs[mi][1], mi == 2 ? XTE_DTYPE_E5M2 : XTE_DTYPE_E4M3,
+               mi == 3 ? XTE_DTYPE_E5M2 : XTE_DTYPE_E4M3, 1, mi & 1, Ms[mi * 3 + 1], 45, 300,
+               XTE_DTYPE_FP32, ALL_ISA, 3300 + (uint64_t)mi, mi == 3 ? 1 : 0);
+  {
+    const side tesq = {XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK};
+    const side te1 = {XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK};
+    run_case_x(tesq, te1, XTE_DTYPE_E4M3, XTE_DTYPE_E5M2, 1, 0, 7, 37, 300, XTE_DTYPE_BF16, ALL_ISA,
+               3310, 1 | 4);
+  }
+  /* B given only by its rowwise copy [K, N] and used transposed: codes strided along K */
+  for (mi = 0; mi < 3; mi++) {
+    const side te1 = {XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK};
+    const side tesq = {XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK};
+    run_case_x(te1, tesq, mi == 1 ? XTE_DTYPE_E5M2 : XTE_DTYPE_E4M3,
+               mi == 2 ? XTE_DTYPE_E5M2 : XTE_DTYPE_E4M3, 0, 1, Ms[mi * 4 + 1], 45, 300,
+               XTE_DTYPE_FP32, ALL_ISA, 3100 + (uint64_t)mi, 2);
+  }
+  reset_isa();
+}
+
 /* ---------------------------------------------------------------- accumulate, bias */
 Test(gemm_exact, accumulate_and_bias) {
   const int64_t M = 33, N = 50, K = 260;

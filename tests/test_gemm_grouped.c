@@ -187,6 +187,111 @@ Test(gemm_grouped, k_grouped_wgrad) {
   free(ref);
 }
 
+/* Small groups (1..32 rows: the small-M path, its SIMD and table decodes, 1..3 row tiles) over raw
+ * codes drawn from every code with subnormals and zeros frequent, NaN and inf codes planted in
+ * chosen rows of A and B, per-row 1x128 scales; each dtype pair (e5m2 split on either side), K
+ * with a 16-multiple tail, an odd tail and below 16, N with a strip tail; against the int128
+ * oracle group by group, on every ISA. */
+static uint8_t special_code(uint64_t *s, xte_dtype dt) {
+  static const uint8_t sub4[] = {0x00, 0x80, 0x01, 0x81, 0x07, 0x87, 0x08, 0x88, 0x7E, 0xFE};
+  static const uint8_t sub5[] = {0x00, 0x80, 0x01, 0x81, 0x03, 0x83, 0x04, 0x84, 0x7B, 0xFB};
+  uint8_t c = (uint8_t)(o_rng(s) & 0xFF);
+  if (o_rng(s) % 4 == 0) return dt == XTE_DTYPE_E4M3 ? sub4[o_rng(s) % 10] : sub5[o_rng(s) % 10];
+  if (dt == XTE_DTYPE_E4M3 && (c & 0x7F) == 0x7F) c ^= 1;    /* NaN only where planted */
+  if (dt == XTE_DTYPE_E5M2 && (c & 0x7F) >= 0x7C) c &= 0xF3; /* no NaN / inf by chance */
+  return c;
+}
+
+Test(gemm_grouped, small_groups_special_codes) {
+  enum { G = 11, N = 45 };
+  const int64_t sizes[G] = {1, 2, 3, 5, 6, 7, 0, 12, 17, 32, 4};
+  const int64_t Ks[] = {272, 300, 13};
+  const xte_dtype dts[][2] = {{XTE_DTYPE_E4M3, XTE_DTYPE_E4M3},
+                              {XTE_DTYPE_E5M2, XTE_DTYPE_E4M3},
+                              {XTE_DTYPE_E4M3, XTE_DTYPE_E5M2}};
+  int64_t rows = 0, g, i, offs[G];
+  int di, ki, ii;
+  uint64_t s = 1234;
+  for (g = 0; g < G; g++) {
+    offs[g] = rows;
+    rows += sizes[g];
+  }
+  for (di = 0; di < 3; di++)
+    for (ki = 0; ki < 3; ki++) {
+      const xte_dtype da = dts[di][0], db = dts[di][1];
+      const int64_t K = Ks[ki], nkb = o_cdiv(K, 128);
+      uint8_t *a = malloc((size_t)(rows * K)), *b = malloc((size_t)(G * N * K));
+      float *sa = malloc(sizeof(float) * (size_t)(rows * nkb));
+      float *sb = malloc(sizeof(float) * (size_t)(G * N * nkb));
+      uint32_t *d = malloc(sizeof(uint32_t) * (size_t)(rows * N));
+      uint32_t *ref = malloc(sizeof(uint32_t) * (size_t)(rows * N));
+      xte_qtensor qa, qb;
+      xte_gemm_groups gr;
+      xte_tensor D = xte_tensor_2d(d, XTE_DTYPE_FP32, rows, N);
+      for (i = 0; i < rows * K; i++) a[i] = special_code(&s, da);
+      for (i = 0; i < G * N * K; i++) b[i] = special_code(&s, db);
+      for (i = 0; i < rows * nkb; i++)
+        sa[i] = ldexpf(1.0f + (float)(i % 7) / 8.0f, (int)(i % 9) - 4);
+      for (i = 0; i < G * N * nkb; i++)
+        sb[i] = ldexpf(1.0f + (float)(i % 5) / 8.0f, (int)(i % 11) - 5);
+      /* NaN in A row 0 (group 0) and in a row of group 3; in e5m2 B: +inf, -inf, both (NaN) */
+      a[0 * K + K / 2] = da == XTE_DTYPE_E4M3 ? 0x7F : 0x7E;
+      a[(offs[3] + 2) * K + K - 1] = 0xFF;
+      b[(3 * N + 4) * K + 1] = da == XTE_DTYPE_E4M3 && db == XTE_DTYPE_E4M3 ? 0xFF : 0x7F;
+      b[(7 * N + 20) * K + K - 3] = 0x7F; /* a 12-row group, the last block */
+      if (db == XTE_DTYPE_E5M2) {
+        b[(4 * N + 9) * K + K - 2] = 0x7C;
+        b[(5 * N + 44) * K + 3] = 0xFC;
+        b[(9 * N + 8) * K + 5] = 0x7C;
+        b[(9 * N + 8) * K + K - 1] = 0xFC;
+      }
+      if (da == XTE_DTYPE_E5M2) {
+        a[offs[8] * K + 2] = 0xFC; /* -inf */
+        a[(offs[9] + 31) * K + K - 1] = 0x7C;
+      }
+      for (g = 0; g < G; g++) {
+        lop la = {sizes[g], K, nkb, a + offs[g] * K, sa + offs[g] * nkb, da};
+        lop lb = {N, K, nkb, b + g * N * K, sb + g * N * nkb, db};
+        ocfg cf = {128, NULL, XTE_DTYPE_FP32, NULL, XTE_DTYPE_FP32};
+        if (sizes[g]) o_gemm(&la, &lb, &cf, ref + offs[g] * N);
+      }
+      memset(&qa, 0, sizeof qa);
+      qa.scaling_mode = qb.scaling_mode = XTE_SCALING_BLOCK_1x128;
+      qa.recipe = XTE_RECIPE_TE_BLOCK;
+      qa.rowwise = xte_tensor_2d(a, da, rows, K);
+      qa.rowwise_scale_inv.data = sa;
+      qa.rowwise_scale_inv.dtype = XTE_DTYPE_FP32;
+      qa.rowwise_scale_inv.rows = rows;
+      qa.rowwise_scale_inv.cols = nkb;
+      qa.rowwise_scale_inv.layout = XTE_SCALE_LAYOUT_COMPACT;
+      qb = qa;
+      qb.rowwise = xte_tensor_2d(b, db, G * N, K);
+      qb.rowwise_scale_inv.data = sb;
+      qb.rowwise_scale_inv.rows = G * N;
+      memset(&gr, 0, sizeof gr);
+      gr.kind = XTE_GEMM_GROUPED_CONTIGUOUS;
+      gr.num_groups = G;
+      gr.group_sizes = sizes;
+      for (ii = 0; ii < 4; ii++) {
+        if (o_set_isa(ISAS[ii]) != XTE_SUCCESS) continue;
+        memset(d, 0xA5, sizeof(uint32_t) * (size_t)(rows * N));
+        cr_assert_eq(xte_gemm_grouped(&qa, &qb, NULL, &D, &gr, NULL, NULL), XTE_SUCCESS, "%s",
+                     xte_last_error());
+        for (i = 0; i < rows * N; i++)
+          cr_assert_eq(d[i], ref[i], "isa %s dtypes %d/%d K %lld: row %lld col %lld: %08x vs %08x",
+                       xte_cpu_isa_name(ISAS[ii]), da, db, (long long)K, (long long)(i / N),
+                       (long long)(i % N), d[i], ref[i]);
+      }
+      free(a);
+      free(b);
+      free(sa);
+      free(sb);
+      free(d);
+      free(ref);
+    }
+  reset_isa();
+}
+
 Test(gemm_grouped, bad_input_writes_nothing) {
   enum { G = 2, N = 128, K = 256 };
   const int64_t sizes[G] = {3, 4};

@@ -8,7 +8,9 @@
  *           for each NR strip, for each MR tile: micro-kernel over the panel's K blocks into the
  *           tile's fp32 accumulators; after the last K panel, the epilogue writes D.
  * FP8 codes are decoded to fp64 through 256-entry tables while packing (exact), so decoding is
- * amortised over the other operand's extent. Every output element goes through the contract's
+ * amortised over the other operand's extent. Problems of at most XTE_GEMM_SK_MAXM rows take the
+ * small-M path instead (sk_range): B is never packed, its codes are decoded per K block into an
+ * L1 buffer and read once; threads split N. Every output element goes through the contract's
  * arithmetic in K order whatever the partition, so results never depend on threads or ISA. */
 #include <pthread.h>
 #include <stdlib.h>
@@ -25,12 +27,16 @@
 
 /* decode tables: full value of each code, and the two magnitude classes of e5m2 */
 static double tab_full[2][256], tab_hi[256], tab_lo[256];
+/* small-M path: an e4m3 B decodes to value * 2^-8 (the fp16 image of its code), A then packs as
+ * value * 2^8; both exact */
+static double tab_b_e4m3[256];
 static pthread_once_t tab_once = PTHREAD_ONCE_INIT;
 
 static void init_tables(void) {
   int f, c;
   for (f = 0; f < 2; f++)
     for (c = 0; c < 256; c++) tab_full[f][c] = xte_fp8_to_f64((uint8_t)c, f);
+  for (c = 0; c < 256; c++) tab_b_e4m3[c] = tab_full[XTE_FP8_E4M3][c] * 0x1p-8;
   for (c = 0; c < 256; c++) {
     tab_hi[c] = xte_gemm_class_hi(tab_full[XTE_FP8_E5M2][c]);
     tab_lo[c] = xte_gemm_class_lo(tab_full[XTE_FP8_E5M2][c]);
@@ -78,7 +84,14 @@ typedef struct gctx {
   float *W;
   double **ap, **ap_lo;
   float **sap;
+  /* small-M path: per thread A panel (+ low class), A scales, fp32 accumulators, decoded B */
+  int64_t sk_kp; /* K panel of the current problem (a multiple of the K block) */
+  double **sk_a, **sk_alo, **sk_bd, **sk_bdlo;
+  float **sk_sa, **sk_w;
 } gctx;
+
+#define SK_CH 32               /* strips of 8 columns per chunk of the small-M path */
+#define SK_ABYTES (512 * 1024) /* the packed A panel of the small-M path, per thread */
 
 static float load_scale(const xte_gemm_operand *o, int64_t i, int64_t k) {
   int64_t gi = i / o->bi, gk = k / o->bk;
@@ -233,6 +246,98 @@ static void compute_range(void *vctx, int64_t b, int64_t e, int tid) {
   }
 }
 
+/* ---------------------------------------------------------------- small M
+ * For m <= XTE_GEMM_SK_MAXM rows B is never packed: each thread owns a run of 8-column strips of
+ * N; per strip and K block the kernel decodes the 8 rows of B codes into an L1 buffer and forms
+ * the m x 8 block partials as dot products along K (exact in any order), then the contract's
+ * fp32 steps. A is packed once per K panel (sk_kp columns, value * 2^8 for an e4m3 B). */
+static void sk_range(void *vctx, int64_t sb0, int64_t se, int tid) {
+  gctx *c = (gctx *)vctx;
+  const xte_gemm_args *g = c->g;
+  const xte_gemm_problem *p = c->p;
+  const xte_gemm_operand *A = &g->a, *B = &g->b;
+  const int64_t m = c->m, kb = g->kblock, KP = c->sk_kp, ldw = SK_CH * 8;
+  const int split_a = c->split_a, split_b = c->split_b;
+  const double fa = B->fmt == XTE_FP8_E4M3 ? 256.0 : 1.0;
+  const double *ta = split_a ? tab_hi : tab_full[A->fmt];
+  const double *tbh = split_b ? tab_hi : tab_b_e4m3;
+  double *ap = c->sk_a[tid], *ap_lo = c->sk_alo[tid], *bd = c->sk_bd[tid], *bd_lo = c->sk_bdlo[tid];
+  float *sap = c->sk_sa[tid], *W = c->sk_w[tid];
+  int64_t s0, kp, r, kk;
+  int packed = 0;
+  for (s0 = sb0; s0 < se; s0 += SK_CH) {
+    const int64_t s1 = s0 + SK_CH < se ? s0 + SK_CH : se;
+    int64_t s;
+    for (r = 0; r < m; r++) memset(W + r * ldw, 0, sizeof(float) * (size_t)((s1 - s0) * 8));
+    for (kp = 0; kp < p->k; kp += KP) {
+      const int64_t kc = p->k - kp < KP ? p->k - kp : KP, nb = (kc + kb - 1) / kb;
+      int64_t bl;
+      if (!packed || KP < p->k) {
+        for (r = 0; r < m; r++) {
+          const uint8_t *src = A->data + (p->a_i0 + r) * A->rs + (p->a_k0 + kp) * A->ks;
+          double *d = ap + r * KP, *dl = split_a ? ap_lo + r * KP : NULL;
+          for (kk = 0; kk < nb * kb; kk++) {
+            int in = kk < kc;
+            uint8_t code = in ? src[kk * A->ks] : 0;
+            d[kk] = in ? ta[code] * fa : 0.0;
+            if (dl) dl[kk] = in ? tab_lo[code] * fa : 0.0;
+          }
+          for (bl = 0; bl < nb; bl++)
+            sap[bl * m + r] = load_scale(A, p->a_i0 + r, p->a_k0 + kp + bl * kb);
+        }
+        packed = 1;
+      }
+      for (s = s0; s < s1; s++) {
+        const int64_t n0 = s * 8;
+        const int nv = (int)(p->n - n0 < 8 ? p->n - n0 : 8);
+        int64_t gi[8];
+        int jj;
+        for (jj = 0; jj < nv; jj++) gi[jj] = (p->b_i0 + n0 + jj) / B->bi;
+        for (bl = 0; bl < nb; bl++) {
+          const int64_t k0 = kp + bl * kb;
+          const int kl = (int)(p->k - k0 < kb ? p->k - k0 : kb), kl8 = (kl + 7) & ~7;
+          const uint8_t *rows[8];
+          float sb[8];
+          int j, k;
+          const int64_t gk = (p->b_k0 + k0) / B->bk;
+          for (j = 0; j < 8; j++) {
+            rows[j] = j < nv ? B->data + (p->b_i0 + n0 + j) * B->rs + (p->b_k0 + k0) * B->ks : NULL;
+            /* rows of one scale block (128x128, per-tensor) share the scale */
+            if (j >= nv)
+              sb[j] = 0.0f;
+            else if (j > 0 && gi[j] == gi[j - 1])
+              sb[j] = sb[j - 1];
+            else
+              sb[j] = B->sswap ? xte_load_scale_inv(&B->s, gk, gi[j])
+                               : xte_load_scale_inv(&B->s, gi[j], gk);
+          }
+          if (B->ks == 1) {
+            c->uk->sk_decode(rows, nv, kl, B->fmt, split_b, tbh, tab_lo, bd, bd_lo);
+          } else {
+            for (j = 0; j < 8; j++)
+              for (k = 0; k < kl8; k++) {
+                int in = j < nv && k < kl;
+                uint8_t code = in ? rows[j][k * B->ks] : 0;
+                bd[j * XTE_GEMM_SK_LDB + k] = in ? tbh[code] : 0.0;
+                if (split_b) bd_lo[j * XTE_GEMM_SK_LDB + k] = in ? tab_lo[code] : 0.0;
+              }
+          }
+          c->uk->sk_block((int)m, kl8, ap + bl * kb, split_a ? ap_lo + bl * kb : NULL, KP, bd,
+                          split_b ? bd_lo : NULL, sap + bl * m, sb, W + (s - s0) * 8, ldw);
+        }
+      }
+    }
+    for (r = 0; r < m; r++) {
+      int64_t n, n1 = s1 * 8 < p->n ? s1 * 8 : p->n;
+      for (n = s0 * 8; n < n1; n++) store_d(g, p->d_r0 + r, n, W[r * ldw + (n - s0 * 8)]);
+    }
+  }
+}
+
+static int use_small_m(const gctx *c, int64_t m) {
+  return m > 0 && m <= XTE_GEMM_SK_MAXM && c->uk->sk_block != NULL;
+}
+
 /* K = 0: D = epilogue(0). */
 static void empty_k_rows(void *vctx, int64_t b, int64_t e, int tid) {
   gctx *c = (gctx *)vctx;
@@ -250,6 +355,13 @@ static void run_problem(gctx *c, const xte_gemm_problem *p, int64_t m) {
   if (m <= 0 || p->n <= 0) return;
   if (p->k <= 0) {
     xte_parallel_for_max(m, c->nt, empty_k_rows, c);
+    return;
+  }
+  if (use_small_m(c, m)) {
+    int64_t kp = (int64_t)(SK_ABYTES / sizeof(double)) / m / kb * kb;
+    int64_t kall = (p->k + kb - 1) / kb * kb;
+    c->sk_kp = kp < kb ? kb : kp > kall ? kall : kp;
+    xte_parallel_for_max((p->n + 7) / 8, c->nt, sk_range, c);
     return;
   }
   for (c->jc = 0; c->jc < p->n; c->jc += c->NC) {
@@ -335,6 +447,7 @@ static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
   gctx c;
   int nt, t;
   int64_t i, maxm = 0, maxn = 0;
+  int any_sk = 0;
   xte_status st = XTE_SUCCESS;
   size_t l2;
   (void)handle;
@@ -361,6 +474,11 @@ static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
   c.MCH = 1024 / c.MC * c.MC;
   if (c.MCH < c.MC) c.MCH = c.MC;
   for (i = 0; i < g->num_problems; i++) {
+    int64_t mi = g->masked_m ? g->masked_m[i] : g->problems[i].m;
+    if (use_small_m(&c, mi)) {
+      any_sk = 1;
+      continue;
+    }
     if (g->problems[i].m > maxm) maxm = g->problems[i].m;
     if (g->problems[i].n > maxn) maxn = g->problems[i].n;
   }
@@ -376,9 +494,14 @@ static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
            szsb = sizeof(float) * (size_t)(maxn * MAX_BLK);
     size_t szw = sizeof(float) * (size_t)(maxn * maxm), sza = sizeof(double) * (size_t)(c.MC * KC);
     size_t szsa = sizeof(float) * (size_t)(c.MC * MAX_BLK);
-    size_t total = al(szb) * 2 + al(szsb) + al(szw) + (size_t)nt * (al(sza) * 2 + al(szsa));
+    /* small-M path, per thread: A panel (+ low), A scales, W, decoded B (+ low) */
+    size_t ska = any_sk ? SK_ABYTES : 0, sksa = any_sk ? sizeof(float) * SK_ABYTES / 8 / 32 : 0;
+    size_t skw = any_sk ? sizeof(float) * XTE_GEMM_SK_MAXM * SK_CH * 8 : 0;
+    size_t skb = any_sk ? sizeof(double) * 8 * XTE_GEMM_SK_LDB : 0;
+    size_t total = al(szb) * 2 + al(szsb) + al(szw) + (size_t)nt * (al(sza) * 2 + al(szsa)) +
+                   (size_t)nt * (al(ska) * 2 + al(sksa) + al(skw) + al(skb) * 2);
     char *w = ws_acquire(total), *q;
-    void **ptrs = (void **)xte_aligned_calloc((size_t)nt * 3, sizeof(void *));
+    void **ptrs = (void **)xte_aligned_calloc((size_t)nt * 9, sizeof(void *));
     if (!w || !ptrs) {
       xte_aligned_free(ptrs);
       ws_release(w);
@@ -404,6 +527,26 @@ static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
       q += al(sza);
       c.sap[t] = (float *)q;
       q += al(szsa);
+    }
+    c.sk_a = (double **)(ptrs + 3 * nt);
+    c.sk_alo = (double **)(ptrs + 4 * nt);
+    c.sk_bd = (double **)(ptrs + 5 * nt);
+    c.sk_bdlo = (double **)(ptrs + 6 * nt);
+    c.sk_sa = (float **)(ptrs + 7 * nt);
+    c.sk_w = (float **)(ptrs + 8 * nt);
+    for (t = 0; t < nt; t++) {
+      c.sk_a[t] = (double *)q;
+      q += al(ska);
+      c.sk_alo[t] = (double *)q;
+      q += al(ska);
+      c.sk_sa[t] = (float *)q;
+      q += al(sksa);
+      c.sk_w[t] = (float *)q;
+      q += al(skw);
+      c.sk_bd[t] = (double *)q;
+      q += al(skb);
+      c.sk_bdlo[t] = (double *)q;
+      q += al(skb);
     }
     for (i = 0; i < g->num_problems; i++)
       run_problem(&c, &g->problems[i], g->masked_m ? g->masked_m[i] : g->problems[i].m);

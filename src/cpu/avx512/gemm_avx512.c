@@ -186,4 +186,145 @@ static void tile_impl(int64_t nblk, const int *kl, const double *a, const double
   }
 }
 
-const xte_gemm_ukernel XTE_GEMM_AVX512_TABLE = {XTE_GEMM_AVX512_ISA, MR, NR, tile_impl};
+/* ---------------------------------------------------------------- small-M path
+ * B codes go straight from memory to fp64 in registers: sign-extended to 16 bits, moved into
+ * fp16 bit positions (e5m2 is the top byte of fp16; e4m3's 4-bit exponent and 3-bit mantissa
+ * shifted by 7 give its value times 2^-8, subnormals included, and its NaN code becomes the fp16
+ * NaN), then vcvtph2ps and vcvtps2pd, all exact. */
+#define SK_LDB XTE_GEMM_SK_LDB
+
+static inline __m256i sk_fp16(__m128i c, int e4m3) {
+  __m256i w = _mm256_cvtepi8_epi16(c);
+  if (e4m3) {
+    __m256i h = _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16((short)0xBF80));
+    __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7FFF)),
+                                     _mm256_set1_epi16(0x3F80));
+    return _mm256_blendv_epi8(h, _mm256_set1_epi16(0x7E00), nan);
+  }
+  return _mm256_slli_epi16(w, 8);
+}
+
+static inline void sk_store16(double *d, __m256i h) {
+  __m512 f = _mm512_cvtph_ps(h);
+  _mm512_storeu_pd(d, _mm512_cvtps_pd(_mm512_castps512_ps256(f)));
+  _mm512_storeu_pd(
+      d + 8, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1))));
+}
+
+static void sk_decode(const uint8_t *const *rows, int nrows, int kl, int fmt, int split,
+                      const double *t_hi, const double *t_lo, double *bd, double *bd_lo) {
+  const int e4 = fmt == XTE_FP8_E4M3, kl8 = (kl + 7) & ~7, kv = kl & ~15;
+  int j, k;
+  for (j = 0; j < 8; j++) {
+    double *d = bd + j * SK_LDB, *dl = split ? bd_lo + j * SK_LDB : NULL;
+    const uint8_t *r = j < nrows ? rows[j] : NULL;
+    k = 0;
+    if (r) {
+#ifndef XTE_AVX512_SIMDE
+      _mm_prefetch((const char *)(r + 1024), _MM_HINT_T0);
+      _mm_prefetch((const char *)(r + 1024 + 64), _MM_HINT_T0);
+#endif
+      for (; k < kv; k += 16) {
+        __m256i h = sk_fp16(_mm_loadu_si128((const __m128i *)(const void *)(r + k)), e4);
+        if (split) {
+          __m256i hm = _mm256_cmpgt_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7FFF)),
+                                          _mm256_set1_epi16(0x3BFF));
+          sk_store16(d + k, _mm256_and_si256(h, hm));
+          sk_store16(dl + k, _mm256_andnot_si256(hm, h));
+        } else {
+          sk_store16(d + k, h);
+        }
+      }
+      for (; k < kl; k++) {
+        d[k] = t_hi[r[k]];
+        if (dl) dl[k] = t_lo[r[k]];
+      }
+    }
+    for (; k < kl8; k++) {
+      d[k] = 0.0;
+      if (dl) dl[k] = 0.0;
+    }
+  }
+}
+
+/* out = the 8 lane sums of v[0..7], in order (exact here: every partial is exact) */
+static inline __m512d sk_hsum8(const __m512d *v) {
+  __m512d a01 = _mm512_add_pd(_mm512_unpacklo_pd(v[0], v[1]), _mm512_unpackhi_pd(v[0], v[1]));
+  __m512d a23 = _mm512_add_pd(_mm512_unpacklo_pd(v[2], v[3]), _mm512_unpackhi_pd(v[2], v[3]));
+  __m512d a45 = _mm512_add_pd(_mm512_unpacklo_pd(v[4], v[5]), _mm512_unpackhi_pd(v[4], v[5]));
+  __m512d a67 = _mm512_add_pd(_mm512_unpacklo_pd(v[6], v[7]), _mm512_unpackhi_pd(v[6], v[7]));
+  __m512d b03 =
+      _mm512_add_pd(_mm512_shuffle_f64x2(a01, a23, 0x88), _mm512_shuffle_f64x2(a01, a23, 0xDD));
+  __m512d b47 =
+      _mm512_add_pd(_mm512_shuffle_f64x2(a45, a67, 0x88), _mm512_shuffle_f64x2(a45, a67, 0xDD));
+  return _mm512_add_pd(_mm512_shuffle_f64x2(b03, b47, 0x88), _mm512_shuffle_f64x2(b03, b47, 0xDD));
+}
+
+/* out[r] lane j = sum_k ar[r][k] * bd[j][k], R rows (1..3) x 8 columns */
+static inline __attribute__((always_inline)) void sk_dot(const int R, int kl8,
+                                                         const double *const *ar, const double *bd,
+                                                         __m512d *out) {
+  __m512d c[3][8];
+  int r, j, k;
+#pragma GCC unroll 3
+  for (r = 0; r < R; r++)
+#pragma GCC unroll 8
+    for (j = 0; j < 8; j++) c[r][j] = _mm512_setzero_pd();
+  for (k = 0; k < kl8; k += 8) {
+    __m512d av[3];
+#pragma GCC unroll 3
+    for (r = 0; r < R; r++) av[r] = _mm512_loadu_pd(ar[r] + k);
+#pragma GCC unroll 8
+    for (j = 0; j < 8; j++) {
+      __m512d bv = _mm512_loadu_pd(bd + j * SK_LDB + k);
+#pragma GCC unroll 3
+      for (r = 0; r < R; r++) c[r][j] = _mm512_fmadd_pd(av[r], bv, c[r][j]);
+    }
+  }
+#pragma GCC unroll 3
+  for (r = 0; r < R; r++) out[r] = sk_hsum8(c[r]);
+}
+
+static inline void sk_dotn(int R, int kl8, const double *const *ar, const double *bd,
+                           __m512d *out) {
+  if (R == 3)
+    sk_dot(3, kl8, ar, bd, out);
+  else if (R == 2)
+    sk_dot(2, kl8, ar, bd, out);
+  else
+    sk_dot(1, kl8, ar, bd, out);
+}
+
+static inline void sk_fold(__m256 p, float sa, __m256 sb8, float *w) {
+  _mm256_storeu_ps(w,
+                   _mm256_fmadd_ps(p, _mm256_mul_ps(_mm256_set1_ps(sa), sb8), _mm256_loadu_ps(w)));
+}
+
+static void sk_block(int rows, int kl8, const double *a, const double *a_lo, int64_t lda,
+                     const double *bd, const double *bd_lo, const float *sa, const float *sb,
+                     float *w, int64_t ldw) {
+  const __m256 sb8 = _mm256_loadu_ps(sb);
+  __m512d P[3], Q[3];
+  int r, i;
+  if (a_lo) {
+    for (r = 0; r < rows; r++) {
+      const double *ar[2] = {a + r * lda, a_lo + r * lda};
+      sk_dot(2, kl8, ar, bd, P);
+      sk_fold(round2(P[0], P[1]), sa[r], sb8, w + r * ldw);
+    }
+    return;
+  }
+  for (r = 0; r < rows; r += 3) {
+    const int R = rows - r < 3 ? rows - r : 3;
+    const double *ar[3] = {a + r * lda, R > 1 ? a + (r + 1) * lda : a,
+                           R > 2 ? a + (r + 2) * lda : a};
+    sk_dotn(R, kl8, ar, bd, P);
+    if (bd_lo) sk_dotn(R, kl8, ar, bd_lo, Q);
+    for (i = 0; i < R; i++)
+      sk_fold(bd_lo ? round2(P[i], Q[i]) : _mm512_cvtpd_ps(P[i]), sa[r + i], sb8,
+              w + (r + i) * ldw);
+  }
+}
+
+const xte_gemm_ukernel XTE_GEMM_AVX512_TABLE = {XTE_GEMM_AVX512_ISA, MR,        NR,
+                                                tile_impl,           sk_decode, sk_block};

@@ -40,4 +40,46 @@ static void tile(int64_t nblk, const int *kl, const double *a, const double *a_l
   }
 }
 
-const xte_gemm_ukernel xte_gemm_ukernel_scalar = {XTE_CPU_ISA_SCALAR, MR, NR, tile};
+/* Small-M path (see xte_gemm_ops.h): B decoded through the driver's tables. */
+static void sk_decode(const uint8_t *const *rows, int nrows, int kl, int fmt, int split,
+                      const double *t_hi, const double *t_lo, double *bd, double *bd_lo) {
+  int j, k, kl8 = (kl + 7) & ~7;
+  (void)fmt;
+  for (j = 0; j < 8; j++) {
+    double *d = bd + j * XTE_GEMM_SK_LDB, *dl = split ? bd_lo + j * XTE_GEMM_SK_LDB : NULL;
+    for (k = 0; k < kl8; k++) {
+      int in = j < nrows && k < kl;
+      d[k] = in ? t_hi[rows[j][k]] : 0.0;
+      if (dl) dl[k] = in ? t_lo[rows[j][k]] : 0.0;
+    }
+  }
+}
+
+static double sk_dot(int n, const double *a, const double *b) {
+  double s = 0.0;
+  int k;
+  for (k = 0; k < n; k++) s = s + a[k] * b[k];
+  return s;
+}
+
+static void sk_block(int rows, int kl8, const double *a, const double *a_lo, int64_t lda,
+                     const double *bd, const double *bd_lo, const float *sa, const float *sb,
+                     float *w, int64_t ldw) {
+  int r, j;
+  for (r = 0; r < rows; r++)
+    for (j = 0; j < 8; j++) {
+      const double *ar = a + r * lda, *bj = bd + j * XTE_GEMM_SK_LDB;
+      double P = sk_dot(kl8, ar, bj);
+      float p;
+      if (a_lo)
+        p = xte_gemm_round2_f32(P, sk_dot(kl8, a_lo + r * lda, bj));
+      else if (bd_lo)
+        p = xte_gemm_round2_f32(P, sk_dot(kl8, ar, bd_lo + j * XTE_GEMM_SK_LDB));
+      else
+        p = (float)P;
+      w[r * ldw + j] = xte_gemm_block_update(w[r * ldw + j], p, sa[r], sb[j]);
+    }
+}
+
+const xte_gemm_ukernel xte_gemm_ukernel_scalar = {XTE_CPU_ISA_SCALAR, MR,      NR, tile,
+                                                  sk_decode,          sk_block};
