@@ -58,6 +58,24 @@ typedef struct xte_attn_kernels {
   /* o[c] = xte_attn_rescale(o[c], alpha, pv[c]) = fmaf(o[c], alpha, pv[c]) for c < n, n a
    * multiple of 16 */
   void (*rescale)(float *o, float alpha, const float *pv, int64_t n);
+  /* The forward's online-softmax step of one KV block on a transposed tile: column r < n (n a
+   * multiple of 16) is query row r, its 64 slots at S[j * ld + r]. scaled: the logit is
+   * x = S * scale for a[r] <= j < e[r], -inf elsewhere; otherwise S holds the logits x. Per
+   * column, the scalar order: mb = xte_fmaxf chain over j = 0..63 from -inf,
+   * alpha[r] = xte_attn_new_max(&m[r], mb), P[j * ld + r] = xte_attn_exp(x_j, m[r]),
+   * l[r] = fmaf(l[r], alpha[r], xte_attn_sum64(column r of P)). Every column is updated (the
+   * caller keeps m, l of the rows that do not see the block). */
+  void (*fwd_softmax_t)(const float *S, int64_t ld, int64_t n, int scaled, float scale,
+                        const int32_t *a, const int32_t *e, float *m, float *l, float *alpha,
+                        float *P);
+  /* The backward's probabilities and dS of one KV block on a transposed tile (column r < n,
+   * n a multiple of 16, is query row r; slot j at [j * ld + r], j < 64): x as in fwd_softmax_t,
+   * u = xte_expf((x - L[r]) - C[r]) (C NULL: - 0), P = u, dS = (u * (dP - D[r])) * g with
+   * g = G[j * ld + r] (G NULL: g = scale); sum (non-NULL): sum[r] = xte_attn_sum64(column r
+   * of P). */
+  void (*bwd_p_t)(const float *S, const float *dP, const float *G, int64_t ld, int64_t n,
+                  int scaled, float scale, const int32_t *a, const int32_t *e, const float *L,
+                  const float *C, const float *D, float *P, float *dS, float *sum);
   /* y[j] = xte_expf(x[j]) for j < n, any n, every element through the ISA's lanes (tests) */
   void (*exp_n)(const float *x, float *y, int64_t n);
 } xte_attn_kernels;

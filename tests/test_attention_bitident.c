@@ -45,6 +45,9 @@ static void compare(const adata *d, const outs *a, const outs *b, const char *wh
   cr_expect(memcmp(a->dv, b->dv, (size_t)d->nv * es) == 0, "%s: dV differs", what);
 }
 
+/* called on the inputs after ta_setup when set (special values) */
+static void (*poison)(adata *d);
+
 static void check_case(const acase *c, const char *name) {
   static const xte_cpu_isa isas[4] = {XTE_CPU_ISA_SCALAR, XTE_CPU_ISA_AVX2, XTE_CPU_ISA_AVX512,
                                       XTE_CPU_ISA_AVX512_SIMDE};
@@ -55,6 +58,7 @@ static void check_case(const acase *c, const char *name) {
   int i, t;
   char what[160];
   ta_setup(&d, c);
+  if (poison) poison(&d);
   cr_assert_eq(xte_cpu_set_isa(XTE_CPU_ISA_SCALAR), XTE_SUCCESS);
   cr_assert_eq(xte_cpu_set_num_threads(1), XTE_SUCCESS);
   run_once(&d, &ref);
@@ -109,4 +113,30 @@ Test(attention_bitident, fp16_varlen) {
   c.lens_q = lq;
   c.lens_kv = lk;
   check_case(&c, "fp16 varlen");
+}
+
+/* fp32 NaN / inf / huge inputs through the in-place paths (head dims multiples of 16) and the
+ * transposed kernels: a NaN in a query row, in a key, in a value, an inf key column and a huge
+ * query (inf logits); the bytes (canonical NaNs included) agree across ISAs and threads. */
+static void put_specials(adata *d) {
+  float *q = (float *)d->Qr, *k = (float *)d->Kr, *v = (float *)d->Vr, *g = (float *)d->dOr;
+  const float nan = nanf(""), inf = INFINITY;
+  q[5 * 32 + 3] = nan;    /* a query row */
+  q[70 * 32 + 1] = 3e38f; /* a huge query: inf logits */
+  k[17 * 32 + 4] = nan;   /* a key seen by many rows */
+  k[100 * 32 + 0] = inf;  /* an inf key */
+  v[33 * 32 + 7] = nan;   /* a value */
+  v[120 * 32 + 2] = -inf;
+  g[90 * 32 + 5] = nan; /* a dO entry */
+}
+
+Test(attention_bitident, fp32_specials_in_place) {
+  acase c = base(XTE_ATTN_LAYOUT_BSHD, XTE_DTYPE_FP32, 1, 131, 150, 1, 1, 32, 32,
+                 XTE_ATTN_MASK_CAUSAL_BOTTOM_RIGHT);
+  poison = put_specials;
+  check_case(&c, "fp32 specials");
+  c.mask = XTE_ATTN_MASK_NONE;
+  c.softcap = 5.0f;
+  check_case(&c, "fp32 specials softcap");
+  poison = NULL;
 }

@@ -378,3 +378,20 @@ Test(attention_order, thd_varlen_padding) {
   c.scale = 0.3f;
   check_case(&c, "bshd padded scale 0.3");
 }
+
+/* The transposed kernels (fwd_softmax_t, bwd_p_t: 16 query rows per vector) with fp32 K, V, Q, dO
+ * read in place (head dims multiples of 16), no softcap / ALiBi: query counts that are not a
+ * multiple of 16 (a partial group of columns), a window that leaves rows of a group without the
+ * block (their state must not change), several KV blocks. */
+Test(attention_order, plain_in_place_window_tails) {
+  acase c = mk(BSHD, 1, 83, 147, 2, 1, 32, 16, CAUSAL_BR);
+  c.wl = 9;
+  c.wr = 0;
+  check_case(&c, "bshd plain window 83x147 d32/16");
+  c = mk(SBHD, 2, 67, 67, 2, 2, 16, 32, NOMASK);
+  check_case(&c, "sbhd plain 67x67 d16/32");
+  c = mk(BSHD, 1, 130, 70, 1, 1, 16, 16, CAUSAL);
+  c.wl = 20;
+  c.wr = 5;
+  check_case(&c, "bshd causal window 130x70 d16");
+}

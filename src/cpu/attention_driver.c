@@ -9,7 +9,11 @@
  * Both recompute P = expf(x - LSE) from Q, K and the LSE. Tasks are handed out
  * dynamically (an atomic counter), which never changes a byte: each task's result depends on
  * nothing but its inputs. The inner products are the ISA's fmaf-chain GEMM kernel
- * (xte_attn_kernels.gemm); everything else per element is the shared numerics header.
+ * (xte_attn_kernels.gemm); the forward and dQ pass hold their tiles transposed (keys x query
+ * rows) so that the softmax steps (fwd_softmax_t, bwd_p_t) run 16 query rows per vector, each
+ * lane the scalar order of the shared numerics header; fp32 operands are read in place (no
+ * packing copy). The layout never changes a byte: each output is the same sequence of
+ * operations. Everything else per element is the shared numerics header.
  * Every buffer (task lists, D, each thread's workspace) is allocated before the first output
  * byte is written, so an allocation failure leaves the outputs untouched. */
 #include <stdatomic.h>
@@ -387,72 +391,111 @@ static void fwd_pad(const actx *c, int64_t b, int64_t tok) {
   }
 }
 
-/* The forward task's workspace: Qf [BM][dq], Kt [dq][BN], Vf [BN][dvp], S, P [BM][BN], Oa, PV
- * [BM][dvp], T [256], m, l, alpha [BM]. */
+/* The forward task's workspace: Qt [dq][BM], Kn [BN][dq], Vf [BN][dvp], St, Pt [BN][BM], Oa, PV
+ * [BM][dvp], T [dqp], m, l, alpha, saved m, l [BM]. */
 static size_t fwd_ws_floats(const actx *c) {
   const xte_attn_args *a = c->a;
-  return (size_t)(BM * a->dqk + a->dqk * BN + BN * c->dvp + 2 * BM * BN + 2 * BM * c->dvp + 256 +
-                  3 * BM + 64);
+  return (size_t)(a->dqk * BM + BN * a->dqk + BN * c->dvp + 2 * BN * BM + 2 * BM * c->dvp + c->dqp +
+                  5 * BM + 64);
 }
 
+/* The forward of one query tile. Its layout is transposed (the order is not): St[j][r] =
+ * dot(k_j, q_r) (one fmaf chain over the head dim from +0: the GEMM kernel with the key rows as
+ * the broadcast operand and Qt = Q^T as the vector operand), so that the online softmax runs
+ * down the columns, 16 query rows per vector (fwd_softmax_t), and P V takes Pt as its
+ * broadcast operand and V's rows as they are. fp32 K and V are read in place (V when its rows
+ * are whole vectors); other dtypes are converted block by block. */
 static void fwd_task(actx *c, float *ws, int64_t task) {
   const xte_attn_args *a = c->a;
   const xte_attn_kernels *K = c->K;
   const int64_t b = c->tb[task], h = c->th[task], i0 = c->ti[task];
-  const int64_t dq = a->dqk, dv = a->dv, dvp = c->dvp, hk = h / c->G;
-  int64_t qt0, lq, kt0, lkv, nr, r, e, jlo, jhi, j0, off;
-  float *Qf = ws;                  /* [BM][dq] */
-  float *Kt = Qf + BM * dq;        /* [dq][BN] */
-  float *Vf = Kt + dq * BN;        /* [BN][dvp] */
-  float *S = Vf + BN * dvp;        /* [BM][BN] */
-  float *P = S + BM * BN;          /* [BM][BN] */
-  float *Oa = P + BM * BN;         /* [BM][dvp] */
+  const int64_t dq = a->dqk, dv = a->dv, dqp = c->dqp, dvp = c->dvp, hk = h / c->G;
+  const int kdirect = a->dtype == XTE_DTYPE_FP32;
+  const int vdirect = a->dtype == XTE_DTYPE_FP32 && dv % 16 == 0;
+  int64_t qt0, lq, kt0, lkv, nr, r, jlo, jhi, j0, off, k;
+  float *Qt = ws;                  /* [dq][BM] */
+  float *Kn = Qt + dq * BM;        /* [BN][dq] */
+  float *Vf = Kn + BN * dq;        /* [BN][dvp] */
+  float *St = Vf + BN * dvp;       /* [BN][BM] */
+  float *Pt = St + BN * BM;        /* [BN][BM] */
+  float *Oa = Pt + BN * BM;        /* [BM][dvp] */
   float *PV = Oa + BM * dvp;       /* [BM][dvp]: the block's P V */
-  float *T = PV + BM * dvp;        /* [256]: logits of a row, or a K row */
-  float *m = T + 256, *l = m + BM; /* [BM] */
+  float *T = PV + BM * dvp;        /* [dqp]: a Q row */
+  float *m = T + dqp, *l = m + BM; /* [BM] */
   float *al = l + BM;              /* [BM]: alpha of the block */
+  float *ms = al + BM, *ls = ms + BM;
   int64_t lo[BM], hi[BM];
+  int32_t ja[BM], je[BM];
   char act[BM];
   float vdesc;
   xte_attn_score sp = score_for(a, b, h, &vdesc);
+  const int plain = !sp.softcap && !sp.alibi;
 
   seq(a, 0, b, &qt0, &lq);
   seq(a, 1, b, &kt0, &lkv);
   off = lkv - lq;
   nr = min64(BM, lq - i0);
-  load_rows(c, &a->q, b, qt0 + i0, h, nr, dq, Qf, dq);
-  row_ranges(a, i0, nr, lq, lkv, lo, hi, &jlo, &jhi);
-  for (r = 0; r < nr; r++) {
+  for (r = 0; r < BM; r++) {
+    if (r < nr) {
+      load_row(c, &a->q, a->dtype, eoff(&a->q, b, qt0 + i0 + r, h), dq, T);
+      for (k = 0; k < dq; k++) Qt[k * BM + r] = T[k];
+    } else {
+      for (k = 0; k < dq; k++) Qt[k * BM + r] = 0.0f;
+    }
     m[r] = xte_attn_neg_inf();
     l[r] = 0.0f;
   }
+  row_ranges(a, i0, nr, lq, lkv, lo, hi, &jlo, &jhi);
   memset(Oa, 0, sizeof(float) * (size_t)(BM * dvp));
   for (j0 = jlo < jhi ? jlo / BN * BN : 0; j0 < jhi; j0 += BN) {
     const int64_t nb = min64(BN, lkv - j0);
-    int64_t ra, rb;
+    int64_t ra, rb, c0, c1, j;
+    const float *Kp, *Vp;
+    int64_t krs, vld;
     if (!active_rows(lo, hi, nr, j0, nb, act, &ra, &rb)) continue;
-    pack_kv(c, &a->k, b, kt0, hk, j0, nb, dq, Kt, NULL, 0, T);
-    pack_kv(c, &a->v, b, kt0, hk, j0, nb, dv, NULL, Vf, dvp, NULL);
-    K->gemm(rb - ra, BN, dq, Qf + ra * dq, dq, 1, Kt, BN, S + ra * BN, BN, 0);
-    for (r = ra; r < rb; r++) {
-      float mb = xte_attn_neg_inf();
-      int64_t j;
-      if (!act[r]) continue;
-      row_logits(&sp, S + r * BN, i0 + r, off, j0, nb, lo[r], hi[r], T);
-      for (j = 0; j < BN; j++) mb = xte_fmaxf(mb, T[j]);
-      al[r] = xte_attn_new_max(&m[r], mb);
-      K->exp_sub(T, m[r], BN, P + r * BN);
-      l[r] = xte_fmaf(l[r], al[r], xte_attn_sum64(P + r * BN));
+    c0 = ra / 16 * 16;
+    c1 = min64(BM, (rb + 15) / 16 * 16);
+    if (kdirect) {
+      Kp = (const float *)a->k.data + eoff(&a->k, b, kt0 + j0, hk);
+      krs = a->k.ts;
+    } else {
+      load_rows(c, &a->k, b, kt0 + j0, hk, nb, dq, Kn, dq);
+      Kp = Kn;
+      krs = dq;
     }
-    /* the block's P V from +0, then o = fmaf(o, alpha, pv) */
-    for (r = ra; next_run(act, rb, &r, &e); r = e)
-      K->gemm(e - r, dvp, nb, P + r * BN, BN, 1, Vf, dvp, PV + r * dvp, dvp, 0);
-    for (r = ra; r < rb; r++) {
-      float *o = Oa + r * dvp;
-      const float *pv = PV + r * dvp, alpha = al[r];
-      if (!act[r]) continue;
-      K->rescale(o, alpha, pv, dvp);
+    if (vdirect) {
+      Vp = (const float *)a->v.data + eoff(&a->v, b, kt0 + j0, hk);
+      vld = a->v.ts;
+    } else {
+      load_rows(c, &a->v, b, kt0 + j0, hk, nb, dv, Vf, dvp);
+      Vp = Vf;
+      vld = dvp;
     }
+    K->gemm(nb, c1 - c0, dq, Kp, krs, 1, Qt + c0, BM, St + c0, BM, 0);
+    for (r = c0; r < c1; r++) {
+      ms[r] = m[r];
+      ls[r] = l[r];
+      ja[r] = r < rb && act[r] ? (int32_t)(max64(lo[r], j0) - j0) : 0;
+      je[r] = r < rb && act[r] ? (int32_t)(min64(hi[r], j0 + nb) - j0) : 0;
+    }
+    if (!plain) /* the logits in place (slots past nb too) */
+      for (j = 0; j < BN; j++)
+        for (r = c0; r < c1; r++) {
+          float *x = St + j * BM + r;
+          *x = j >= ja[r] && j < je[r] ? xte_attn_logit(*x, &sp, i0 + r + off - (j0 + j))
+                                       : xte_attn_neg_inf();
+        }
+    K->fwd_softmax_t(St + c0, BM, c1 - c0, plain, sp.scale, ja + c0, je + c0, m + c0, l + c0,
+                     al + c0, Pt + c0);
+    for (r = c0; r < c1; r++)
+      if (r < ra || r >= rb || !act[r]) {
+        m[r] = ms[r];
+        l[r] = ls[r];
+      }
+    /* the block's P V from +0 (rows that do not see the block: computed, never used) */
+    K->gemm(rb - ra, dvp, nb, Pt + ra, 1, BM, Vp, vld, PV + ra * dvp, dvp, 0);
+    for (r = ra; r < rb; r++)
+      if (act[r]) K->rescale(Oa + r * dvp, al[r], PV + r * dvp, dvp);
   }
   for (r = 0; r < nr; r++) {
     float *o = Oa + r * dvp;
@@ -606,6 +649,11 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
   float *T = dVt + BN * dvp;   /* [max(BN, 256)] */
   int64_t lo[BM], hi[BM];
   char act[BM];
+  /* fp32 Q and dO are read in place when their rows are whole vectors (the dK / dV GEMMs read
+   * dqp / dvp columns) */
+  const int qdirect = a->dtype == XTE_DTYPE_FP32 && dq % 16 == 0 && dv % 16 == 0;
+  const float *Qp = Qf, *Gp = Gf;
+  const int64_t qld = qdirect ? a->q.ts : dqp, gld = qdirect ? a->dout.ts : dvp;
 
   seq(a, 0, b, &qt0, &lq);
   seq(a, 1, b, &kt0, &lkv);
@@ -623,15 +671,21 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
       int64_t ra, rb, acc = 0;
       row_ranges(a, i0, nr, lq, lkv, lo, hi, NULL, NULL);
       if (!active_rows(lo, hi, nr, j0, nb, act, &ra, &rb)) continue;
-      load_rows(c, &a->q, b, qt0 + i0 + ra, h, rb - ra, dq, Qf + ra * dqp, dqp);
-      load_rows(c, &a->dout, b, qt0 + i0 + ra, h, rb - ra, dv, Gf + ra * dvp, dvp);
-      K->gemm(rb - ra, BN, dq, Qf + ra * dqp, dqp, 1, Kt, BN, S + ra * BN, BN, 0);
-      K->gemm(rb - ra, BN, dv, Gf + ra * dvp, dvp, 1, Vt, BN, dP + ra * BN, BN, 0);
+      /* Q and dO rows of the tile (row r at Qp + r * qld): fp32 in place, else converted */
+      if (qdirect) {
+        Qp = (const float *)a->q.data + eoff(&a->q, b, qt0 + i0, h);
+        Gp = (const float *)a->dout.data + eoff(&a->dout, b, qt0 + i0, h);
+      } else {
+        load_rows(c, &a->q, b, qt0 + i0 + ra, h, rb - ra, dq, Qf + ra * dqp, dqp);
+        load_rows(c, &a->dout, b, qt0 + i0 + ra, h, rb - ra, dv, Gf + ra * dvp, dvp);
+      }
+      K->gemm(rb - ra, BN, dq, Qp + ra * qld, qld, 1, Kt, BN, S + ra * BN, BN, 0);
+      K->gemm(rb - ra, BN, dv, Gp + ra * gld, gld, 1, Vt, BN, dP + ra * BN, BN, 0);
       bwd_rows(c, &sp, b, h, qt0, i0, ra, rb, act, lo, hi, off, j0, nb, S, dP, P, dS, T, 1);
       /* the tile's part: one chain from +0 over its active rows in order */
       for (r = ra; next_run(act, rb, &r, &e); r = e, acc = 1) {
-        K->gemm(nb, dvp, e - r, P + r * BN, 1, BN, Gf + r * dvp, dvp, dVt, dvp, (int)acc);
-        K->gemm(nb, dqp, e - r, dS + r * BN, 1, BN, Qf + r * dqp, dqp, dKt, dqp, (int)acc);
+        K->gemm(nb, dvp, e - r, P + r * BN, 1, BN, Gp + r * gld, gld, dVt, dvp, (int)acc);
+        K->gemm(nb, dqp, e - r, dS + r * BN, 1, BN, Qp + r * qld, qld, dKt, dqp, (int)acc);
       }
       add_block(dVa, dVt, nb * dvp);
       add_block(dKa, dKt, nb * dqp);
@@ -643,62 +697,126 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
   }
 }
 
-/* Pass B's workspace: Qf [BM][dqp], Gf [BM][dvp], Kt [dq][BN], Kn [BN][dqp], Vt [dv][BN], S,
- * dP, P, dS [BM][BN], dQa, dQt [BM][dqp], T [256]. */
+/* Pass B's workspace: Qt [dq][BM], Gt [dv][BM], Kn [BN][dqp], Vn [BN][dv], St, dPt, Pt, dSt,
+ * Gg [BN][BM], dQa, dQt [BM][dqp], T [max(dqp, dvp)], ls, sums, Lr, Dr [BM]. */
 static size_t bwd_q_ws_floats(const actx *c) {
   const xte_attn_args *a = c->a;
-  return (size_t)(BM * c->dqp + BM * c->dvp + a->dqk * BN + BN * c->dqp + a->dv * BN + 4 * BM * BN +
-                  2 * BM * c->dqp + 256 + 64);
+  return (size_t)(a->dqk * BM + a->dv * BM + BN * c->dqp + BN * a->dv + 5 * BN * BM +
+                  2 * BM * c->dqp + max64(c->dqp, c->dvp) + 4 * BM + 64);
 }
 
-/* Pass B: dQ of a query tile: per active KV block a sum from +0 over its keys, added in order. */
+/* Transposes n rows of tensor X (tokens [tok0, tok0 + n) of (b, head h), d columns) into
+ * dst[k * BM + r]; columns n..BM-1 zero. */
+static void load_rows_t(const actx *c, const xte_attn_tensor *X, int64_t b, int64_t tok0, int64_t h,
+                        int64_t n, int64_t d, float *dst, float *tmp) {
+  int64_t r, k;
+  for (r = 0; r < BM; r++) {
+    if (r < n) {
+      load_row(c, X, c->a->dtype, eoff(X, b, tok0 + r, h), d, tmp);
+      for (k = 0; k < d; k++) dst[k * BM + r] = tmp[k];
+    } else {
+      for (k = 0; k < d; k++) dst[k * BM + r] = 0.0f;
+    }
+  }
+}
+
+/* Pass B: dQ of a query tile: per active KV block a sum from +0 over its keys, added in order.
+ * Transposed like the forward: St = K Q^T, dPt = V dO^T (the key rows broadcast, read in place
+ * for fp32), P and dS down the columns (bwd_p_t), then dQ's part = dS K with dSt as the
+ * broadcast operand and K's rows as they are. */
 static void bwd_q_task(actx *c, float *ws, int64_t task) {
   const xte_attn_args *a = c->a;
   const xte_attn_kernels *K = c->K;
   const int64_t b = c->tb[task], h = c->th[task], i0 = c->ti[task];
-  const int64_t dq = a->dqk, dv = a->dv, dqp = c->dqp, dvp = c->dvp, hk = h / c->G;
-  int64_t qt0, lq, kt0, lkv, nr, off, r, e, j0, jlo, jhi;
-  float *Qf = ws;              /* [BM][dqp] */
-  float *Gf = Qf + BM * dqp;   /* [BM][dvp] */
-  float *Kt = Gf + BM * dvp;   /* [dq][BN] */
-  float *Kn = Kt + dq * BN;    /* [BN][dqp] */
-  float *Vt = Kn + BN * dqp;   /* [dv][BN] */
-  float *S = Vt + dv * BN;     /* [BM][BN] */
-  float *dP = S + BM * BN;     /* [BM][BN] */
-  float *P = dP + BM * BN;     /* [BM][BN] */
-  float *dS = P + BM * BN;     /* [BM][BN] */
-  float *dQa = dS + BM * BN;   /* [BM][dqp] */
-  float *dQt = dQa + BM * dqp; /* [BM][dqp]: the block's part */
-  float *T = dQt + BM * dqp;   /* [max(BN, 256)] */
-  float *ls = T + 256;         /* [BM]: the row sums of P */
+  const int64_t dq = a->dqk, dv = a->dv, dqp = c->dqp, hk = h / c->G;
+  const int fp32 = a->dtype == XTE_DTYPE_FP32;
+  const int kbdirect = fp32 && dq % 16 == 0;
+  int64_t qt0, lq, kt0, lkv, nr, off, r, j0, jlo, jhi;
+  float *Qt = ws;                     /* [dq][BM] */
+  float *Gt = Qt + dq * BM;           /* dO^T [dv][BM] */
+  float *Kn = Gt + dv * BM;           /* [BN][dqp] */
+  float *Vn = Kn + BN * dqp;          /* [BN][dv] */
+  float *St = Vn + BN * dv;           /* [BN][BM] */
+  float *dPt = St + BN * BM;          /* [BN][BM] */
+  float *Pt = dPt + BN * BM;          /* [BN][BM] */
+  float *dSt = Pt + BN * BM;          /* [BN][BM] */
+  float *Gg = dSt + BN * BM;          /* [BN][BM]: dx/ds (softcap) */
+  float *dQa = Gg + BN * BM;          /* [BM][dqp] */
+  float *dQt = dQa + BM * dqp;        /* [BM][dqp]: the block's part */
+  float *T = dQt + BM * dqp;          /* [max(dqp, dvp)] */
+  float *ls = T + max64(dqp, c->dvp); /* [BM]: the row sums of P */
+  float *sums = ls + BM, *Lr = sums + BM, *Dr = Lr + BM;
   int64_t lo[BM], hi[BM];
+  int32_t ja[BM], je[BM];
   char act[BM];
   xte_attn_score sp = score_for(a, b, h, NULL);
+  const int plain = !sp.softcap && !sp.alibi;
 
   seq(a, 0, b, &qt0, &lq);
   seq(a, 1, b, &kt0, &lkv);
   off = lkv - lq;
   nr = min64(BM, lq - i0);
-  load_rows(c, &a->q, b, qt0 + i0, h, nr, dq, Qf, dqp);
-  load_rows(c, &a->dout, b, qt0 + i0, h, nr, dv, Gf, dvp);
+  load_rows_t(c, &a->q, b, qt0 + i0, h, nr, dq, Qt, T);
+  load_rows_t(c, &a->dout, b, qt0 + i0, h, nr, dv, Gt, T);
+  for (r = 0; r < BM; r++) {
+    const int64_t li = r < nr ? loff(a, b, qt0 + i0 + r, h) : 0;
+    Lr[r] = r < nr ? a->lse[li] : 0.0f;
+    Dr[r] = r < nr ? c->Dbuf[li] : 0.0f;
+  }
   row_ranges(a, i0, nr, lq, lkv, lo, hi, &jlo, &jhi);
   memset(dQa, 0, sizeof(float) * (size_t)(BM * dqp));
   memset(ls, 0, sizeof(float) * BM);
   for (j0 = jlo < jhi ? jlo / BN * BN : 0; j0 < jhi; j0 += BN) {
     const int64_t nb = min64(BN, lkv - j0);
-    int64_t ra, rb;
+    int64_t ra, rb, c0, c1, j, krs, vrs, kld;
+    const float *Ka, *Va, *Kb;
     if (!active_rows(lo, hi, nr, j0, nb, act, &ra, &rb)) continue;
-    pack_kv(c, &a->k, b, kt0, hk, j0, nb, dq, Kt, Kn, dqp, NULL);
-    pack_kv(c, &a->v, b, kt0, hk, j0, nb, dv, Vt, NULL, 0, T);
-    K->gemm(rb - ra, BN, dq, Qf + ra * dqp, dqp, 1, Kt, BN, S + ra * BN, BN, 0);
-    K->gemm(rb - ra, BN, dv, Gf + ra * dvp, dvp, 1, Vt, BN, dP + ra * BN, BN, 0);
-    bwd_rows(c, &sp, b, h, qt0, i0, ra, rb, act, lo, hi, off, j0, nb, S, dP, P, dS, T, 0);
-    for (r = ra; r < rb; r++)
-      if (act[r]) ls[r] = xte_attn_add(ls[r], xte_attn_sum64(P + r * BN));
-    for (r = ra; next_run(act, rb, &r, &e); r = e) {
-      K->gemm(e - r, dqp, nb, dS + r * BN, BN, 1, Kn, dqp, dQt + r * dqp, dqp, 0);
-      add_block(dQa + r * dqp, dQt + r * dqp, (e - r) * dqp);
+    c0 = ra / 16 * 16;
+    c1 = min64(BM, (rb + 15) / 16 * 16);
+    if (fp32) {
+      Ka = (const float *)a->k.data + eoff(&a->k, b, kt0 + j0, hk);
+      krs = a->k.ts;
+      Va = (const float *)a->v.data + eoff(&a->v, b, kt0 + j0, hk);
+      vrs = a->v.ts;
+    } else {
+      load_rows(c, &a->k, b, kt0 + j0, hk, nb, dq, Kn, dqp);
+      load_rows(c, &a->v, b, kt0 + j0, hk, nb, dv, Vn, dv);
+      Ka = Kn;
+      krs = dqp;
+      Va = Vn;
+      vrs = dv;
     }
+    if (kbdirect) {
+      Kb = Ka;
+      kld = krs;
+    } else {
+      if (fp32) load_rows(c, &a->k, b, kt0 + j0, hk, nb, dq, Kn, dqp);
+      Kb = Kn;
+      kld = dqp;
+    }
+    K->gemm(nb, c1 - c0, dq, Ka, krs, 1, Qt + c0, BM, St + c0, BM, 0);
+    K->gemm(nb, c1 - c0, dv, Va, vrs, 1, Gt + c0, BM, dPt + c0, BM, 0);
+    for (r = c0; r < c1; r++) {
+      ja[r] = r < rb && act[r] ? (int32_t)(max64(lo[r], j0) - j0) : 0;
+      je[r] = r < rb && act[r] ? (int32_t)(min64(hi[r], j0 + nb) - j0) : 0;
+    }
+    if (!plain) /* dx/ds and the logits in place */
+      for (j = 0; j < BN; j++)
+        for (r = c0; r < c1; r++) {
+          float *x = St + j * BM + r;
+          const float s = j < nb ? *x : 0.0f;
+          Gg[j * BM + r] = xte_attn_dlogit(s, &sp);
+          *x = j >= ja[r] && j < je[r] ? xte_attn_logit(s, &sp, i0 + r + off - (j0 + j))
+                                       : xte_attn_neg_inf();
+        }
+    K->bwd_p_t(St + c0, dPt + c0, sp.softcap ? Gg + c0 : NULL, BM, c1 - c0, plain, sp.scale,
+               ja + c0, je + c0, Lr + c0, NULL, Dr + c0, Pt + c0, dSt + c0, sums + c0);
+    for (r = ra; r < rb; r++)
+      if (act[r]) ls[r] = xte_attn_add(ls[r], sums[r]);
+    /* rows that do not see the block: computed, never added */
+    K->gemm(rb - ra, dqp, nb, dSt + ra, 1, BM, Kb, kld, dQt + ra * dqp, dqp, 0);
+    for (r = ra; r < rb; r++)
+      if (act[r]) add_block(dQa + r * dqp, dQt + r * dqp, dqp);
   }
   for (r = 0; r < nr; r++) {
     float *g = dQa + r * dqp;

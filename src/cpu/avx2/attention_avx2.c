@@ -19,9 +19,16 @@ AI void tile(const int mr, const int nv, int64_t K, const float *A, int64_t a_rs
   for (i = 0; i < mr; i++)
     for (v = 0; v < nv; v++)
       c[i][v] = acc ? _mm256_loadu_ps(C + i * ldc + 8 * v) : _mm256_setzero_ps();
+  /* prefetches (no effect on any value): the next tile's rows of A when they are rows read in
+   * place from a tensor (4 KiB apart, where the hardware prefetchers do not follow) */
+  if (a_ks == 1)
+    for (i = 0; i < mr; i++)
+      for (k = 0; k < K; k += 16) __builtin_prefetch(A + (mr + i) * a_rs + k, 0, 3);
   for (k = 0; k < K; k++) {
     const float *b = B + k * ldb, *a = A + k * a_ks;
     __m256 bv[4];
+    /* B's rows 4 ahead when they are rows of a tensor read in place */
+    if (k + 4 < K) __builtin_prefetch(b + 4 * ldb, 0, 3);
     for (v = 0; v < nv; v++) bv[v] = _mm256_loadu_ps(b + 8 * v);
     for (i = 0; i < mr; i++) {
       __m256 av = _mm256_broadcast_ss(a + i * a_rs);
@@ -124,6 +131,87 @@ static void rescale_avx2(float *o, float alpha, const float *pv, int64_t n) {
   for (; c < n; c++) o[c] = xte_attn_rescale(o[c], alpha, pv[c]);
 }
 
+/* xte_fmaxf lane by lane: a NaN in a gives b, a NaN in b gives a, else a > b ? a : b */
+AI __m256 fmax_8(__m256 a, __m256 b) {
+  __m256 r = _mm256_blendv_ps(b, a, _mm256_cmp_ps(a, b, _CMP_GT_OQ));
+  r = _mm256_blendv_ps(r, a, _mm256_cmp_ps(b, b, _CMP_UNORD_Q));
+  return _mm256_blendv_ps(r, b, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+}
+
+/* the logits of slot j of 8 columns */
+AI __m256 logit_8(const float *S, int64_t j, int scaled, __m256 sc, __m256i av, __m256i ev) {
+  const __m256 s = _mm256_loadu_ps(S);
+  __m256i jv, vis;
+  if (!scaled) return s;
+  jv = _mm256_set1_epi32((int)j);
+  /* a <= j && j < e */
+  vis = _mm256_andnot_si256(_mm256_cmpgt_epi32(av, jv), _mm256_cmpgt_epi32(ev, jv));
+  return _mm256_blendv_ps(_mm256_castsi256_ps(_mm256_set1_epi32((int)0xFF800000u)),
+                          _mm256_mul_ps(s, sc), _mm256_castsi256_ps(vis));
+}
+
+/* the scalar kernel's order, 8 columns (query rows) per vector */
+static void fwd_softmax_t_avx2(const float *S, int64_t ld, int64_t n, int scaled, float scale,
+                               const int32_t *a, const int32_t *e, float *m, float *l, float *alpha,
+                               float *P) {
+  const __m256 sc = _mm256_set1_ps(scale);
+  int64_t r, j;
+  int L;
+  for (r = 0; r < n; r += 8) {
+    const __m256i av = _mm256_loadu_si256((const __m256i *)(a + r)),
+                  ev = _mm256_loadu_si256((const __m256i *)(e + r));
+    __m256 mb = _mm256_castsi256_ps(_mm256_set1_epi32((int)0xFF800000u)), mo, mn, al, v[16];
+    for (j = 0; j < 64; j++) mb = fmax_8(mb, logit_8(S + j * ld + r, j, scaled, sc, av, ev));
+    mo = _mm256_loadu_ps(m + r);
+    mn = fmax_8(mo, mb);
+    al = exp_8(_mm256_sub_ps(mo, mn));
+    _mm256_storeu_ps(m + r, mn);
+    _mm256_storeu_ps(alpha + r, al);
+    for (j = 0; j < 64; j++) {
+      const __m256 p = exp_8(_mm256_sub_ps(logit_8(S + j * ld + r, j, scaled, sc, av, ev), mn));
+      _mm256_storeu_ps(P + j * ld + r, p);
+      v[j & 15] = j < 16 ? p : _mm256_add_ps(v[j & 15], p);
+    }
+    for (L = 0; L < 8; L++) v[L] = _mm256_add_ps(v[L], v[L + 8]);
+    for (L = 0; L < 4; L++) v[L] = _mm256_add_ps(v[L], v[L + 4]);
+    for (L = 0; L < 2; L++) v[L] = _mm256_add_ps(v[L], v[L + 2]);
+    _mm256_storeu_ps(l + r, _mm256_fmadd_ps(_mm256_loadu_ps(l + r), al, _mm256_add_ps(v[0], v[1])));
+  }
+}
+
+/* the scalar kernel's order, 8 columns (query rows) per vector */
+static void bwd_p_t_avx2(const float *S, const float *dP, const float *G, int64_t ld, int64_t n,
+                         int scaled, float scale, const int32_t *a, const int32_t *e,
+                         const float *L, const float *C, const float *D, float *P, float *dS,
+                         float *sum) {
+  const __m256 sc = _mm256_set1_ps(scale);
+  int64_t r, j;
+  int q;
+  for (r = 0; r < n; r += 8) {
+    const __m256i av = _mm256_loadu_si256((const __m256i *)(a + r)),
+                  ev = _mm256_loadu_si256((const __m256i *)(e + r));
+    const __m256 Lv = _mm256_loadu_ps(L + r), Dv = _mm256_loadu_ps(D + r);
+    const __m256 Cv = C ? _mm256_loadu_ps(C + r) : _mm256_setzero_ps();
+    __m256 v[16];
+    for (j = 0; j < 64; j++) {
+      const __m256 x = logit_8(S + j * ld + r, j, scaled, sc, av, ev);
+      const __m256 u = exp_8(_mm256_sub_ps(_mm256_sub_ps(x, Lv), Cv));
+      const __m256 g = G ? _mm256_loadu_ps(G + j * ld + r) : sc;
+      _mm256_storeu_ps(P + j * ld + r, u);
+      _mm256_storeu_ps(
+          dS + j * ld + r,
+          _mm256_mul_ps(_mm256_mul_ps(u, _mm256_sub_ps(_mm256_loadu_ps(dP + j * ld + r), Dv)), g));
+      v[j & 15] = j < 16 ? u : _mm256_add_ps(v[j & 15], u);
+    }
+    if (sum) {
+      for (q = 0; q < 8; q++) v[q] = _mm256_add_ps(v[q], v[q + 8]);
+      for (q = 0; q < 4; q++) v[q] = _mm256_add_ps(v[q], v[q + 4]);
+      for (q = 0; q < 2; q++) v[q] = _mm256_add_ps(v[q], v[q + 2]);
+      _mm256_storeu_ps(sum + r, _mm256_add_ps(v[0], v[1]));
+    }
+  }
+}
+
 /* every element through the lanes, the tail too (tests) */
 static void exp_n_avx2(const float *x, float *y, int64_t n) {
   int64_t j;
@@ -136,5 +224,6 @@ static void exp_n_avx2(const float *x, float *y, int64_t n) {
   }
 }
 
-const xte_attn_kernels xte_attn_kernels_avx2 = {XTE_CPU_ISA_AVX2, gemm_avx2, exp_sub_avx2,
-                                                rescale_avx2, exp_n_avx2};
+const xte_attn_kernels xte_attn_kernels_avx2 = {XTE_CPU_ISA_AVX2, gemm_avx2,          exp_sub_avx2,
+                                                rescale_avx2,     fwd_softmax_t_avx2, bwd_p_t_avx2,
+                                                exp_n_avx2};

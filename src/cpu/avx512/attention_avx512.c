@@ -30,9 +30,17 @@ AI void tile(const int mr, const int nv, int64_t K, const float *A, int64_t a_rs
   for (i = 0; i < mr; i++)
     for (v = 0; v < nv; v++)
       c[i][v] = acc ? _mm512_loadu_ps(C + i * ldc + 16 * v) : _mm512_setzero_ps();
+  /* prefetches (no effect on any value): the next tile's rows of A when they are rows read in
+   * place from a tensor (4 KiB apart, where the hardware prefetchers do not follow) */
+  if (a_ks == 1)
+    for (i = 0; i < mr; i++)
+      for (k = 0; k < K; k += 16) __builtin_prefetch(A + (mr + i) * a_rs + k, 0, 3);
   for (k = 0; k < K; k++) {
     const float *b = B + k * ldb, *a = A + k * a_ks;
     __m512 bv[4];
+    /* B's rows 4 ahead when they are rows of a tensor read in place */
+    if (ldb > 256 && k + 4 < K)
+      for (v = 0; v < nv; v++) __builtin_prefetch(b + 4 * ldb + 16 * v, 0, 3);
     for (v = 0; v < nv; v++) bv[v] = _mm512_loadu_ps(b + 16 * v);
     for (i = 0; i < mr; i++) {
       __m512 av = _mm512_set1_ps(a[i * a_rs]);
@@ -146,6 +154,85 @@ static void rescale_avx512(float *o, float alpha, const float *pv, int64_t n) {
   for (; c < n; c++) o[c] = xte_attn_rescale(o[c], alpha, pv[c]);
 }
 
+/* xte_fmaxf lane by lane: a NaN in a gives b, a NaN in b gives a, else a > b ? a : b */
+AI __m512 fmax_16(__m512 a, __m512 b) {
+  __m512 r = _mm512_mask_mov_ps(b, _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), a);
+  r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q), a);
+  return _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), b);
+}
+
+/* the logits of slot j of 16 columns */
+AI __m512 logit_16(const float *S, int64_t j, int scaled, __m512 sc, __m512i av, __m512i ev) {
+  const __m512 s = _mm512_loadu_ps(S);
+  __m512i jv;
+  __mmask16 vis;
+  if (!scaled) return s;
+  jv = _mm512_set1_epi32((int)j);
+  vis = _mm512_cmpge_epi32_mask(jv, av) & _mm512_cmplt_epi32_mask(jv, ev);
+  return _mm512_mask_mov_ps(_mm512_castsi512_ps(_mm512_set1_epi32((int)0xFF800000u)), vis,
+                            _mm512_mul_ps(s, sc));
+}
+
+/* the scalar kernel's order, 16 columns (query rows) per vector */
+static void fwd_softmax_t_avx512(const float *S, int64_t ld, int64_t n, int scaled, float scale,
+                                 const int32_t *a, const int32_t *e, float *m, float *l,
+                                 float *alpha, float *P) {
+  const __m512 sc = _mm512_set1_ps(scale);
+  int64_t r, j;
+  int L;
+  for (r = 0; r < n; r += 16) {
+    const __m512i av = _mm512_loadu_si512(a + r), ev = _mm512_loadu_si512(e + r);
+    __m512 mb = _mm512_castsi512_ps(_mm512_set1_epi32((int)0xFF800000u)), mo, mn, al, v[16];
+    for (j = 0; j < 64; j++) mb = fmax_16(mb, logit_16(S + j * ld + r, j, scaled, sc, av, ev));
+    mo = _mm512_loadu_ps(m + r);
+    mn = fmax_16(mo, mb);
+    al = exp_16(_mm512_sub_ps(mo, mn));
+    _mm512_storeu_ps(m + r, mn);
+    _mm512_storeu_ps(alpha + r, al);
+    for (j = 0; j < 64; j++) {
+      const __m512 p = exp_16(_mm512_sub_ps(logit_16(S + j * ld + r, j, scaled, sc, av, ev), mn));
+      _mm512_storeu_ps(P + j * ld + r, p);
+      v[j & 15] = j < 16 ? p : _mm512_add_ps(v[j & 15], p);
+    }
+    for (L = 0; L < 8; L++) v[L] = _mm512_add_ps(v[L], v[L + 8]);
+    for (L = 0; L < 4; L++) v[L] = _mm512_add_ps(v[L], v[L + 4]);
+    for (L = 0; L < 2; L++) v[L] = _mm512_add_ps(v[L], v[L + 2]);
+    _mm512_storeu_ps(l + r, _mm512_fmadd_ps(_mm512_loadu_ps(l + r), al, _mm512_add_ps(v[0], v[1])));
+  }
+}
+
+/* the scalar kernel's order, 16 columns (query rows) per vector */
+static void bwd_p_t_avx512(const float *S, const float *dP, const float *G, int64_t ld, int64_t n,
+                           int scaled, float scale, const int32_t *a, const int32_t *e,
+                           const float *L, const float *C, const float *D, float *P, float *dS,
+                           float *sum) {
+  const __m512 sc = _mm512_set1_ps(scale);
+  int64_t r, j;
+  int q;
+  for (r = 0; r < n; r += 16) {
+    const __m512i av = _mm512_loadu_si512(a + r), ev = _mm512_loadu_si512(e + r);
+    const __m512 Lv = _mm512_loadu_ps(L + r), Dv = _mm512_loadu_ps(D + r);
+    const __m512 Cv = C ? _mm512_loadu_ps(C + r) : _mm512_setzero_ps();
+    __m512 v[16];
+    for (j = 0; j < 64; j++) {
+      const __m512 x = logit_16(S + j * ld + r, j, scaled, sc, av, ev);
+      const __m512 u = exp_16(_mm512_sub_ps(_mm512_sub_ps(x, Lv), Cv));
+      const __m512 g = G ? _mm512_loadu_ps(G + j * ld + r) : sc;
+      _mm512_storeu_ps(P + j * ld + r, u);
+      _mm512_storeu_ps(
+          dS + j * ld + r,
+          _mm512_mul_ps(_mm512_mul_ps(u, _mm512_sub_ps(_mm512_loadu_ps(dP + j * ld + r), Dv)), g));
+      v[j & 15] = j < 16 ? u : _mm512_add_ps(v[j & 15], u);
+    }
+    if (sum) {
+      for (q = 0; q < 8; q++) v[q] = _mm512_add_ps(v[q], v[q + 8]);
+      for (q = 0; q < 4; q++) v[q] = _mm512_add_ps(v[q], v[q + 4]);
+      for (q = 0; q < 2; q++) v[q] = _mm512_add_ps(v[q], v[q + 2]);
+      _mm512_storeu_ps(sum + r, _mm512_add_ps(v[0], v[1]));
+    }
+  }
+}
+
 /* every element through the lanes, the tail too (tests) */
 static void exp_n_avx512(const float *x, float *y, int64_t n) {
   int64_t j;
@@ -158,5 +245,6 @@ static void exp_n_avx512(const float *x, float *y, int64_t n) {
   }
 }
 
-const xte_attn_kernels XTE_ATTN_AVX512_TABLE = {XTE_ATTN_AVX512_ISA, gemm_avx512, exp_sub_avx512,
-                                                rescale_avx512, exp_n_avx512};
+const xte_attn_kernels XTE_ATTN_AVX512_TABLE = {
+    XTE_ATTN_AVX512_ISA,  gemm_avx512,    exp_sub_avx512, rescale_avx512,
+    fwd_softmax_t_avx512, bwd_p_t_avx512, exp_n_avx512};

@@ -38,5 +38,43 @@ static void exp_n_scalar(const float *x, float *y, int64_t n) {
   for (j = 0; j < n; j++) y[j] = xte_expf(x[j]);
 }
 
-const xte_attn_kernels xte_attn_kernels_scalar = {XTE_CPU_ISA_SCALAR, gemm_scalar, exp_sub_scalar,
-                                                  rescale_scalar, exp_n_scalar};
+static void fwd_softmax_t_scalar(const float *S, int64_t ld, int64_t n, int scaled, float scale,
+                                 const int32_t *a, const int32_t *e, float *m, float *l,
+                                 float *alpha, float *P) {
+  int64_t r, j;
+  float x[64], p[64];
+  for (r = 0; r < n; r++) {
+    float mb = xte_attn_neg_inf();
+    for (j = 0; j < 64; j++) {
+      const float s = S[j * ld + r];
+      x[j] = !scaled ? s : (j >= a[r] && j < e[r]) ? s * scale : xte_attn_neg_inf();
+      mb = xte_fmaxf(mb, x[j]);
+    }
+    alpha[r] = xte_attn_new_max(&m[r], mb);
+    for (j = 0; j < 64; j++) p[j] = xte_attn_exp(x[j], m[r]);
+    l[r] = xte_fmaf(l[r], alpha[r], xte_attn_sum64(p));
+    for (j = 0; j < 64; j++) P[j * ld + r] = p[j];
+  }
+}
+
+static void bwd_p_t_scalar(const float *S, const float *dP, const float *G, int64_t ld, int64_t n,
+                           int scaled, float scale, const int32_t *a, const int32_t *e,
+                           const float *L, const float *C, const float *D, float *P, float *dS,
+                           float *sum) {
+  int64_t r, j;
+  float p[64];
+  for (r = 0; r < n; r++) {
+    for (j = 0; j < 64; j++) {
+      const float s = S[j * ld + r];
+      const float x = !scaled ? s : (j >= a[r] && j < e[r]) ? s * scale : xte_attn_neg_inf();
+      p[j] = xte_attn_exp(x - L[r], C ? C[r] : 0.0f);
+      P[j * ld + r] = p[j];
+      dS[j * ld + r] = xte_attn_ds(p[j], dP[j * ld + r], D[r], G ? G[j * ld + r] : scale);
+    }
+    if (sum) sum[r] = xte_attn_sum64(p);
+  }
+}
+
+const xte_attn_kernels xte_attn_kernels_scalar = {
+    XTE_CPU_ISA_SCALAR,   gemm_scalar,    exp_sub_scalar, rescale_scalar,
+    fwd_softmax_t_scalar, bwd_p_t_scalar, exp_n_scalar};
