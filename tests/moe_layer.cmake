@@ -1,11 +1,18 @@
-# `xte moe` (tools/cmd_moe.c), included by tests/CMakeLists.txt: one small MoE layer forward +
-# backward through the library (router, permute, quantize, grouped / k-grouped GEMMs, SwiGLU,
-# unpermute, shared expert, router backward) checked against its fp64 execution. The command
+# `xte moe` (tools/cmd_moe.c + tools/moe/), included by tests/CMakeLists.txt: one small MoE layer
+# forward + backward through the library (router, permute, quantize, grouped / k-grouped GEMMs,
+# SwiGLU, unpermute, shared expert, router backward) checked against its fp64 execution. The command
 # exits 1 when a relative error or DeepGEMM's diff is outside its bounds, 0 with "numerics: PASS".
 #  moe_layer_small       hidden 256, FFN 128, 8 experts, top-2, 64 tokens, every token checked
 #  moe_layer_small_json  the same with --json, another recipe and the scalar kernels
 #  moe_layer_fwd_only    --forward-only (no columnwise copies, no padding), MTFP8
-# Each takes well under a second.
+#  moe_layer_weights_checksum, _scalar1
+#                        --checksum: the FNV-1a hash of the FP8 weights and their scales (4 experts,
+#                        hidden 4096, FFN 1024: the gate/up matrices are generated and quantized
+#                        in two strips) equals the one the single-pass, one-thread generation of
+#                        the original cmd_moe.c gave; on the default ISA and threads, and on the
+#                        scalar kernels with one thread, no fp64 check (the data may not depend
+#                        on either)
+# Each takes about a second (the checksum ones: a few).
 if(TARGET xte_cli)
   set(XTE_MOE_SMALL --hidden 256 --ffn 128 --experts 8 --topk 2 --tokens 64 --check-tokens 64
                     --quiet)
@@ -25,6 +32,19 @@ if(TARGET xte_cli)
   set_tests_properties(moe_layer_fwd_only PROPERTIES
     LABELS "moe" TIMEOUT 300
     PASS_REGULAR_EXPRESSION "numerics: PASS"
+    FAIL_REGULAR_EXPRESSION "FAIL|NON-FINITE")
+  set(XTE_MOE_SUM --hidden 4096 --ffn 1024 --experts 4 --topk 2 --tokens 32 --shared 0
+                  --forward-only --checksum --quiet)
+  add_test(NAME moe_layer_weights_checksum COMMAND xte_cli moe ${XTE_MOE_SUM} --check-tokens 8)
+  set_tests_properties(moe_layer_weights_checksum PROPERTIES
+    LABELS "moe" TIMEOUT 300
+    PASS_REGULAR_EXPRESSION "FP8 weights \\+ scales ee814c837b0882e0;.*numerics: PASS"
+    FAIL_REGULAR_EXPRESSION "FAIL|NON-FINITE")
+  add_test(NAME moe_layer_weights_checksum_scalar1
+           COMMAND xte_cli moe ${XTE_MOE_SUM} --check-tokens 0 --isa scalar --threads 1)
+  set_tests_properties(moe_layer_weights_checksum_scalar1 PROPERTIES
+    LABELS "moe" TIMEOUT 300
+    PASS_REGULAR_EXPRESSION "FP8 weights \\+ scales ee814c837b0882e0;"
     FAIL_REGULAR_EXPRESSION "FAIL|NON-FINITE")
 endif()
 

@@ -36,7 +36,7 @@
  * each rank the weights of the experts one past its own. (tests/moe_layer.cmake) */
 #define _GNU_SOURCE /* clock_gettime, posix_memalign */
 #include "moe_ep.h"
-#include "moe_synth.h"
+#include "moe/synth.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -110,18 +110,6 @@ static void free_all(void) {
   while (g_nbufs > 0) free(g_bufs[--g_nbufs]);
 }
 
-static void fill_f32(float *p, size_t n, uint64_t seed, uint64_t stream, float a) {
-  uint64_t key = moe_stream_key(seed, stream);
-  size_t i;
-  for (i = 0; i < n; i++) p[i] = moe_synth(key, i, a);
-}
-
-static void fill_bf16(uint16_t *p, size_t n, uint64_t seed, uint64_t stream, float a) {
-  uint64_t key = moe_stream_key(seed, stream);
-  size_t i;
-  for (i = 0; i < n; i++) p[i] = moe_f32_to_bf16(moe_synth(key, i, a));
-}
-
 static xte_tensor T2(void *p, xte_dtype dt, int64_t r, int64_t c) {
   return xte_tensor_2d(p, dt, r, c);
 }
@@ -134,7 +122,7 @@ static const char *recipe_name(int r) {
 
 /* ================================================================== the experts' FFN
  * G experts on expert-major rows (expert g's m[g] rows, padded to kpad[g], a multiple of 128),
- * the calls and modes of cmd_moe.c's run_layer: the EP run (the local experts) and the
+ * the calls and modes of tools/moe/layer.c's run_layer: the EP run (the local experts) and the
  * one-process run (all experts) both go through here. */
 
 #define ALIGN 128
@@ -153,7 +141,7 @@ static int col_transposed(xte_recipe r) {
   return r != XTE_RECIPE_MTFP8 && r != XTE_RECIPE_MX_TE && r != XTE_RECIPE_MX_OCP;
 }
 
-/* As cmd_moe.c's qalloc: e4m3, COMPACT fp32 scales; row / col: which copies. */
+/* As tools/moe/layer.c's qalloc: e4m3, COMPACT fp32 scales; row / col: which copies. */
 static void qalloc(xte_qtensor *q, int64_t M, int64_t K, xte_scaling_mode mode, xte_recipe recipe,
                    int row, int col) {
   int64_t sr = 0, sc = 0;
@@ -183,26 +171,16 @@ static void qalloc(xte_qtensor *q, int64_t M, int64_t K, xte_scaling_mode mode, 
   }
 }
 
-static float w_scale(int64_t fan_in) {
-  return (float)sqrt(3.0 / (double)fan_in);
-}
-
 /* One weight stack [G, N, K] in 128x128 blocks, expert g from the stream of global expert
- * (e0 + g) mod E, as cmd_moe.c's quantize_experts. */
+ * (e0 + g) mod E, as tools/moe/layer.c's generate_weights
+ * (moe_weight_expert, tools/moe/synth.c: the same bytes). */
 static void quantize_experts(ffn *f, xte_qtensor *W, int64_t N, int64_t K, int64_t e0, int64_t E,
                              int down, uint64_t seed, xte_stream st) {
-  int64_t g, sr = N / 128, sc = K / 128;
-  for (g = 0; g < f->G; g++) {
-    xte_qtensor s = *W;
-    xte_tensor in = T2(f->stage, XTE_DTYPE_FP32, N, K);
-    int64_t e = (e0 + g) % E;
-    fill_f32(f->stage, (size_t)(N * K), seed, (uint64_t)(S_EXPERT0 + 2 * e + down), w_scale(K));
-    s.rowwise = T2((uint8_t *)W->rowwise.data + g * N * K, XTE_DTYPE_E4M3, N, K);
-    s.rowwise_scale_inv.data = (float *)W->rowwise_scale_inv.data + g * sr * sc;
-    s.rowwise_scale_inv.rows = sr;
-    s.rowwise_scale_inv.cols = sc;
-    OK("quantizing the expert weights", xte_quantize(&in, &s, NULL, st));
-  }
+  int64_t g;
+  for (g = 0; g < f->G; g++)
+    OK("quantizing the expert weights",
+       moe_weight_expert(W, g, N, K, f->stage, seed,
+                         (uint64_t)(S_EXPERT0 + 2 * ((e0 + g) % E) + down), st));
 }
 
 static void ffn_weights(ffn *f, int64_t G, int64_t H, int64_t F, xte_recipe recipe, int bwd,
@@ -215,7 +193,10 @@ static void ffn_weights(ffn *f, int64_t G, int64_t H, int64_t F, xte_recipe reci
   f->bwd = bwd;
   f->m = (int64_t *)zalloc((size_t)G * 8);
   f->kpad = (int64_t *)zalloc((size_t)G * 8);
-  f->stage = (float *)zalloc((size_t)(2 * F * H) * 4);
+  {
+    size_t a = moe_weight_stage_floats(2 * F, H), b = moe_weight_stage_floats(H, F);
+    f->stage = (float *)zalloc((a > b ? a : b) * 4);
+  }
   qalloc(&f->Wgu, G * 2 * F, H, XTE_SCALING_BLOCK_128x128, recipe, 1, 0);
   qalloc(&f->Wd, G * H, F, XTE_SCALING_BLOCK_128x128, recipe, 1, 0);
   quantize_experts(f, &f->Wgu, 2 * F, H, e0, E, 0, seed, st);
@@ -762,10 +743,10 @@ int xte_moe_ep_main(const xte_moe_ep_opts *o) {
   P.dy = (uint16_t *)zalloc((size_t)(P.T * P.H) * 2);
   P.logits = (float *)zalloc((size_t)(P.T * P.E) * 4);
   P.bias = (float *)zalloc((size_t)P.E * 4);
-  fill_bf16(P.x, (size_t)(P.T * P.H), P.seed, S_X, 1.0f);
-  fill_bf16(P.dy, (size_t)(P.T * P.H), P.seed, S_DY, 1.0f);
-  fill_f32(P.logits, (size_t)(P.T * P.E), P.seed, S_LOGITS, 2.0f);
-  fill_f32(P.bias, (size_t)P.E, P.seed, S_BIAS, 0.1f);
+  moe_fill_bf16(P.x, (size_t)(P.T * P.H), P.seed, S_X, 1.0f);
+  moe_fill_bf16(P.dy, (size_t)(P.T * P.H), P.seed, S_DY, 1.0f);
+  moe_fill_f32(P.logits, (size_t)(P.T * P.E), P.seed, S_LOGITS, 2.0f);
+  moe_fill_f32(P.bias, (size_t)P.E, P.seed, S_BIAS, 0.1f);
 
   /* ---------------------------------------------------------------- the EP run */
   memset(&E, 0, sizeof E);

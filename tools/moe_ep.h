@@ -6,7 +6,8 @@
 
 #include <stdint.h>
 
-/* The options `xte moe` parsed (cmd_moe.c checks their ranges; moe_ep.c checks what EP adds). */
+/* The options `xte moe` parsed (tools/moe/opts.c checks their ranges; moe_ep.c checks what EP
+ * adds). */
 typedef struct xte_moe_ep_opts {
   int ep;                                     /* ranks asked for (--ep N) */
   int64_t tokens, experts, hidden, ffn, topk; /* the layer's shape (all tokens, all experts) */
