@@ -259,5 +259,6 @@ void xte_bench_suite_attention(void) {
                  (long long)sizes[si].s, causal ? "causal" : "full");
         xte_bench_register(a->name, NULL, "GFLOP/s", run_naive, a);
         xte_bench_register(x->name, a->name, "GFLOP/s", run_xte, x);
+        xte_bench_uses(a->name, "openblas");
       }
 }

@@ -3,9 +3,13 @@
 #include "bench_common.h"
 
 #include "cpu/xte_spin.h"
+#include "openblas_coretype.h"
 
+#include <cblas.h>
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -230,4 +234,269 @@ const char *xte_bench_register_copy(const char *label, size_t bytes) {
   c->bytes = bytes;
   xte_bench_register(c->name, NULL, "GB/s", run_copy_case, c);
   return c->name;
+}
+
+/* ---------------------------------------------------------------- the machine record */
+
+#define MACHINE_MAX 48
+
+static struct {
+  int n, collected;
+  char key[MACHINE_MAX][40];
+  char *val[MACHINE_MAX];
+} machine;
+
+static void machine_set(const char *key, const char *val) {
+  int i;
+  for (i = 0; i < machine.n; i++)
+    if (strcmp(machine.key[i], key) == 0) break;
+  if (i == machine.n) {
+    if (machine.n == MACHINE_MAX) return;
+    snprintf(machine.key[machine.n++], sizeof machine.key[0], "%s", key);
+  }
+  free(machine.val[i]);
+  machine.val[i] = strdup(val ? val : "");
+  if (!machine.val[i]) abort();
+}
+
+static void machine_setf(const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void machine_setf(const char *key, const char *fmt, ...) {
+  char b[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(b, sizeof b, fmt, ap);
+  va_end(ap);
+  machine_set(key, b);
+}
+
+/* The value of "key : value" of the first CPU in /proc/cpuinfo into out (empty if none). */
+static void cpuinfo_field(const char *key, char *out, size_t size) {
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  char line[8192];
+  size_t n = strlen(key);
+  out[0] = 0;
+  if (!f) return;
+  while (fgets(line, sizeof line, f)) {
+    char *c = strchr(line, ':');
+    size_t k;
+    if (strncmp(line, key, n) != 0 || !c) continue;
+    for (k = n; line + k < c; k++)
+      if (line[k] != ' ' && line[k] != '\t') break;
+    if (line + k != c) continue; /* "model" must not match "model name" */
+    c++;
+    while (*c == ' ') c++;
+    c[strcspn(c, "\n")] = 0;
+    snprintf(out, size, "%s", c);
+    break;
+  }
+  fclose(f);
+}
+
+/* 1 if the CPU's flags (/proc/cpuinfo; else the compiler's cpuid check) have `flag`. */
+static int cpu_has(const char *flags, const char *flag) {
+  size_t n = strlen(flag);
+  const char *p = flags;
+  if (!*flags) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (strcmp(flag, "avx2") == 0) return __builtin_cpu_supports("avx2");
+    if (strcmp(flag, "avx512f") == 0) return __builtin_cpu_supports("avx512f");
+#endif
+    return 0;
+  }
+  while ((p = strstr(p, flag)) != NULL) {
+    if ((p == flags || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0)) return 1;
+    p += n;
+  }
+  return 0;
+}
+
+/* The first line of a small file into out, without the newline ("" if unreadable). */
+static void read_line(const char *path, char *out, size_t size) {
+  FILE *f = fopen(path, "r");
+  out[0] = 0;
+  if (!f) return;
+  if (!fgets(out, (int)size, f)) out[0] = 0;
+  out[strcspn(out, "\n")] = 0;
+  fclose(f);
+}
+
+static size_t mem_available(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  char line[256];
+  unsigned long long kb = 0;
+  if (!f) return 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+  fclose(f);
+  return (size_t)kb * 1024;
+}
+
+static xte_backend_info *binfo(void) {
+  static xte_backend_info info;
+  static int have;
+  if (!have) {
+    memset(&info, 0, sizeof info);
+    if (xte_get_backend_info(&info) != XTE_SUCCESS) memset(&info, 0, sizeof info);
+    have = 1;
+  }
+  return &info;
+}
+
+size_t xte_bench_llc_bytes(void) {
+  const xte_backend_info *i = binfo();
+  if (i->l3_bytes) return i->l3_bytes;
+  if (i->l2_bytes) return i->l2_bytes;
+  return 32 * XTE_BENCH_MiB;
+}
+
+size_t xte_bench_dram_bytes(void) {
+  static size_t once; /* decided once: the record states the size the cases use */
+  size_t b, avail;
+  if (once) return once;
+  b = 4 * xte_bench_llc_bytes();
+  avail = mem_available();
+  if (b < 64 * XTE_BENCH_MiB) b = 64 * XTE_BENCH_MiB;
+  if (avail && b > avail / 8) b = avail / 8;
+  if (b < 4 * XTE_BENCH_MiB) b = 4 * XTE_BENCH_MiB;
+  once = b / XTE_BENCH_MiB * XTE_BENCH_MiB;
+  return once;
+}
+
+static const char *simd_flags(const char *flags, char *out, size_t size) {
+  static const char *const want[] = {"sse4_2",   "avx",         "avx2",        "fma",
+                                     "f16c",     "avx512f",     "avx512bw",    "avx512vl",
+                                     "avx512dq", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+                                     "amx_bf16", "amx_int8",    NULL};
+  size_t k, used = 0;
+  out[0] = 0;
+  for (k = 0; want[k]; k++)
+    if (cpu_has(flags, want[k]) && used + strlen(want[k]) + 2 < size)
+      used += (size_t)snprintf(out + used, size - used, "%s%s", used ? " " : "", want[k]);
+  return out;
+}
+
+static char cpu_flags[8192];
+
+static void machine_collect(void) {
+  const xte_backend_info *bi = binfo();
+  char b[1024], fam[64], mod[64], step[64], ld[256];
+  const char *ct = getenv("OPENBLAS_CORETYPE"), *mark = getenv("XTE_BENCH_OPENBLAS_REEXEC");
+  machine.collected = 1;
+  cpuinfo_field("flags", cpu_flags, sizeof cpu_flags);
+  cpuinfo_field("model name", b, sizeof b);
+  machine_set("cpu_model", *b ? b : bi->cpu_name);
+  cpuinfo_field("cpu family", fam, sizeof fam);
+  cpuinfo_field("model", mod, sizeof mod);
+  cpuinfo_field("stepping", step, sizeof step);
+  machine_setf("cpu_family_model_stepping", "%s/%s/%s", *fam ? fam : "?", *mod ? mod : "?",
+               *step ? step : "?");
+  machine_set("cpu_simd_flags", simd_flags(cpu_flags, b, sizeof b));
+  machine_set("xte_cpu_isa", xte_cpu_isa_name(xte_cpu_get_isa()));
+  machine_set("xte_cpu_isa_best", xte_cpu_isa_name(bi->cpu_isa_best));
+  machine_setf("cores", "%d", bi->cpu_cores);
+  machine_setf("logical_cpus", "%ld", sysconf(_SC_NPROCESSORS_ONLN));
+  machine_setf("xte_cpu_threads", "%d", xte_cpu_get_num_threads());
+  machine_setf("bench_threads", "%d", xte_bench_threads());
+  machine_setf("l1d_bytes", "%zu", bi->l1d_bytes);
+  machine_setf("l2_bytes", "%zu", bi->l2_bytes);
+  machine_setf("l3_bytes", "%zu", bi->l3_bytes);
+  machine_setf("dram_case_bytes", "%zu", xte_bench_dram_bytes());
+  read_line("/sys/kernel/mm/transparent_hugepage/enabled", b, sizeof b);
+  machine_set("transparent_hugepage", *b ? b : "(unknown)");
+  read_line("/proc/loadavg", ld, sizeof ld);
+  machine_set("load_avg_1_5_15", ld);
+  machine_set("openblas_corename", openblas_get_corename());
+  machine_setf("openblas_num_threads", "%d", openblas_get_num_threads());
+  snprintf(b, sizeof b, "%s", openblas_get_config());
+  b[strcspn(b, "\n")] = 0;
+  machine_set("openblas_config", b);
+  if (!ct)
+    machine_set("openblas_coretype", "(not set: OpenBLAS's own choice)");
+  else if (mark)
+    machine_setf("openblas_coretype", "%s (set by xte bench: OpenBLAS had picked %s)", ct, mark);
+  else
+    machine_setf("openblas_coretype", "%s (set by the user)", ct);
+  if (!xte_bench_machine_get("openblas_anchor")) machine_set("openblas_anchor", "trusted");
+}
+
+static void machine_need(void) {
+  if (!machine.collected) machine_collect();
+}
+
+int xte_bench_machine_count(void) {
+  machine_need();
+  return machine.n;
+}
+
+const char *xte_bench_machine_key(int i) {
+  machine_need();
+  return i >= 0 && i < machine.n ? machine.key[i] : NULL;
+}
+
+const char *xte_bench_machine_value(int i) {
+  machine_need();
+  return i >= 0 && i < machine.n ? machine.val[i] : NULL;
+}
+
+const char *xte_bench_machine_get(const char *key) {
+  int i;
+  for (i = 0; i < machine.n; i++)
+    if (strcmp(machine.key[i], key) == 0) return machine.val[i];
+  return NULL;
+}
+
+static void distrust_openblas(const char *why) {
+  machine_setf("openblas_anchor", "REFUSED: %s", why);
+  xte_bench_distrust("openblas", why);
+}
+
+void xte_bench_machine_setup(char **main_argv, FILE *f) {
+  const char *core = openblas_get_corename();
+  const char *ct = getenv("OPENBLAS_CORETYPE"), *mark = getenv("XTE_BENCH_OPENBLAS_REEXEC");
+  int avx2, avx512f, bf16, nt = xte_bench_threads(), i;
+  char why[512];
+  cpuinfo_field("flags", cpu_flags, sizeof cpu_flags);
+  avx2 = cpu_has(cpu_flags, "avx2");
+  avx512f = cpu_has(cpu_flags, "avx512f");
+  bf16 = cpu_has(cpu_flags, "avx512_bf16");
+  if (main_argv && !ct && !mark) {
+    const char *want = xte_bench_openblas_coretype_for(core, avx2, avx512f, bf16);
+    if (want) {
+      /* OpenBLAS read its target in its constructor: only a fresh process takes a new one */
+      if (f) {
+        fprintf(f,
+                "xte bench: OpenBLAS picked its generic %s kernels on this %s CPU; running again "
+                "with OPENBLAS_CORETYPE=%s\n",
+                core, avx512f ? "AVX-512" : "AVX2", want);
+        fflush(f);
+      }
+      fflush(stdout);
+      if (setenv("OPENBLAS_CORETYPE", want, 1) == 0 &&
+          setenv("XTE_BENCH_OPENBLAS_REEXEC", core && *core ? core : "?", 1) == 0)
+        execv("/proc/self/exe", main_argv);
+      /* exec failed: carry on, distrusted below */
+      if (f) fprintf(f, "xte bench: re-exec failed: %s\n", strerror(errno));
+      unsetenv("OPENBLAS_CORETYPE");
+      unsetenv("XTE_BENCH_OPENBLAS_REEXEC");
+    }
+  }
+  machine_collect();
+  openblas_set_num_threads(nt);
+  machine_setf("openblas_num_threads", "%d", openblas_get_num_threads());
+  if (xte_bench_openblas_core_is_generic(core) && (avx2 || avx512f)) {
+    snprintf(why, sizeof why,
+             "OpenBLAS runs its generic %s kernels on this %s CPU%s%s%s: set OPENBLAS_CORETYPE to "
+             "a target this OpenBLAS has (Cooperlake, SkylakeX, Haswell)",
+             core, avx512f ? "AVX-512" : "AVX2", ct ? " (OPENBLAS_CORETYPE=" : "", ct ? ct : "",
+             ct ? ")" : "");
+    distrust_openblas(why);
+  } else if (openblas_get_num_threads() != nt) {
+    snprintf(why, sizeof why, "OpenBLAS runs %d threads, xte %d", openblas_get_num_threads(), nt);
+    distrust_openblas(why);
+  }
+  if (!f) return;
+  fprintf(f, "machine:\n");
+  for (i = 0; i < machine.n; i++) fprintf(f, "  %-26s %s\n", machine.key[i], machine.val[i]);
+  fflush(f);
 }

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "xte/xte.h"
 #include "xte_bench.h"
@@ -44,6 +45,38 @@ void xte_bench_parallel_copy(void *dst, const void *src, size_t bytes);
  * (both allocated on first run, kept). Rate: 2 x bytes per iteration (read + write).
  * Returns the case name (static storage) for use as the anchor of other cases. */
 const char *xte_bench_register_copy(const char *label, size_t bytes);
+
+/* ---------------------------------------------------------------- the machine record
+ * Every benchmark states the machine it ran on: CPU model (name, family / model / stepping,
+ * SIMD flags), the ISA xte's kernels use, cores and threads, cache sizes, the transparent huge
+ * page mode, the load average, and each anchor library's own configuration (OpenBLAS's core
+ * name, threads, build config, and where its OPENBLAS_CORETYPE came from). `xte bench` prints it
+ * first and records it in the JSON report's "context" (keys below).
+ *
+ * xte_bench_machine_setup, once, before any case is registered or timed:
+ *  - OpenBLAS: when openblas_get_corename() reports a generic core (no AVX2 kernels: see
+ *    bench/openblas_coretype.h) on a CPU with AVX2 / AVX-512 and OPENBLAS_CORETYPE is not set,
+ *    sets OPENBLAS_CORETYPE (Cooperlake / SkylakeX / Haswell) and re-executes the program
+ *    (main_argv, via /proc/self/exe; once: the marker XTE_BENCH_OPENBLAS_REEXEC holds the core
+ *    OpenBLAS had picked). A user's OPENBLAS_CORETYPE is left alone and recorded. Sets
+ *    OpenBLAS's threads to xte_bench_threads(). When OpenBLAS still runs a generic core on
+ *    such a CPU, or its threads differ from xte's, every ratio to or from a case timing
+ *    OpenBLAS is refused (xte_bench_distrust) and the record says why.
+ *    main_argv NULL: no re-exec (xte bench ep, whose anchor is MPI, not OpenBLAS).
+ *  - prints the record to f (NULL: not printed).
+ * Does not return when it re-executes. */
+void xte_bench_machine_setup(char **main_argv, FILE *f);
+/* The record as key / value pairs (collected on first use): i in [0, count). */
+int xte_bench_machine_count(void);
+const char *xte_bench_machine_key(int i);
+const char *xte_bench_machine_value(int i);
+/* The value of a key, or NULL. */
+const char *xte_bench_machine_get(const char *key);
+/* The last-level cache size in bytes (L3, else L2; 32 MiB when unknown), and the size a
+ * memory-bound case uses to measure DRAM: 4 x that, at least 64 MiB, at most an eighth of the
+ * available memory (MemAvailable), rounded down to a MiB. */
+size_t xte_bench_llc_bytes(void);
+size_t xte_bench_dram_bytes(void);
 
 #ifdef __cplusplus
 }

@@ -7,7 +7,9 @@
  *
  * Anchors: "gemm/dgemm/<M>/<N>x<K>" (OpenBLAS cblas_dgemm, row-major A [M, K] x B [N, K]^T);
  * sgemm and xte cases name it, the grouped case names the single xte GEMM. Rate: GFLOP/s of
- * 2 * M * N * K. Large shapes take seconds per iteration: filter (xte bench gemm/.../128/). */
+ * 2 * M * N * K. Large shapes take seconds per iteration: filter (xte bench gemm/.../128/).
+ * The OpenBLAS cases are marked (xte_bench_uses): with OpenBLAS on a generic core, their ratios
+ * are refused (bench_common.h, the machine record). */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -164,6 +166,8 @@ void xte_bench_suite_gemm(void) {
       xte_bench_register(d->name, NULL, "GFLOP/s", run_gemm, d);
       xte_bench_register(s->name, d->name, "GFLOP/s", run_gemm, s);
       xte_bench_register(x->name, d->name, "GFLOP/s", run_gemm, x);
+      xte_bench_uses(d->name, "openblas");
+      xte_bench_uses(s->name, "openblas");
       if (mi == NM - 1 && si == 0) snprintf(single_2048, sizeof single_2048, "%s", x->name);
     }
   {

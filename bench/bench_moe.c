@@ -6,7 +6,10 @@
  *             [T, 8] + topk_weights [T, 8] written.
  *  permute:   input [T, H] read, output [T k, H] written (+ row map).
  *  unpermute: input [T k, H] read, output [T, H] written (+ probs).
- * Targets (docs/numerics.md section 8): router >= 0.5 of the copy, permute / unpermute >= 0.7. */
+ * Permute / unpermute run at T = 2048 tokens and at "dram": as many tokens as make the bytes
+ * moved 4 x the last-level cache read at run time (xte_bench_dram_bytes()), each beside a copy
+ * of its own bytes.
+ * Targets (docs/performance.md, MoE): router >= 0.5 of the copy, permute / unpermute >= 0.7. */
 #include <stdio.h>
 #include <string.h>
 
@@ -17,17 +20,30 @@
 #define RT 16384
 #define RE 384
 #define RK 8
-#define PT 2048
 #define PH 7168
 #define PE 64
 #define PK 8
 
 static float *r_logits, *r_bias, *r_probs, *r_w;
 static uint8_t *r_map;
-static int32_t *r_idx, *p_rm;
-static int64_t *p_idx;
-static uint16_t *p_x, *p_y, *p_back;
-static float *p_w;
+static int32_t *r_idx;
+
+/* a permute size: T tokens, buffers allocated on first use */
+typedef struct psize {
+  int64_t T;
+  int32_t *rm;
+  int64_t *idx;
+  uint16_t *x, *y, *back;
+  float *w;
+} psize;
+static psize psizes[2] = {{2048, NULL, NULL, NULL, NULL, NULL, NULL},
+                          {0, NULL, NULL, NULL, NULL, NULL, NULL}}; /* [1]: dram, set at run time */
+
+typedef struct pcase {
+  psize *sz;
+  int unperm;
+} pcase;
+static pcase pcases[4];
 
 static void router_alloc(void) {
   if (r_logits) return;
@@ -73,40 +89,49 @@ static void run_router(xte_bench_state *st, void *arg) {
   xte_bench_set_bytes(st, router_bytes());
 }
 
-static void perm_alloc(void) {
-  int t, j;
-  if (p_x) return;
-  p_x = (uint16_t *)xte_bench_alloc(2ull * PT * PH);
-  p_y = (uint16_t *)xte_bench_alloc(2ull * PT * PK * PH);
-  p_back = (uint16_t *)xte_bench_alloc(2ull * PT * PH);
-  p_idx = (int64_t *)xte_bench_alloc(8ull * PT * PK);
-  p_rm = (int32_t *)xte_bench_alloc(4ull * PT * PK);
-  p_w = (float *)xte_bench_alloc(4ull * PT * PK);
-  xte_bench_fill(p_x, XTE_DTYPE_BF16, (size_t)PT * PH, 9);
-  for (t = 0; t < PT; t++)
+static void perm_alloc(psize *p) {
+  const size_t T = (size_t)p->T;
+  size_t t, j;
+  if (p->x) return;
+  p->x = (uint16_t *)xte_bench_alloc(2ull * T * PH);
+  p->y = (uint16_t *)xte_bench_alloc(2ull * T * PK * PH);
+  p->back = (uint16_t *)xte_bench_alloc(2ull * T * PH);
+  p->idx = (int64_t *)xte_bench_alloc(8ull * T * PK);
+  p->rm = (int32_t *)xte_bench_alloc(4ull * T * PK);
+  p->w = (float *)xte_bench_alloc(4ull * T * PK);
+  xte_bench_fill(p->x, XTE_DTYPE_BF16, T * PH, 9);
+  for (t = 0; t < T; t++)
     for (j = 0; j < PK; j++) {
-      p_idx[t * PK + j] = (t * 7 + j * 8) % PE; /* distinct within a token */
-      p_w[t * PK + j] = 0.125f;
+      p->idx[t * PK + j] = (int64_t)((t * 7 + j * 8) % PE); /* distinct within a token */
+      p->w[t * PK + j] = 0.125f;
     }
 }
 
+/* bytes a permute moves (read + written): input [T, H] + output [T k, H], bf16 */
+static double perm_copy_bytes(int64_t T) {
+  return 2.0 * (double)T * PH + 2.0 * (double)T * PK * PH;
+}
+
 static void run_permute(xte_bench_state *st, void *arg) {
+  const pcase *pc = (const pcase *)arg;
+  psize *p = pc->sz;
+  const int64_t PT = p->T;
   xte_tensor x, y, it, rm;
   xte_moe_routing r;
-  int unperm = arg != NULL;
+  int unperm = pc->unperm;
   xte_status rc;
-  perm_alloc();
-  x = xte_tensor_2d(p_x, XTE_DTYPE_BF16, PT, PH);
-  y = xte_tensor_2d(p_y, XTE_DTYPE_BF16, (int64_t)PT * PK, PH);
-  it = xte_tensor_2d(p_idx, XTE_DTYPE_INT64, PT, PK);
-  rm = xte_tensor_2d(p_rm, XTE_DTYPE_INT32, PT, PK);
+  perm_alloc(p);
+  x = xte_tensor_2d(p->x, XTE_DTYPE_BF16, PT, PH);
+  y = xte_tensor_2d(p->y, XTE_DTYPE_BF16, (int64_t)PT * PK, PH);
+  it = xte_tensor_2d(p->idx, XTE_DTYPE_INT64, PT, PK);
+  rm = xte_tensor_2d(p->rm, XTE_DTYPE_INT32, PT, PK);
   r.routing_map = NULL;
   r.topk_idx = &it;
   r.num_experts = PE;
   rc = xte_moe_permute(&x, NULL, &r, NULL, &y, NULL, &rm, NULL, NULL);
   if (rc == XTE_SUCCESS && unperm) {
-    xte_tensor b = xte_tensor_2d(p_back, XTE_DTYPE_BF16, PT, PH);
-    xte_tensor w = xte_tensor_2d(p_w, XTE_DTYPE_FP32, PT, PK);
+    xte_tensor b = xte_tensor_2d(p->back, XTE_DTYPE_BF16, PT, PH);
+    xte_tensor w = xte_tensor_2d(p->w, XTE_DTYPE_FP32, PT, PK);
     rc = xte_moe_unpermute(&y, &r, &rm, &w, &b, NULL);
     while (rc == XTE_SUCCESS && xte_bench_keep_running(st))
       (void)xte_moe_unpermute(&y, &r, &rm, &w, &b, NULL);
@@ -120,18 +145,31 @@ static void run_permute(xte_bench_state *st, void *arg) {
     }
     return;
   }
-  xte_bench_set_bytes(st, 2.0 * PT * PH + 2.0 * PT * PK * PH + 12.0 * PT * PK);
+  xte_bench_set_bytes(st, perm_copy_bytes(PT) + 12.0 * (double)PT * PK);
 }
 
 void xte_bench_suite_moe(void) {
   static int registered;
-  const char *ra, *pa;
+  static char names[4][96];
+  const char *ra, *pa = NULL;
+  int i;
   if (registered) return;
   registered = 1;
+  /* dram: the bytes moved (read + written) 4 x the last-level cache */
+  psizes[1].T = (int64_t)((double)xte_bench_dram_bytes() / perm_copy_bytes(1)) + 1;
   /* anchors: a copy of the same bytes (half read, half written) */
   ra = xte_bench_register_copy("moe/router", (size_t)(router_bytes() / 2));
-  pa = xte_bench_register_copy("moe/permute", (size_t)((2.0 * PT * PH + 2.0 * PT * PK * PH) / 2));
   xte_bench_register("moe/router/kimi-k2/T16384", ra, "GB/s", run_router, NULL);
-  xte_bench_register("moe/permute/bf16/H7168/top8", pa, "GB/s", run_permute, NULL);
-  xte_bench_register("moe/unpermute/bf16/H7168/top8", pa, "GB/s", run_permute, (void *)1);
+  for (i = 0; i < 4; i++) {
+    pcase *c = &pcases[i];
+    const char *tag = i / 2 ? "/dram" : "";
+    c->sz = &psizes[i / 2];
+    c->unperm = i % 2;
+    if (c->unperm == 0)
+      pa = xte_bench_register_copy(i / 2 ? "moe/permute/dram" : "moe/permute",
+                                   (size_t)(perm_copy_bytes(c->sz->T) / 2));
+    snprintf(names[i], sizeof names[i], "moe/%s/bf16/H7168/top8%s",
+             c->unperm ? "unpermute" : "permute", tag);
+    xte_bench_register(names[i], pa, "GB/s", run_permute, c);
+  }
 }

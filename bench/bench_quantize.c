@@ -1,11 +1,15 @@
 /* Quantize suite: xte_quantize with the TransformerEngine block recipe (e4m3, GEMM-ready TE_GEMM
  * scale layout) in 1x128 and 128x128 blocks, bf16 and fp32 input, rowwise only and rowwise plus
- * the transposed columnwise copy, on all of xte's CPU threads; at 64 MiB of input (past the
- * caches: memory bound) and at 1 MiB (cache resident, for tuners; the same data every call, which
- * branch predictors learn: read data-dependent branches off the 64 MiB cases).
+ * the transposed columnwise copy, on all of xte's CPU threads; at "dram" (4 x the last-level
+ * cache read at run time, at least 64 MiB, at most 1/8 of the available memory:
+ * xte_bench_dram_bytes(); the buffers take 4x that), at 64 MiB (past the L2; inside a large L3)
+ * and at 1 MiB (cache resident, for tuners; the same data every call, which branch predictors
+ * learn: read data-dependent branches off the larger cases). The 1 MiB cases also run on ONE
+ * thread ("1MiB/1t", beside a one-thread copy of the same size): the per-core conversion rate in
+ * cache, which sets the pace on machines with much bandwidth per core.
  *
  * Anchor: "quantize/copy/<size>", a streaming copy of the same input buffer into an output
- * buffer of the same size, split over the same number of threads.
+ * buffer of the same size, split over the same number of threads (one for "1t").
  * Rate: GB/s of bytes read + bytes written: quantize = input + fp8 rowwise (+ fp8 columnwise)
  * + scale buffers; copy = 2 x the bytes copied. */
 #include <stdio.h>
@@ -35,22 +39,47 @@ typedef struct qcase {
   int columnwise;
   int64_t M, K;
   int64_t srr, src, scr, scc; /* scale shapes: rowwise [srr, src], columnwise [scr, scc] */
-  int checked;
+  int checked, one_thread;
 } qcase;
 
-#define NSIZES 2
+/* sizes[0].in_bytes is set at registration (xte_bench_dram_bytes()) */
+#define NSIZES 3
 static qsize sizes[NSIZES] = {
+    {"dram", 0, 4096, {NULL, NULL}, NULL, NULL, NULL, NULL, NULL, 0, 0},
     {"64MiB", 64 * XTE_BENCH_MiB, 4096, {NULL, NULL}, NULL, NULL, NULL, NULL, NULL, 0, 0},
     {"1MiB", 1 * XTE_BENCH_MiB, 1024, {NULL, NULL}, NULL, NULL, NULL, NULL, NULL, 0, 0}};
+#define ONE_THREAD_SIZE 2 /* the 1 MiB cases run again on one thread */
 
-#define NCASES (NSIZES * 2 * 2 * 2)
+#define NCASES ((NSIZES + 1) * 2 * 2 * 2)
 static qcase cases[NCASES];
+
+/* A copy anchor: the size's input into a buffer of the same size, on all threads or one. */
+typedef struct qcopy {
+  char name[64];
+  qsize *sz;
+  int one_thread;
+} qcopy;
+static qcopy copies[NSIZES + 1];
 
 static const xte_scale_layout LAYOUT = XTE_SCALE_LAYOUT_TE_GEMM;
 static const xte_recipe RECIPE = XTE_RECIPE_TE_BLOCK;
 
+/* Runs the rest of a case on one thread (xte's pool and the copy's team); returns the pool size
+ * to restore. */
+static int threads_begin(int one_thread) {
+  int n = xte_cpu_get_num_threads();
+  if (one_thread) (void)xte_cpu_set_num_threads(1);
+  return n;
+}
+
+static void threads_end(int one_thread, int n) {
+  if (one_thread) (void)xte_cpu_set_num_threads(n);
+}
+
 static void qsize_alloc(qsize *s) {
   size_t elems = s->in_bytes / 2; /* the most elements: bf16 */
+  const size_t period = 64 * XTE_BENCH_MiB;
+  size_t off;
   if (s->in[0]) return;
   s->in[0] = xte_bench_alloc(s->in_bytes);
   s->in[1] = xte_bench_alloc(s->in_bytes);
@@ -59,14 +88,25 @@ static void qsize_alloc(qsize *s) {
   s->col_q = (uint8_t *)xte_bench_alloc(elems);
   s->row_s = (float *)xte_bench_alloc(s->row_s_bytes);
   s->col_s = (float *)xte_bench_alloc(s->col_s_bytes);
-  xte_bench_fill(s->in[0], XTE_DTYPE_BF16, elems, 42);
-  xte_bench_fill(s->in[1], XTE_DTYPE_FP32, s->in_bytes / 4, 42);
+  /* random data for the first 64 MiB, repeated beyond (quick to make at DRAM sizes) */
+  off = s->in_bytes < period ? s->in_bytes : period;
+  xte_bench_fill(s->in[0], XTE_DTYPE_BF16, off / 2, 42);
+  xte_bench_fill(s->in[1], XTE_DTYPE_FP32, off / 4, 42);
+  for (; off < s->in_bytes; off += period) {
+    size_t m = s->in_bytes - off < period ? s->in_bytes - off : period;
+    memcpy((char *)s->in[0] + off, s->in[0], m);
+    memcpy((char *)s->in[1] + off, s->in[1], m);
+  }
 }
 
 static void run_copy(xte_bench_state *st, void *arg) {
-  qsize *s = (qsize *)arg;
+  qcopy *c = (qcopy *)arg;
+  qsize *s = c->sz;
+  int n;
   qsize_alloc(s);
+  n = threads_begin(c->one_thread);
   while (xte_bench_keep_running(st)) xte_bench_parallel_copy(s->copy_dst, s->in[0], s->in_bytes);
+  threads_end(c->one_thread, n);
   xte_bench_set_bytes(st, 2.0 * (double)s->in_bytes);
 }
 
@@ -78,6 +118,7 @@ static void run_quantize(xte_bench_state *st, void *arg) {
   xte_quant_config cfg = xte_quant_config_default();
   xte_status rc;
   double bytes;
+  int nthreads;
   qsize_alloc(s);
   in = xte_tensor_2d(s->in[c->in_dtype == XTE_DTYPE_BF16 ? 0 : 1], c->in_dtype, c->M, c->K);
   memset(&q, 0, sizeof q);
@@ -109,7 +150,9 @@ static void run_quantize(xte_bench_state *st, void *arg) {
     }
     c->checked = 1;
   }
+  nthreads = threads_begin(c->one_thread);
   while (xte_bench_keep_running(st)) (void)xte_quantize(&in, &q, &cfg, NULL);
+  threads_end(c->one_thread, nthreads);
   bytes = (double)c->M * (double)c->K * (double)xte_dtype_size(c->in_dtype) /* read */
           + (double)c->M * (double)c->K * (c->columnwise ? 2.0 : 1.0)       /* fp8 written */
           + 4.0 * (double)(c->srr * c->src + (c->columnwise ? c->scr * c->scc : 0));
@@ -121,20 +164,26 @@ void xte_bench_suite_quantize(void) {
   static const char *const mode_names[2] = {"1x128", "128x128"};
   static const xte_dtype dtypes[2] = {XTE_DTYPE_BF16, XTE_DTYPE_FP32};
   static int registered;
-  int n = 0, si, mi, di, col;
+  int n = 0, mi, di, col, pass;
   if (registered) return;
   registered = 1;
-  for (si = 0; si < NSIZES; si++) {
-    qsize *s = &sizes[si];
-    char anchor[64];
-    snprintf(anchor, sizeof anchor, "quantize/copy/%s", s->label);
-    xte_bench_register(anchor, NULL, "GB/s", run_copy, s);
+  sizes[0].in_bytes = xte_bench_dram_bytes();
+  for (pass = 0; pass <= NSIZES; pass++) {
+    int one = pass == NSIZES; /* the last pass: the 1 MiB cases on one thread */
+    qsize *s = &sizes[one ? ONE_THREAD_SIZE : pass];
+    qcopy *cp = &copies[pass];
+    const char *tag = one ? "/1t" : "";
+    cp->sz = s;
+    cp->one_thread = one;
+    snprintf(cp->name, sizeof cp->name, "quantize/copy/%s%s", s->label, tag);
+    xte_bench_register(cp->name, NULL, "GB/s", run_copy, cp);
     for (mi = 0; mi < 2; mi++)
       for (di = 0; di < 2; di++)
         for (col = 0; col <= 1; col++) {
           qcase *c = &cases[n++];
           size_t rb, cb;
           c->sz = s;
+          c->one_thread = one;
           c->in_dtype = dtypes[di];
           c->mode = modes[mi];
           c->columnwise = col;
@@ -151,9 +200,9 @@ void xte_bench_suite_quantize(void) {
           cb = (size_t)(c->scr * c->scc) * 4;
           if (rb > s->row_s_bytes) s->row_s_bytes = rb;
           if (cb > s->col_s_bytes) s->col_s_bytes = cb;
-          snprintf(c->name, sizeof c->name, "quantize/%s/%s/%s/%s", mode_names[mi],
-                   xte_dtype_name(c->in_dtype), col ? "row+col" : "row", s->label);
-          xte_bench_register(c->name, anchor, "GB/s", run_quantize, c);
+          snprintf(c->name, sizeof c->name, "quantize/%s/%s/%s/%s%s", mode_names[mi],
+                   xte_dtype_name(c->in_dtype), col ? "row+col" : "row", s->label, tag);
+          xte_bench_register(c->name, cp->name, "GB/s", run_quantize, c);
         }
   }
 }

@@ -9,7 +9,8 @@
  * Times: per iteration the slowest rank's time (ranks start together after a barrier); the
  * median over iterations. Ratio = anchor time / xte time (1.0: as fast as the bare exchange).
  * The share columns split xte's own time (xte_ep_group_stats): packing rows into send buffers,
- * the transport's exchange, and the local permute / unpermute. */
+ * the transport's exchange, and the local permute / unpermute. Rank 0 first prints the machine
+ * record (bench/bench_common.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,8 @@ int xte_bench_ep(int argc, char **argv) {
 #else
 #include <mpi.h>
 #include <time.h>
+
+#include "bench_common.h"
 
 typedef struct epb_opts {
   long tokens, hidden, experts, topk, iters;
@@ -140,6 +143,9 @@ int xte_bench_ep(int argc, char **argv) {
     if (!init) MPI_Finalize();
     return 2;
   }
+  /* the machine record (rank 0's machine), as every benchmark prints it; no OpenBLAS re-exec:
+   * the anchor here is MPI_Alltoallv */
+  if (rank == 0) xte_bench_machine_setup(NULL, stdout);
   T = o.tokens;
   H = o.hidden;
   K = o.topk;

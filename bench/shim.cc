@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.h"
 #include "xte/xte.h"
 #include "xte_bench.h"
 
@@ -27,7 +28,7 @@ struct xte_bench_state {
 namespace {
 
 struct Case {
-  std::string name, anchor, metric;
+  std::string name, anchor, metric, library;
   xte_bench_fn fn;
   void *arg;
   double bytes = 0, flops = 0;  // per iteration, from the last call
@@ -48,6 +49,22 @@ std::vector<Case> &cases() {
 std::map<std::string, Result> &results() {
   static std::map<std::string, Result> r;
   return r;
+}
+
+// Libraries distrusted for this run (xte_bench_distrust), with the reason.
+std::map<std::string, std::string> &distrusted() {
+  static std::map<std::string, std::string> d;
+  return d;
+}
+
+// Why a ratio between cases a and b may not be printed ("" when it may).
+std::string refusal(const Case &a, const Case *b) {
+  for (const Case *c : {&a, b}) {
+    if (!c || c->library.empty()) continue;
+    auto it = distrusted().find(c->library);
+    if (it != distrusted().end()) return c->library + ": " + it->second;
+  }
+  return "";
 }
 
 class Recorder : public benchmark::ConsoleReporter {
@@ -107,6 +124,7 @@ double ratio_of(const Case &c, const Result &rc, const Case &a, const Result &ra
 struct Row {
   std::string name, metric, anchor;
   double rate, anchor_rate, ratio;
+  std::string refused;
 };
 
 std::string json_number(double v) {
@@ -142,7 +160,9 @@ void append_ratios(const char *path, const std::vector<Row> &rows) {
     add += "\"name\": " + json_string(r.name) + ", \"metric\": " + json_string(r.metric) +
            ", \"rate\": " + json_number(r.rate) + ", \"anchor\": " + json_string(r.anchor) +
            ", \"anchor_rate\": " + json_number(r.anchor_rate) +
-           ", \"ratio\": " + json_number(r.ratio) + "}";
+           ", \"ratio\": " + json_number(r.ratio);
+    if (!r.refused.empty()) add += ", \"refused\": " + json_string(r.refused);
+    add += "}";
   }
   add += "\n  ]\n";
   // Drop the whitespace before the closing brace, then close again.
@@ -181,6 +201,15 @@ void xte_bench_fail(xte_bench_state *st, const char *why) {
   st->s->SkipWithError(why ? why : "failed");
 }
 
+void xte_bench_uses(const char *name, const char *library) {
+  for (Case &c : cases())
+    if (name && c.name == name) c.library = library ? library : "";
+}
+
+void xte_bench_distrust(const char *library, const char *why) {
+  if (library) distrusted()[library] = why ? why : "distrusted";
+}
+
 void xte_bench_register(const char *name, const char *anchor, const char *metric, xte_bench_fn fn,
                         void *arg) {
   Case c;
@@ -213,8 +242,10 @@ int xte_bench_run(const char *filter, const char *json_path, double min_time_s, 
     char info[4096];
     if (xte_backend_info_string(info, sizeof info) == XTE_SUCCESS)
       benchmark::AddCustomContext("xte_backend", info);
-    benchmark::AddCustomContext("xte_cpu_isa", xte_cpu_isa_name(xte_cpu_get_isa()));
-    benchmark::AddCustomContext("xte_cpu_threads", std::to_string(xte_cpu_get_num_threads()));
+    // the machine record (bench/bench_common.h): CPU, ISA, threads, caches, huge pages, load,
+    // OpenBLAS's core / threads / config and whether its ratios are trusted
+    for (int i = 0; i < xte_bench_machine_count(); i++)
+      benchmark::AddCustomContext(xte_bench_machine_key(i), xte_bench_machine_value(i));
   }
 
   // The selected cases, and the anchors they are compared with.
@@ -278,14 +309,15 @@ int xte_bench_run(const char *filter, const char *json_path, double min_time_s, 
       std::printf("%-*s FAILED: %s\n", (int)w, c.name.c_str(), r.message.c_str());
       continue;
     }
-    Row row{c.name, c.metric, c.anchor, rate_of(c, r), NAN, NAN};
+    Row row{c.name, c.metric, c.anchor, rate_of(c, r), NAN, NAN, ""};
     const Case *a = c.anchor.empty() ? nullptr : find_case(c.anchor);
     if (a) {
       // The anchor's rate in the metric of this case.
       Case as = *a;
       as.metric = c.metric;
       row.anchor_rate = rate_of(as, results()[a->name]);
-      row.ratio = ratio_of(c, r, as, results()[a->name]);
+      row.refused = refusal(c, a);
+      row.ratio = row.refused.empty() ? ratio_of(c, r, as, results()[a->name]) : NAN;
     }
     rows.push_back(row);
     char rate[32];
@@ -298,10 +330,19 @@ int xte_bench_run(const char *filter, const char *json_path, double min_time_s, 
     } else {
       char arate[32];
       std::snprintf(arate, sizeof arate, "%.2f", row.anchor_rate);
-      std::printf("%-*s %12s  %-*s %12s %8.3f\n", (int)w, c.name.c_str(), rate, (int)w,
-                  c.anchor.c_str(), arate, row.ratio);
+      if (row.refused.empty())
+        std::printf("%-*s %12s  %-*s %12s %8.3f\n", (int)w, c.name.c_str(), rate, (int)w,
+                    c.anchor.c_str(), arate, row.ratio);
+      else
+        std::printf("%-*s %12s  %-*s %12s  refused\n", (int)w, c.name.c_str(), rate, (int)w,
+                    c.anchor.c_str(), arate);
     }
   }
+  bool any_refused = false;
+  for (const Row &row : rows) any_refused = any_refused || !row.refused.empty();
+  for (const auto &d : distrusted())
+    if (any_refused)
+      std::printf("ratios involving %s refused: %s\n", d.first.c_str(), d.second.c_str());
   std::fflush(stdout);
   if (json_path && *json_path) append_ratios(json_path, rows);
   return failed ? 1 : 0;

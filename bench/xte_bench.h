@@ -35,6 +35,13 @@ void xte_bench_fail(xte_bench_state *st, const char *why);
 void xte_bench_register(const char *name, const char *anchor, const char *metric, xte_bench_fn fn,
                         void *arg);
 
+/* Marks the registered case `name` as timing `library` (e.g. "openblas"): when that library is
+ * distrusted, no ratio involving the case (as the case or as the anchor) is printed. */
+void xte_bench_uses(const char *name, const char *library);
+/* Distrusts `library` for this run: ratios involving its cases print "refused" and `why`
+ * instead of a number (JSON: "ratio": null, "refused": why). */
+void xte_bench_distrust(const char *library, const char *why);
+
 /* Runs the registered cases whose name contains filter (NULL: all), Google Benchmark's
  * console output plus, when json_path is not NULL, its JSON report in that file; then prints
  * a table "case, rate, anchor, anchor rate, ratio". rounds (>= 1): the selected cases run that

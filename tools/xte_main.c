@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_common.h"
 #include "suites.h"
 #include "xte/xte.h"
 #include "xte_bench.h"
@@ -29,6 +30,9 @@ static int cmd_info(int argc, char **argv);
 static int cmd_bench(int argc, char **argv);
 int xte_bench_ep(int argc, char **argv); /* bench/ep_bench.c */
 static int cmd_help(int argc, char **argv);
+
+/* main's argv, for `xte bench` to re-execute itself with OPENBLAS_CORETYPE set */
+static char **main_argv;
 
 typedef struct command {
   const char *name;
@@ -93,6 +97,16 @@ static void bench_usage(FILE *f) {
           "                      steadier ratios on a noisy machine\n"
           "  --threads N         threads of xte's CPU pool and of the anchors (default: cores)\n"
           "  --isa ISA           CPU kernels: scalar, avx2, avx512, avx512_simde\n\n"
+          "Every run first prints the machine: CPU model, family/model/stepping, SIMD flags, the\n"
+          "ISA xte uses, cores and threads, L1d/L2/L3 sizes, the transparent huge page mode, the\n"
+          "load, OpenBLAS's core name, threads and config; --json records the same keys in the\n"
+          "report's \"context\". When OpenBLAS picked a generic core (Prescott, Nehalem, ...) on\n"
+          "an AVX2 / AVX-512 CPU and OPENBLAS_CORETYPE is not set, the bench runs itself again\n"
+          "with OPENBLAS_CORETYPE=Cooperlake|SkylakeX|Haswell; a user's OPENBLAS_CORETYPE is\n"
+          "kept. If OpenBLAS still runs a generic core, or not xte's thread count, ratios to it\n"
+          "print \"refused\" with the reason. Memory-bound cases also run at a size past the\n"
+          "last-level cache (\"dram\": 4 x L3, at most 1/8 of the free memory) beside a copy of\n"
+          "the same size.\n\n"
           "suites:");
   for (s = xte_bench_suites; s->name; s++) fprintf(f, " %s", s->name);
   fprintf(f, "\n");
@@ -217,6 +231,8 @@ static int cmd_bench(int argc, char **argv) {
     return 2;
   }
 
+  /* before any case is registered: may re-execute the program (OpenBLAS's kernel target) */
+  xte_bench_machine_setup(main_argv, stdout);
   if (s) {
     s->fn();
   } else {
@@ -229,6 +245,7 @@ static int cmd_bench(int argc, char **argv) {
 
 int main(int argc, char **argv) {
   const command *c;
+  main_argv = argv;
   if (argc < 2) {
     cmd_help(0, NULL);
     return 2;

@@ -1,0 +1,244 @@
+"""xte's attention and exact FP8 GEMM beside the anchors PyTorch users would pick, in one run.
+
+    XTE_LIBRARY=build/libxte.so PYTHONPATH=python python bench/python/bench_torch_anchors.py \
+        [--full] [--threads N] [--reps R] [--only attention|gemm] [--json FILE]
+
+Anchors (the same shapes, the same threads: torch.set_num_threads(N) and xte's pool of N):
+  attention  torch.nn.functional.scaled_dot_product_attention on the CPU (fp32 and bf16,
+             b 1, h 8, d 128, causal and not; forward, and backward alone: torch.autograd.grad
+             on one retained graph) beside xte.attention_fwd / xte.attention_bwd (BSHD, the same
+             values; xte's backward is given the forward's out and lse, as PyTorch's is).
+             FLOPs: 4 s^2 d h forward (half causal), 2.5x that backward, for both.
+  gemm       torch.matmul on fp64 (the dgemm of `xte bench gemm`) and fp32 [M, K] x [K, N]
+             beside xte.gemm (exact mode, e4m3 1x128 activations x 128x128 weights, TE block
+             recipe, TE_GEMM scales, bf16 out), the operands quantized once outside the loop.
+             FLOPs: 2 M N K.
+Each case runs --reps times (default 3), xte and its anchor interleaved (after a warm-up call each); a line
+gives both medians in GFLOP/s and the median of the per-repetition ratios xte / anchor (with its
+min and max). Default: a short set (< 1 minute on 2 cores): attention at s 1024, GEMM at M 128.
+--full: attention at s 1024 and 4096, GEMM at M 128, 512, 2048 on the three shapes of
+`xte bench gemm` (minutes). The first lines record the machine, xte's ISA and threads, and
+torch's version, threads and build (torch.__config__.show(), summarised).
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:  # pragma: no cover - the script is only useful with torch
+    print("bench_torch_anchors: torch is not installed; nothing to compare with")
+    sys.exit(0)
+
+import xte
+from xte import _lib
+
+H, D = 8, 128
+
+
+def _cpu_field(key):
+    try:
+        for line in open("/proc/cpuinfo"):
+            k, _, v = line.partition(":")
+            if k.strip() == key:
+                return v.strip()
+    except OSError:
+        pass
+    return ""
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.readline().strip()
+    except OSError:
+        return "(unknown)"
+
+
+def machine_record(threads):
+    lib = _lib.lib
+    isa = lib.xte_cpu_isa_name(lib.xte_cpu_get_isa())
+    cfg = torch.__config__.show()
+    keep = [l.strip() for l in cfg.splitlines()
+            if any(w in l for w in ("CPU capability", "BLAS_INFO", "LAPACK_INFO", "OpenMP",
+                                    "MKL", "oneDNN", "MKL-DNN", "USE_OPENMP", "CXX_FLAGS"))]
+    build = {}
+    for l in keep:  # "Build settings: BLAS_INFO=mkl, BUILD_TYPE=Release, ...": the CPU-relevant ones
+        if "Build settings" in l:
+            for kv in l.split(":", 1)[1].split(","):
+                k, _, v = kv.strip().partition("=")
+                if k in ("BLAS_INFO", "LAPACK_INFO", "BUILD_TYPE", "USE_OPENMP", "USE_MKL",
+                         "USE_MKLDNN", "TORCH_VERSION"):
+                    build[k] = v
+    keep = [l for l in keep if "Build settings" not in l]
+    rec = {
+        "cpu_model": _cpu_field("model name") or platform.processor(),
+        "cpu_family_model_stepping": "/".join(_cpu_field(k) or "?"
+                                              for k in ("cpu family", "model", "stepping")),
+        "logical_cpus": os.cpu_count(),
+        "transparent_hugepage": _read("/sys/kernel/mm/transparent_hugepage/enabled"),
+        "load_avg": _read("/proc/loadavg"),
+        "xte_version": xte.__version__,
+        "xte_library": xte.library_path,
+        "xte_cpu_isa": isa.decode() if isinstance(isa, bytes) else str(isa),
+        "xte_cpu_threads": lib.xte_cpu_get_num_threads(),
+        "torch_version": torch.__version__,
+        "torch_num_threads": torch.get_num_threads(),
+        "torch_num_interop_threads": torch.get_num_interop_threads(),
+        "torch_cpu_capability": getattr(torch.backends.cpu, "get_cpu_capability", lambda: "?")(),
+        "torch_config": keep,
+        "torch_build": build,
+        "threads": threads,
+    }
+    return rec
+
+
+def _time(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def compare(name, flops, fx, fa, reps):
+    """xte fx and anchor fa interleaved: a result dict with medians and the ratio."""
+    fx()
+    fa()
+    tx, ta, q = [], [], []
+    for _ in range(reps):
+        a = _time(fx)
+        b = _time(fa)
+        tx.append(a)
+        ta.append(b)
+        q.append(b / a)  # xte rate / anchor rate
+    r = {"case": name, "gflops": flops / 1e9,
+         "xte_gflop_s": flops / statistics.median(tx) / 1e9,
+         "anchor_gflop_s": flops / statistics.median(ta) / 1e9,
+         "ratio_median": statistics.median(q), "ratio_min": min(q), "ratio_max": max(q),
+         "reps": reps}
+    print(f"{name:<44} {r['xte_gflop_s']:9.1f} {r['anchor_gflop_s']:9.1f} "
+          f"{r['ratio_median']:7.3f} [{r['ratio_min']:.3f}, {r['ratio_max']:.3f}]", flush=True)
+    return r
+
+
+def bench_attention(seqlens, reps):
+    out = []
+    gen = torch.Generator().manual_seed(1)
+    for s in seqlens:
+        base = [torch.tanh(torch.randn(1, s, H, D, generator=gen)) for _ in range(4)]
+        for dt in (torch.float32, torch.bfloat16):
+            q, k, v, do = (t.to(dt) for t in base)  # xte: BSHD
+            tq, tk, tv, tdo = (t.transpose(1, 2).contiguous() for t in (q, k, v, do))  # BHSD
+            tq.requires_grad_(True)
+            tk.requires_grad_(True)
+            tv.requires_grad_(True)
+            dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+            dname = "fp32" if dt == torch.float32 else "bf16"
+            for causal in (False, True):
+                mask = "causal" if causal else "none"
+                f = 4.0 * s * s * D * H * (0.5 if causal else 1.0)
+                o, lse = xte.attention_fwd(q, k, v, mask=mask)
+                ob = torch.empty_like(o)
+                lb = torch.empty_like(lse)
+
+                def x_fwd():
+                    xte.attention_fwd(q, k, v, mask=mask, out=ob, lse=lb)
+
+                def t_fwd():
+                    with torch.no_grad():
+                        F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
+
+                tag = f"{dname}/s{s}/{'causal' if causal else 'full'}"
+                out.append(compare(f"attention/fwd/{tag}", f, x_fwd, t_fwd, reps))
+                to = F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
+
+                def x_bwd():
+                    xte.attention_bwd(q, k, v, o, do, lse, mask=mask, dq=dq, dk=dk, dv=dv)
+
+                def t_bwd():
+                    torch.autograd.grad(to, (tq, tk, tv), tdo, retain_graph=True)
+
+                out.append(compare(f"attention/bwd/{tag}", 2.5 * f, x_bwd, t_bwd, reps))
+                del to
+    return out
+
+
+def bench_gemm(Ms, shapes, reps):
+    out = []
+    gen = torch.Generator().manual_seed(2)
+    for M in Ms:
+        for N, K in shapes:
+            a = torch.randn(M, K, generator=gen)
+            b = torch.randn(N, K, generator=gen)
+            qa = xte.quantize(a, recipe="te_block", block="1x128", layout="te_gemm")
+            qb = xte.quantize(b, recipe="te_block", block="128x128", layout="te_gemm")
+            d = torch.empty(M, N, dtype=torch.bfloat16)
+            f = 2.0 * M * N * K
+
+            def x_gemm():
+                xte.gemm(qa, qb, out=d, mode="exact")
+
+            for dt, dname in ((torch.float64, "dgemm"), (torch.float32, "sgemm")):
+                ta = a.to(dt)
+                tbt = b.to(dt).t()  # [K, N] view of B [N, K]: the "NT" product of xte bench gemm
+                tout = torch.empty(M, N, dtype=dt)
+
+                def t_mm():
+                    torch.matmul(ta, tbt, out=tout)
+
+                out.append(compare(f"gemm/fp8_exact_vs_torch_{dname}/{M}/{N}x{K}", f, x_gemm,
+                                   t_mm, reps))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--full", action="store_true", help="every shape (minutes)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="threads of xte and torch (0: xte's default pool size)")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions per case (default 3)")
+    ap.add_argument("--only", choices=("attention", "gemm"), default=None)
+    ap.add_argument("--json", default=None, help="also write the record and results here")
+    a = ap.parse_args()
+    lib = _lib.lib
+    if a.threads:
+        _lib.check(lib.xte_cpu_set_num_threads(a.threads))
+    n = lib.xte_cpu_get_num_threads()
+    torch.set_num_threads(n)
+    reps = max(1, a.reps)
+    rec = machine_record(n)
+    print("machine:")
+    for k, v in rec.items():
+        if k == "torch_config":
+            for line in v:
+                print(f"  {'torch_config':<26} {line}")
+        else:
+            print(f"  {k:<26} {v}")
+    if rec["torch_num_threads"] != rec["xte_cpu_threads"]:
+        print(f"threads differ (torch {rec['torch_num_threads']}, xte {rec['xte_cpu_threads']}):"
+              " ratios refused")
+        return 1
+    print(f"\n{'case':<44} {'xte':>9} {'torch':>9} {'ratio':>7} [min, max]   (GFLOP/s; ratio: "
+          f"xte / torch, median of {reps})")
+    results = []
+    if a.only in (None, "attention"):
+        results += bench_attention((1024, 4096) if a.full else (1024,), reps)
+    if a.only in (None, "gemm"):
+        shapes = ((4096, 7168), (7168, 2048), (2112, 7168))
+        results += bench_gemm((128, 512, 2048) if a.full else (128,),
+                              shapes if a.full else ((7168, 2048),), reps)
+    rec["load_avg_after"] = _read("/proc/loadavg")
+    print(f"load after: {rec['load_avg_after']}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"machine": rec, "results": results}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
