@@ -347,6 +347,15 @@ Test(gemm_exact, accumulate_and_bias) {
           else
             ((float *)cbuf)[i] = v;
         }
+        /* NaNs in C with the sign bit, a payload or signalling: D gets the canonical NaN */
+        for (i = 5; i < M * N; i += 97) {
+          static const uint32_t nan32[3] = {0xFFC00000u, 0x7F800001u, 0xFFFFFFFFu};
+          static const uint16_t nan16[3] = {0xFFC0u, 0x7F81u, 0xFFFFu};
+          if (c_dt == XTE_DTYPE_BF16)
+            ((uint16_t *)cbuf)[i] = nan16[i % 3];
+          else
+            memcpy((float *)cbuf + i, &nan32[i % 3], 4);
+        }
         memset(&cf, 0, sizeof cf);
         cf.kblock = 128;
         cf.c = cbuf;

@@ -6,7 +6,9 @@
  *         items (MC rows x a run of NR strips), spread statically over the threads:
  *           pack A[MC rows, pc panel] to fp64 micro-panels [k][MR] (+ scales), per thread
  *           for each NR strip, for each MR tile: micro-kernel over the panel's K blocks into the
- *           tile's fp32 accumulators; after the last K panel, the epilogue writes D.
+ *           tile's fp32 accumulators. The last K panel runs in chunks of EPI_SC strips, tile row
+ *           by tile row (C / D lines prefetched first), and the epilogue then writes each of the
+ *           band's rows of D left to right across the chunk (whole lines, plain loops).
  * FP8 codes are decoded to fp64 through 256-entry tables while packing (exact), so decoding is
  * amortised over the other operand's extent. Problems of at most XTE_GEMM_SK_MAXM rows take the
  * small-M path instead (sk_range): B is never packed, its codes are decoded per K block into an
@@ -188,23 +190,95 @@ static void store_d(const xte_gemm_args *g, int64_t r, int64_t n, float acc) {
     ((float *)g->d)[r * g->ld_d + n] = xte_gemm_out_f32(t);
 }
 
-/* Epilogue of one MR x NR tile: rows (chunk-relative) ri.., columns (panel-relative) cj.. */
-static void epilogue_tile(const gctx *c, const float *acc, int64_t ri, int64_t cj) {
-  const xte_gemm_args *g = c->g;
-  int64_t nr = c->nc - cj < c->NR ? c->nc - cj : c->NR;
-  int64_t mr = c->mch - ri < c->MR ? c->mch - ri : c->MR;
-  int64_t i, j;
-  for (i = 0; i < mr; i++) {
-    int64_t r = c->p->d_r0 + c->mc0 + ri + i;
-    for (j = 0; j < nr; j++) store_d(g, r, c->jc + cj + j, acc[j * c->MR + i]);
+#define EPI_SC 16 /* strips per chunk of the last K panel (their accumulators fit in L1) */
+
+/* D[r, n0 + n] for n < len from the accumulators t[n], as store_d does, one step of the
+ * contract at a time over the row (C, then bias, then the output rounding), so each loop is
+ * plain and vectorises; t is overwritten. */
+static void store_row(const xte_gemm_args *g, int64_t r, int64_t n0, float *restrict t,
+                      int64_t len) {
+  int64_t n;
+  if (g->c && g->c_dtype == XTE_DTYPE_BF16) {
+    const uint16_t *cr = (const uint16_t *)g->c + r * g->ld_c + n0;
+    for (n = 0; n < len; n++) t[n] = xte_gemm_epilogue(t[n], 1, xte_bf16_to_f32(cr[n]), 0, 0.0f);
+  } else if (g->c) {
+    const float *cr = (const float *)g->c + r * g->ld_c + n0;
+    for (n = 0; n < len; n++) t[n] = xte_gemm_epilogue(t[n], 1, cr[n], 0, 0.0f);
   }
+  if (g->bias)
+    for (n = 0; n < len; n++) t[n] = xte_gemm_epilogue(t[n], 0, 0.0f, 1, g->bias[n0 + n]);
+  if (g->d_dtype == XTE_DTYPE_BF16) {
+    uint16_t *dr = (uint16_t *)g->d + r * g->ld_d + n0;
+    for (n = 0; n < len; n++) dr[n] = xte_gemm_out_bf16(t[n]);
+  } else {
+    float *dr = (float *)g->d + r * g->ld_d + n0;
+    for (n = 0; n < len; n++) dr[n] = xte_gemm_out_f32(t[n]);
+  }
+}
+
+/* Epilogue of tile row t (chunk-relative rows t * MR..) over strips [s0, s1): each row of the
+ * band is gathered from the column-major [NR][MR] tiles of W and written left to right. */
+static void epilogue_band(const gctx *c, int64_t t, int64_t s0, int64_t s1) {
+  const int MR = c->MR, NR = c->NR;
+  const int64_t ri = t * MR, mr = c->mch - ri < MR ? c->mch - ri : MR;
+  const int64_t n0 = s0 * NR, len = (s1 * NR < c->nc ? s1 * NR : c->nc) - n0;
+  float row[EPI_SC * MAX_W];
+  int64_t i, j, s;
+  for (i = 0; i < mr; i++) {
+    for (s = s0; s < s1; s++) {
+      const float *acc = c->W + (s * c->mtiles + t) * (int64_t)(MR * NR) + i;
+      for (j = 0; j < NR; j++) row[(s - s0) * NR + j] = acc[j * MR];
+    }
+    store_row(c->g, c->p->d_r0 + c->mc0 + ri + i, c->jc + n0, row, len);
+  }
+}
+
+/* The micro-kernel on tile t of strip s over the current K panel (A packed from tile t0). */
+static inline void compute_tile(const gctx *c, const double *ap, const double *ap_lo,
+                                const float *sap, int64_t s, int64_t t, int64_t t0) {
+  const int MR = c->MR, NR = c->NR;
+  const int64_t kc = c->kc;
+  float *acc = c->W + (s * c->mtiles + t) * (int64_t)(MR * NR);
+  if (c->first_pc) memset(acc, 0, sizeof(float) * (size_t)(MR * NR));
+  c->uk->tile(c->nblk, c->kl, ap + (t - t0) * MR * kc,
+              c->split_a ? ap_lo + (t - t0) * MR * kc : NULL, c->bp + s * NR * kc,
+              c->split_b ? c->bp_lo + s * NR * kc : NULL, sap + (t - t0) * MR * c->nblk,
+              c->sbp + s * NR * c->nblk, acc);
+}
+
+/* The last K panel on tile row t over strips [s0, s1): first prefetches (to L2) the lines of C
+ * and D that the epilogue reads and writes (rows of D lie far apart and a band row spans only a
+ * few lines, too few for the hardware prefetchers; the band's kernels hide the misses), then
+ * runs the kernels and the epilogue. (The prefetches live here, beside the stores: GCC drops a
+ * call to a function that only prefetches.) */
+static void last_band(const gctx *c, const double *ap, const double *ap_lo, const float *sap,
+                      int64_t t, int64_t t0, int64_t s0, int64_t s1) {
+  const xte_gemm_args *g = c->g;
+  const int64_t ri = t * c->MR, mr = c->mch - ri < c->MR ? c->mch - ri : c->MR;
+  const int64_t n0 = c->jc + s0 * c->NR, n1 = c->jc + (s1 * c->NR < c->nc ? s1 * c->NR : c->nc);
+  const int64_t esd = g->d_dtype == XTE_DTYPE_BF16 ? 2 : 4,
+                esc = g->c_dtype == XTE_DTYPE_BF16 ? 2 : 4;
+  int64_t i, o, s;
+  for (i = 0; i < mr; i++) {
+    const int64_t r = c->p->d_r0 + c->mc0 + ri + i;
+    const char *d = (const char *)g->d + (r * g->ld_d + n0) * esd;
+    for (o = 0; o < (n1 - n0) * esd; o += 64) __builtin_prefetch(d + o, 1, 2);
+    __builtin_prefetch(d + (n1 - n0) * esd - 1, 1, 2);
+    if (g->c && g->c != g->d) {
+      const char *cc = (const char *)g->c + (r * g->ld_c + n0) * esc;
+      for (o = 0; o < (n1 - n0) * esc; o += 64) __builtin_prefetch(cc + o, 0, 2);
+      __builtin_prefetch(cc + (n1 - n0) * esc - 1, 0, 2);
+    }
+  }
+  for (s = s0; s < s1; s++) compute_tile(c, ap, ap_lo, sap, s, t, t0);
+  epilogue_band(c, t, s0, s1);
 }
 
 static void compute_range(void *vctx, int64_t b, int64_t e, int tid) {
   gctx *c = (gctx *)vctx;
   const xte_gemm_problem *p = c->p;
-  const int MR = c->MR, NR = c->NR;
-  const int64_t tiles_per_ic = c->MC / MR, kc = c->kc;
+  const int MR = c->MR;
+  const int64_t tiles_per_ic = c->MC / MR;
   int64_t it, last_ic = -1, last_jch = -1;
   double *ap = c->ap[tid], *ap_lo = c->ap_lo[tid];
   float *sap = c->sap[tid];
@@ -230,19 +304,19 @@ static void compute_range(void *vctx, int64_t b, int64_t e, int tid) {
                  ap_lo, sap);
       last_ic = ic;
     }
-    for (s = s0; s < s1; s++) {
-      const double *bs = c->bp + s * NR * kc;
-      const double *bs_lo = c->split_b ? c->bp_lo + s * NR * kc : NULL;
-      const float *sbs = c->sbp + s * NR * c->nblk;
-      for (t = t0; t < t1; t++) {
-        float *acc = c->W + (s * c->mtiles + t) * (int64_t)(MR * NR);
-        const double *at = ap + (t - t0) * MR * kc;
-        if (c->first_pc) memset(acc, 0, sizeof(float) * (size_t)(MR * NR));
-        c->uk->tile(c->nblk, c->kl, at, c->split_a ? ap_lo + (t - t0) * MR * kc : NULL, bs, bs_lo,
-                    sap + (t - t0) * MR * c->nblk, sbs, acc);
-        if (c->last_pc) epilogue_tile(c, acc, t * MR, s * NR);
+    if (c->last_pc) {
+      /* the last K panel walks chunks of EPI_SC strips tile by tile, so the epilogue writes each
+       * tile row across the chunk's strips (whole lines of D) while the chunk's accumulators are
+       * in L1 */
+      int64_t sc;
+      for (sc = s0; sc < s1; sc += EPI_SC) {
+        const int64_t sc1 = sc + EPI_SC < s1 ? sc + EPI_SC : s1;
+        for (t = t0; t < t1; t++) last_band(c, ap, ap_lo, sap, t, t0, sc, sc1);
       }
+      continue;
     }
+    for (s = s0; s < s1; s++)
+      for (t = t0; t < t1; t++) compute_tile(c, ap, ap_lo, sap, s, t, t0);
   }
 }
 
