@@ -94,4 +94,10 @@ extern const xte_attn_kernels xte_attn_kernels_avx512_simde;
  * Exported only so that tests/test_attention_lanes.c can check every lane exhaustively. */
 XTE_API xte_status xte_internal_attention_exp(xte_cpu_isa isa, const float *x, float *y, int64_t n);
 
+/* Test hook, not public API: sets the most bytes the CPU driver's per-thread fp32 head caches
+ * (bf16 / fp16 / e4m3 inputs, src/cpu/attention_driver.c) may take in all, above which it
+ * converts block by block; returns the previous limit (default 256 MiB). 0 turns them off.
+ * Not thread-safe: for tests that compare the two paths' bytes. */
+XTE_API size_t xte_internal_attention_cache_limit(size_t bytes);
+
 #endif /* XTE_ATTENTION_OPS_H */

@@ -12,10 +12,11 @@
  * (xte_attn_kernels.gemm); the forward and dQ pass hold their tiles transposed (keys x query
  * rows) so that the softmax steps (fwd_softmax_t, bwd_p_t) run 16 query rows per vector, each
  * lane the scalar order of the shared numerics header; fp32 operands are read in place (no
- * packing copy). The layout never changes a byte: each output is the same sequence of
- * operations. Everything else per element is the shared numerics header.
- * Every buffer (task lists, D, each thread's workspace) is allocated before the first output
- * byte is written, so an allocation failure leaves the outputs untouched. */
+ * packing copy), bf16 / fp16 / e4m3 ones are converted to fp32 once per head and thread (the
+ * head caches below) and then read in place the same way. The layout never changes a byte: each
+ * output is the same sequence of operations. Everything else per element is the shared numerics
+ * header. Every buffer (task lists, D, each thread's workspace) is allocated before the first
+ * output byte is written, so an allocation failure leaves the outputs untouched. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +75,10 @@ typedef struct actx {
   float *wsbuf;
   size_t ws_stride;
   int nws;
+  /* bf16 / fp16 / e4m3: each thread's fp32 copy of one head's operands (see the head caches) at ws
+   * + cache_off, cache_floats floats; 0: converted block by block */
+  int cache;
+  size_t cache_off, cache_floats;
   void (*run)(struct actx *c, float *ws, int64_t t);
 } actx;
 
@@ -193,6 +198,63 @@ static void load_rows(const actx *c, const xte_attn_tensor *X, int64_t b, int64_
   for (r = 0; r < n; r++) load_row(c, X, c->a->dtype, eoff(X, b, tok0 + r, h), d, dst + r * ld);
 }
 
+/* ---------------------------------------------------------------- per-thread head caches
+ * bf16 / fp16 / e4m3 operands are converted to fp32 once per head and thread, not once per
+ * block and tile: each thread keeps, after its workspace, the fp32 rows of the (sequence, KV
+ * head) it last worked on (forward and pass B: K [skv][dqp], V [skv][dvp]; pass A: Q [G][sq][dqp]
+ * and dO [G][sq][dvp] of the KV head's query heads), padding columns zero, tagged with
+ * b * hkv + hk + 1 (0: empty) in its first 16 floats. The tasks of a head are listed one after
+ * the other (make_q_tasks, make_kv_tasks), so a thread converts a head about once per head it
+ * visits instead of once per query tile (forward, pass B) or KV block (pass A). The conversion
+ * is exact and the kernels read the same numbers, so no byte changes; the fp32 rows are then
+ * read in place like fp32 inputs. The caches are sized with the workspaces (allocated before any
+ * output byte); past cache_limit bytes in all the old block-by-block conversion is kept. */
+static size_t cache_limit = (size_t)256 << 20;
+
+size_t xte_internal_attention_cache_limit(size_t bytes) {
+  const size_t old = cache_limit;
+  cache_limit = bytes;
+  return old;
+}
+
+/* Decides c->cache for per-thread caches of rows x (d1 + d2) floats (rows of up to n of each),
+ * at most one per thread. */
+static void plan_cache(actx *c, int64_t n, int64_t d1, int64_t d2) {
+  size_t f, bytes;
+  const int64_t nt = xte_cpu_threads() > 0 ? xte_cpu_threads() : 1;
+  c->cache = 0;
+  c->cache_floats = 0;
+  if (c->a->dtype == XTE_DTYPE_FP32 || n <= 0) return;
+  if (__builtin_mul_overflow((size_t)n, (size_t)(d1 + d2), &f) ||
+      __builtin_add_overflow(f, (size_t)16, &f) ||
+      __builtin_mul_overflow(f * sizeof(float), (size_t)nt, &bytes) || bytes > cache_limit)
+    return;
+  c->cache = 1;
+  c->cache_floats = f;
+}
+
+/* The thread's cache in ws, and whether it must be (re)filled for key (b, hk); tags it. */
+static float *cache_take(const actx *c, float *ws, int64_t b, int64_t hk, int *fill) {
+  float *cache = ws + c->cache_off;
+  const int64_t key = b * c->a->hkv + hk + 1;
+  int64_t have;
+  memcpy(&have, cache, sizeof have);
+  *fill = have != key;
+  if (*fill) memcpy(cache, &key, sizeof key);
+  return cache + 16;
+}
+
+/* The fp32 K [lkv][dqp] and V [lkv][dvp] of (b, KV head hk), keys from token kt0. */
+static float *cache_kv(const actx *c, float *ws, int64_t b, int64_t hk, int64_t kt0, int64_t lkv) {
+  int fill;
+  float *Kc = cache_take(c, ws, b, hk, &fill);
+  if (fill) {
+    load_rows(c, &c->a->k, b, kt0, hk, lkv, c->a->dqk, Kc, c->dqp);
+    load_rows(c, &c->a->v, b, kt0, hk, lkv, c->a->dv, Kc + lkv * c->dqp, c->dvp);
+  }
+  return Kc;
+}
+
 /* The visible keys [lo[r], hi[r]) of query rows i0 + r, r < nr, and (jlo, jhi non-NULL) the hull
  * [*jlo, *jhi) of the non-empty ones (empty: *jlo >= *jhi). */
 static void row_ranges(const xte_attn_args *a, int64_t i0, int64_t nr, int64_t lq, int64_t lkv,
@@ -305,6 +367,14 @@ static xte_status make_q_tasks(actx *c) {
   }
   XTE_TRY(alloc_list(n, &c->qlist));
   c->nq = n;
+  if (c->cache) { /* a head's tiles one after the other (its longest first): see the head caches */
+    for (b = 0; b < a->batch; b++) {
+      seq(a, 0, b, &t0, &len);
+      for (h = 0; h < a->hq; h++)
+        for (ti = (len + BM - 1) / BM - 1; ti >= 0; ti--) set_task(c->qlist, n, k++, b, h, ti * BM);
+    }
+    return XTE_SUCCESS;
+  }
   for (ti = maxt - 1; ti >= 0; ti--)
     for (b = 0; b < a->batch; b++) {
       seq(a, 0, b, &t0, &len);
@@ -324,6 +394,14 @@ static xte_status make_kv_tasks(actx *c) {
   }
   XTE_TRY(alloc_list(n, &c->kvlist));
   c->nkv = n;
+  if (c->cache) { /* a KV head's blocks one after the other: see the head caches */
+    for (b = 0; b < a->batch; b++) {
+      seq(a, 1, b, &t0, &len);
+      for (hk = 0; hk < a->hkv; hk++)
+        for (j0 = 0; j0 < len; j0 += BN) set_task(c->kvlist, n, k++, b, hk, j0);
+    }
+    return XTE_SUCCESS;
+  }
   for (b = 0; b < a->batch; b++) {
     seq(a, 1, b, &t0, &len);
     for (j0 = 0; j0 < len; j0 += BN)
@@ -404,7 +482,8 @@ static size_t fwd_ws_floats(const actx *c) {
  * the broadcast operand and Qt = Q^T as the vector operand), so that the online softmax runs
  * down the columns, 16 query rows per vector (fwd_softmax_t), and P V takes Pt as its
  * broadcast operand and V's rows as they are. fp32 K and V are read in place (V when its rows
- * are whole vectors); other dtypes are converted block by block. */
+ * are whole vectors); other dtypes from the thread's head cache (or, past its size limit,
+ * converted block by block). */
 static void fwd_task(actx *c, float *ws, int64_t task) {
   const xte_attn_args *a = c->a;
   const xte_attn_kernels *K = c->K;
@@ -413,16 +492,17 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
   const int kdirect = a->dtype == XTE_DTYPE_FP32;
   const int vdirect = a->dtype == XTE_DTYPE_FP32 && dv % 16 == 0;
   int64_t qt0, lq, kt0, lkv, nr, r, jlo, jhi, j0, off, k;
-  float *Qt = ws;                  /* [dq][BM] */
-  float *Kn = Qt + dq * BM;        /* [BN][dq] */
-  float *Vf = Kn + BN * dq;        /* [BN][dvp] */
-  float *St = Vf + BN * dvp;       /* [BN][BM] */
-  float *Pt = St + BN * BM;        /* [BN][BM] */
-  float *Oa = Pt + BN * BM;        /* [BM][dvp] */
-  float *PV = Oa + BM * dvp;       /* [BM][dvp]: the block's P V */
-  float *T = PV + BM * dvp;        /* [dqp]: a Q row */
-  float *m = T + dqp, *l = m + BM; /* [BM] */
-  float *al = l + BM;              /* [BM]: alpha of the block */
+  const float *Kc = NULL, *Vc = NULL; /* the head cache */
+  float *Qt = ws;                     /* [dq][BM] */
+  float *Kn = Qt + dq * BM;           /* [BN][dq] */
+  float *Vf = Kn + BN * dq;           /* [BN][dvp] */
+  float *St = Vf + BN * dvp;          /* [BN][BM] */
+  float *Pt = St + BN * BM;           /* [BN][BM] */
+  float *Oa = Pt + BN * BM;           /* [BM][dvp] */
+  float *PV = Oa + BM * dvp;          /* [BM][dvp]: the block's P V */
+  float *T = PV + BM * dvp;           /* [dqp]: a Q row */
+  float *m = T + dqp, *l = m + BM;    /* [BM] */
+  float *al = l + BM;                 /* [BM]: alpha of the block */
   float *ms = al + BM, *ls = ms + BM;
   int64_t lo[BM], hi[BM];
   int32_t ja[BM], je[BM];
@@ -447,6 +527,10 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
   }
   row_ranges(a, i0, nr, lq, lkv, lo, hi, &jlo, &jhi);
   memset(Oa, 0, sizeof(float) * (size_t)(BM * dvp));
+  if (c->cache && jlo < jhi) {
+    Kc = cache_kv(c, ws, b, hk, kt0, lkv);
+    Vc = Kc + lkv * dqp;
+  }
   for (j0 = jlo < jhi ? jlo / BN * BN : 0; j0 < jhi; j0 += BN) {
     const int64_t nb = min64(BN, lkv - j0);
     int64_t ra, rb, c0, c1, j;
@@ -458,6 +542,9 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
     if (kdirect) {
       Kp = (const float *)a->k.data + eoff(&a->k, b, kt0 + j0, hk);
       krs = a->k.ts;
+    } else if (Kc) {
+      Kp = Kc + j0 * dqp;
+      krs = dqp;
     } else {
       load_rows(c, &a->k, b, kt0 + j0, hk, nb, dq, Kn, dq);
       Kp = Kn;
@@ -466,6 +553,9 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
     if (vdirect) {
       Vp = (const float *)a->v.data + eoff(&a->v, b, kt0 + j0, hk);
       vld = a->v.ts;
+    } else if (Vc) {
+      Vp = Vc + j0 * dvp;
+      vld = dvp;
     } else {
       load_rows(c, &a->v, b, kt0 + j0, hk, nb, dv, Vf, dvp);
       Vp = Vf;
@@ -540,9 +630,11 @@ static xte_status cpu_attn_fwd(const xte_attn_args *a, void *handle) {
   XTE_TRY(check_args(a));
   if (a->no_output) return XTE_SUCCESS;
   init_ctx(&c, a);
+  plan_cache(&c, a->skv, c.dqp, c.dvp);
+  c.cache_off = (fwd_ws_floats(&c) + 15) / 16 * 16;
   /* every allocation before the first output byte */
   st = make_q_tasks(&c);
-  if (st == XTE_SUCCESS) st = alloc_ws(&c, fwd_ws_floats(&c), c.nq);
+  if (st == XTE_SUCCESS) st = alloc_ws(&c, c.cache_off + c.cache_floats, c.nq);
   if (st == XTE_SUCCESS) {
     for_padding(&c, 0, fwd_pad);
     run_tasks(&c, c.qlist, c.nq, fwd_task);
@@ -652,7 +744,7 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
   /* fp32 Q and dO are read in place when their rows are whole vectors (the dK / dV GEMMs read
    * dqp / dvp columns) */
   const int qdirect = a->dtype == XTE_DTYPE_FP32 && dq % 16 == 0 && dv % 16 == 0;
-  const float *Qp = Qf, *Gp = Gf;
+  const float *Qp = Qf, *Gp = Gf, *Qc = NULL, *Gc = NULL; /* Qc, Gc: the head cache */
   const int64_t qld = qdirect ? a->q.ts : dqp, gld = qdirect ? a->dout.ts : dvp;
 
   seq(a, 0, b, &qt0, &lq);
@@ -663,6 +755,17 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
   pack_kv(c, &a->v, b, kt0, hk, j0, nb, dv, Vt, NULL, 0, T);
   memset(dKa, 0, sizeof(float) * (size_t)(BN * dqp));
   memset(dVa, 0, sizeof(float) * (size_t)(BN * dvp));
+  if (c->cache && lq > 0) {
+    int fill;
+    float *Qw = cache_take(c, ws, b, hk, &fill), *Gw = Qw + c->G * lq * dqp;
+    if (fill)
+      for (g = 0; g < c->G; g++) {
+        load_rows(c, &a->q, b, qt0, hk * c->G + g, lq, dq, Qw + g * lq * dqp, dqp);
+        load_rows(c, &a->dout, b, qt0, hk * c->G + g, lq, dv, Gw + g * lq * dvp, dvp);
+      }
+    Qc = Qw;
+    Gc = Gw;
+  }
   for (g = 0; g < c->G; g++) {
     const int64_t h = hk * c->G + g;
     xte_attn_score sp = score_for(a, b, h, NULL);
@@ -675,6 +778,9 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
       if (qdirect) {
         Qp = (const float *)a->q.data + eoff(&a->q, b, qt0 + i0, h);
         Gp = (const float *)a->dout.data + eoff(&a->dout, b, qt0 + i0, h);
+      } else if (Qc) {
+        Qp = Qc + (g * lq + i0) * dqp;
+        Gp = Gc + (g * lq + i0) * dvp;
       } else {
         load_rows(c, &a->q, b, qt0 + i0 + ra, h, rb - ra, dq, Qf + ra * dqp, dqp);
         load_rows(c, &a->dout, b, qt0 + i0 + ra, h, rb - ra, dv, Gf + ra * dvp, dvp);
@@ -732,6 +838,7 @@ static void bwd_q_task(actx *c, float *ws, int64_t task) {
   const int fp32 = a->dtype == XTE_DTYPE_FP32;
   const int kbdirect = fp32 && dq % 16 == 0;
   int64_t qt0, lq, kt0, lkv, nr, off, r, j0, jlo, jhi;
+  const float *Kc = NULL, *Vc = NULL; /* the head cache */
   float *Qt = ws;                     /* [dq][BM] */
   float *Gt = Qt + dq * BM;           /* dO^T [dv][BM] */
   float *Kn = Gt + dv * BM;           /* [BN][dqp] */
@@ -766,6 +873,10 @@ static void bwd_q_task(actx *c, float *ws, int64_t task) {
   row_ranges(a, i0, nr, lq, lkv, lo, hi, &jlo, &jhi);
   memset(dQa, 0, sizeof(float) * (size_t)(BM * dqp));
   memset(ls, 0, sizeof(float) * BM);
+  if (c->cache && jlo < jhi) {
+    Kc = cache_kv(c, ws, b, hk, kt0, lkv);
+    Vc = Kc + lkv * dqp;
+  }
   for (j0 = jlo < jhi ? jlo / BN * BN : 0; j0 < jhi; j0 += BN) {
     const int64_t nb = min64(BN, lkv - j0);
     int64_t ra, rb, c0, c1, j, krs, vrs, kld;
@@ -778,6 +889,11 @@ static void bwd_q_task(actx *c, float *ws, int64_t task) {
       krs = a->k.ts;
       Va = (const float *)a->v.data + eoff(&a->v, b, kt0 + j0, hk);
       vrs = a->v.ts;
+    } else if (Kc) {
+      Ka = Kc + j0 * dqp;
+      krs = dqp;
+      Va = Vc + j0 * c->dvp;
+      vrs = c->dvp;
     } else {
       load_rows(c, &a->k, b, kt0 + j0, hk, nb, dq, Kn, dqp);
       load_rows(c, &a->v, b, kt0 + j0, hk, nb, dv, Vn, dv);
@@ -786,7 +902,7 @@ static void bwd_q_task(actx *c, float *ws, int64_t task) {
       Va = Vn;
       vrs = dv;
     }
-    if (kbdirect) {
+    if (kbdirect || Kc) {
       Kb = Ka;
       kld = krs;
     } else {
@@ -852,9 +968,12 @@ static xte_status cpu_attn_bwd(const xte_attn_args *a, void *handle) {
   c.Cbuf = c.Dbuf ? c.Dbuf + nl : NULL; /* no offset from a NULL pointer */
   st = c.Dbuf ? XTE_SUCCESS
               : xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: out of host memory");
+  plan_cache(&c, max64(a->skv, c.G * a->sq), c.dqp, c.dvp);
   if (st == XTE_SUCCESS) st = make_q_tasks(&c);
   if (st == XTE_SUCCESS) st = make_kv_tasks(&c);
   wsf = max_size(max_size((size_t)(2 * a->dv + 64), bwd_q_ws_floats(&c)), bwd_kv_ws_floats(&c));
+  c.cache_off = (wsf + 15) / 16 * 16;
+  wsf = c.cache_off + c.cache_floats;
   if (st == XTE_SUCCESS) st = alloc_ws(&c, wsf, c.nq > c.nkv ? c.nq : c.nkv);
   if (st == XTE_SUCCESS) {
     for_padding(&c, 0, bwd_pad_q);
