@@ -84,6 +84,14 @@ static xte_status moe_exec(xte_stream stream, xte_exec *ex) {
   return XTE_SUCCESS;
 }
 
+/* A backend's MoE table may leave an operation out (NULL): XTE_ERROR_UNSUPPORTED. */
+static xte_status moe_has(const xte_exec *ex, int have, const char *op) {
+  if (!have)
+    return xte_set_error(XTE_ERROR_UNSUPPORTED, "backend %s has no MoE %s kernel",
+                         xte_backend_name(ex->backend), op);
+  return XTE_SUCCESS;
+}
+
 /* ================================================================== router */
 
 xte_router_config xte_router_config_default(void) {
@@ -183,6 +191,7 @@ xte_status xte_router_forward(const xte_tensor *logits, const xte_tensor *expert
       !a.saved.data)
     return xte_set_error(XTE_ERROR_NULL_POINTER, "out: every output's data is NULL");
   XTE_TRY(moe_exec(stream, &ex));
+  XTE_TRY(moe_has(&ex, ex.ops->moe->router_forward != NULL, "router_forward"));
   a.topk = config->topk;
   a.score = (int)config->score_function;
   a.pre_softmax = config->use_pre_softmax;
@@ -242,6 +251,7 @@ xte_status xte_router_backward(const xte_tensor *grad_probs, const xte_tensor *r
   XTE_TRY(view(routing_map, "routing_map", U8, a.T, a.E, &a.map));
   XTE_TRY(bwd_views(saved, logits, (int)config->score_function, grad_logits, &a));
   XTE_TRY(moe_exec(stream, &ex));
+  XTE_TRY(moe_has(&ex, ex.ops->moe->router_backward != NULL, "router_backward"));
   a.topk = config->topk;
   a.score = (int)config->score_function;
   a.pre_softmax = config->use_pre_softmax;
@@ -266,6 +276,7 @@ xte_status xte_router_aux_scores(const xte_tensor *logits, int topk,
   XTE_TRY(view_opt(routing_map, "routing_map", U8, a.T, a.E, &a.map));
   XTE_TRY(view(saved, "saved", F32, a.T, a.E, &a.saved));
   XTE_TRY(moe_exec(stream, &ex));
+  XTE_TRY(moe_has(&ex, ex.ops->moe->router_forward != NULL, "router_forward"));
   a.topk = topk;
   a.score = (int)score_function;
   a.pre_softmax = 1;
@@ -291,6 +302,7 @@ xte_status xte_router_aux_scores_backward(const xte_tensor *grad_scores, const x
   XTE_TRY(check_topk(topk, a.E));
   XTE_TRY(bwd_views(saved, logits, (int)score_function, grad_logits, &a));
   XTE_TRY(moe_exec(stream, &ex));
+  XTE_TRY(moe_has(&ex, ex.ops->moe->router_backward != NULL, "router_backward"));
   a.topk = topk;
   a.score = (int)score_function;
   a.pre_softmax = 1;
@@ -334,6 +346,7 @@ xte_status xte_moe_aux_loss_forward(const xte_tensor *probs, const xte_tensor *t
   if (a.E < 1) return xte_set_error(XTE_ERROR_SHAPE, "probs has no experts (columns)");
   XTE_TRY(aux_common(tokens_per_expert, a.E, total_num_tokens, topk, coeff, &a));
   XTE_TRY(moe_exec(stream, &ex));
+  XTE_TRY(moe_has(&ex, ex.ops->moe->aux_loss != NULL, "aux_loss"));
   a.aux_out = aux_loss;
   xte_clear_error();
   return ex.ops->moe->aux_loss(&a, 0, ex.handle);
@@ -355,6 +368,7 @@ xte_status xte_moe_aux_loss_backward(const xte_tensor *tokens_per_expert, int64_
   if (!isfinite(grad_aux))
     return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "grad_aux must be finite");
   XTE_TRY(moe_exec(stream, &ex));
+  XTE_TRY(moe_has(&ex, ex.ops->moe->aux_loss != NULL, "aux_loss"));
   a.grad_aux = grad_aux;
   xte_clear_error();
   return ex.ops->moe->aux_loss(&a, 1, ex.handle);
@@ -408,6 +422,7 @@ xte_status xte_moe_permute_rows(const xte_moe_routing *routing, const xte_permut
   if (!a.r.K) a.r.K = a.r.E;
   XTE_TRY(permute_cfg(config, &a));
   XTE_TRY(moe_exec(stream, &ex));
+  XTE_TRY(moe_has(&ex, ex.ops->moe->permute != NULL, "permute"));
   a.rows_out = rows;
   xte_clear_error();
   return ex.ops->moe->permute(&a, ex.handle);
@@ -454,6 +469,7 @@ xte_status xte_moe_permute(const xte_tensor *input, const xte_tensor *input_scal
         vec_opt(&extra->row_to_expert, "extra->row_to_expert", I32, a.out.rows, &a.row_to_expert));
   }
   XTE_TRY(moe_exec(stream, &ex));
+  XTE_TRY(moe_has(&ex, ex.ops->moe->permute != NULL, "permute"));
   xte_clear_error();
   return ex.ops->moe->permute(&a, ex.handle);
 }
@@ -485,6 +501,7 @@ static xte_status gather_sum(const xte_tensor *in, const char *in_name, xte_tens
   XTE_TRY(view(out, out_name, F32 | BF16, -1, a.in.cols, &a.out));
   XTE_TRY(unpermute_common(routing, row_map, probs, a.out.rows, &a));
   XTE_TRY(moe_exec(stream, &ex));
+  XTE_TRY(moe_has(&ex, ex.ops->moe->unpermute != NULL, "unpermute"));
   xte_clear_error();
   return ex.ops->moe->unpermute(&a, XTE_UNPERMUTE_FWD, ex.handle);
 }
@@ -523,6 +540,7 @@ xte_status xte_moe_unpermute_backward(const xte_tensor *grad_out, const xte_tens
     XTE_TRY(view(grad_probs, "grad_probs", F32, a.probs.rows, a.probs.cols, &a.grad_probs));
   }
   XTE_TRY(moe_exec(stream, &ex));
+  XTE_TRY(moe_has(&ex, ex.ops->moe->unpermute != NULL, "unpermute"));
   xte_clear_error();
   return ex.ops->moe->unpermute(&a, XTE_UNPERMUTE_BWD, ex.handle);
 }
@@ -547,6 +565,7 @@ xte_status xte_moe_sort_chunks_by_index(const xte_tensor *input, const xte_tenso
   XTE_TRY(vec(sorted_index, "sorted_index", I32 | I64, n, &a.index));
   XTE_TRY(vec_opt(row_map, "row_map", I32, a.in.rows, &a.row_map));
   XTE_TRY(moe_exec(stream, &ex));
+  XTE_TRY(moe_has(&ex, ex.ops->moe->sort_chunks != NULL, "sort_chunks"));
   a.n = n;
   xte_clear_error();
   return ex.ops->moe->sort_chunks(&a, ex.handle);
@@ -564,6 +583,7 @@ xte_status xte_moe_sort_chunks_backward(const xte_tensor *grad_output, const xte
   XTE_TRY(view(grad_input, "grad_input", DT(grad_output->dtype), a.in.rows, a.in.cols, &a.out));
   XTE_TRY(vec(row_map, "row_map", I32, a.in.rows, &a.row_map));
   XTE_TRY(moe_exec(stream, &ex));
+  XTE_TRY(moe_has(&ex, ex.ops->moe->sort_chunks != NULL, "sort_chunks"));
   a.backward = 1;
   xte_clear_error();
   return ex.ops->moe->sort_chunks(&a, ex.handle);
@@ -593,6 +613,7 @@ xte_status xte_moe_dispatch_layout(const xte_tensor *topk_idx, int64_t num_exper
   if (!a.tpr.data && !a.tpe.data && !a.in_rank.data)
     return xte_set_error(XTE_ERROR_NULL_POINTER, "every output of the dispatch layout is NULL");
   XTE_TRY(moe_exec(stream, &ex));
+  XTE_TRY(moe_has(&ex, ex.ops->moe->dispatch_layout != NULL, "dispatch_layout"));
   xte_clear_error();
   return ex.ops->moe->dispatch_layout(&a, ex.handle);
 }
@@ -618,6 +639,7 @@ xte_status xte_swiglu(const xte_tensor *input, xte_tensor *out, xte_stream strea
   XTE_TRY(swiglu_in(input, &a));
   XTE_TRY(view(out, "out", F32 | BF16, a.T, a.F, &a.out));
   XTE_TRY(moe_exec(stream, &ex));
+  XTE_TRY(moe_has(&ex, ex.ops->moe->swiglu != NULL, "swiglu"));
   xte_clear_error();
   return ex.ops->moe->swiglu(&a, ex.handle);
 }
@@ -634,6 +656,7 @@ xte_status xte_dswiglu(const xte_tensor *grad_out, const xte_tensor *input, xte_
   XTE_TRY(view(grad_out, "grad_out", F32 | BF16, a.T, a.F, &a.dy));
   XTE_TRY(view(grad_input, "grad_input", F32 | BF16, a.T, 2 * a.F, &a.out));
   XTE_TRY(moe_exec(stream, &ex));
+  XTE_TRY(moe_has(&ex, ex.ops->moe->swiglu != NULL, "swiglu"));
   a.backward = 1;
   xte_clear_error();
   return ex.ops->moe->swiglu(&a, ex.handle);
@@ -673,6 +696,7 @@ xte_status xte_swiglu_quantize(const xte_tensor *input, xte_dtype act_dtype, xte
   XTE_TRY(swiglu_in(input, &a));
   XTE_TRY(fused_quant(a.T, a.F, act_dtype, out, config, &a.q));
   XTE_TRY(moe_exec(stream, &ex));
+  XTE_TRY(moe_has(&ex, ex.ops->moe->swiglu != NULL, "swiglu"));
   a.fused = 1;
   a.act_dtype = (int)act_dtype;
   xte_clear_error();
@@ -691,6 +715,7 @@ xte_status xte_dswiglu_quantize(const xte_tensor *grad_out, const xte_tensor *in
   XTE_TRY(view(grad_out, "grad_out", F32 | BF16, a.T, a.F, &a.dy));
   XTE_TRY(fused_quant(a.T, 2 * a.F, act_dtype, out, config, &a.q));
   XTE_TRY(moe_exec(stream, &ex));
+  XTE_TRY(moe_has(&ex, ex.ops->moe->swiglu != NULL, "swiglu"));
   a.fused = 1;
   a.backward = 1;
   a.act_dtype = (int)act_dtype;

@@ -13,6 +13,10 @@
 static const xte_core_services *g_svc;
 static int g_ndev;
 
+const xte_core_services *xte_gpu_services(void) {
+  return g_svc;
+}
+
 xte_status xte_gpu_check(cudaError_t e, const char *what) {
   xte_status st;
   if (e == cudaSuccess) return XTE_SUCCESS;
@@ -222,6 +226,7 @@ static void fill_ops(void) {
   g_ops.quantize = xte_gpu_quantize;
   g_ops.dequantize = xte_gpu_dequantize;
   g_ops.cast = xte_gpu_cast;
+  g_ops.moe = &xte_gpu_moe_ops;
 }
 
 /* The one exported symbol. */

@@ -6,6 +6,7 @@
 
 #include "cuda/xte_gpu_runtime.h"
 #include "xte_backend.h"
+#include "xte_moe_ops.h"
 
 /* A plugin stream handle: the native stream, its device and a little device scratch memory
  * (the per-tensor amax and scale of a quantize). */
@@ -78,9 +79,15 @@ xte_status xte_gpu_launch_check(cudaError_t prior, const char *what);
     if (xte_gpu_s_ != XTE_SUCCESS) return xte_gpu_s_;                         \
   } while (0)
 
+/* The core's services given to init() (set_error). */
+const xte_core_services *xte_gpu_services(void);
+
 /* Kernels (src/cuda/quantize.cu). */
 xte_status xte_gpu_quantize(const xte_quant_args *a, void *handle);
 xte_status xte_gpu_dequantize(const xte_dequant_args *a, void *handle);
 xte_status xte_gpu_cast(const xte_cast_args *a, void *handle);
+
+/* MoE token movement (src/cuda/moe.cu); NULL for the operations not provided. */
+extern const xte_moe_ops xte_gpu_moe_ops;
 
 #endif /* XTE_GPU_H */

@@ -659,6 +659,14 @@ inline T atomicXor(T *p, T v) {
   return std::atomic_ref<T>(*p).fetch_xor(v);
 }
 
+/* ---------------------------------------------------------------- vector types */
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
+};
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
+  return uint4{x, y, z, w};
+}
+
 /* ---------------------------------------------------------------- a few float built-ins */
 inline float __fmul_rn(float a, float b) {
   return a * b;

@@ -1,9 +1,9 @@
 /* libxte_cuda.so for the host SIMT runner: a plugin with the CUDA plugin's backend table whose
  * "device" is host memory and whose kernels are the CUDA kernel text of
- * src/cuda/quantize_kernels.cuh, compiled for the host (simt.h) and launched by simt::launch.
- * test_simt_quantize points XTE_PLUGIN_DIR at the folder holding it, so libxte's core validates
- * and prepares every argument exactly as for the CUDA plugin, and the bytes of the CUDA backend
- * stream can be compared with the CPU backend's.
+ * src/cuda/quantize_kernels.cuh and src/cuda/moe_kernels.cuh, compiled for the host (simt.h) and
+ * launched by simt::launch. test_simt_quantize points XTE_PLUGIN_DIR at the folder holding it, so
+ * libxte's core validates and prepares every argument exactly as for the CUDA plugin, and the bytes
+ * of the CUDA backend stream can be compared with the CPU backend's.
  *
  * The launches below restate src/cuda/quantize.cu's (same order, same launch geometry through the
  * header's helpers, cudaMemsetAsync as memset): keep the two in step. */
@@ -15,6 +15,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "cuda/moe_kernels.cuh"
 #include "cuda/quantize_kernels.cuh"
 #include "xte_backend.h"
 
@@ -135,6 +136,48 @@ xte_status cast(const xte_cast_args *a, void *) {
   return XTE_SUCCESS;
 }
 
+/* moe.cu: cuda_rt, the runtime policy of moe_kernels.cuh's driver (the device is host memory,
+ * cudaMemsetAsync / cudaMemcpyAsync are memset / memcpy, a launch is simt::launch) */
+struct host_rt {
+  const xte_core_services *svc;
+  xte_status alloc(void **p, size_t bytes) { return ::alloc(0, bytes ? bytes : 1, p); }
+  void release(void *p) { std::free(p); }
+  xte_status memset(void *p, int v, size_t bytes) {
+    if (bytes) std::memset(p, v, bytes);
+    return XTE_SUCCESS;
+  }
+  xte_status read(void *host, const void *dev, size_t bytes) {
+    if (bytes) std::memcpy(host, dev, bytes);
+    return XTE_SUCCESS;
+  }
+  template <class... P, class... A>
+  xte_status launch(int64_t grid, void (*k)(P...), A... args) {
+    SIMT_TRY(simt::launch(dim3((unsigned)grid), dim3(XTE_MOE_NT), 0, k, args...), "moe kernel");
+    return XTE_SUCCESS;
+  }
+  xte_status finish() { return XTE_SUCCESS; }
+};
+
+/* moe.cu: gpu_permute, gpu_unpermute, gpu_sort_chunks, gpu_dispatch_layout */
+xte_status moe_permute(const xte_permute_args *a, void *) {
+  host_rt rt{g_svc};
+  return xte_moe_permute_run(rt, a);
+}
+xte_status moe_unpermute(const xte_unpermute_args *a, int which, void *) {
+  host_rt rt{g_svc};
+  return xte_moe_unpermute_run(rt, a, which);
+}
+xte_status moe_sort_chunks(const xte_sort_chunks_args *a, void *) {
+  host_rt rt{g_svc};
+  return xte_moe_sort_chunks_run(rt, a);
+}
+xte_status moe_dispatch_layout(const xte_dispatch_args *a, void *) {
+  host_rt rt{g_svc};
+  return xte_moe_dispatch_run(rt, a);
+}
+const xte_moe_ops g_moe_ops = {
+    NULL, NULL, NULL, moe_permute, moe_unpermute, moe_sort_chunks, moe_dispatch_layout, NULL};
+
 xte_backend_ops g_ops;
 std::once_flag g_once;
 
@@ -155,6 +198,7 @@ void fill_ops() {
   g_ops.quantize = quantize;
   g_ops.dequantize = dequantize;
   g_ops.cast = cast;
+  g_ops.moe = &g_moe_ops;
 }
 
 }  // namespace
