@@ -473,3 +473,18 @@ Test(moe_hostile, sort_chunks_empty_rows_no_map, .timeout = 10) {
   cr_assert_eq(xte_moe_sort_chunks_by_index(&i, &s, &x, &o, NULL, NULL), XTE_ERROR_SHAPE);
   split[0] = INT32_MAX - 5;
 }
+
+/* fuzz_permute found it (a long run, a 129 s timeout): the dispatch layout of a [2^32 - 1, 0]
+ * topk_idx (no bytes) walked every token twice; with no slots only the zeroing is left, and the
+ * per-token work no longer scales with num_ranks. */
+Test(moe_hostile, dispatch_layout_empty_rows, .timeout = 10) {
+  static int64_t idx[2];
+  static int32_t tpr[2] = {7, 7}, tpe[6] = {7, 7, 7, 7, 7, 7};
+  xte_tensor it = xte_tensor_2d(idx, XTE_DTYPE_INT64, (int64_t)1 << 40, 0);
+  xte_tensor a = xte_tensor_1d(tpr, XTE_DTYPE_INT32, 2), b = xte_tensor_1d(tpe, XTE_DTYPE_INT32, 6);
+  int i;
+  cr_assert_eq(xte_moe_dispatch_layout(&it, 6, 2, &a, &b, NULL, NULL), XTE_SUCCESS, "%s",
+               xte_last_error());
+  for (i = 0; i < 2; i++) cr_assert_eq(tpr[i], 0);
+  for (i = 0; i < 6; i++) cr_assert_eq(tpe[i], 0);
+}

@@ -692,10 +692,14 @@ xte_status xte_cpu_moe_sort_chunks(const xte_sort_chunks_args *a, void *handle) 
 
 xte_status xte_cpu_moe_dispatch_layout(const xte_dispatch_args *a, void *handle) {
   const int64_t per = a->E / a->ranks, K = a->idx.cols;
-  int64_t t, j, r;
+  const int64_t nl = K < a->ranks ? K : a->ranks; /* distinct ranks of one token, at most */
+  int64_t t, j, i, n;
   uint8_t *flag;
+  int64_t *list;
   (void)handle;
-  for (t = 0; t < a->T; t++)
+  /* K = 0 (tokens routed nowhere) leaves only the zeroing: no loop over T, which a [2^32, 0]
+   * topk_idx of no bytes would otherwise spin through for minutes (fuzz_permute) */
+  for (t = 0; K > 0 && t < a->T; t++)
     for (j = 0; j < K; j++) {
       int64_t v = idx_at(&a->idx, t, j);
       if (v < -1 || v >= a->E)
@@ -703,23 +707,37 @@ xte_status xte_cpu_moe_dispatch_layout(const xte_dispatch_args *a, void *handle)
                              "topk_idx[%lld, %lld] = %lld: want -1 or an expert in [0, %lld)",
                              (long long)t, (long long)j, (long long)v, (long long)a->E);
     }
-  flag = (uint8_t *)xte_aligned_alloc((size_t)a->ranks);
-  if (!flag) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "dispatch layout workspace");
+  /* flag[r]: token t reaches rank r; list: the ranks set for t, so that a token costs O(K), not
+   * O(ranks), where is_token_in_rank is not asked for */
+  flag = (uint8_t *)xte_aligned_calloc((size_t)a->ranks, 1);
+  list = (int64_t *)xte_aligned_alloc((size_t)(nl > 0 ? nl : 1) * sizeof(int64_t));
+  if (!flag || !list) {
+    xte_aligned_free(flag);
+    xte_aligned_free(list);
+    return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "dispatch layout workspace");
+  }
   if (a->tpr.data) memset(a->tpr.data, 0, (size_t)a->ranks * 4);
   if (a->tpe.data) memset(a->tpe.data, 0, (size_t)a->E * 4);
-  for (t = 0; t < a->T; t++) {
+  for (t = 0; (K > 0 || a->in_rank.data) && t < a->T; t++) {
     uint8_t *row = a->in_rank.data ? (uint8_t *)a->in_rank.data + t * a->in_rank.ld : NULL;
-    memset(flag, 0, (size_t)a->ranks);
+    n = 0;
     for (j = 0; j < K; j++) {
       int64_t v = idx_at(&a->idx, t, j);
       if (v < 0) continue;
       if (a->tpe.data) ((int32_t *)a->tpe.data)[v]++;
-      flag[v / per] = 1;
+      if (!flag[v / per]) {
+        flag[v / per] = 1;
+        list[n++] = v / per;
+      }
     }
-    for (r = 0; r < a->ranks; r++)
-      if (flag[r] && a->tpr.data) ((int32_t *)a->tpr.data)[r]++;
-    if (row) memcpy(row, flag, (size_t)a->ranks);
+    if (row) memset(row, 0, (size_t)a->ranks);
+    for (i = 0; i < n; i++) {
+      if (a->tpr.data) ((int32_t *)a->tpr.data)[list[i]]++;
+      if (row) row[list[i]] = 1;
+      flag[list[i]] = 0;
+    }
   }
+  xte_aligned_free(list);
   xte_aligned_free(flag);
   return XTE_SUCCESS;
 }
