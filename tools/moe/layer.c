@@ -81,10 +81,6 @@ void alloc_layer(layer *L) {
   membook *m = &L->mb;
   int64_t T = L->T, H = L->H, F = L->F, E = L->E, R = L->R;
   int b = L->bwd, s = L->shared;
-  {
-    size_t a = moe_weight_stage_floats(2 * F, H), b2 = moe_weight_stage_floats(H, F);
-    L->stage = (float *)mem(m, (a > b2 ? a : b2) * 4, CAT_WEIGHT);
-  }
   qalloc(L, &L->Wgu, E * 2 * F, H, XTE_SCALING_BLOCK_128x128, 1, 0, CAT_WEIGHT);
   qalloc(L, &L->Wd, E * H, F, XTE_SCALING_BLOCK_128x128, 1, 0, CAT_WEIGHT);
   L->xp = (uint16_t *)mem(m, (size_t)(R * H) * 2, CAT_ACT);
@@ -120,17 +116,17 @@ void alloc_layer(layer *L) {
 
 /* ---------------------------------------------------------------- weights */
 
-/* Every expert's weights: moe_weight_expert (synth.c) generates each in strips and quantizes it
- * with the library's threaded xte_quantize; the pages of the weight stacks are faulted in by
- * these writes (mem.c leaves them untouched). */
+/* Every expert's weights: moe_weight_expert (synth.c) makes its FP8 codes and block scales
+ * directly (no fp32 weights), on the team's threads; the pages of the weight stacks are faulted
+ * in by these writes (mem.c leaves them untouched). */
 static int weight_stack(layer *L, const xte_qtensor *W, int64_t G, int64_t N, int64_t K,
                         int stream0, int stride, const char *what) {
   int64_t g;
   for (g = 0; g < G; g++) {
     xte_status rc =
-        moe_weight_expert(W, g, N, K, L->stage, L->o.seed, (uint64_t)(stream0 + stride * g), L->st);
+        moe_weight_expert(W, g, N, K, NULL, L->o.seed, (uint64_t)(stream0 + stride * g), L->st);
     if (rc != XTE_SUCCESS) {
-      fprintf(stderr, "xte moe: quantizing %s %lld: %s: %s\n", what, (long long)g,
+      fprintf(stderr, "xte moe: weights %s %lld: %s: %s\n", what, (long long)g,
               xte_status_string(rc), xte_last_error());
       return -1;
     }

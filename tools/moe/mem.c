@@ -21,6 +21,12 @@ double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+double cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 /* ================================================================== progress line */
 
 static struct {
@@ -67,9 +73,14 @@ void progress_init(double t0, int on) {
  * thread, when it was MAP_POPULATE); a write per page where the kernel lacks it), except the FP8
  * weights (CAT_WEIGHT): the weight generation writes every byte of them, on the library's
  * threads, and faults their pages in as it goes (17 GB for Kimi-K2: touching them first would
- * cost a pass of its own). No MADV_HUGEPAGE (with THP defrag = madvise the faults compact memory
- * synchronously: tens of seconds for 8 GiB on a busy machine). In dry mode only counts. NULL
- * (and failed set) when the allocation fails. */
+ * cost a pass of its own). The weights are MADV_HUGEPAGE (m->thp, --huge-pages 1, the default):
+ * in this VM the first touch is what the setup costs (the kernel's fault, zeroing and the
+ * host's own fault; the FP8 codes themselves take about 2 CPU-seconds for Kimi-K2's 17 GB), and
+ * 2 MiB pages cut it from 11-12 to 7-8.5 CPU-seconds (and 65 to 36-54 s of wall time at load
+ * 15-20), although with THP defrag = madvise some of those faults compact memory synchronously
+ * (compact_stall rose by about 5k in such a run; --huge-pages 0 turns the advice off). The
+ * other buffers: no MADV_HUGEPAGE. In dry mode only counts. NULL (and failed set) when the
+ * allocation fails. */
 #define MMAP_MIN ((size_t)16 << 20)
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
@@ -102,7 +113,9 @@ void *mem(membook *m, size_t bytes, int cat) {
     p = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
       p = NULL;
-    } else if (cat != CAT_WEIGHT) {
+    } else if (cat == CAT_WEIGHT) {
+      if (m->thp) (void)madvise(p, rounded, MADV_HUGEPAGE); /* advice: failure is harmless */
+    } else {
       touch_job j;
       j.p = (char *)p;
       j.pages = rounded / 4096;

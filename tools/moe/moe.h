@@ -1,10 +1,10 @@
 /* `xte moe` (tools/cmd_moe.c is its entry): the private header of its parts in tools/moe/.
  *   opts.c    options, presets, usage
  *   mem.c     the memory book (estimate, allocation, parallel first touch), clock, progress line
- *   synth.c   the synthetic data: seeded fills, expert weights generated + quantized (synth.h;
+ *   synth.c   the synthetic data: seeded fills, the FP8 expert weights made directly (synth.h;
  *             shared with tools/moe_ep.c)
  *   layer.c   the layer: buffers, weights, kernel steps, one forward (+ backward) through xte
- *   ref.c     the fp64 check: the same layer in fp64 from the unquantized inputs
+ *   ref.c     the fp64 check: the same layer in fp64 from the bf16 inputs and the FP8 weights
  *   report.c  the kernel table / JSON and the numerics report
  *   run.c     moe_run: the phases in order (routing, memory estimate, allocation, weights,
  *             timed runs, check, report) */
@@ -28,8 +28,9 @@ typedef struct moe_opts {
   int64_t check_tokens;
   uint64_t seed;
   int iters, warmup, json, quiet;
-  int checksum; /* --checksum: print FNV-1a hashes of the FP8 weights and of the outputs */
-  int64_t ep;   /* --ep N: experts over N MPI ranks (tools/moe_ep.c); 0: one process */
+  int checksum;   /* --checksum: print FNV-1a hashes of the FP8 weights and of the outputs */
+  int huge_pages; /* --huge-pages 0|1: MADV_HUGEPAGE on the FP8 weight stacks (default 1) */
+  int64_t ep;     /* --ep N: experts over N MPI ranks (tools/moe_ep.c); 0: one process */
   const char *preset;
 } moe_opts;
 
@@ -55,11 +56,13 @@ typedef struct membook {
   int nbufs;
   int failed;
   double done; /* bytes allocated */
+  int thp;     /* MADV_HUGEPAGE on the CAT_WEIGHT buffers */
 } membook;
 
 /* Page-aligned and zeroed; every page present before any kernel runs (CAT_WEIGHT: written in
- * full by the weight generation, which faults its pages in; the others touched here, in
- * parallel). In dry mode only counts. NULL (and failed set) when the allocation fails. */
+ * full by the weight generation, which faults its pages in, on transparent huge pages when
+ * m->thp; the others touched here, in parallel). In dry mode only counts. NULL (and failed set)
+ * when the allocation fails. */
 void *mem(membook *m, size_t bytes, int cat);
 void mem_free_all(membook *m);
 void mem_free_cat(membook *m, int cat); /* frees one category (its bytes stay in the book) */
@@ -67,6 +70,7 @@ double mem_peak(const membook *m);
 double mem_available(void); /* MemAvailable in bytes, or -1 */
 
 double now_s(void);
+double cpu_s(void); /* CPU time of the process (all threads, user + system) */
 void progress_init(double t0, int on);
 void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void progress_done(void);
@@ -135,9 +139,9 @@ typedef struct layer {
   uint16_t *dyp, *da, *dxp, *das;
   float *gprobs, *dx, *dWd, *dWgu, *dWsd, *dWsgu, *dlogits, *dWr;
   xte_qtensor qdy, qdyp, qdh, qdhs;
-  float *stage; /* a strip of one expert's fp32 weights while it is quantized */
   step steps[NSTEPS];
   double t_setup, t_routing, t_alloc, t_weights;
+  double c_setup, c_layer; /* CPU seconds (all threads) of the setup and of the timed runs */
   uint64_t sum_weights, sum_outputs; /* --checksum */
   char why_fwd[200]; /* why the backward was left out ("" when it ran or was not asked for) */
 } layer;

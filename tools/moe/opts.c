@@ -25,6 +25,7 @@ static void opts_default(moe_opts *o) {
   o->iters = 1;
   o->warmup = 0;
   o->preset = "default";
+  o->huge_pages = 1;
 }
 
 static void usage(FILE *f) {
@@ -34,14 +35,15 @@ static void usage(FILE *f) {
       "               [--ffn N] [--topk N] [--shared 0|1] [--scaling X] [--recipe R]\n"
       "               [--backend B] [--threads N] [--isa ISA] [--forward-only | --backward]\n"
       "               [--check-tokens N] [--seed N] [--iters N] [--warmup N] [--json] [--quiet]\n"
-      "               [--checksum]\n"
+      "               [--checksum] [--huge-pages 0|1]\n"
       "       mpirun -np N xte moe --ep N [shape options]\n"
       "\n"
       "One MoE layer forward and backward through xte: Kimi-K2's expert shapes (hidden 7168,\n"
       "expert FFN 2048, SwiGLU, top-8 sigmoid router with expert bias, routed scaling 2.827,\n"
       "one shared expert) with synthetic seeded weights; prints the time and rate of every\n"
       "kernel, the GEMMs' share of the layer's time and a numerics report against an fp64\n"
-      "execution of the same layer from the unquantized inputs.\n"
+      "execution of the same layer from the unquantized inputs and the same FP8 weights\n"
+      "(random e4m3 codes and block scales made directly from the seed: tools/moe/synth.h).\n"
       "\n"
       "  --preset P        default: 16 experts, 128 tokens (64 per expert), 64 checked tokens:\n"
       "                    about 3.8 GiB and under a minute on 2 cores with the backward;\n"
@@ -71,6 +73,8 @@ static void usage(FILE *f) {
       "                    MPI job (dispatch, grouped GEMMs, combine; forward and backward),\n"
       "                    checked byte for byte against the one-process layer (tools/moe_ep.c)\n"
       "  --quiet           no progress line\n"
+      "  --huge-pages 0|1  transparent huge pages for the FP8 weights (default 1: their first\n"
+      "                    touch, most of the setup, costs less)\n"
       "  --checksum        print FNV-1a hashes of the FP8 weights (with their scales) and of the\n"
       "                    layer's outputs and gradients: the bytes, for regression tests\n");
 }
@@ -154,6 +158,7 @@ int moe_parse_opts(int argc, char **argv, moe_opts *o) {
     INTOPT("--check-tokens", 0, (int64_t)1 << 24, check_tokens)
     INTOPT("--iters", 1, 1000, iters)
     INTOPT("--warmup", 0, 1000, warmup)
+    INTOPT("--huge-pages", 0, 1, huge_pages)
     INTOPT("--threads", 1, 256, threads)
     INTOPT("--ep", 1, 4096, ep)
 #undef INTOPT

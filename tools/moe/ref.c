@@ -1,7 +1,10 @@
 /* `xte moe`: the fp64 check (tools/moe/moe.h). The same layer in fp64 (OpenBLAS dgemm, libm)
- * from the unquantized inputs (bf16 x and grad, the fp32 master weights regenerated from their
- * streams in fp64), one expert at a time, on a deterministic subset of the tokens; plus the
- * weight gradients of the busiest expert (all its tokens). */
+ * from the unquantized inputs (bf16 x and grad, fp32 router weights) and the FP8 weights the
+ * layer used (each expert's codes and block scales made again by moe_weight_expert, then
+ * dequantized exactly in fp64: synth.h), one expert at a time, on a deterministic subset of the
+ * tokens; plus the weight gradients of the busiest expert (all its tokens). What it measures is
+ * thus the error of the layer's kernels (activation quantization, FP8 GEMMs, bf16 outputs), not
+ * the weights' own rounding to FP8 (the weights are FP8 by construction). */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -17,11 +20,12 @@ double check_bytes(const layer *L) {
   double H = (double)L->H, F = (double)L->F, n = (double)L->T; /* an expert's token list: <= T */
   double b;
   if (L->o.check_tokens == 0) return 0;
-  b = 8.0 * (3 * F * H);                        /* one expert's weights */
-  b += 8.0 * n * (H + 2 * F + F + H);           /* X, Hh, A, Y */
-  b += 8.0 * (double)L->T * (double)L->E * 3;   /* logits, scores, grad probs */
-  b += 8.0 * (double)L->o.check_tokens * H * 2; /* out, dx references */
-  b += 8.0 * (double)L->E * H;                  /* Wr */
+  b = 8.0 * (3 * F * H);                            /* one expert's weights */
+  b += 2 * F * H + 4.0 * (2 * F / 128) * (H / 128); /* its FP8 codes + scales (the larger one) */
+  b += 8.0 * n * (H + 2 * F + F + H);               /* X, Hh, A, Y */
+  b += 8.0 * (double)L->T * (double)L->E * 3;       /* logits, scores, grad probs */
+  b += 8.0 * (double)L->o.check_tokens * H * 2;     /* out, dx references */
+  b += 8.0 * (double)L->E * H;                      /* Wr */
   if (L->bwd) b += 8.0 * n * (H + F + 2 * F + H) + 8.0 * DW_CHUNK * (F + H); /* dW chunks */
   return b;
 }
@@ -74,7 +78,34 @@ typedef struct refctx {
   double *p64;      /* [T, E] fp64 probs */
   double *s64;      /* [T, E] fp64 sigmoid scores */
   double *Wr;       /* [E, H] */
+  uint8_t *q8;      /* one weight matrix's FP8 codes */
+  float *qs;        /* and its block scales */
 } refctx;
+
+/* The fp64 values of expert weight matrix [N, K] of a stream: its codes and scales made again
+ * (moe_weight_expert, the bytes the layer used), dequantized exactly. */
+static int ref_weights(const refctx *c, double *out, int64_t N, int64_t K, uint64_t stream) {
+  const layer *L = c->L;
+  xte_qtensor q;
+  xte_status rc;
+  memset(&q, 0, sizeof q);
+  q.scaling_mode = XTE_SCALING_BLOCK_128x128;
+  q.recipe = L->o.recipe;
+  q.rowwise = xte_tensor_2d(c->q8, XTE_DTYPE_E4M3, N, K);
+  q.rowwise_scale_inv.data = c->qs;
+  q.rowwise_scale_inv.dtype = XTE_DTYPE_FP32;
+  q.rowwise_scale_inv.rows = N / 128;
+  q.rowwise_scale_inv.cols = K / 128;
+  q.rowwise_scale_inv.layout = XTE_SCALE_LAYOUT_COMPACT;
+  rc = moe_weight_expert(&q, 0, N, K, NULL, L->o.seed, stream, L->st);
+  if (rc != XTE_SUCCESS) {
+    fprintf(stderr, "xte moe: fp64 check: weights of stream %llu: %s: %s\n",
+            (unsigned long long)stream, xte_status_string(rc), xte_last_error());
+    return -1;
+  }
+  moe_dequant_128(out, c->q8, c->qs, N, K);
+  return 0;
+}
 
 static double silu_d(double g) {
   return g / (1.0 + exp(-g));
@@ -173,6 +204,8 @@ int run_check(layer *L, check *ck) {
   c.p64 = (double *)mem(&mb, (size_t)(T * E) * 8, CAT_CHECK);
   c.s64 = (double *)mem(&mb, (size_t)(T * E) * 8, CAT_CHECK);
   c.Wr = (double *)mem(&mb, (size_t)(E * H) * 8, CAT_CHECK);
+  c.q8 = (uint8_t *)mem(&mb, (size_t)(2 * F * H), CAT_CHECK);
+  c.qs = (float *)mem(&mb, (size_t)(2 * F / 128 * (H / 128)) * 4, CAT_CHECK);
   if (L->bwd) {
     c.dYp = (double *)mem(&mb, (size_t)(nmax * H) * 8, CAT_CHECK);
     c.dA = (double *)mem(&mb, (size_t)(nmax * F) * 8, CAT_CHECK);
@@ -226,8 +259,10 @@ int run_check(layer *L, check *ck) {
   }
   /* shared expert */
   if (L->shared) {
-    moe_fill_f64(c.Wgu, (size_t)(2 * F * H), L->o.seed, S_SGU, moe_w_scale(H));
-    moe_fill_f64(c.Wd, (size_t)(H * F), L->o.seed, S_SD, moe_w_scale(F));
+    if (ref_weights(&c, c.Wgu, 2 * F, H, S_SGU) || ref_weights(&c, c.Wd, H, F, S_SD)) {
+      mem_free_all(&mb);
+      return -1;
+    }
     ref_expert(&c, n, ck->toks, -1, 1, 0);
   }
   /* routed experts, one at a time */
@@ -236,10 +271,11 @@ int run_check(layer *L, check *ck) {
     for (i = 0; i < T; i++)
       if (L->map[i * E + e] && (wexp || ck->slot[i] >= 0)) list[m++] = i;
     if (m == 0) continue;
-    moe_fill_f64(c.Wgu, (size_t)(2 * F * H), L->o.seed, (uint64_t)(S_EXPERT0 + 2 * e),
-                 moe_w_scale(H));
-    moe_fill_f64(c.Wd, (size_t)(H * F), L->o.seed, (uint64_t)(S_EXPERT0 + 2 * e + 1),
-                 moe_w_scale(F));
+    if (ref_weights(&c, c.Wgu, 2 * F, H, (uint64_t)(S_EXPERT0 + 2 * e)) ||
+        ref_weights(&c, c.Wd, H, F, (uint64_t)(S_EXPERT0 + 2 * e + 1))) {
+      mem_free_all(&mb);
+      return -1;
+    }
     ref_expert(&c, m, list, e, 0, (int)wexp);
     progress("fp64 check: expert %lld / %lld", (long long)(e + 1), (long long)E);
   }

@@ -101,11 +101,11 @@ void print_json(const layer *L, const check *ck, double avail, double t_total) {
       "\n ],\n \"totals\": {\"forward_s\": %.6e, \"backward_s\": %.6e, \"layer_s\": %.6e, "
       "\"gemm_fp8_s\": %.6e, \"gemm_fp8_share\": %.6f, \"gemm_fp8_gflops\": %.6g, "
       "\"gemm_all_share\": %.6f, \"setup_s\": %.6e, \"alloc_s\": %.6e, \"weights_s\": %.6e, "
-      "\"check_s\": %.6e, \"run_s\": %.6e},\n",
+      "\"check_s\": %.6e, \"run_s\": %.6e, \"setup_cpu_s\": %.6e, \"layer_cpu_s\": %.6e},\n",
       t.fwd, t.bwd, t.all, t.gemm8, t.all > 0 ? t.gemm8 / t.all : 0,
       t.gemm8 > 0 ? t.gemm8_flops / t.gemm8 * 1e-9 : 0,
       t.all > 0 ? (t.gemm8 + t.gemm32) / t.all : 0, L->t_setup, L->t_alloc, L->t_weights,
-      ck ? ck->t : 0, t_total);
+      ck ? ck->t : 0, t_total, L->c_setup, L->c_layer);
   if (L->o.checksum)
     printf(" \"checksum\": {\"weights\": \"%016llx\", \"outputs\": \"%016llx\"},\n",
            (unsigned long long)L->sum_weights, (unsigned long long)L->sum_outputs);
@@ -169,8 +169,9 @@ void print_table(const layer *L, const check *ck, double avail, double t_total) 
   printf(
       "  setup     %.2f s before the layer, none of it timed: buffers allocated in %.2f s (the FP8 "
       "weights' pages faulted in by their generation), inputs + routing %.2f s, synthetic "
-      "weights generated and quantized in %.2f s\n",
-      L->t_alloc + L->t_setup, L->t_alloc, L->t_routing, L->t_weights);
+      "FP8 weights (codes + block scales) made in %.2f s; CPU time (all threads) %.2f s in the "
+      "setup, %.2f s in the layer\n",
+      L->t_alloc + L->t_setup, L->t_alloc, L->t_routing, L->t_weights, L->c_setup, L->c_layer);
   if (L->o.checksum)
     printf(
         "  checksum  FP8 weights + scales %016llx; outputs%s %016llx (FNV-1a; the outputs also "
@@ -204,8 +205,8 @@ void print_table(const layer *L, const check *ck, double avail, double t_total) 
     printf("\n  numerics: not checked (--check-tokens 0)\n");
   } else {
     printf(
-        "\n  numerics against fp64 (the same layer from the unquantized inputs: bf16 x and "
-        "grad, fp32 master weights; OpenBLAS dgemm + libm):\n");
+        "\n  numerics against fp64 (the same layer from the unquantized inputs, bf16 x and "
+        "grad, and the FP8 weights dequantized exactly; OpenBLAS dgemm + libm):\n");
     printf(
         "    checked %lld of %lld tokens (evenly spaced: token i * %lld / %lld)%s; routing: "
         "xte's top-%lld (the fp64 top-%lld set agrees on %lld of %lld tokens)\n",

@@ -13,7 +13,7 @@
 int moe_run(const moe_opts *opts) {
   moe_opts o = *opts;
   layer *L;
-  double avail, need, t_start = now_s();
+  double avail, need, t_start = now_s(), c0 = cpu_s();
   int it, ret = 1;
   check ck;
   int have_check = 0;
@@ -191,6 +191,7 @@ int moe_run(const moe_opts *opts) {
   }
   {
     double t0 = now_s();
+    L->mb.thp = o.huge_pages;
     alloc_layer(L);
     L->t_alloc = now_s() - t0;
   }
@@ -207,17 +208,20 @@ int moe_run(const moe_opts *opts) {
     if (generate_weights(L)) goto out;
     L->t_weights = now_s() - t0;
     L->t_setup = L->t_weights + L->t_routing;
+    L->c_setup = cpu_s() - c0;
   }
   define_steps(L);
   /* ---------------------------------------------------------------- the layer */
   for (it = 0; it < o.warmup; it++)
     if (run_layer(L, 0)) goto out;
+  c0 = cpu_s();
   for (it = 0; it < o.iters; it++)
     if (run_layer(L, 1)) goto out;
+  L->c_layer = (cpu_s() - c0) / o.iters;
   if (o.checksum) layer_checksum(L, &L->sum_weights, &L->sum_outputs);
   /* ---------------------------------------------------------------- fp64 check */
   if (o.check_tokens > 0) {
-    mem_free_cat(&L->mb, CAT_WEIGHT); /* the check regenerates the weights in fp64 */
+    mem_free_cat(&L->mb, CAT_WEIGHT); /* the check makes each expert's weights again */
     mem_free_cat(&L->mb, CAT_ACT);
     if (run_check(L, &ck)) goto out;
     have_check = 1;
