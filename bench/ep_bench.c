@@ -4,7 +4,11 @@
  * contiguous buffers, on the same communicator. Run under mpirun:
  *
  *     mpirun -np 4 xte bench ep [--tokens T] [--hidden H] [--experts E] [--topk K]
- *                               [--dtype e4m3|bf16] [--iters N]
+ *                               [--dtype e4m3|bf16] [--iters N] [--token-major]
+ *
+ * --token-major times xte_ep_dispatch_tokens (one row per received token, DeepEP's normal-mode
+ * layout) instead of xte_ep_dispatch (the expert-major rows of the grouped GEMM, which writes
+ * each received row once per local expert of its token).
  *
  * Times: per iteration the slowest rank's time (ranks start together after a barrier); the
  * median over iterations. Ratio = anchor time / xte time (1.0: as fast as the bare exchange).
@@ -36,7 +40,7 @@ int xte_bench_ep(int argc, char **argv) {
 
 typedef struct epb_opts {
   long tokens, hidden, experts, topk, iters;
-  int fp8;
+  int fp8, token_major;
 } epb_opts;
 
 static uint64_t epb_rng(uint64_t *s) {
@@ -95,7 +99,10 @@ static int parse(int argc, char **argv, epb_opts *o) {
       dst = &o->topk;
     else if (!strcmp(argv[i], "--iters"))
       dst = &o->iters;
-    else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
+    else if (!strcmp(argv[i], "--token-major")) {
+      o->token_major = 1;
+      continue;
+    } else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
       i++;
       if (!strcmp(argv[i], "e4m3"))
         o->fp8 = 1;
@@ -115,7 +122,7 @@ static int parse(int argc, char **argv, epb_opts *o) {
 }
 
 int xte_bench_ep(int argc, char **argv) {
-  epb_opts o = {4096, 7168, 64, 8, 10, 1};
+  epb_opts o = {4096, 7168, 64, 8, 10, 1, 0};
   int init = 0, R, rank, i, r, rc = 0;
   MPI_Comm comm = MPI_COMM_WORLD;
   xte_ep_group g = NULL;
@@ -139,7 +146,8 @@ int xte_bench_ep(int argc, char **argv) {
     if (rank == 0)
       fprintf(stderr,
               "usage: mpirun -np R xte bench ep [--tokens T] [--hidden H] [--experts E "
-              "(a multiple of R)] [--topk K <= 16] [--dtype e4m3|bf16] [--iters N]\n");
+              "(a multiple of R)] [--topk K <= 16] [--dtype e4m3|bf16] [--iters N] "
+              "[--token-major]\n");
     if (!init) MPI_Finalize();
     return 2;
   }
@@ -194,7 +202,8 @@ int xte_bench_ep(int argc, char **argv) {
   }
   rx = (uint8_t *)malloc((size_t)(c.recv_rows ? c.recv_rows : 1) * (size_t)H * xe);
   rs = (float *)malloc((size_t)(c.recv_rows ? c.recv_rows : 1) * (S ? S : 1) * 4);
-  rw = (float *)malloc((size_t)(c.recv_rows ? c.recv_rows : 1) * 4);
+  /* recv_weights [recv_rows], or recv_topk_idx and recv_topk_weights [recv_tokens, K] */
+  rw = (float *)malloc((size_t)(c.recv_rows + 2 * c.recv_tokens * K + 1) * 4);
   yo = (uint8_t *)calloc((size_t)(c.recv_rows ? c.recv_rows : 1) * (size_t)H, 2);
   out = (uint8_t *)malloc((size_t)(T ? T : 1) * (size_t)H * 2);
 
@@ -265,6 +274,10 @@ int xte_bench_ep(int argc, char **argv) {
     xte_tensor trx = xte_tensor_2d(rx, tx.dtype, c.recv_rows, H);
     xte_tensor trs = xte_tensor_2d(rs, XTE_DTYPE_FP32, c.recv_rows, (int64_t)S);
     xte_tensor trw = xte_tensor_1d(rw, XTE_DTYPE_FP32, c.recv_rows);
+    xte_tensor ttx = xte_tensor_2d(rx, tx.dtype, c.recv_tokens, H);
+    xte_tensor tts = xte_tensor_2d(rs, XTE_DTYPE_FP32, c.recv_tokens, (int64_t)S);
+    xte_tensor tti = xte_tensor_2d(rw, XTE_DTYPE_INT32, c.recv_tokens, K);
+    xte_tensor ttw = xte_tensor_2d(rw + c.recv_tokens * K, XTE_DTYPE_FP32, c.recv_tokens, K);
     xte_tensor tyo = xte_tensor_2d(yo, XTE_DTYPE_BF16, c.recv_rows, H);
     xte_tensor tout = xte_tensor_2d(out, XTE_DTYPE_BF16, T, H);
     int it;
@@ -275,8 +288,12 @@ int xte_bench_ep(int argc, char **argv) {
       }
       MPI_Barrier(comm);
       t0 = MPI_Wtime();
-      rc |= xte_ep_dispatch(g, handle, &tx, o.fp8 ? &tsx : NULL, &tw, &trx, o.fp8 ? &trs : NULL,
-                            &trw, NULL) != XTE_SUCCESS;
+      if (o.token_major)
+        rc |= xte_ep_dispatch_tokens(g, handle, &tx, o.fp8 ? &tsx : NULL, &tw, &ttx,
+                                     o.fp8 ? &tts : NULL, &tti, &ttw, NULL) != XTE_SUCCESS;
+      else
+        rc |= xte_ep_dispatch(g, handle, &tx, o.fp8 ? &tsx : NULL, &tw, &trx, o.fp8 ? &trs : NULL,
+                              &trw, NULL) != XTE_SUCCESS;
       t1 = MPI_Wtime();
       if (it >= 0) td[it] = t1 - t0;
       ta = timed_alltoallv(abuf_s, a_sc, a_sd, abuf_r, a_rc, a_rd, comm);
@@ -321,9 +338,10 @@ int xte_bench_ep(int argc, char **argv) {
       if (cpu) *strchr(cpu, '\n') = '\0';
       printf(
           "xte bench ep: %d ranks (mpi) on %s; %ld tokens per rank, hidden %ld, %s%s, top-%ld "
-          "of %ld experts, %ld iterations (median of the slowest rank)\n",
+          "of %ld experts, %ld iterations (median of the slowest rank)%s\n",
           R, cpu ? cpu + 5 : "?", T, H, o.fp8 ? "e4m3 rows + fp32 1x128 scales" : "bf16 rows",
-          ", fp32 weights", K, E, o.iters);
+          ", fp32 weights", K, E, o.iters,
+          o.token_major ? "; dispatch: xte_ep_dispatch_tokens (token-major, no expansion)" : "");
       printf("%-9s %14s %9s %16s %9s %8s %6s %10s %7s\n", "op", "MB per rank", "xte ms",
              "MPI_Alltoallv ms", "ratio", "GB/s", "pack%", "exchange%", "local%");
       print_row("dispatch", mb_d, d_x, d_a, &sd);

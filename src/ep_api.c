@@ -58,21 +58,6 @@ static int64_t now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* The data exchange of a collective, timed and counted into the group's statistics. */
-static xte_status exchange(struct xte_ep_group_s *g, const void *send, const int64_t *scount,
-                           const int64_t *sdispl, void *recv, const int64_t *rcount,
-                           const int64_t *rdispl, size_t unit) {
-  int64_t t0 = now_ns(), r;
-  xte_status st = g->tr.alltoallv(g->tr.ctx, send, scount, sdispl, recv, rcount, rdispl, unit);
-  g->stats.exchange_ns += now_ns() - t0;
-  for (r = 0; r < g->R; r++) {
-    if (r == g->tr.rank) continue;
-    g->stats.bytes_sent += scount[r] * (int64_t)unit;
-    g->stats.bytes_received += rcount[r] * (int64_t)unit;
-  }
-  return st;
-}
-
 /* The handle: this header, then the arrays at offsets fixed by the group. */
 typedef struct ep_hdr {
   uint64_t magic;
@@ -88,6 +73,7 @@ typedef struct ep_handle {
   int64_t *recv_cnt, *recv_off; /* records from rank r       [R], [R + 1] */
   int64_t *ret_cnt, *ret_off;   /* rows back to rank r       [R], [R + 1] */
   int64_t *tpe;                 /* rows per local expert     [El] */
+  int64_t *poff;                /* first row of local expert [El + 1] (padded) */
   int32_t *send_tok;            /* [Tmax * min(K, R)] */
   int32_t *topk;                /* [Tmax * K] global experts, -1 none */
   int32_t *src_row_map;         /* [Tmax * K] */
@@ -127,6 +113,7 @@ static int handle_layout(const struct xte_ep_group_s *g, char *base, ep_handle *
   EP_ARR(R, 8);
   EP_ARR(R1, 8);
   EP_ARR((size_t)g->El, 8);
+  EP_ARR((size_t)g->El + 1, 8);
   if (T && kr > SIZE_MAX / T) return 0;
   EP_ARR(T * kr, 4);
   if (T && K > SIZE_MAX / T) return 0;
@@ -148,11 +135,12 @@ static int handle_layout(const struct xte_ep_group_s *g, char *base, ep_handle *
     eh->ret_cnt = (int64_t *)(base + o[7]);
     eh->ret_off = (int64_t *)(base + o[8]);
     eh->tpe = (int64_t *)(base + o[9]);
-    eh->send_tok = (int32_t *)(base + o[10]);
-    eh->topk = (int32_t *)(base + o[11]);
-    eh->src_row_map = (int32_t *)(base + o[12]);
-    eh->recv_topk = (int32_t *)(base + o[13]);
-    eh->row_map = (int32_t *)(base + o[14]);
+    eh->poff = (int64_t *)(base + o[10]);
+    eh->send_tok = (int32_t *)(base + o[11]);
+    eh->topk = (int32_t *)(base + o[12]);
+    eh->src_row_map = (int32_t *)(base + o[13]);
+    eh->recv_topk = (int32_t *)(base + o[14]);
+    eh->row_map = (int32_t *)(base + o[15]);
   }
   return 1;
 }
@@ -474,6 +462,82 @@ static xte_status agree_or_free(struct xte_ep_group_s *g, xte_status st, const i
   return st;
 }
 
+/* Block lists for the transport's alltoallw: the rows a rank sends or receives, described in
+ * place (addresses and lengths), per peer; a block that continues the previous one of the same
+ * peer is merged into it. */
+typedef struct blist {
+  intptr_t *addr;
+  int64_t *len;
+  int64_t *off; /* [R + 1] */
+  int64_t n, peer_start;
+} blist;
+
+/* Bytes of two block lists (send and receive) of at most ns and nr blocks over R peers. */
+static int blist_bytes(int64_t ns, int64_t nr, int R, size_t *bytes) {
+  size_t n, b;
+  if (ns < 0 || nr < 0 || __builtin_add_overflow((size_t)ns, (size_t)nr, &n) ||
+      __builtin_add_overflow(n, (size_t)2 * ((size_t)R + 1), &n) ||
+      __builtin_mul_overflow(n, (size_t)16, &b))
+    return 0;
+  *bytes = b;
+  return 1;
+}
+
+/* Carves the two lists out of mem (blist_bytes of it). */
+static void blist_init(void *mem, int64_t ns, int64_t nr, int R, blist *s, blist *r) {
+  char *p = (char *)mem;
+  s->addr = (intptr_t *)p;
+  s->len = (int64_t *)(p + (size_t)ns * 8);
+  s->off = (int64_t *)(p + (size_t)ns * 16);
+  p += (size_t)ns * 16 + ((size_t)R + 1) * 8;
+  r->addr = (intptr_t *)p;
+  r->len = (int64_t *)(p + (size_t)nr * 8);
+  r->off = (int64_t *)(p + (size_t)nr * 16);
+  s->n = s->peer_start = r->n = r->peer_start = 0;
+}
+
+static void blist_peer(blist *b, int peer) {
+  b->off[peer] = b->n;
+  b->peer_start = b->n;
+}
+
+static inline void blist_add(blist *b, const void *p, int64_t len) {
+  if (len <= 0) return;
+  if (b->n > b->peer_start && b->addr[b->n - 1] + b->len[b->n - 1] == (intptr_t)p) {
+    b->len[b->n - 1] += len;
+    return;
+  }
+  b->addr[b->n] = (intptr_t)p;
+  b->len[b->n] = len;
+  b->n++;
+}
+
+/* The exchange of two block lists (blist_peer(R) closed them), timed and counted. */
+static xte_status exchange_w(struct xte_ep_group_s *g, blist *s, blist *r) {
+  int64_t t0 = now_ns(), b;
+  int p;
+  xte_status st = g->tr.alltoallw(g->tr.ctx, s->addr, s->len, s->off, r->addr, r->len, r->off);
+  g->stats.exchange_ns += now_ns() - t0;
+  for (p = 0; p < g->R; p++) {
+    if (p == g->tr.rank) continue;
+    for (b = s->off[p]; b < s->off[p + 1]; b++) g->stats.bytes_sent += s->len[b];
+    for (b = r->off[p]; b < r->off[p + 1]; b++) g->stats.bytes_received += r->len[b];
+  }
+  return st;
+}
+
+/* Zeroes recv rows that no (token, slot) fills: each expert's padding and rows [recv_rows,
+ * nrows) of data (row_bytes per row, ld bytes apart). */
+static void zero_unrouted(const ep_handle *eh, int64_t El, char *data, size_t ld, size_t row_bytes,
+                          int64_t nrows) {
+  int64_t e, row;
+  for (e = 0; e <= El; e++) {
+    int64_t r0 = e < El ? eh->poff[e] + eh->tpe[e] : eh->h->recv_rows;
+    int64_t r1 = e < El ? eh->poff[e + 1] : nrows;
+    for (row = r0; row < r1; row++) memset(data + (size_t)row * ld, 0, row_bytes);
+  }
+}
+
 /* ------------------------------------------------------------------ prepare */
 
 xte_status xte_ep_prepare(xte_ep_group group, const xte_tensor *topk_idx, void *handle,
@@ -516,6 +580,20 @@ xte_status xte_ep_prepare(xte_ep_group group, const xte_tensor *topk_idx, void *
                              (long long)t, (long long)j, (long long)e, (long long)g->E);
           break;
         }
+        /* a token lists an expert at most once (as xte_moe_permute wants): refused here, on
+         * every rank, before any row moves */
+        for (i = 0; i < j && e >= 0; i++) {
+          int64_t f = topk_idx->dtype == XTE_DTYPE_INT32
+                          ? ((const int32_t *)topk_idx->data)[t * ld + i]
+                          : ((const int64_t *)topk_idx->data)[t * ld + i];
+          if (f == e) {
+            st = xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                               "topk_idx row %lld lists expert %lld twice", (long long)t,
+                               (long long)e);
+            break;
+          }
+        }
+        if (st != XTE_SUCCESS) break;
       }
   }
   if (st == XTE_SUCCESS && !handle) st = xte_set_error(XTE_ERROR_NULL_POINTER, "handle is NULL");
@@ -549,7 +627,7 @@ xte_status xte_ep_prepare(xte_ep_group group, const xte_tensor *topk_idx, void *
   if (st == XTE_SUCCESS) {
     int64_t kr = K < R ? K : R;
     st = ws_alloc(NULL, 0, T * kr, (size_t)K * 4, (void **)&sendrec);
-    if (st == XTE_SUCCESS) st = ws_alloc(NULL, 0, 4 * (int64_t)R, 8, (void **)&cnt1);
+    if (st == XTE_SUCCESS) st = ws_alloc(NULL, 0, 4 * (int64_t)R + El, 8, (void **)&cnt1);
   }
   st = agree_or_free(g, st, NULL, NULL, sendrec, cnt1);
   if (st != XTE_SUCCESS) return st;
@@ -634,8 +712,10 @@ xte_status xte_ep_prepare(xte_ep_group group, const xte_tensor *topk_idx, void *
                          eh.recv_off, (size_t)K * 4);
   }
   ws_free(NULL, sendrec);
-  ws_free(NULL, cnt1);
-  if (st != XTE_SUCCESS) return st;
+  if (st != XTE_SUCCESS) {
+    ws_free(NULL, cnt1);
+    return st;
+  }
   /* the receive side: rows back to each rank, rows per local expert, padded rows */
   {
     int64_t e, rows = 0;
@@ -648,6 +728,7 @@ xte_status xte_ep_prepare(xte_ep_group group, const xte_tensor *topk_idx, void *
           int32_t l = eh.recv_topk[i * K + j];
           if (l < 0) continue;
           if (l >= El) {
+            ws_free(NULL, cnt1);
             return xte_set_error(XTE_ERROR_INTERNAL, "rank %lld sent local expert %d", (long long)r,
                                  l);
           }
@@ -658,9 +739,25 @@ xte_status xte_ep_prepare(xte_ep_group group, const xte_tensor *topk_idx, void *
       eh.ret_off[r + 1] = eh.ret_off[r] + n;
     }
     eh.h->nret = eh.ret_off[R];
-    for (e = 0; e < El; e++) rows += (eh.tpe[e] + g->align - 1) / g->align * g->align;
+    eh.poff[0] = 0;
+    for (e = 0; e < El; e++) {
+      rows += (eh.tpe[e] + g->align - 1) / g->align * g->align;
+      eh.poff[e + 1] = rows;
+    }
     eh.h->recv_rows = rows;
+    /* the rows of recv_x (xte_moe_permute's row map over the received records: within an
+     * expert, records ascending, i.e. (source rank, token) ascending) */
+    {
+      int64_t *cur = cnt1; /* [El] */
+      for (e = 0; e < El; e++) cur[e] = eh.poff[e];
+      for (i = 0; i < eh.h->nrecv; i++)
+        for (j = 0; j < K; j++) {
+          int32_t l = eh.recv_topk[i * K + j];
+          eh.row_map[i * K + j] = l < 0 ? -1 : (int32_t)cur[l]++;
+        }
+    }
   }
+  ws_free(NULL, cnt1);
   eh.h->prepared = 1;
   if (counts) {
     counts->recv_rows = eh.h->recv_rows;
@@ -682,20 +779,32 @@ xte_status xte_ep_prepare(xte_ep_group group, const xte_tensor *topk_idx, void *
 
 /* ------------------------------------------------------------------ dispatch */
 
-xte_status xte_ep_dispatch(xte_ep_group group, void *handle, const xte_tensor *x,
-                           const xte_tensor *x_scales, const xte_tensor *topk_weights,
-                           xte_tensor *recv_x, xte_tensor *recv_scales, xte_tensor *recv_weights,
-                           xte_stream stream) {
+/* The recv_x row of received record i's first local slot (every record has one). */
+static inline int64_t first_row(const ep_handle *eh, int64_t K, int64_t i) {
+  int64_t j;
+  for (j = 0; j < K; j++)
+    if (eh->row_map[i * K + j] >= 0) return eh->row_map[i * K + j];
+  return 0; /* not reached */
+}
+
+/* xte_ep_dispatch (tm 0: expert-major rows, recv_weights) and xte_ep_dispatch_tokens (tm 1: one
+ * row per received token, recv_topk_idx / recv_topk_weights). */
+static xte_status dispatch_impl(xte_ep_group group, void *handle, const xte_tensor *x,
+                                const xte_tensor *x_scales, const xte_tensor *topk_weights,
+                                xte_tensor *recv_x, xte_tensor *recv_scales,
+                                xte_tensor *recv_weights, xte_tensor *recv_topk_idx,
+                                xte_tensor *recv_topk_weights, int tm, xte_stream stream) {
   static const char *const names[NSIG] = {
       "x->dtype", "x_scales->dtype", "x_scales' columns", "topk_weights (given or not)", NULL,
       NULL};
   struct xte_ep_group_s *g = group;
   ep_handle eh;
   xte_status st;
-  int64_t T = 0, H, K, ldx = 0, lds = 0, ldw = 0, S = 0, nrows = 0, ldo = 0, i, j, r;
+  int64_t T = 0, H, K, ldx = 0, lds = 0, ldw = 0, S = 0, nrows = 0, ldo = 0, ldrs = 0, i, j, r;
+  int64_t ldti = 0, ldtw = 0;
   int fp8 = 0, has_w = 0;
-  size_t es = 0, ss = 0, xb, sb, wb, off_s, off_w, rec = 16;
-  char *sendbuf = NULL, *recvbuf = NULL;
+  size_t es = 0, ss = 0, xb, sb, wb;
+  char *blk = NULL, *wbuf = NULL;
   int64_t sig[NSIG] = {0}, t_pack = 0, t_local = 0;
   XTE_CHECK_PTR(g, "group");
   H = g->H;
@@ -710,7 +819,8 @@ xte_status xte_ep_dispatch(xte_ep_group group, void *handle, const xte_tensor *x
   if (st == XTE_SUCCESS) {
     fp8 = x->dtype == XTE_DTYPE_E4M3 || x->dtype == XTE_DTYPE_E5M2;
     es = xte_dtype_size(x->dtype);
-    st = tview(recv_x, "recv_x", DT(x->dtype), -1, eh.h->recv_rows, H, &nrows, &ldo);
+    st = tview(recv_x, "recv_x", DT(x->dtype), -1, tm ? eh.h->nrecv : eh.h->recv_rows, H, &nrows,
+               &ldo);
   }
   if (st == XTE_SUCCESS && fp8) {
     if (!x_scales || !x_scales->data || !recv_scales || !recv_scales->data)
@@ -738,6 +848,15 @@ xte_status xte_ep_dispatch(xte_ep_group group, void *handle, const xte_tensor *x
     has_w = 1;
     st = tview(topk_weights, "topk_weights", F32, T, 0, K, NULL, &ldw);
   }
+  if (st == XTE_SUCCESS && recv_topk_idx && recv_topk_idx->data)
+    st = tview(recv_topk_idx, "recv_topk_idx", DT(XTE_DTYPE_INT32), nrows, 0, K, NULL, &ldti);
+  if (st == XTE_SUCCESS && recv_topk_weights && recv_topk_weights->data) {
+    if (!has_w)
+      st = xte_set_error(XTE_ERROR_NULL_POINTER,
+                         "topk_weights is NULL but recv_topk_weights is asked for");
+    if (st == XTE_SUCCESS)
+      st = tview(recv_topk_weights, "recv_topk_weights", F32, nrows, 0, K, NULL, &ldtw);
+  }
   if (st == XTE_SUCCESS && recv_weights && recv_weights->data) {
     int64_t rr, cc, l2;
     if (!has_w)
@@ -757,93 +876,177 @@ xte_status xte_ep_dispatch(xte_ep_group group, void *handle, const xte_tensor *x
     if (st == XTE_SUCCESS && (uintptr_t)recv_weights->data % 4)
       st = xte_set_error(XTE_ERROR_ALIGNMENT, "recv_weights->data is not aligned");
   }
+  if (st == XTE_SUCCESS && fp8) {
+    int64_t a, b;
+    st = xte_tensor_view2d(recv_scales, "recv_scales", &a, &b, &ldrs);
+    if (!ldrs) ldrs = S;
+  }
   if (st == XTE_SUCCESS) {
+    size_t lb = 0;
     xb = (size_t)H * es;
     sb = (size_t)S * ss;
     wb = has_w ? (size_t)K * 4 : 0;
-    off_s = (xb + 3) & ~(size_t)3;
-    off_w = off_s + ((sb + 3) & ~(size_t)3);
-    rec = (off_w + wb + 15) & ~(size_t)15;
-    st = ws_alloc(g, 0, eh.h->nsend, rec, (void **)&sendbuf);
-    if (st == XTE_SUCCESS) st = ws_alloc(g, 1, eh.h->nrecv, rec, (void **)&recvbuf);
+    size_t mb = sb + wb, smeta;
+    if (!blist_bytes(eh.h->nsend + g->R, eh.h->nrecv + g->R, g->R, &lb) ||
+        __builtin_mul_overflow((size_t)eh.h->nsend, mb, &smeta) ||
+        __builtin_add_overflow(lb, smeta, &lb))
+      st = xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "workspace size overflows");
+    if (st == XTE_SUCCESS) st = ws_alloc(g, 0, 1, lb, (void **)&blk);
+    if (st == XTE_SUCCESS) st = ws_alloc(g, 1, eh.h->nrecv, mb, (void **)&wbuf);
     sig[0] = x->dtype;
     sig[1] = fp8 ? (int64_t)x_scales->dtype : -1;
     sig[2] = S;
     sig[3] = has_w;
   } else {
-    xb = sb = wb = off_s = off_w = 0;
+    xb = sb = wb = 0;
   }
-  st = agree_or_free(g, st, sig, names, sendbuf, recvbuf);
+  st = agree_or_free(g, st, sig, names, blk, wbuf);
   if (st != XTE_SUCCESS) return st;
-  /* pack one record per (token, rank) */
+  /* Each (token, rank) once. The x rows are read in place and land in place: the receiver puts
+   * a token's row straight into the recv_x row of its first local slot. Its scale row and
+   * weights (a few hundred bytes) travel packed as one small record per (token, rank). Then the
+   * receiver copies the row to the token's other local slots (the expert-major expansion). */
   t_pack = now_ns();
-  for (i = 0; i < eh.h->nsend; i++) {
-    int64_t t = eh.send_tok[i];
-    char *p = sendbuf + (size_t)i * rec;
-    memcpy(p, (const char *)x->data + (size_t)(t * ldx) * es, xb);
-    if (sb) memcpy(p + off_s, (const char *)x_scales->data + (size_t)(t * lds) * ss, sb);
-    if (wb) memcpy(p + off_w, (const float *)topk_weights->data + t * ldw, wb);
+  {
+    blist bs, br;
+    const size_t mb = sb + wb;
+    size_t lb = 0;
+    const char *xd = (const char *)x->data;
+    const char *sd = fp8 ? (const char *)x_scales->data : NULL;
+    const char *wd = has_w ? (const char *)topk_weights->data : NULL;
+    char *ox = (char *)recv_x->data, *smeta;
+    blist_bytes(eh.h->nsend + g->R, eh.h->nrecv + g->R, g->R, &lb);
+    smeta = blk + lb;
+    for (i = 0; i < eh.h->nsend && mb; i++) {
+      int64_t t = eh.send_tok[i];
+      if (sb) memcpy(smeta + (size_t)i * mb, sd + (size_t)(t * lds) * ss, sb);
+      if (wb) memcpy(smeta + (size_t)i * mb + sb, wd + (size_t)(t * ldw) * 4, wb);
+    }
+    /* token-major: the records in a second exchange, so that each peer's rows land as one
+     * block (a transport can then move them as they are) */
+    for (int part = 0; part < 1 + (tm && mb) && st == XTE_SUCCESS; part++) {
+      if (part) t_pack = now_ns();
+      blist_init(blk, eh.h->nsend + g->R, eh.h->nrecv + g->R, g->R, &bs, &br);
+      for (r = 0; r < g->R; r++) {
+        int64_t b0 = eh.send_off[r], b1 = eh.send_off[r + 1];
+        blist_peer(&bs, (int)r);
+        for (i = b0; i < b1 && !part; i++)
+          blist_add(&bs, xd + (size_t)(eh.send_tok[i] * ldx) * es, (int64_t)xb);
+        if (part || !tm) blist_add(&bs, smeta + (size_t)b0 * mb, (b1 - b0) * (int64_t)mb);
+        b0 = eh.recv_off[r];
+        b1 = eh.recv_off[r + 1];
+        blist_peer(&br, (int)r);
+        for (i = b0; i < b1 && !part; i++)
+          blist_add(&br, ox + (size_t)((tm ? i : first_row(&eh, K, i)) * ldo) * es, (int64_t)xb);
+        if (part || !tm) blist_add(&br, wbuf + (size_t)b0 * mb, (b1 - b0) * (int64_t)mb);
+      }
+      blist_peer(&bs, g->R);
+      blist_peer(&br, g->R);
+      g->stats.pack_ns += now_ns() - t_pack;
+      st = exchange_w(g, &bs, &br);
+    }
   }
-  g->stats.pack_ns += now_ns() - t_pack;
-  st = exchange(g, sendbuf, eh.send_cnt, eh.send_off, recvbuf, eh.recv_cnt, eh.recv_off, rec);
   t_local = now_ns();
-  ws_free(g, sendbuf);
-  if (st == XTE_SUCCESS) {
-    /* permute straight from the records */
+  if (st == XTE_SUCCESS && tm) {
+    /* one row per token: scale rows, the slots' local experts and weights; zero rows after */
+    const size_t mb = sb + wb;
     int64_t nrecv = eh.h->nrecv;
-    xte_tensor in = mk2d(recvbuf, x->dtype, nrecv, H, (int64_t)(rec / es));
-    xte_tensor in_s = fp8 ? mk2d(recvbuf + off_s, x_scales->dtype, nrecv, S, (int64_t)(rec / ss))
-                          : mk2d(NULL, XTE_DTYPE_FP32, 0, 0, 0);
-    xte_tensor idx =
-        mk2d(nrecv ? (void *)eh.recv_topk : (void *)g_empty_row, XTE_DTYPE_INT32, nrecv, K, K);
-    xte_tensor rm =
-        mk2d(nrecv ? (void *)eh.row_map : (void *)g_empty_row, XTE_DTYPE_INT32, nrecv, K, K);
-    xte_moe_routing routing;
-    xte_permute_config pc;
-    routing.routing_map = NULL;
-    routing.topk_idx = &idx;
-    routing.num_experts = g->El;
-    pc.num_out_tokens = -1;
-    pc.align = g->align;
-    st = xte_moe_permute(&in, fp8 ? &in_s : NULL, &routing, &pc, recv_x, fp8 ? recv_scales : NULL,
-                         &rm, NULL, stream);
-    if (st == XTE_SUCCESS && recv_weights && recv_weights->data) {
-      float *w = (float *)recv_weights->data;
-      memset(w, 0, (size_t)nrows * sizeof(float));
-      for (i = 0; i < nrecv; i++) {
-        const float *rw = (const float *)(recvbuf + (size_t)i * rec + off_w);
-        for (j = 0; j < K; j++) {
-          int32_t row = eh.row_map[i * K + j];
-          if (row >= 0) w[row] = rw[j];
+    char *ox = (char *)recv_x->data, *os = fp8 ? (char *)recv_scales->data : NULL;
+    int32_t *ti = recv_topk_idx && recv_topk_idx->data ? (int32_t *)recv_topk_idx->data : NULL;
+    float *tw =
+        recv_topk_weights && recv_topk_weights->data ? (float *)recv_topk_weights->data : NULL;
+    for (i = 0; i < nrows; i++) {
+      const char *meta = i < nrecv ? wbuf + (size_t)i * mb : wbuf;
+      if (i >= nrecv) {
+        memset(ox + (size_t)(i * ldo) * es, 0, xb);
+        if (sb) memset(os + (size_t)(i * ldrs) * ss, 0, sb);
+      } else if (sb) {
+        memcpy(os + (size_t)(i * ldrs) * ss, meta, sb);
+      }
+      for (j = 0; j < K; j++) {
+        int32_t l = i < nrecv ? eh.recv_topk[i * K + j] : -1;
+        if (ti) ti[i * ldti + j] = l;
+        if (tw) {
+          float v = 0.0f;
+          if (l >= 0) memcpy(&v, meta + sb + (size_t)j * 4, 4);
+          tw[i * ldtw + j] = v;
         }
       }
     }
+  } else if (st == XTE_SUCCESS) {
+    const size_t mb = sb + wb;
+    int64_t nrecv = eh.h->nrecv;
+    char *ox = (char *)recv_x->data, *os = fp8 ? (char *)recv_scales->data : NULL;
+    float *w = recv_weights && recv_weights->data ? (float *)recv_weights->data : NULL;
+    if (w) memset(w, 0, (size_t)nrows * sizeof(float));
+    for (i = 0; i < nrecv; i++) {
+      const int32_t *rm = eh.row_map + i * K;
+      const char *meta = wbuf + (size_t)i * mb;
+      int64_t f = first_row(&eh, K, i);
+      for (j = 0; j < K; j++) {
+        int64_t row = rm[j];
+        if (row < 0) continue;
+        if (w) memcpy(&w[row], meta + sb + (size_t)j * 4, 4);
+        if (sb) memcpy(os + (size_t)(row * ldrs) * ss, meta, sb);
+        if (row != f) memcpy(ox + (size_t)(row * ldo) * es, ox + (size_t)(f * ldo) * es, xb);
+      }
+    }
+    zero_unrouted(&eh, g->El, ox, (size_t)ldo * es, xb, nrows);
+    if (sb) zero_unrouted(&eh, g->El, os, (size_t)ldrs * ss, sb, nrows);
   }
-  ws_free(g, recvbuf);
+  ws_free(g, blk);
+  ws_free(g, wbuf);
   g->stats.local_ns += now_ns() - t_local;
   g->stats.calls++;
-  (void)r;
-  (void)ldo;
   if (st != XTE_SUCCESS) return st;
   eh.h->dispatched = 1;
   xte_clear_error();
   return XTE_SUCCESS;
 }
 
+xte_status xte_ep_dispatch(xte_ep_group group, void *handle, const xte_tensor *x,
+                           const xte_tensor *x_scales, const xte_tensor *topk_weights,
+                           xte_tensor *recv_x, xte_tensor *recv_scales, xte_tensor *recv_weights,
+                           xte_stream stream) {
+  return dispatch_impl(group, handle, x, x_scales, topk_weights, recv_x, recv_scales, recv_weights,
+                       NULL, NULL, 0, stream);
+}
+
+xte_status xte_ep_dispatch_tokens(xte_ep_group group, void *handle, const xte_tensor *x,
+                                  const xte_tensor *x_scales, const xte_tensor *topk_weights,
+                                  xte_tensor *recv_x, xte_tensor *recv_scales,
+                                  xte_tensor *recv_topk_idx, xte_tensor *recv_topk_weights,
+                                  xte_stream stream) {
+  return dispatch_impl(group, handle, x, x_scales, topk_weights, recv_x, recv_scales, NULL,
+                       recv_topk_idx, recv_topk_weights, 1, stream);
+}
+
 /* ------------------------------------------------------------------ rows back and forth */
 
-/* Packs the rows of every received (record, local slot), in (source rank, record, slot) order,
- * from rows [.., H] (ld) into buf. */
-static void pack_return(const ep_handle *eh, int64_t K, const char *rows, int64_t ld, size_t es,
-                        size_t row_bytes, char *buf) {
-  int64_t i, j, p = 0;
-  for (i = 0; i < eh->h->nrecv; i++)
-    for (j = 0; j < K; j++) {
-      int32_t row = eh->row_map[i * K + j];
-      if (row < 0) continue;
-      memcpy(buf + (size_t)p * row_bytes, rows + (size_t)row * (size_t)ld * es, row_bytes);
-      p++;
-    }
+/* The block lists of the expert rows of every received (record, local slot), in (source rank,
+ * record, slot) order, read or written in place at rows (ld elements apart), and of the
+ * contiguous slot rows of this rank's tokens in buf (slot_off order). rows_send: rows are sent
+ * (combine, dispatch_backward), else received (combine_backward). */
+static void slot_blocks(const struct xte_ep_group_s *g, const ep_handle *eh, char *rows, int64_t ld,
+                        size_t es, size_t row_bytes, char *buf, int rows_send, blist *bs,
+                        blist *br) {
+  int64_t i, j, K = g->K;
+  int r;
+  blist *side_rows = rows_send ? bs : br, *side_buf = rows_send ? br : bs;
+  for (r = 0; r < g->R; r++) {
+    blist_peer(side_rows, r);
+    for (i = eh->recv_off[r]; i < eh->recv_off[r + 1]; i++)
+      for (j = 0; j < K; j++) {
+        int32_t row = eh->row_map[i * K + j];
+        if (row >= 0)
+          blist_add(side_rows, rows + (size_t)row * (size_t)ld * es, (int64_t)row_bytes);
+      }
+    blist_peer(side_buf, r);
+    blist_add(side_buf, buf + (size_t)eh->slot_off[r] * row_bytes,
+              eh->slot_cnt[r] * (int64_t)row_bytes);
+  }
+  blist_peer(bs, g->R);
+  blist_peer(br, g->R);
 }
 
 /* The routing of this rank's own tokens (the handle's int32 copy) and src_row_map as tensors. */
@@ -893,7 +1096,10 @@ static xte_status return_and_sum(struct xte_ep_group_s *g, void *handle, const x
     want_slots = 1;
   }
   if (st == XTE_SUCCESS) {
-    st = ws_alloc(g, 0, eh.h->nret, rb, (void **)&sendbuf);
+    size_t lb = 0;
+    if (!blist_bytes(eh.h->nret, g->R, g->R, &lb))
+      st = xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "workspace size overflows");
+    if (st == XTE_SUCCESS) st = ws_alloc(g, 0, 1, lb, (void **)&sendbuf);
     /* received into workspace even when slot_rows is given: slot_rows is written only after the
      * local sum succeeded (nothing written on error) */
     if (st == XTE_SUCCESS) st = ws_alloc(g, 1, eh.h->nslot, rb, (void **)&recvbuf);
@@ -902,9 +1108,14 @@ static xte_status return_and_sum(struct xte_ep_group_s *g, void *handle, const x
   st = agree_or_free(g, st, sig, names, sendbuf, recvbuf);
   if (st != XTE_SUCCESS) return st;
   t0 = now_ns();
-  pack_return(&eh, g->K, (const char *)rows->data, ld, es, rb, sendbuf);
-  g->stats.pack_ns += now_ns() - t0;
-  st = exchange(g, sendbuf, eh.ret_cnt, eh.ret_off, recvbuf, eh.slot_cnt, eh.slot_off, rb);
+  {
+    /* the expert rows are sent in place (no staging copy) */
+    blist bs, br;
+    blist_init(sendbuf, eh.h->nret, g->R, g->R, &bs, &br);
+    slot_blocks(g, &eh, (char *)rows->data, ld, es, rb, recvbuf, 1, &bs, &br);
+    g->stats.pack_ns += now_ns() - t0;
+    st = exchange_w(g, &bs, &br);
+  }
   ws_free(g, sendbuf);
   t0 = now_ns();
   if (st == XTE_SUCCESS) {
@@ -949,7 +1160,7 @@ xte_status xte_ep_combine_backward(xte_ep_group group, void *handle, const xte_t
   struct xte_ep_group_s *g = group;
   ep_handle eh;
   xte_status st;
-  int64_t T = 0, H, K, ldg = 0, nrows = 0, i, j;
+  int64_t T = 0, H, K, ldg = 0, nrows = 0;
   size_t es = 0, rb = 0;
   char *sendbuf = NULL, *recvbuf = NULL;
   int want_gw = 0;
@@ -984,10 +1195,13 @@ xte_status xte_ep_combine_backward(xte_ep_group group, void *handle, const xte_t
     if (st == XTE_SUCCESS) st = tview(grad_weights, "grad_weights", F32, T, 0, K, NULL, NULL);
   }
   if (st == XTE_SUCCESS) {
+    size_t lb = 0;
     es = xte_dtype_size(grad_expert_out->dtype);
     rb = (size_t)H * es;
     st = ws_alloc(g, 0, eh.h->nslot, rb, (void **)&sendbuf);
-    if (st == XTE_SUCCESS) st = ws_alloc(g, 1, eh.h->nret, rb, (void **)&recvbuf);
+    if (st == XTE_SUCCESS && !blist_bytes(g->R, eh.h->nret, g->R, &lb))
+      st = xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "workspace size overflows");
+    if (st == XTE_SUCCESS) st = ws_alloc(g, 1, 1, lb, (void **)&recvbuf);
     sig[0] = grad_expert_out->dtype;
   }
   st = agree_or_free(g, st, sig, names, sendbuf, recvbuf);
@@ -1002,23 +1216,20 @@ xte_status xte_ep_combine_backward(xte_ep_group group, void *handle, const xte_t
                                     want_gw ? grad_weights : NULL, stream);
   }
   g->stats.local_ns += now_ns() - t0;
-  if (st == XTE_SUCCESS)
-    st = exchange(g, sendbuf, eh.slot_cnt, eh.slot_off, recvbuf, eh.ret_cnt, eh.ret_off, rb);
+  if (st == XTE_SUCCESS) {
+    /* received straight into grad_expert_out's rows */
+    blist bs, br;
+    t0 = now_ns();
+    blist_init(recvbuf, g->R, eh.h->nret, g->R, &bs, &br);
+    slot_blocks(g, &eh, (char *)grad_expert_out->data, ldg, es, rb, sendbuf, 0, &bs, &br);
+    g->stats.pack_ns += now_ns() - t0;
+    st = exchange_w(g, &bs, &br);
+  }
   ws_free(g, sendbuf);
   t0 = now_ns();
-  if (st == XTE_SUCCESS) {
-    char *base = (char *)grad_expert_out->data;
-    int64_t p = 0, r;
-    for (r = 0; r < nrows; r++) memset(base + (size_t)(r * ldg) * es, 0, rb);
-    for (i = 0; i < eh.h->nrecv; i++)
-      for (j = 0; j < K; j++) {
-        int32_t row = eh.row_map[i * K + j];
-        if (row < 0) continue;
-        memcpy(base + (size_t)((int64_t)row * ldg) * es, recvbuf + (size_t)p * rb, rb);
-        p++;
-      }
-  }
-  g->stats.pack_ns += now_ns() - t0;
+  if (st == XTE_SUCCESS)
+    zero_unrouted(&eh, g->El, (char *)grad_expert_out->data, (size_t)ldg * es, rb, nrows);
+  g->stats.local_ns += now_ns() - t0;
   g->stats.calls++;
   ws_free(g, recvbuf);
   if (st == XTE_SUCCESS) xte_clear_error();

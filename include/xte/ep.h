@@ -133,6 +133,23 @@ XTE_API xte_status xte_ep_dispatch(xte_ep_group group, void *handle, const xte_t
                                    xte_tensor *recv_x, xte_tensor *recv_scales,
                                    xte_tensor *recv_weights, xte_stream stream);
 
+/* Collective: dispatch without the expert-major expansion (DeepEP's normal-mode layout): one row
+ * per received token, so only the bytes that cross ranks are written. recv_x [rows >=
+ * counts.recv_tokens, H] of x's dtype gets the tokens in (source rank, token) order, each once;
+ * recv_scales [rows, S] their scale rows (fp8 x only); recv_topk_idx (optional, int32 [rows, k])
+ * the local expert (0..experts_per_rank - 1) of each of the token's k slots, -1 where the expert
+ * lives elsewhere; recv_topk_weights (optional, fp32 [rows, k], needs topk_weights) the slot's
+ * weight, 0 where recv_topk_idx is -1. Rows past recv_tokens: zero rows, -1 and 0.
+ * xte_moe_permute of these rows (routing topk_idx = recv_topk_idx's first recv_tokens rows,
+ * num_experts = experts_per_rank, the group's align) gives xte_ep_dispatch's recv_x /
+ * recv_scales bytes and row order, so combine and the backwards take the expert outputs as after
+ * xte_ep_dispatch; this call counts as the step's dispatch. */
+XTE_API xte_status xte_ep_dispatch_tokens(xte_ep_group group, void *handle, const xte_tensor *x,
+                                          const xte_tensor *x_scales,
+                                          const xte_tensor *topk_weights, xte_tensor *recv_x,
+                                          xte_tensor *recv_scales, xte_tensor *recv_topk_idx,
+                                          xte_tensor *recv_topk_weights, xte_stream stream);
+
 /* Collective, after dispatch. expert_out [rows >= recv_rows, H] fp32 / bf16 (the experts' outputs
  * at recv_x's rows) -> out [T, H] fp32 / bf16: out[t] = sum over slots j ascending of
  * w[t, j] * expert_out row of (t, j), fmaf in fp32 from +0, one rounding (xte_moe_unpermute;

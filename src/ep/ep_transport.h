@@ -19,6 +19,13 @@ typedef struct xte_ep_transport {
    * lands at recv + rdispl[r] * unit on rank s, whose rcount[r] equals it. */
   xte_status (*alltoallv)(void *ctx, const void *send, const int64_t *scount, const int64_t *sdispl,
                           void *recv, const int64_t *rcount, const int64_t *rdispl, size_t unit);
+  /* Scatter-gather exchange, no staging copy of xte's own: rank r sends rank s its blocks
+   * [soff[s], soff[s + 1]) (slen[b] bytes at address saddr[b]) back to back; rank s stores that
+   * stream into its blocks [roff[r], roff[r + 1]) (raddr, rlen) in order. The two sides of a pair
+   * hold the same total. Blocks of one side never overlap. */
+  xte_status (*alltoallw)(void *ctx, const intptr_t *saddr, const int64_t *slen,
+                          const int64_t *soff, const intptr_t *raddr, const int64_t *rlen,
+                          const int64_t *roff);
   void (*destroy)(void *ctx);
 } xte_ep_transport;
 

@@ -13,6 +13,8 @@ typedef struct post {
   const void *send;
   const int64_t *scount, *sdispl;
   size_t unit;
+  const intptr_t *saddr; /* alltoallw's blocks */
+  const int64_t *slen, *soff;
 } post;
 
 struct xte_ep_threads_world_s {
@@ -115,6 +117,42 @@ static xte_status th_alltoallv(void *ctx, const void *send, const int64_t *scoun
   return st;
 }
 
+static xte_status th_alltoallw(void *ctx, const intptr_t *saddr, const int64_t *slen,
+                               const int64_t *soff, const intptr_t *raddr, const int64_t *rlen,
+                               const int64_t *roff) {
+  rank_ctx *c = (rank_ctx *)ctx;
+  struct xte_ep_threads_world_s *w = c->w;
+  xte_status st = XTE_SUCCESS;
+  int s;
+  post *me = &w->posts[c->rank];
+  me->saddr = saddr;
+  me->slen = slen;
+  me->soff = soff;
+  barrier(w);
+  for (s = 0; s < w->n; s++) {
+    const post *p = &w->posts[s];
+    int64_t sb = p->soff[c->rank], se = p->soff[c->rank + 1], rb = roff[s], re = roff[s + 1];
+    int64_t so = 0, ro = 0; /* bytes done within the current send / receive block */
+    while (sb < se && rb < re) {
+      int64_t n = p->slen[sb] - so < rlen[rb] - ro ? p->slen[sb] - so : rlen[rb] - ro;
+      memcpy((char *)raddr[rb] + ro, (const char *)p->saddr[sb] + so, (size_t)n);
+      so += n;
+      ro += n;
+      if (so == p->slen[sb]) sb++, so = 0;
+      if (ro == rlen[rb]) rb++, ro = 0;
+    }
+    while (sb < se && p->slen[sb] == 0) sb++;
+    while (rb < re && rlen[rb] == 0) rb++;
+    if (sb != se || rb != re)
+      st = xte_set_error(XTE_ERROR_INTERNAL,
+                         "threads transport: rank %d's blocks for rank %d do not match the "
+                         "receiver's",
+                         s, c->rank);
+  }
+  barrier(w);
+  return st;
+}
+
 static void th_destroy(void *ctx) {
   xte_aligned_free(ctx);
 }
@@ -136,6 +174,7 @@ xte_status xte_ep_threads_transport(struct xte_ep_threads_world_s *world, int ra
   t->ctx = c;
   t->allgather = th_allgather;
   t->alltoallv = th_alltoallv;
+  t->alltoallw = th_alltoallw;
   t->destroy = th_destroy;
   return XTE_SUCCESS;
 }
