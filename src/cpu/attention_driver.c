@@ -11,15 +11,20 @@
  * nothing but its inputs. The inner products are the ISA's fmaf-chain GEMM kernel
  * (xte_attn_kernels.gemm); the forward and dQ pass hold their tiles transposed (keys x query
  * rows) so that the softmax steps (fwd_softmax_t, bwd_p_t) run 16 query rows per vector, each
- * lane the scalar order of the shared numerics header; fp32 operands are read in place (no
- * packing copy), bf16 / fp16 / e4m3 ones are converted to fp32 once per head and thread (the
- * head caches below) and then read in place the same way. The layout never changes a byte: each
- * output is the same sequence of operations. Everything else per element is the shared numerics
- * header. Every buffer (task lists, D, each thread's workspace) is allocated before the first
- * output byte is written, so an allocation failure leaves the outputs untouched. */
+ * lane the scalar order of the shared numerics header; the operands are copied (converted for
+ * bf16 / fp16 / e4m3) to fp32 rows once per head and thread (the head caches below; fp32 rows
+ * 4 KiB apart in a tensor alias in the L1 cache) and read there, or read in place (fp32) /
+ * converted block by block past the caches' size limit. Without softcap the backward's pass A
+ * reads pass B's S and dP tiles from the S store instead of computing them again. The layout never
+ * changes a byte: each output is the same sequence of operations. Everything else per element is
+ * the shared numerics header. Every buffer (task lists, D, each thread's workspace) is allocated
+ * before the first output byte is written, so an allocation failure leaves the outputs untouched.
+ */
+#define _DEFAULT_SOURCE /* madvise */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "cpu/xte_cpu.h"
 #include "numerics/xte_attention_numerics.h"
@@ -79,6 +84,16 @@ typedef struct actx {
    * + cache_off, cache_floats floats; 0: converted block by block */
   int cache;
   size_t cache_off, cache_floats;
+  /* backward without softcap: pass B's St and dPt tiles kept for pass A (the S store below).
+   * A pair's query tiles are its units u = g * sT + t (query head g of the group, tile t), in
+   * the order of pass A's sums. A round is spairs pairs from spair0 and their units [su0, su1);
+   * sbuf holds, per pair of the round, su units x sNB blocks x 2 [BN][BM] tiles. sacc: pass A's
+   * running dK, dV sums [sNB][BN][dqp + dvp] when a pair takes several rounds (spairs = 1,
+   * su < G sT). sbuf NULL: pass A recomputes S and dP. */
+  float *sbuf, *sacc;
+  int64_t spairs, spair0, sT, sNB, su, su0, su1;
+  int64_t *qsub; /* the round's pass B tasks [3][nq] */
+  int bygroup;   /* tasks listed pair by pair (the head caches, the S store) */
   void (*run)(struct actx *c, float *ws, int64_t t);
 } actx;
 
@@ -200,15 +215,18 @@ static void load_rows(const actx *c, const xte_attn_tensor *X, int64_t b, int64_
 
 /* ---------------------------------------------------------------- per-thread head caches
  * bf16 / fp16 / e4m3 operands are converted to fp32 once per head and thread, not once per
- * block and tile: each thread keeps, after its workspace, the fp32 rows of the (sequence, KV
- * head) it last worked on (forward and pass B: K [skv][dqp], V [skv][dvp]; pass A: Q [G][sq][dqp]
- * and dO [G][sq][dvp] of the KV head's query heads), padding columns zero, tagged with
+ * block and tile, and fp32 ones copied (rows of a [s, h, d] tensor lie h d floats apart, 4 KiB
+ * for h d = 1024, so the rows a GEMM tile reads map to the same few L1 sets and miss: 1.2-1.4x
+ * slower GEMMs than on the copy): each thread keeps, after its workspace, the fp32 rows of the
+ * (sequence, KV head) it last worked on (forward and pass B: K [skv][dqp], V [skv][dvp]; pass A: Q
+ * [G][sq][dqp] and dO [G][sq][dvp] of the KV head's query heads), padding columns zero, tagged with
  * b * hkv + hk + 1 (0: empty) in its first 16 floats. The tasks of a head are listed one after
  * the other (make_q_tasks, make_kv_tasks), so a thread converts a head about once per head it
  * visits instead of once per query tile (forward, pass B) or KV block (pass A). The conversion
- * is exact and the kernels read the same numbers, so no byte changes; the fp32 rows are then
- * read in place like fp32 inputs. The caches are sized with the workspaces (allocated before any
- * output byte); past cache_limit bytes in all the old block-by-block conversion is kept. */
+ * is exact and the kernels read the same numbers, so no byte changes. The caches are sized with
+ * the workspaces (allocated before any output byte); past cache_limit bytes in all, fp32 is read
+ * in place and the other dtypes converted block by block. cache_limit also caps the backward's
+ * S store (plan_store; 0: none). */
 static size_t cache_limit = (size_t)256 << 20;
 
 size_t xte_internal_attention_cache_limit(size_t bytes) {
@@ -224,7 +242,7 @@ static void plan_cache(actx *c, int64_t n, int64_t d1, int64_t d2) {
   const int64_t nt = xte_cpu_threads() > 0 ? xte_cpu_threads() : 1;
   c->cache = 0;
   c->cache_floats = 0;
-  if (c->a->dtype == XTE_DTYPE_FP32 || n <= 0) return;
+  if (n <= 0) return;
   if (__builtin_mul_overflow((size_t)n, (size_t)(d1 + d2), &f) ||
       __builtin_add_overflow(f, (size_t)16, &f) ||
       __builtin_mul_overflow(f * sizeof(float), (size_t)nt, &bytes) || bytes > cache_limit)
@@ -313,15 +331,21 @@ static void sched_thread(void *p, int64_t begin, int64_t end, int tid) {
   while ((t = atomic_fetch_add(&c->next, 1)) < c->ntasks) c->run(c, ws, t);
 }
 
-/* Runs the tasks of list (tasks [3][n]) with the workspaces allocated by alloc_ws. */
-static void run_tasks(actx *c, int64_t *list, int64_t n, void (*run)(actx *, float *, int64_t)) {
-  c->tb = list;
-  c->th = list + n;
-  c->ti = list + 2 * n;
-  c->ntasks = n;
+/* Runs tasks [k0, k1) of list (tasks [3][n]) with the workspaces allocated by alloc_ws. */
+static void run_range(actx *c, int64_t *list, int64_t n, int64_t k0, int64_t k1,
+                      void (*run)(actx *, float *, int64_t)) {
+  c->tb = list + k0;
+  c->th = list + n + k0;
+  c->ti = list + 2 * n + k0;
+  c->ntasks = k1 - k0;
   c->run = run;
   atomic_store(&c->next, 0);
-  if (n > 0) xte_parallel_threads(sched_thread, c);
+  if (k1 > k0) xte_parallel_threads(sched_thread, c);
+}
+
+/* Runs the tasks of list (tasks [3][n]). */
+static void run_tasks(actx *c, int64_t *list, int64_t n, void (*run)(actx *, float *, int64_t)) {
+  run_range(c, list, n, 0, n, run);
 }
 
 /* One workspace of ws_floats floats per thread that can take a task (at most ntasks). */
@@ -367,7 +391,7 @@ static xte_status make_q_tasks(actx *c) {
   }
   XTE_TRY(alloc_list(n, &c->qlist));
   c->nq = n;
-  if (c->cache) { /* a head's tiles one after the other (its longest first): see the head caches */
+  if (c->cache || c->bygroup) { /* a head's tiles one after the other (its longest first) */
     for (b = 0; b < a->batch; b++) {
       seq(a, 0, b, &t0, &len);
       for (h = 0; h < a->hq; h++)
@@ -394,7 +418,7 @@ static xte_status make_kv_tasks(actx *c) {
   }
   XTE_TRY(alloc_list(n, &c->kvlist));
   c->nkv = n;
-  if (c->cache) { /* a KV head's blocks one after the other: see the head caches */
+  if (c->cache || c->bygroup) { /* a KV head's blocks one after the other: see the head caches */
     for (b = 0; b < a->batch; b++) {
       seq(a, 1, b, &t0, &len);
       for (hk = 0; hk < a->hkv; hk++)
@@ -489,8 +513,8 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
   const xte_attn_kernels *K = c->K;
   const int64_t b = c->tb[task], h = c->th[task], i0 = c->ti[task];
   const int64_t dq = a->dqk, dv = a->dv, dqp = c->dqp, dvp = c->dvp, hk = h / c->G;
-  const int kdirect = a->dtype == XTE_DTYPE_FP32;
-  const int vdirect = a->dtype == XTE_DTYPE_FP32 && dv % 16 == 0;
+  const int kdirect = a->dtype == XTE_DTYPE_FP32 && !c->cache;
+  const int vdirect = a->dtype == XTE_DTYPE_FP32 && dv % 16 == 0 && !c->cache;
   int64_t qt0, lq, kt0, lkv, nr, r, jlo, jhi, j0, off, k;
   const float *Kc = NULL, *Vc = NULL; /* the head cache */
   float *Qt = ws;                     /* [dq][BM] */
@@ -617,6 +641,8 @@ static void init_ctx(actx *c, const xte_attn_args *a) {
 }
 
 static void free_ctx(actx *c) {
+  xte_aligned_free(c->sbuf);
+  xte_aligned_free(c->qsub);
   xte_aligned_free(c->qlist);
   xte_aligned_free(c->kvlist);
   xte_aligned_free(c->wsbuf);
@@ -656,6 +682,20 @@ static void bwd_pad_kv(const actx *c, int64_t b, int64_t tok) {
     zero_row(&a->dk, a->dtype, eoff(&a->dk, b, tok, h), a->dqk);
     zero_row(&a->dv_, a->dtype, eoff(&a->dv_, b, tok, h), a->dv);
   }
+}
+
+/* ---------------------------------------------------------------- the S store
+ * Without softcap, pass B keeps its St = K Q^T (the logits when ALiBi) and dPt = V dO^T tiles of
+ * every (query tile, KV block) in the S store, and pass A reads them instead of computing
+ * S = Q K^T and dP = dO V^T again: each element is the same fmaf chain over the head dim from +0
+ * (fmaf(a, b, c) = fmaf(b, a, c)), so no byte changes. The store holds the tiles of one round:
+ * c->spairs (sequence, KV head) pairs, or the units [su0, su1) of one pair when a pair does not
+ * fit (pass A's running sums then wait in sacc from round to round, added in the same order);
+ * each round runs pass B, then pass A, over its tiles (plan_store, bwd_rounds). */
+static float *s_slot(const actx *c, int64_t b, int64_t h, int64_t i0, int64_t j0) {
+  const int64_t u = (h % c->G) * c->sT + i0 / BM, pair = b * c->a->hkv + h / c->G - c->spair0;
+  return c->sbuf +
+         (size_t)(((pair * c->su + (u - c->su0)) * c->sNB + j0 / BN) * 2) * (size_t)(BN * BM);
 }
 
 /* D = sum_c dO * O (one fmaf chain in c from +0), per (b, h, row). */
@@ -740,10 +780,12 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
   float *dVt = dVa + BN * dvp; /* [BN][dvp]: the tile's part */
   float *T = dVt + BN * dvp;   /* [max(BN, 256)] */
   int64_t lo[BM], hi[BM];
+  int32_t ja[BM], je[BM];
+  float Lr[BM], Cr[BM], Dr[BM];
   char act[BM];
   /* fp32 Q and dO are read in place when their rows are whole vectors (the dK / dV GEMMs read
    * dqp / dvp columns) */
-  const int qdirect = a->dtype == XTE_DTYPE_FP32 && dq % 16 == 0 && dv % 16 == 0;
+  const int qdirect = a->dtype == XTE_DTYPE_FP32 && dq % 16 == 0 && dv % 16 == 0 && !c->cache;
   const float *Qp = Qf, *Gp = Gf, *Qc = NULL, *Gc = NULL; /* Qc, Gc: the head cache */
   const int64_t qld = qdirect ? a->q.ts : dqp, gld = qdirect ? a->dout.ts : dvp;
 
@@ -751,10 +793,21 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
   seq(a, 1, b, &kt0, &lkv);
   off = lkv - lq;
   nb = min64(BN, lkv - j0);
-  pack_kv(c, &a->k, b, kt0, hk, j0, nb, dq, Kt, NULL, 0, T);
-  pack_kv(c, &a->v, b, kt0, hk, j0, nb, dv, Vt, NULL, 0, T);
-  memset(dKa, 0, sizeof(float) * (size_t)(BN * dqp));
-  memset(dVa, 0, sizeof(float) * (size_t)(BN * dvp));
+  if (!c->sbuf) { /* K^T, V^T for S and dP (else in the S store) */
+    pack_kv(c, &a->k, b, kt0, hk, j0, nb, dq, Kt, NULL, 0, T);
+    pack_kv(c, &a->v, b, kt0, hk, j0, nb, dv, Vt, NULL, 0, T);
+  }
+  /* the round's units (all when there is no store): query heads [g0, g1), tiles from unit su0 to
+   * before su1 */
+  const int64_t g0 = c->sbuf ? c->su0 / c->sT : 0, g1 = c->sbuf ? (c->su1 - 1) / c->sT + 1 : c->G;
+  if (c->sacc) { /* the running sums outlive the round */
+    dKa = c->sacc + (j0 / BN) * BN * (dqp + dvp);
+    dVa = dKa + BN * dqp;
+  }
+  if (!c->sacc || c->su0 == 0) {
+    memset(dKa, 0, sizeof(float) * (size_t)(BN * dqp));
+    memset(dVa, 0, sizeof(float) * (size_t)(BN * dvp));
+  }
   if (c->cache && lq > 0) {
     int fill;
     float *Qw = cache_take(c, ws, b, hk, &fill), *Gw = Qw + c->G * lq * dqp;
@@ -766,10 +819,12 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
     Qc = Qw;
     Gc = Gw;
   }
-  for (g = 0; g < c->G; g++) {
+  for (g = g0; g < g1; g++) {
     const int64_t h = hk * c->G + g;
     xte_attn_score sp = score_for(a, b, h, NULL);
-    for (i0 = 0; i0 < lq; i0 += BM) {
+    const int plain = !sp.softcap && !sp.alibi;
+    const int64_t ib = c->sbuf ? min64(lq, (c->su1 - g * c->sT) * BM) : lq;
+    for (i0 = c->sbuf ? max64(0, (c->su0 - g * c->sT) * BM) : 0; i0 < ib; i0 += BM) {
       const int64_t nr = min64(BM, lq - i0);
       int64_t ra, rb, acc = 0;
       row_ranges(a, i0, nr, lq, lkv, lo, hi, NULL, NULL);
@@ -785,18 +840,42 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
         load_rows(c, &a->q, b, qt0 + i0 + ra, h, rb - ra, dq, Qf + ra * dqp, dqp);
         load_rows(c, &a->dout, b, qt0 + i0 + ra, h, rb - ra, dv, Gf + ra * dvp, dvp);
       }
-      K->gemm(rb - ra, BN, dq, Qp + ra * qld, qld, 1, Kt, BN, S + ra * BN, BN, 0);
-      K->gemm(rb - ra, BN, dv, Gp + ra * gld, gld, 1, Vt, BN, dP + ra * BN, BN, 0);
-      bwd_rows(c, &sp, b, h, qt0, i0, ra, rb, act, lo, hi, off, j0, nb, S, dP, P, dS, T, 1);
-      /* the tile's part: one chain from +0 over its active rows in order */
-      for (r = ra; next_run(act, rb, &r, &e); r = e, acc = 1) {
-        K->gemm(nb, dvp, e - r, P + r * BN, 1, BN, Gp + r * gld, gld, dVt, dvp, (int)acc);
-        K->gemm(nb, dqp, e - r, dS + r * BN, 1, BN, Qp + r * qld, qld, dKt, dqp, (int)acc);
+      if (c->sbuf) {
+        /* pass B's St and dPt (keys x rows; the logits when ALiBi), P and dS down the columns
+         * as pass B does, with the correction C; then the parts with P^T, dS^T as the broadcast
+         * operands */
+        const float *Sb = s_slot(c, b, h, i0, j0), *dPb = Sb + BN * BM;
+        const int64_t c0 = ra / 16 * 16, c1 = min64(BM, (rb + 15) / 16 * 16);
+        for (r = c0; r < c1; r++) {
+          const int on = r >= ra && r < rb && act[r];
+          const int64_t li = on ? loff(a, b, qt0 + i0 + r, h) : 0;
+          ja[r] = on ? (int32_t)(max64(lo[r], j0) - j0) : 0;
+          je[r] = on ? (int32_t)(min64(hi[r], j0 + nb) - j0) : 0;
+          Lr[r] = on ? a->lse[li] : 0.0f;
+          Cr[r] = on ? c->Cbuf[li] : 0.0f;
+          Dr[r] = on ? c->Dbuf[li] : 0.0f;
+        }
+        K->bwd_p_t(Sb + c0, dPb + c0, NULL, BM, c1 - c0, plain, sp.scale, ja + c0, je + c0, Lr + c0,
+                   Cr + c0, Dr + c0, P + c0, dS + c0, NULL);
+        for (r = ra; next_run(act, rb, &r, &e); r = e, acc = 1) {
+          K->gemm(nb, dvp, e - r, P + r, BM, 1, Gp + r * gld, gld, dVt, dvp, (int)acc);
+          K->gemm(nb, dqp, e - r, dS + r, BM, 1, Qp + r * qld, qld, dKt, dqp, (int)acc);
+        }
+      } else {
+        K->gemm(rb - ra, BN, dq, Qp + ra * qld, qld, 1, Kt, BN, S + ra * BN, BN, 0);
+        K->gemm(rb - ra, BN, dv, Gp + ra * gld, gld, 1, Vt, BN, dP + ra * BN, BN, 0);
+        bwd_rows(c, &sp, b, h, qt0, i0, ra, rb, act, lo, hi, off, j0, nb, S, dP, P, dS, T, 1);
+        /* the tile's part: one chain from +0 over its active rows in order */
+        for (r = ra; next_run(act, rb, &r, &e); r = e, acc = 1) {
+          K->gemm(nb, dvp, e - r, P + r * BN, 1, BN, Gp + r * gld, gld, dVt, dvp, (int)acc);
+          K->gemm(nb, dqp, e - r, dS + r * BN, 1, BN, Qp + r * qld, qld, dKt, dqp, (int)acc);
+        }
       }
       add_block(dVa, dVt, nb * dvp);
       add_block(dKa, dKt, nb * dqp);
     }
   }
+  if (c->sacc && c->su1 < c->G * c->sT) return; /* more rounds to come */
   for (j = 0; j < nb; j++) {
     store_row(&a->dk, a->dtype, eoff(&a->dk, b, kt0 + j0 + j, hk), dq, dKa + j * dqp);
     store_row(&a->dv_, a->dtype, eoff(&a->dv_, b, kt0 + j0 + j, hk), dv, dVa + j * dvp);
@@ -881,10 +960,15 @@ static void bwd_q_task(actx *c, float *ws, int64_t task) {
     const int64_t nb = min64(BN, lkv - j0);
     int64_t ra, rb, c0, c1, j, krs, vrs, kld;
     const float *Ka, *Va, *Kb;
+    float *Sb = St, *dPb = dPt; /* in the S store when pass A reads them */
     if (!active_rows(lo, hi, nr, j0, nb, act, &ra, &rb)) continue;
+    if (c->sbuf) {
+      Sb = s_slot(c, b, h, i0, j0);
+      dPb = Sb + BN * BM;
+    }
     c0 = ra / 16 * 16;
     c1 = min64(BM, (rb + 15) / 16 * 16);
-    if (fp32) {
+    if (fp32 && !Kc) {
       Ka = (const float *)a->k.data + eoff(&a->k, b, kt0 + j0, hk);
       krs = a->k.ts;
       Va = (const float *)a->v.data + eoff(&a->v, b, kt0 + j0, hk);
@@ -910,8 +994,8 @@ static void bwd_q_task(actx *c, float *ws, int64_t task) {
       Kb = Kn;
       kld = dqp;
     }
-    K->gemm(nb, c1 - c0, dq, Ka, krs, 1, Qt + c0, BM, St + c0, BM, 0);
-    K->gemm(nb, c1 - c0, dv, Va, vrs, 1, Gt + c0, BM, dPt + c0, BM, 0);
+    K->gemm(nb, c1 - c0, dq, Ka, krs, 1, Qt + c0, BM, Sb + c0, BM, 0);
+    K->gemm(nb, c1 - c0, dv, Va, vrs, 1, Gt + c0, BM, dPb + c0, BM, 0);
     for (r = c0; r < c1; r++) {
       ja[r] = r < rb && act[r] ? (int32_t)(max64(lo[r], j0) - j0) : 0;
       je[r] = r < rb && act[r] ? (int32_t)(min64(hi[r], j0 + nb) - j0) : 0;
@@ -919,13 +1003,13 @@ static void bwd_q_task(actx *c, float *ws, int64_t task) {
     if (!plain) /* dx/ds and the logits in place */
       for (j = 0; j < BN; j++)
         for (r = c0; r < c1; r++) {
-          float *x = St + j * BM + r;
+          float *x = Sb + j * BM + r;
           const float s = j < nb ? *x : 0.0f;
           Gg[j * BM + r] = xte_attn_dlogit(s, &sp);
           *x = j >= ja[r] && j < je[r] ? xte_attn_logit(s, &sp, i0 + r + off - (j0 + j))
                                        : xte_attn_neg_inf();
         }
-    K->bwd_p_t(St + c0, dPt + c0, sp.softcap ? Gg + c0 : NULL, BM, c1 - c0, plain, sp.scale,
+    K->bwd_p_t(Sb + c0, dPb + c0, sp.softcap ? Gg + c0 : NULL, BM, c1 - c0, plain, sp.scale,
                ja + c0, je + c0, Lr + c0, NULL, Dr + c0, Pt + c0, dSt + c0, sums + c0);
     for (r = ra; r < rb; r++)
       if (act[r]) ls[r] = xte_attn_add(ls[r], sums[r]);
@@ -951,6 +1035,82 @@ static size_t max_size(size_t x, size_t y) {
   return x > y ? x : y;
 }
 
+/* The S store (see s_slot): a budget of 8 MiB per thread (at least 16 MiB, at most the head
+ * caches' limit), reused round after round; bigger stores spend more on the page faults of their
+ * first touch than recomputing S and dP costs. As many whole pairs per round as fit, else one
+ * pair and as many units as fit (then with the running sums sacc), else no store. Allocated
+ * here, before any output byte. */
+static xte_status plan_store(actx *c) {
+  const xte_attn_args *a = c->a;
+  const int64_t npairs = a->batch * a->hkv;
+  const int64_t nt = xte_cpu_threads() > 0 ? xte_cpu_threads() : 1;
+  size_t unit, maxu, budget = (size_t)(nt < 2 ? 2 : nt) << 23, bytes, accb = 0;
+  if (budget > cache_limit) budget = cache_limit;
+  c->sT = (a->sq + BM - 1) / BM;
+  c->sNB = (a->skv + BN - 1) / BN;
+  if (npairs <= 0 || c->sT <= 0 || c->sNB <= 0 || c->nq <= 0 ||
+      __builtin_mul_overflow((size_t)c->sNB, (size_t)(2 * BN * BM) * sizeof(float), &unit) ||
+      unit > budget)
+    return XTE_SUCCESS;
+  maxu = budget / unit;
+  if ((size_t)c->G * (size_t)c->sT <= maxu) { /* whole pairs */
+    c->su = c->G * c->sT;
+    c->spairs = (int64_t)(maxu / (size_t)c->su) < npairs ? (int64_t)(maxu / (size_t)c->su) : npairs;
+  } else { /* one pair in several rounds */
+    c->su = (int64_t)maxu;
+    c->spairs = 1;
+    accb = (size_t)c->sNB * (size_t)(BN * (c->dqp + c->dvp)) * sizeof(float);
+  }
+  bytes = unit * (size_t)c->su * (size_t)c->spairs;
+  c->sbuf = (float *)xte_aligned_alloc(bytes + accb);
+  if (!c->sbuf) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: out of host memory");
+  c->sacc = accb ? c->sbuf + bytes / sizeof(float) : NULL;
+  XTE_TRY(alloc_list(c->nq, &c->qsub));
+#ifdef MADV_HUGEPAGE
+  { /* 2 MiB pages where the system offers them: a fraction of the page faults */
+    const uintptr_t h = (uintptr_t)2 << 20, p0 = ((uintptr_t)c->sbuf + h - 1) & ~(h - 1),
+                    p1 = ((uintptr_t)c->sbuf + bytes + accb) & ~(h - 1);
+    if (p1 > p0) (void)madvise((void *)p0, p1 - p0, MADV_HUGEPAGE);
+  }
+#endif
+  return XTE_SUCCESS;
+}
+
+/* The backward's passes B and A in rounds over the S store (see s_slot, plan_store). */
+static void bwd_rounds(actx *c) {
+  const xte_attn_args *a = c->a;
+  const int64_t npairs = a->batch * a->hkv, nu = c->G * c->sT;
+  int64_t kk = 0, ek, k, n;
+  for (c->spair0 = 0; c->spair0 < npairs; c->spair0 += c->spairs) {
+    const int64_t p1 = c->spair0 + c->spairs;
+    for (ek = kk; ek < c->nkv && c->kvlist[ek] * a->hkv + c->kvlist[c->nkv + ek] < p1; ek++) {
+    }
+    for (c->su0 = 0; c->su0 < nu; c->su0 += c->su) {
+      c->su1 = c->su0 + c->su < nu ? c->su0 + c->su : nu;
+      for (k = 0, n = 0; k < c->nq; k++) { /* the round's query tiles, in the list's order */
+        const int64_t b = c->qlist[k], h = c->qlist[c->nq + k], i0 = c->qlist[2 * c->nq + k];
+        const int64_t pair = b * a->hkv + h / c->G, u = (h % c->G) * c->sT + i0 / BM;
+        if (pair >= c->spair0 && pair < p1 && u >= c->su0 && u < c->su1) {
+          c->qsub[n] = b;
+          c->qsub[c->nq + n] = h;
+          c->qsub[2 * c->nq + n] = i0;
+          n++;
+        }
+      }
+      /* run_range over a list of stride nq holding n tasks */
+      c->tb = c->qsub;
+      c->th = c->qsub + c->nq;
+      c->ti = c->qsub + 2 * c->nq;
+      c->ntasks = n;
+      c->run = bwd_q_task;
+      atomic_store(&c->next, 0);
+      if (n > 0) xte_parallel_threads(sched_thread, c);
+      run_range(c, c->kvlist, c->nkv, kk, ek, bwd_kv_task);
+    }
+    kk = ek;
+  }
+}
+
 static xte_status cpu_attn_bwd(const xte_attn_args *a, void *handle) {
   actx c;
   xte_status st;
@@ -969,8 +1129,10 @@ static xte_status cpu_attn_bwd(const xte_attn_args *a, void *handle) {
   st = c.Dbuf ? XTE_SUCCESS
               : xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: out of host memory");
   plan_cache(&c, max64(a->skv, c.G * a->sq), c.dqp, c.dvp);
+  c.bygroup = c.cache || !(a->softcap > 0.0f);
   if (st == XTE_SUCCESS) st = make_q_tasks(&c);
   if (st == XTE_SUCCESS) st = make_kv_tasks(&c);
+  if (st == XTE_SUCCESS && !(a->softcap > 0.0f)) st = plan_store(&c);
   wsf = max_size(max_size((size_t)(2 * a->dv + 64), bwd_q_ws_floats(&c)), bwd_kv_ws_floats(&c));
   c.cache_off = (wsf + 15) / 16 * 16;
   wsf = c.cache_off + c.cache_floats;
@@ -978,9 +1140,13 @@ static xte_status cpu_attn_bwd(const xte_attn_args *a, void *handle) {
   if (st == XTE_SUCCESS) {
     for_padding(&c, 0, bwd_pad_q);
     for_padding(&c, 1, bwd_pad_kv);
-    run_tasks(&c, c.qlist, c.nq, prep_task);     /* D */
-    run_tasks(&c, c.qlist, c.nq, bwd_q_task);    /* pass B: dQ */
-    run_tasks(&c, c.kvlist, c.nkv, bwd_kv_task); /* pass A: dK, dV */
+    run_tasks(&c, c.qlist, c.nq, prep_task); /* D */
+    if (c.sbuf) {
+      bwd_rounds(&c);
+    } else {
+      run_tasks(&c, c.qlist, c.nq, bwd_q_task);    /* pass B: dQ */
+      run_tasks(&c, c.kvlist, c.nkv, bwd_kv_task); /* pass A: dK, dV */
+    }
   }
   free_ctx(&c);
   return st;

@@ -20,15 +20,16 @@ AI void tile(const int mr, const int nv, int64_t K, const float *A, int64_t a_rs
     for (v = 0; v < nv; v++)
       c[i][v] = acc ? _mm256_loadu_ps(C + i * ldc + 8 * v) : _mm256_setzero_ps();
   /* prefetches (no effect on any value): the next tile's rows of A when they are rows read in
-   * place from a tensor (4 KiB apart, where the hardware prefetchers do not follow) */
-  if (a_ks == 1)
+   * place from a tensor (4 KiB apart, where the hardware prefetchers do not follow; rows of a
+   * packed copy or workspace need none) */
+  if (a_ks == 1 && a_rs > 256)
     for (i = 0; i < mr; i++)
       for (k = 0; k < K; k += 16) __builtin_prefetch(A + (mr + i) * a_rs + k, 0, 3);
   for (k = 0; k < K; k++) {
     const float *b = B + k * ldb, *a = A + k * a_ks;
     __m256 bv[4];
     /* B's rows 4 ahead when they are rows of a tensor read in place */
-    if (k + 4 < K) __builtin_prefetch(b + 4 * ldb, 0, 3);
+    if (ldb > 256 && k + 4 < K) __builtin_prefetch(b + 4 * ldb, 0, 3);
     for (v = 0; v < nv; v++) bv[v] = _mm256_loadu_ps(b + 8 * v);
     for (i = 0; i < mr; i++) {
       __m256 av = _mm256_broadcast_ss(a + i * a_rs);
@@ -74,18 +75,22 @@ AI __m256 exp2i_8(__m256i k) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23));
 }
 
-/* xte_ldexp_small(p, k), 8 lanes: its branches are blends */
+/* xte_ldexp_small(p, k), 8 lanes: its branches are blends, skipped when no lane takes them (the
+ * usual case: the same bits) */
 AI __m256 ldexp_8(__m256 p, __m256i ki) {
-  const __m256 lo = _mm256_mul_ps(
-      _mm256_mul_ps(p, exp2i_8(_mm256_add_epi32(ki, _mm256_set1_epi32(XTE_LDEXP_SPLIT)))),
-      exp2i_8(_mm256_set1_epi32(-XTE_LDEXP_SPLIT)));
-  const __m256 hi = _mm256_mul_ps(_mm256_mul_ps(p, _mm256_set1_ps(2.0f)),
-                                  exp2i_8(_mm256_sub_epi32(ki, _mm256_set1_epi32(1))));
+  const __m256i mlo = _mm256_cmpgt_epi32(_mm256_set1_epi32(XTE_LDEXP_KMIN), ki);
+  const __m256i mhi = _mm256_cmpgt_epi32(ki, _mm256_set1_epi32(XTE_LDEXP_KMAX));
   __m256 res = _mm256_mul_ps(p, exp2i_8(ki));
-  res = _mm256_blendv_ps(
-      res, lo, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(XTE_LDEXP_KMIN), ki)));
-  return _mm256_blendv_ps(
-      res, hi, _mm256_castsi256_ps(_mm256_cmpgt_epi32(ki, _mm256_set1_epi32(XTE_LDEXP_KMAX))));
+  if (!_mm256_testz_si256(_mm256_or_si256(mlo, mhi), _mm256_or_si256(mlo, mhi))) {
+    const __m256 lo = _mm256_mul_ps(
+        _mm256_mul_ps(p, exp2i_8(_mm256_add_epi32(ki, _mm256_set1_epi32(XTE_LDEXP_SPLIT)))),
+        exp2i_8(_mm256_set1_epi32(-XTE_LDEXP_SPLIT)));
+    const __m256 hi = _mm256_mul_ps(_mm256_mul_ps(p, _mm256_set1_ps(2.0f)),
+                                    exp2i_8(_mm256_sub_epi32(ki, _mm256_set1_epi32(1))));
+    res = _mm256_blendv_ps(res, lo, _mm256_castsi256_ps(mlo));
+    res = _mm256_blendv_ps(res, hi, _mm256_castsi256_ps(mhi));
+  }
+  return res;
 }
 
 /* xte_expf, 8 lanes: the same steps with the same constants (xte_math.h); the special cases are

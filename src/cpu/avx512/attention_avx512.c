@@ -31,8 +31,9 @@ AI void tile(const int mr, const int nv, int64_t K, const float *A, int64_t a_rs
     for (v = 0; v < nv; v++)
       c[i][v] = acc ? _mm512_loadu_ps(C + i * ldc + 16 * v) : _mm512_setzero_ps();
   /* prefetches (no effect on any value): the next tile's rows of A when they are rows read in
-   * place from a tensor (4 KiB apart, where the hardware prefetchers do not follow) */
-  if (a_ks == 1)
+   * place from a tensor (4 KiB apart, where the hardware prefetchers do not follow; rows of a
+   * packed copy or workspace need none) */
+  if (a_ks == 1 && a_rs > 256)
     for (i = 0; i < mr; i++)
       for (k = 0; k < K; k += 16) __builtin_prefetch(A + (mr + i) * a_rs + k, 0, 3);
   for (k = 0; k < K; k++) {
@@ -96,17 +97,22 @@ AI __m512 exp2i_16(__m512i k) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k, _mm512_set1_epi32(127)), 23));
 }
 
-/* xte_ldexp_small(p, k), 16 lanes: its branches are masked moves */
+/* xte_ldexp_small(p, k), 16 lanes: its branches are masked moves, skipped when no lane takes
+ * them (the usual case: the same bits) */
 AI __m512 ldexp_16(__m512 p, __m512i ki) {
-  const __m512 lo = _mm512_mul_ps(
-      _mm512_mul_ps(p, exp2i_16(_mm512_add_epi32(ki, _mm512_set1_epi32(XTE_LDEXP_SPLIT)))),
-      exp2i_16(_mm512_set1_epi32(-XTE_LDEXP_SPLIT)));
-  const __m512 hi = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_set1_ps(2.0f)),
-                                  exp2i_16(_mm512_sub_epi32(ki, _mm512_set1_epi32(1))));
+  const __mmask16 mlo = _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(XTE_LDEXP_KMIN), ki);
+  const __mmask16 mhi = _mm512_cmpgt_epi32_mask(ki, _mm512_set1_epi32(XTE_LDEXP_KMAX));
   __m512 res = _mm512_mul_ps(p, exp2i_16(ki));
-  res = _mm512_mask_mov_ps(res, _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(XTE_LDEXP_KMIN), ki), lo);
-  return _mm512_mask_mov_ps(res, _mm512_cmpgt_epi32_mask(ki, _mm512_set1_epi32(XTE_LDEXP_KMAX)),
-                            hi);
+  if (mlo | mhi) {
+    const __m512 lo = _mm512_mul_ps(
+        _mm512_mul_ps(p, exp2i_16(_mm512_add_epi32(ki, _mm512_set1_epi32(XTE_LDEXP_SPLIT)))),
+        exp2i_16(_mm512_set1_epi32(-XTE_LDEXP_SPLIT)));
+    const __m512 hi = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_set1_ps(2.0f)),
+                                    exp2i_16(_mm512_sub_epi32(ki, _mm512_set1_epi32(1))));
+    res = _mm512_mask_mov_ps(res, mlo, lo);
+    res = _mm512_mask_mov_ps(res, mhi, hi);
+  }
+  return res;
 }
 
 /* xte_expf, 16 lanes: the same steps with the same constants (xte_math.h); the special cases are
@@ -154,11 +160,13 @@ static void rescale_avx512(float *o, float alpha, const float *pv, int64_t n) {
   for (; c < n; c++) o[c] = xte_attn_rescale(o[c], alpha, pv[c]);
 }
 
-/* xte_fmaxf lane by lane: a NaN in a gives b, a NaN in b gives a, else a > b ? a : b */
+/* xte_fmaxf lane by lane: a NaN in a gives b, a NaN in b gives a, else a > b ? a : b
+ * (_mm512_max_ps(a, b) is a > b ? a : b, b when either is NaN: a is taken back where only b is
+ * NaN) */
 AI __m512 fmax_16(__m512 a, __m512 b) {
-  __m512 r = _mm512_mask_mov_ps(b, _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), a);
-  r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q), a);
-  return _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), b);
+  const __mmask16 k =
+      _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(a, a, _CMP_ORD_Q), b, b, _CMP_UNORD_Q);
+  return _mm512_mask_mov_ps(_mm512_max_ps(a, b), k, a);
 }
 
 /* the logits of slot j of 16 columns */
@@ -173,31 +181,67 @@ AI __m512 logit_16(const float *S, int64_t j, int scaled, __m512 sc, __m512i av,
                             _mm512_mul_ps(s, sc));
 }
 
+/* The block maxima of ng groups of 16 columns at once (independent fmax chains side by side;
+ * each lane's chain in slot order, as the scalar kernel's) */
+AI void block_max(const int ng, const float *S, int64_t ld, int scaled, __m512 sc, const int32_t *a,
+                  const int32_t *e, __m512 *mb) {
+  __m512i av[4], ev[4];
+  int64_t j;
+  int q;
+  for (q = 0; q < ng; q++) {
+    av[q] = _mm512_loadu_si512(a + 16 * q);
+    ev[q] = _mm512_loadu_si512(e + 16 * q);
+    mb[q] = _mm512_castsi512_ps(_mm512_set1_epi32((int)0xFF800000u));
+  }
+  for (j = 0; j < 64; j++)
+    for (q = 0; q < ng; q++)
+      mb[q] = fmax_16(mb[q], logit_16(S + j * ld + 16 * q, j, scaled, sc, av[q], ev[q]));
+}
+
 /* the scalar kernel's order, 16 columns (query rows) per vector */
 static void fwd_softmax_t_avx512(const float *S, int64_t ld, int64_t n, int scaled, float scale,
                                  const int32_t *a, const int32_t *e, float *m, float *l,
                                  float *alpha, float *P) {
   const __m512 sc = _mm512_set1_ps(scale);
-  int64_t r, j;
-  int L;
-  for (r = 0; r < n; r += 16) {
-    const __m512i av = _mm512_loadu_si512(a + r), ev = _mm512_loadu_si512(e + r);
-    __m512 mb = _mm512_castsi512_ps(_mm512_set1_epi32((int)0xFF800000u)), mo, mn, al, v[16];
-    for (j = 0; j < 64; j++) mb = fmax_16(mb, logit_16(S + j * ld + r, j, scaled, sc, av, ev));
-    mo = _mm512_loadu_ps(m + r);
-    mn = fmax_16(mo, mb);
-    al = exp_16(_mm512_sub_ps(mo, mn));
-    _mm512_storeu_ps(m + r, mn);
-    _mm512_storeu_ps(alpha + r, al);
-    for (j = 0; j < 64; j++) {
-      const __m512 p = exp_16(_mm512_sub_ps(logit_16(S + j * ld + r, j, scaled, sc, av, ev), mn));
-      _mm512_storeu_ps(P + j * ld + r, p);
-      v[j & 15] = j < 16 ? p : _mm512_add_ps(v[j & 15], p);
+  int64_t r0, r, j;
+  int L, q;
+  for (r0 = 0; r0 < n; r0 += 64) {
+    __m512 mbs[4];
+    const int ng = n - r0 >= 64 ? 4 : (int)((n - r0) / 16);
+    switch (ng) {
+      case 4:
+        block_max(4, S + r0, ld, scaled, sc, a + r0, e + r0, mbs);
+        break;
+      case 3:
+        block_max(3, S + r0, ld, scaled, sc, a + r0, e + r0, mbs);
+        break;
+      case 2:
+        block_max(2, S + r0, ld, scaled, sc, a + r0, e + r0, mbs);
+        break;
+      default:
+        block_max(1, S + r0, ld, scaled, sc, a + r0, e + r0, mbs);
+        break;
     }
-    for (L = 0; L < 8; L++) v[L] = _mm512_add_ps(v[L], v[L + 8]);
-    for (L = 0; L < 4; L++) v[L] = _mm512_add_ps(v[L], v[L + 4]);
-    for (L = 0; L < 2; L++) v[L] = _mm512_add_ps(v[L], v[L + 2]);
-    _mm512_storeu_ps(l + r, _mm512_fmadd_ps(_mm512_loadu_ps(l + r), al, _mm512_add_ps(v[0], v[1])));
+    for (q = 0; q < ng; q++) {
+      const __m512i av = _mm512_loadu_si512(a + r0 + 16 * q),
+                    ev = _mm512_loadu_si512(e + r0 + 16 * q);
+      const __m512 mo = _mm512_loadu_ps(m + r0 + 16 * q), mn = fmax_16(mo, mbs[q]),
+                   al = exp_16(_mm512_sub_ps(mo, mn));
+      __m512 v[16];
+      r = r0 + 16 * q;
+      _mm512_storeu_ps(m + r, mn);
+      _mm512_storeu_ps(alpha + r, al);
+      for (j = 0; j < 64; j++) {
+        const __m512 p = exp_16(_mm512_sub_ps(logit_16(S + j * ld + r, j, scaled, sc, av, ev), mn));
+        _mm512_storeu_ps(P + j * ld + r, p);
+        v[j & 15] = j < 16 ? p : _mm512_add_ps(v[j & 15], p);
+      }
+      for (L = 0; L < 8; L++) v[L] = _mm512_add_ps(v[L], v[L + 8]);
+      for (L = 0; L < 4; L++) v[L] = _mm512_add_ps(v[L], v[L + 4]);
+      for (L = 0; L < 2; L++) v[L] = _mm512_add_ps(v[L], v[L + 2]);
+      _mm512_storeu_ps(l + r,
+                       _mm512_fmadd_ps(_mm512_loadu_ps(l + r), al, _mm512_add_ps(v[0], v[1])));
+    }
   }
 }
 
