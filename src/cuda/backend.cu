@@ -206,6 +206,9 @@ static xte_status gpu_fill(void *handle, void *dst, int value, size_t bytes) {
 
 /* ---------------------------------------------------------------- the table */
 
+/* Exact attention (src/cuda/attention.cu). */
+extern const struct xte_attention_ops xte_gpu_attention_ops;
+
 static xte_backend_ops g_ops;
 static pthread_once_t g_ops_once = PTHREAD_ONCE_INIT;
 
@@ -227,6 +230,8 @@ static void fill_ops(void) {
   g_ops.dequantize = xte_gpu_dequantize;
   g_ops.cast = xte_gpu_cast;
   g_ops.moe = &xte_gpu_moe_ops;
+  g_ops.attention = &xte_gpu_attention_ops;
+  g_ops.gemm = &xte_gpu_gemm_ops;
 }
 
 /* The one exported symbol. */

@@ -1,10 +1,14 @@
-/* GPU MoE token movement: permute / unpermute and their backwards, sort chunks (+ backward), the
- * dispatch layout. The kernels and the host steps
+/* GPU MoE operators: token movement (permute / unpermute and their backwards, sort chunks
+ * (+ backward), the dispatch layout; moe_kernels.cuh), the router, aux scores and aux loss
+ * (moe_router_kernels.cuh), SwiGLU and its fused quantize forms (moe_swiglu_kernels.cuh). The
+ * kernels and the host steps
  * (validation kernels, the read-back of their verdict, then the write kernels) live in
  * moe_kernels.cuh, written against a runtime policy; this file gives it the CUDA runtime.
  * tests/simt/simt_plugin.cpp gives the same driver the host SIMT runner: keep the two policies in
  * step (same operations, same order). */
 #include "cuda/moe_kernels.cuh"
+#include "cuda/moe_router_kernels.cuh"
+#include "cuda/moe_swiglu_kernels.cuh"
 #include "cuda/xte_gpu.h"
 
 namespace {
@@ -73,14 +77,46 @@ static xte_status gpu_dispatch_layout(const xte_dispatch_args *a, void *handle) 
   return xte_moe_dispatch_run(rt, a);
 }
 
+static xte_status gpu_router_forward(const xte_router_args *a, void *handle) {
+  xte_gpu_stream *h;
+  XTE_GPU_ENTER(handle, h);
+  cuda_rt rt{h->stream, xte_gpu_services(), cudaPeekAtLastError()};
+  return xte_rt_forward_run(rt, a);
+}
+
+static xte_status gpu_router_backward(const xte_router_bwd_args *a, void *handle) {
+  xte_gpu_stream *h;
+  XTE_GPU_ENTER(handle, h);
+  cuda_rt rt{h->stream, xte_gpu_services(), cudaPeekAtLastError()};
+  return xte_rt_backward_run(rt, a);
+}
+
+/* aux_out is device memory (one fp32), written by the last kernel, stream-ordered. */
+static xte_status gpu_aux_loss(const xte_aux_loss_args *a, int backward, void *handle) {
+  xte_gpu_stream *h;
+  XTE_GPU_ENTER(handle, h);
+  cuda_rt rt{h->stream, xte_gpu_services(), cudaPeekAtLastError()};
+  return xte_aux_loss_run(rt, a, backward);
+}
+
+/* The fused forms quantize the activation workspace with xte_gpu_quantize on the same handle
+ * (it takes the handle's lock itself). */
+static xte_status gpu_swiglu(const xte_swiglu_args *a, void *handle) {
+  xte_gpu_stream *h;
+  XTE_GPU_ENTER(handle, h);
+  cuda_rt rt{h->stream, xte_gpu_services(), cudaPeekAtLastError()};
+  return xte_swiglu_run(rt, a,
+                        [handle](const xte_quant_args *q) { return xte_gpu_quantize(q, handle); });
+}
+
 /* The operations not provided are NULL (the core reports XTE_ERROR_UNSUPPORTED). */
 const xte_moe_ops xte_gpu_moe_ops = {
-    NULL,                /* router_forward */
-    NULL,                /* router_backward */
-    NULL,                /* aux_loss */
+    gpu_router_forward,  /* router_forward */
+    gpu_router_backward, /* router_backward */
+    gpu_aux_loss,        /* aux_loss */
     gpu_permute,         /* permute */
     gpu_unpermute,       /* unpermute */
     gpu_sort_chunks,     /* sort_chunks */
     gpu_dispatch_layout, /* dispatch_layout */
-    NULL,                /* swiglu */
+    gpu_swiglu,          /* swiglu */
 };

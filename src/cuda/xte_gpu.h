@@ -6,6 +6,7 @@
 
 #include "cuda/xte_gpu_runtime.h"
 #include "xte_backend.h"
+#include "xte_gemm_ops.h"
 #include "xte_moe_ops.h"
 
 /* A plugin stream handle: the native stream, its device and a little device scratch memory
@@ -89,5 +90,8 @@ xte_status xte_gpu_cast(const xte_cast_args *a, void *handle);
 
 /* MoE token movement (src/cuda/moe.cu); NULL for the operations not provided. */
 extern const xte_moe_ops xte_gpu_moe_ops;
+
+/* The exact GEMM, dense and grouped (src/cuda/gemm.cu). */
+extern const xte_gemm_ops xte_gpu_gemm_ops;
 
 #endif /* XTE_GPU_H */

@@ -18,29 +18,27 @@
 #include <stdint.h>
 
 #include "numerics/xte_math.h"
+/* xte_f64_bits / xte_bits_f64: defined there (one definition for a translation unit that takes
+ * both headers, as the SIMT runner's plugin does) */
+#include "numerics/xte_moe_numerics.h"
 #include "numerics/xte_numerics.h"
-
-XTE_HD uint64_t xte_f64_bits(double d) {
-  union {
-    double d;
-    uint64_t u;
-  } v;
-  v.d = d;
-  return v.u;
-}
-
-XTE_HD double xte_bits_f64(uint64_t u) {
-  union {
-    double d;
-    uint64_t u;
-  } v;
-  v.u = u;
-  return v.d;
-}
 
 /* Exact fp8 value as fp64 (NaN codes give NaN, e5m2 inf gives inf). */
 XTE_HD double xte_fp8_to_f64(uint8_t b, int fmt) {
   return (double)xte_fp8_to_f32(b, fmt);
+}
+
+/* One step of a block partial: acc + a * b, exact (a * b is an exact product of two FP8 values and
+ * every partial sum of a block's class is exact, see the header comment), so the fused and the
+ * unfused forms give the same value: GPU kernels take the fused one (one DFMA), host code (the
+ * SIMT runner, no FMA unit assumed) the plain one. */
+XTE_HD double xte_gemm_dot_step(double acc, double a, double b) {
+#if (defined(__CUDACC__) || defined(__MUSACC__)) && \
+    (defined(__CUDA_ARCH__) || defined(__MUSA_ARCH__))
+  return __fma_rn(a, b, acc);
+#else
+  return acc + a * b;
+#endif
 }
 
 /* The two magnitude classes of an e5m2 operand (see the header comment). */

@@ -91,4 +91,72 @@ XTE_HD float xte_dswiglu_up(float dy, float g) {
   return xte_mul_nanprop(dy, xte_siluf(g));
 }
 
+/* ---------------------------------------------------------------- aux loss (fp64)
+ * The aux loss sums in fp64 (docs/numerics.md section 8). The CPU's bytes are x86's: a NaN
+ * operand comes back quieted with its sign and payload (the first one when both are NaN), a NaN
+ * an operation creates (inf - inf, inf * 0) is 0xFFF8000000000000, and the fp32 <-> fp64
+ * conversions keep a NaN's sign and the top of its payload. GPUs give 0x7FFFFFFFFFFFFFFF /
+ * 0x7FFFFFFF instead, so their kernels take these steps, whose bits are x86's on every backend
+ * (the XTE_NAN_SIM build models the GPU's NaNs here too). */
+XTE_HD uint64_t xte_f64_bits(double d) {
+  union {
+    double d;
+    uint64_t u;
+  } v;
+  v.d = d;
+  return v.u;
+}
+
+XTE_HD double xte_bits_f64(uint64_t u) {
+  union {
+    double d;
+    uint64_t u;
+  } v;
+  v.u = u;
+  return v.d;
+}
+
+XTE_HD int xte_f64_isnan(double d) {
+  return (xte_f64_bits(d) & 0x7FFFFFFFFFFFFFFFull) > 0x7FF0000000000000ull;
+}
+
+XTE_HD double xte_hwnan64(double r) {
+#ifdef XTE_NAN_SIM
+  if (xte_f64_isnan(r)) return xte_bits_f64(0x7FFFFFFFFFFFFFFFull);
+#endif
+  return r;
+}
+
+/* xte_nan2 for fp64: r, or the first NaN operand quieted, or x86's default NaN. */
+XTE_HD double xte_nan2_f64(double a, double b, double r) {
+  if (!xte_f64_isnan(r)) return r;
+  if (xte_f64_isnan(a)) return xte_bits_f64(xte_f64_bits(a) | 0x0008000000000000ull);
+  if (xte_f64_isnan(b)) return xte_bits_f64(xte_f64_bits(b) | 0x0008000000000000ull);
+  return xte_bits_f64(0xFFF8000000000000ull);
+}
+
+XTE_HD double xte_add_f64_nanprop(double a, double b) {
+  return xte_nan2_f64(a, b, xte_hwnan64(a + b));
+}
+XTE_HD double xte_mul_f64_nanprop(double a, double b) {
+  return xte_nan2_f64(a, b, xte_hwnan64(a * b));
+}
+
+/* (double)x; a NaN keeps its sign and payload (moved up 29 bits), quieted. */
+XTE_HD double xte_f32_to_f64(float x) {
+  const uint32_t u = xte_f32_bits(x);
+  if (!xte_f32_isnan(x)) return (double)x;
+  return xte_bits_f64(((uint64_t)(u >> 31) << 63) | 0x7FF0000000000000ull |
+                      ((uint64_t)((u & 0x007FFFFFu) | 0x00400000u) << 29));
+}
+
+/* (float)x, rounded to nearest even; a NaN keeps its sign and the top 23 bits of its payload,
+ * quieted. */
+XTE_HD float xte_f64_to_f32(double x) {
+  const uint64_t u = xte_f64_bits(x);
+  if (!xte_f64_isnan(x)) return (float)x;
+  return xte_bits_f32((uint32_t)(u >> 63) << 31 | 0x7FC00000u |
+                      (uint32_t)((u >> 29) & 0x007FFFFFu));
+}
+
 #endif /* XTE_MOE_NUMERICS_H */

@@ -5,6 +5,8 @@
  * input's bytes. GB/s counts the bytes each op must read and write once.
  *
  *   xte_device_bench [M K [iterations]]
+ *   xte_device_bench gemm [M N K [iterations]]   (the exact GEMM: see gemm_main)
+ *   xte_device_bench attention [s [iterations]]  (exact attention: see attn_main)
  * Exit 0 when the table was printed, 77 with "SKIPPED: ..." when there is no CUDA device,
  * 1 when an op failed. Built by tests/gpu.cmake. */
 #define _POSIX_C_SOURCE 200809L
@@ -35,12 +37,600 @@ static const char *op_name[OP_COUNT] = {"d2d copy (anchor)", "quantize 1x128 row
                                         "quantize 1x128 row + col", "dequantize rowwise -> bf16",
                                         "cast bf16 -> e4m3"};
 
+/* ---------------------------------------------------------------- GEMM
+ *   xte_device_bench gemm [M N K [iterations]]
+ * 1. byte equality of the CUDA exact GEMM with the CPU backend: dense 1x128 x 128x128 on odd
+ *    shapes, e4m3 x e4m3 and e4m3 x e5m2, fp32 out, and bf16 out with a bf16 C and a bias; a
+ *    contiguous grouped call (an empty group, alignment 64) and a masked one; every GPU call twice
+ *    (same bytes). Operands are quantized on the CPU and copied to the device, so both backends
+ *    read the same codes.
+ * 2. the time of the exact GEMM at M x N x K (default 4096 x 7168 x 16384), A 1x128, B 128x128,
+ *    e4m3, bf16 out, operands quantized on the device; TFLOPS = 2 M N K / time.
+ * Exit 0 when everything matched and the table was printed, 77 without a CUDA device, 1 on a
+ * mismatch or a failed call. */
+typedef struct gop {
+  xte_qtensor h, d; /* host copy (CPU backend) and device copy */
+  size_t code_bytes, scale_bytes;
+} gop;
+
+static uint64_t g_rng = 88172645463325252ull;
+static double g_unif(void) {
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
+  return (double)(g_rng >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* X [R, C] random (rows of varying magnitude), quantized rowwise on the CPU, copied to gpu */
+static void gop_make(gop *o, xte_stream gpu, int64_t R, int64_t C, xte_scaling_mode mode,
+                     xte_dtype dt) {
+  float *x = (float *)malloc(sizeof(float) * (size_t)(R * C > 0 ? R * C : 1));
+  int64_t sr, sc, i;
+  xte_tensor in;
+  if (!x) exit(1);
+  for (i = 0; i < R * C; i++) {
+    double v = 2.0 * g_unif() - 1.0;
+    x[i] = (float)(v * (double)(1 << (i / (C > 0 ? C : 1)) % 7));
+  }
+  memset(o, 0, sizeof *o);
+  CHECK(xte_quantize_scale_shape(R, C, mode, XTE_RECIPE_TE_BLOCK, XTE_SCALE_LAYOUT_COMPACT, 0, &sr,
+                                 &sc));
+  o->code_bytes = (size_t)(R * C);
+  o->scale_bytes = (size_t)(sr * sc) * 4;
+  o->h.scaling_mode = mode;
+  o->h.recipe = XTE_RECIPE_TE_BLOCK;
+  o->h.rowwise = xte_tensor_2d(malloc(o->code_bytes + 1), dt, R, C);
+  o->h.rowwise_scale_inv.data = malloc(o->scale_bytes + 4);
+  o->h.rowwise_scale_inv.dtype = XTE_DTYPE_FP32;
+  o->h.rowwise_scale_inv.rows = sr;
+  o->h.rowwise_scale_inv.cols = sc;
+  o->h.rowwise_scale_inv.layout = XTE_SCALE_LAYOUT_COMPACT;
+  in = xte_tensor_2d(x, XTE_DTYPE_FP32, R, C);
+  CHECK(xte_quantize(&in, &o->h, NULL, NULL));
+  free(x);
+  o->d = o->h;
+  CHECK(xte_malloc(gpu, o->code_bytes + 1, &o->d.rowwise.data));
+  CHECK(xte_malloc(gpu, o->scale_bytes + 4, &o->d.rowwise_scale_inv.data));
+  CHECK(xte_memcpy(gpu, o->d.rowwise.data, o->h.rowwise.data, o->code_bytes,
+                   XTE_MEMCPY_HOST_TO_DEVICE));
+  CHECK(xte_memcpy(gpu, o->d.rowwise_scale_inv.data, o->h.rowwise_scale_inv.data, o->scale_bytes,
+                   XTE_MEMCPY_HOST_TO_DEVICE));
+}
+
+static void gop_free(gop *o, xte_stream gpu) {
+  free(o->h.rowwise.data);
+  free(o->h.rowwise_scale_inv.data);
+  CHECK(xte_free(gpu, o->d.rowwise.data));
+  CHECK(xte_free(gpu, o->d.rowwise_scale_inv.data));
+}
+
+/* One call on both backends (groups NULL: dense), D [rows, N] of d_dt, optional bf16 C and bias:
+ * returns the number of differing bytes (CPU vs GPU, and GPU run 1 vs run 2). */
+static size_t gemm_check_one(xte_stream gpu, xte_stream cpu, gop *a, gop *b, int64_t rows,
+                             int64_t N, xte_dtype d_dt, int with_c, const xte_gemm_groups *grp,
+                             const int32_t *masked_host) {
+  const size_t es = d_dt == XTE_DTYPE_BF16 ? 2 : 4, nd = (size_t)(rows * N) * es;
+  uint8_t *hd = (uint8_t *)malloc(nd + 1), *gd = (uint8_t *)malloc(nd + 1),
+          *gd2 = (uint8_t *)malloc(nd + 1), *hc = (uint8_t *)malloc((size_t)(rows * N) * 2 + 1);
+  float *hb = (float *)malloc(sizeof(float) * (size_t)N + 4);
+  void *dd, *dc = NULL, *db = NULL, *dm = NULL;
+  xte_gemm_config cfg = xte_gemm_config_default();
+  xte_tensor D, C, B, mt;
+  xte_gemm_groups g;
+  size_t i, diff = 0;
+  int run;
+  if (!hd || !gd || !gd2 || !hc || !hb) exit(1);
+  for (i = 0; i < (size_t)(rows * N); i++) ((uint16_t *)hc)[i] = (uint16_t)(0x3F80u | (i % 97u));
+  for (i = 0; i < (size_t)N; i++) hb[i] = (float)((int)(i % 13) - 6) * 0.125f;
+  CHECK(xte_malloc(gpu, nd + 1, &dd));
+  if (with_c) {
+    CHECK(xte_malloc(gpu, (size_t)(rows * N) * 2 + 1, &dc));
+    CHECK(xte_malloc(gpu, sizeof(float) * (size_t)N + 4, &db));
+    CHECK(xte_memcpy(gpu, dc, hc, (size_t)(rows * N) * 2, XTE_MEMCPY_HOST_TO_DEVICE));
+    CHECK(xte_memcpy(gpu, db, hb, sizeof(float) * (size_t)N, XTE_MEMCPY_HOST_TO_DEVICE));
+  }
+  if (grp && masked_host) {
+    CHECK(xte_malloc(gpu, sizeof(int32_t) * (size_t)grp->num_groups, &dm));
+    CHECK(xte_memcpy(gpu, dm, masked_host, sizeof(int32_t) * (size_t)grp->num_groups,
+                     XTE_MEMCPY_HOST_TO_DEVICE));
+  }
+  for (run = 0; run < 3; run++) { /* CPU, GPU, GPU again */
+    uint8_t *out = run == 0 ? hd : (run == 1 ? gd : gd2);
+    xte_stream s = run == 0 ? cpu : gpu;
+    void *dptr = run == 0 ? (void *)hd : dd;
+    memset(out, 0xCD, nd + 1);
+    if (run > 0) CHECK(xte_memcpy(gpu, dd, out, nd, XTE_MEMCPY_HOST_TO_DEVICE));
+    D = xte_tensor_2d(dptr, d_dt, rows, N);
+    C = xte_tensor_2d(run == 0 ? (void *)hc : dc, XTE_DTYPE_BF16, rows, N);
+    B = xte_tensor_1d(run == 0 ? (void *)hb : db, XTE_DTYPE_FP32, N);
+    cfg.accumulate = with_c;
+    cfg.bias = with_c ? &B : NULL;
+    if (grp) {
+      g = *grp;
+      if (masked_host) {
+        mt = xte_tensor_1d(run == 0 ? (void *)masked_host : dm, XTE_DTYPE_INT32, g.num_groups);
+        g.masked_m = &mt;
+      }
+      CHECK(xte_gemm_grouped(run == 0 ? &a->h : &a->d, run == 0 ? &b->h : &b->d, with_c ? &C : NULL,
+                             &D, &g, &cfg, s));
+    } else {
+      CHECK(xte_gemm(run == 0 ? &a->h : &a->d, run == 0 ? &b->h : &b->d, with_c ? &C : NULL, &D,
+                     &cfg, s));
+    }
+    if (run > 0) {
+      CHECK(xte_stream_synchronize(gpu));
+      CHECK(xte_memcpy(gpu, out, dd, nd, XTE_MEMCPY_DEVICE_TO_HOST));
+    }
+  }
+  for (i = 0; i < nd; i++) diff += (hd[i] != gd[i]) + (gd[i] != gd2[i]);
+  CHECK(xte_free(gpu, dd));
+  if (dc) CHECK(xte_free(gpu, dc));
+  if (db) CHECK(xte_free(gpu, db));
+  if (dm) CHECK(xte_free(gpu, dm));
+  free(hd);
+  free(gd);
+  free(gd2);
+  free(hc);
+  free(hb);
+  return diff;
+}
+
+static int gemm_main(int argc, char **argv) {
+  const int64_t M = argc > 3 ? atoll(argv[1]) : 4096, N = argc > 3 ? atoll(argv[2]) : 7168,
+                K = argc > 3 ? atoll(argv[3]) : 16384;
+  const int iters = argc > 4 ? atoi(argv[4]) : 5;
+  xte_stream gpu, cpu;
+  xte_status st = xte_stream_create(XTE_BACKEND_CUDA, 0, NULL, &gpu);
+  int failed = 0, c, i;
+  if (st == XTE_ERROR_BACKEND_UNAVAILABLE) {
+    printf("SKIPPED: no usable CUDA device: %s\n", xte_last_error());
+    return 77;
+  }
+  CHECK(st);
+  CHECK(xte_stream_create(XTE_BACKEND_CPU, 0, NULL, &cpu));
+  if (M <= 0 || N <= 0 || K <= 0 || K % 128 != 0 || iters < 1) {
+    fprintf(stderr, "usage: %s gemm [M N K [iterations]] (K a multiple of 128)\n", argv[0]);
+    return 2;
+  }
+  /* 1. byte equality */
+  {
+    static const int64_t shapes[][3] = {{257, 300, 1000}, {1000, 1536, 2048}, {1, 4096, 7168}};
+    printf("| exact GEMM, CUDA vs CPU | bytes differing |\n|---|---:|\n");
+    for (c = 0; c < 3; c++)
+      for (i = 0; i < 2; i++) {
+        gop a, b;
+        const int64_t m = shapes[c][0], n = shapes[c][1], k = shapes[c][2];
+        size_t d;
+        gop_make(&a, gpu, m, k, XTE_SCALING_BLOCK_1x128, XTE_DTYPE_E4M3);
+        gop_make(&b, gpu, n, k, XTE_SCALING_BLOCK_128x128, i ? XTE_DTYPE_E5M2 : XTE_DTYPE_E4M3);
+        d = gemm_check_one(gpu, cpu, &a, &b, m, n, i ? XTE_DTYPE_BF16 : XTE_DTYPE_FP32, i, NULL,
+                           NULL);
+        printf("| dense %lld x %lld x %lld e4m3 x %s, %s | %zu |\n", (long long)m, (long long)n,
+               (long long)k, i ? "e5m2" : "e4m3", i ? "C bf16 + bias -> bf16" : "-> fp32", d);
+        failed |= d != 0;
+        gop_free(&a, gpu);
+        gop_free(&b, gpu);
+      }
+    {
+      /* grouped: 4 groups of N = 384 over K = 1536 */
+      static const int64_t sizes[4] = {300, 0, 129, 511};
+      static const int32_t masked[4] = {0, 200, 256, 17};
+      const int64_t G = 4, n = 384, k = 1536, rows = 320 + 0 + 192 + 512;
+      xte_gemm_groups grp;
+      gop a, b, am;
+      size_t d;
+      memset(&grp, 0, sizeof grp);
+      grp.kind = XTE_GEMM_GROUPED_CONTIGUOUS;
+      grp.num_groups = (int)G;
+      grp.group_sizes = sizes;
+      grp.alignment = 64;
+      gop_make(&a, gpu, rows, k, XTE_SCALING_BLOCK_1x128, XTE_DTYPE_E4M3);
+      gop_make(&b, gpu, G * n, k, XTE_SCALING_BLOCK_128x128, XTE_DTYPE_E4M3);
+      d = gemm_check_one(gpu, cpu, &a, &b, rows, n, XTE_DTYPE_BF16, 0, &grp, NULL);
+      printf("| grouped contiguous G 4, N %lld, K %lld, align 64 -> bf16 | %zu |\n", (long long)n,
+             (long long)k, d);
+      failed |= d != 0;
+      memset(&grp, 0, sizeof grp);
+      grp.kind = XTE_GEMM_GROUPED_MASKED;
+      grp.num_groups = (int)G;
+      gop_make(&am, gpu, G * 256, k, XTE_SCALING_BLOCK_1x128, XTE_DTYPE_E4M3);
+      d = gemm_check_one(gpu, cpu, &am, &b, G * 256, n, XTE_DTYPE_FP32, 1, &grp, masked);
+      printf("| grouped masked G 4, m_max 256, N %lld, K %lld, C + bias -> fp32 | %zu |\n",
+             (long long)n, (long long)k, d);
+      failed |= d != 0;
+      gop_free(&a, gpu);
+      gop_free(&b, gpu);
+      gop_free(&am, gpu);
+    }
+  }
+  /* 2. timing at M x N x K, operands quantized on the device */
+  {
+    void *d_x, *d_a, *d_sa, *d_b, *d_sb, *d_d;
+    int64_t sar, sac, sbr, sbc;
+    const int64_t big = (M > N ? M : N) * K;
+    xte_qtensor qa, qb;
+    xte_tensor x, D;
+    uint16_t *h;
+    double t0, ms;
+    const size_t hn = (size_t)(big < (1 << 24) ? big : (1 << 24));
+    CHECK(xte_quantize_scale_shape(M, K, XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK,
+                                   XTE_SCALE_LAYOUT_COMPACT, 0, &sar, &sac));
+    CHECK(xte_quantize_scale_shape(N, K, XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK,
+                                   XTE_SCALE_LAYOUT_COMPACT, 0, &sbr, &sbc));
+    CHECK(xte_malloc(gpu, (size_t)big * 2, &d_x));
+    CHECK(xte_malloc(gpu, (size_t)(M * K), &d_a));
+    CHECK(xte_malloc(gpu, (size_t)(N * K), &d_b));
+    CHECK(xte_malloc(gpu, (size_t)(sar * sac) * 4, &d_sa));
+    CHECK(xte_malloc(gpu, (size_t)(sbr * sbc) * 4, &d_sb));
+    CHECK(xte_malloc(gpu, (size_t)(M * N) * 2, &d_d));
+    h = (uint16_t *)malloc(hn * 2);
+    if (!h) return 1;
+    for (i = 0; i < (int)hn; i++) /* finite bf16 in (-2, 2) */
+      h[i] = (uint16_t)(((uint32_t)i * 2654435761u) >> 16) & 0xBFFFu;
+    for (t0 = 0; (int64_t)t0 < big; t0 += (double)hn) {
+      const int64_t off = (int64_t)t0, len = big - off < (int64_t)hn ? big - off : (int64_t)hn;
+      CHECK(xte_memcpy(gpu, (char *)d_x + off * 2, h, (size_t)len * 2, XTE_MEMCPY_HOST_TO_DEVICE));
+    }
+    free(h);
+    memset(&qa, 0, sizeof qa);
+    qa.scaling_mode = XTE_SCALING_BLOCK_1x128;
+    qa.recipe = XTE_RECIPE_TE_BLOCK;
+    qa.rowwise = xte_tensor_2d(d_a, XTE_DTYPE_E4M3, M, K);
+    qa.rowwise_scale_inv.data = d_sa;
+    qa.rowwise_scale_inv.dtype = XTE_DTYPE_FP32;
+    qa.rowwise_scale_inv.rows = sar;
+    qa.rowwise_scale_inv.cols = sac;
+    qa.rowwise_scale_inv.layout = XTE_SCALE_LAYOUT_COMPACT;
+    qb = qa;
+    qb.scaling_mode = XTE_SCALING_BLOCK_128x128;
+    qb.rowwise = xte_tensor_2d(d_b, XTE_DTYPE_E4M3, N, K);
+    qb.rowwise_scale_inv.data = d_sb;
+    qb.rowwise_scale_inv.rows = sbr;
+    qb.rowwise_scale_inv.cols = sbc;
+    x = xte_tensor_2d(d_x, XTE_DTYPE_BF16, M, K);
+    CHECK(xte_quantize(&x, &qa, NULL, gpu));
+    x = xte_tensor_2d(d_x, XTE_DTYPE_BF16, N, K);
+    CHECK(xte_quantize(&x, &qb, NULL, gpu));
+    D = xte_tensor_2d(d_d, XTE_DTYPE_BF16, M, N);
+    CHECK(xte_gemm(&qa, &qb, NULL, &D, NULL, gpu)); /* warm-up */
+    CHECK(xte_stream_synchronize(gpu));
+    t0 = now();
+    for (i = 0; i < iters; i++) CHECK(xte_gemm(&qa, &qb, NULL, &D, NULL, gpu));
+    CHECK(xte_stream_synchronize(gpu));
+    ms = (now() - t0) / iters * 1e3;
+    printf(
+        "| exact GEMM (stage 1, SIMT fp64) 1x128 x 128x128 e4m3, %lld x %lld x %lld -> bf16 "
+        "| %.2f ms | %.2f TFLOPS |\n",
+        (long long)M, (long long)N, (long long)K, ms,
+        2.0 * (double)M * (double)N * (double)K / (ms * 1e-3) / 1e12);
+    printf("(host timing around %d calls and one synchronize, after one warm-up call)\n", iters);
+    CHECK(xte_free(gpu, d_x));
+    CHECK(xte_free(gpu, d_a));
+    CHECK(xte_free(gpu, d_b));
+    CHECK(xte_free(gpu, d_sa));
+    CHECK(xte_free(gpu, d_sb));
+    CHECK(xte_free(gpu, d_d));
+  }
+  xte_stream_destroy(cpu);
+  xte_stream_destroy(gpu);
+  if (failed) printf("FAILED: the CUDA exact GEMM differs from the CPU backend\n");
+  return failed ? 1 : 0;
+}
+
+/* ---------------------------------------------------------------- attention
+ *   xte_device_bench attention [s [iterations]]
+ * 1. byte equality of the CUDA exact attention with the CPU backend on small cases (bf16 and
+ *    fp32, BSHD causal with GQA and odd lengths, THD varlen with a window, softcap + ALiBi): O,
+ *    LSE, then dQ, dK, dV from the CPU's O and LSE; every GPU call twice (same bytes).
+ * 2. the time of the forward and the backward at b 1, h 16, head dim 128, seqlen s (default
+ *    4096), bf16, causal and not; TFLOPS = 4 s^2 d h (fwd; halved when causal) and 2.5x that for
+ *    the backward (FlashAttention's convention), with the ratio to the fp32 CUDA-core peak
+ *    (66.9 TFLOPS, H100 / H200 SXM).
+ * Exit 0 when everything matched, 77 without a CUDA device, 1 on a mismatch or a failed call. */
+typedef struct attn_case {
+  int dt, layout, mask;
+  int64_t b, sq, skv, hq, hkv, d, wl;
+  float softcap;
+  int alibi;
+} attn_case;
+
+static size_t attn_es(int dt) {
+  return dt == XTE_DTYPE_FP32 ? 4 : 2;
+}
+
+static xte_tensor attn_t(void *p, int dt, int layout, int64_t b, int64_t s, int64_t h, int64_t d) {
+  xte_tensor t = xte_tensor_2d(p, (xte_dtype)dt, 1, 1);
+  if (layout == XTE_ATTN_LAYOUT_THD) {
+    t.rank = 3;
+    t.shape[0] = s;
+    t.shape[1] = h;
+    t.shape[2] = d;
+  } else {
+    t.rank = 4;
+    t.shape[0] = b;
+    t.shape[1] = s;
+    t.shape[2] = h;
+    t.shape[3] = d;
+  }
+  return t;
+}
+
+static uint64_t attn_rng = 0x2545F4914F6CDD1Dull;
+static double attn_unif(void) {
+  attn_rng ^= attn_rng << 13;
+  attn_rng ^= attn_rng >> 7;
+  attn_rng ^= attn_rng << 17;
+  return (double)(attn_rng >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* host buffer of n random elements of dt, and its device copy */
+static void *attn_rand(xte_stream gpu, int dt, size_t n, void **dev) {
+  uint8_t *h = (uint8_t *)malloc(n * attn_es(dt) + 4);
+  size_t i;
+  if (!h) exit(1);
+  for (i = 0; i < n; i++) {
+    float f = (float)(2.0 * attn_unif() - 1.0) * 2.0f;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if (dt == XTE_DTYPE_FP32)
+      memcpy(h + 4 * i, &u, 4);
+    else {
+      uint16_t v = (uint16_t)(u >> 16);
+      memcpy(h + 2 * i, &v, 2);
+    }
+  }
+  if (dev) {
+    CHECK(xte_malloc(gpu, n * attn_es(dt) + 4, dev));
+    CHECK(xte_memcpy(gpu, *dev, h, n * attn_es(dt), XTE_MEMCPY_HOST_TO_DEVICE));
+  }
+  return h;
+}
+
+/* out: device buffer of bytes, filled with 0xCD; returns it */
+static void *attn_dev(xte_stream gpu, size_t bytes) {
+  void *d;
+  uint8_t *h = (uint8_t *)malloc(bytes + 4);
+  if (!h) exit(1);
+  memset(h, 0xCD, bytes + 4);
+  CHECK(xte_malloc(gpu, bytes + 4, &d));
+  CHECK(xte_memcpy(gpu, d, h, bytes + 4, XTE_MEMCPY_HOST_TO_DEVICE));
+  free(h);
+  return d;
+}
+
+/* bytes of the device buffer d that differ from host h */
+static size_t attn_diff(xte_stream gpu, const void *d, const uint8_t *h, size_t bytes) {
+  uint8_t *g = (uint8_t *)malloc(bytes + 4);
+  size_t i, n = 0;
+  if (!g) exit(1);
+  CHECK(xte_stream_synchronize(gpu));
+  CHECK(xte_memcpy(gpu, g, d, bytes, XTE_MEMCPY_DEVICE_TO_HOST));
+  for (i = 0; i < bytes; i++) n += g[i] != h[i];
+  free(g);
+  return n;
+}
+
+static size_t attn_check(xte_stream gpu, xte_stream cpu, const attn_case *c) {
+  const int thd = c->layout == XTE_ATTN_LAYOUT_THD;
+  int32_t cuq[3] = {0, 0, 0}, cukv[3] = {0, 0, 0};
+  void *dcuq = NULL, *dcukv = NULL, *dq, *dk, *dv, *ddo, *dal = NULL;
+  float alibi[64];
+  int64_t B = c->b, Sq = c->sq, Skv = c->skv, i;
+  size_t diff = 0;
+  int run;
+  if (thd) { /* two sequences */
+    cuq[1] = (int32_t)(c->sq / 3);
+    cuq[2] = (int32_t)c->sq;
+    cukv[1] = (int32_t)(c->skv / 2 + 1);
+    cukv[2] = (int32_t)c->skv;
+    B = 1;
+  }
+  for (i = 0; i < 64; i++) alibi[i] = 0.05f + 0.01f * (float)i;
+  const size_t nq = (size_t)(B * Sq * c->hq * c->d), nkv = (size_t)(B * Skv * c->hkv * c->d),
+               nl = (size_t)(B * Sq * c->hq), es = attn_es(c->dt);
+  uint8_t *q = (uint8_t *)attn_rand(gpu, c->dt, nq, &dq),
+          *k = (uint8_t *)attn_rand(gpu, c->dt, nkv, &dk),
+          *v = (uint8_t *)attn_rand(gpu, c->dt, nkv, &dv),
+          *dout = (uint8_t *)attn_rand(gpu, c->dt, nq, &ddo);
+  uint8_t *o = (uint8_t *)malloc(nq * es + 4), *lse = (uint8_t *)malloc(nl * 4 + 4),
+          *gq = (uint8_t *)malloc(nq * es + 4), *gk = (uint8_t *)malloc(nkv * es + 4),
+          *gv = (uint8_t *)malloc(nkv * es + 4);
+  void *dgq, *dgk, *dgv;
+  xte_attention_config cfg = xte_attention_config_default(), gcfg;
+  if (!o || !lse || !gq || !gk || !gv) exit(1);
+  memset(o, 0xCD, nq * es + 4);
+  memset(lse, 0xCD, nl * 4 + 4);
+  memset(gq, 0xCD, nq * es + 4);
+  memset(gk, 0xCD, nkv * es + 4);
+  memset(gv, 0xCD, nkv * es + 4);
+  cfg.layout = (xte_attn_layout)c->layout;
+  cfg.mask = (xte_attn_mask)c->mask;
+  cfg.window_left = c->wl;
+  cfg.softcap = c->softcap;
+  cfg.alibi_slopes = c->alibi ? alibi : NULL;
+  if (thd) {
+    cfg.cu_seqlens_q = cuq;
+    cfg.cu_seqlens_kv = cukv;
+    cfg.batch = 2;
+    cfg.max_seqlen_q = c->sq;
+    cfg.max_seqlen_kv = c->skv;
+    CHECK(xte_malloc(gpu, sizeof cuq, &dcuq));
+    CHECK(xte_malloc(gpu, sizeof cukv, &dcukv));
+    CHECK(xte_memcpy(gpu, dcuq, cuq, sizeof cuq, XTE_MEMCPY_HOST_TO_DEVICE));
+    CHECK(xte_memcpy(gpu, dcukv, cukv, sizeof cukv, XTE_MEMCPY_HOST_TO_DEVICE));
+  }
+  if (c->alibi) {
+    CHECK(xte_malloc(gpu, sizeof alibi, &dal));
+    CHECK(xte_memcpy(gpu, dal, alibi, sizeof alibi, XTE_MEMCPY_HOST_TO_DEVICE));
+  }
+  gcfg = cfg;
+  gcfg.cu_seqlens_q = (const int32_t *)dcuq;
+  gcfg.cu_seqlens_kv = (const int32_t *)dcukv;
+  gcfg.alibi_slopes = (const float *)dal;
+  {
+    xte_tensor tq = attn_t(q, c->dt, c->layout, B, Sq, c->hq, c->d),
+               tk = attn_t(k, c->dt, c->layout, B, Skv, c->hkv, c->d),
+               tv = attn_t(v, c->dt, c->layout, B, Skv, c->hkv, c->d),
+               to = attn_t(o, c->dt, c->layout, B, Sq, c->hq, c->d),
+               tdo = attn_t(dout, c->dt, c->layout, B, Sq, c->hq, c->d),
+               tgq = attn_t(gq, c->dt, c->layout, B, Sq, c->hq, c->d),
+               tgk = attn_t(gk, c->dt, c->layout, B, Skv, c->hkv, c->d),
+               tgv = attn_t(gv, c->dt, c->layout, B, Skv, c->hkv, c->d);
+    xte_tensor tl = thd ? xte_tensor_2d(lse, XTE_DTYPE_FP32, Sq, c->hq)
+                        : attn_t(lse, XTE_DTYPE_FP32, XTE_ATTN_LAYOUT_THD, 0, B, c->hq, Sq);
+    xte_tensor gtq = tq, gtk = tk, gtv = tv, gto = to, gtdo = tdo, gtl = tl, ggq = tgq, ggk = tgk,
+               ggv = tgv;
+    CHECK(xte_attention_fwd(&tq, &tk, &tv, &to, &tl, &cfg, cpu));
+    CHECK(xte_attention_bwd(&tq, &tk, &tv, &to, &tdo, &tl, &tgq, &tgk, &tgv, &cfg, cpu));
+    gtq.data = dq;
+    gtk.data = dk;
+    gtv.data = dv;
+    gtdo.data = ddo;
+    for (run = 0; run < 2; run++) {
+      gto.data = attn_dev(gpu, nq * es);
+      gtl.data = attn_dev(gpu, nl * 4);
+      CHECK(xte_attention_fwd(&gtq, &gtk, &gtv, &gto, &gtl, &gcfg, gpu));
+      diff += attn_diff(gpu, gto.data, o, nq * es) + attn_diff(gpu, gtl.data, lse, nl * 4);
+      /* the backward from the CPU's O and LSE */
+      CHECK(xte_memcpy(gpu, gto.data, o, nq * es, XTE_MEMCPY_HOST_TO_DEVICE));
+      CHECK(xte_memcpy(gpu, gtl.data, lse, nl * 4, XTE_MEMCPY_HOST_TO_DEVICE));
+      dgq = ggq.data = attn_dev(gpu, nq * es);
+      dgk = ggk.data = attn_dev(gpu, nkv * es);
+      dgv = ggv.data = attn_dev(gpu, nkv * es);
+      CHECK(xte_attention_bwd(&gtq, &gtk, &gtv, &gto, &gtdo, &gtl, &ggq, &ggk, &ggv, &gcfg, gpu));
+      diff += attn_diff(gpu, dgq, gq, nq * es) + attn_diff(gpu, dgk, gk, nkv * es) +
+              attn_diff(gpu, dgv, gv, nkv * es);
+      CHECK(xte_free(gpu, gto.data));
+      CHECK(xte_free(gpu, gtl.data));
+      CHECK(xte_free(gpu, dgq));
+      CHECK(xte_free(gpu, dgk));
+      CHECK(xte_free(gpu, dgv));
+    }
+  }
+  CHECK(xte_free(gpu, dq));
+  CHECK(xte_free(gpu, dk));
+  CHECK(xte_free(gpu, dv));
+  CHECK(xte_free(gpu, ddo));
+  if (dcuq) CHECK(xte_free(gpu, dcuq));
+  if (dcukv) CHECK(xte_free(gpu, dcukv));
+  if (dal) CHECK(xte_free(gpu, dal));
+  free(q);
+  free(k);
+  free(v);
+  free(dout);
+  free(o);
+  free(lse);
+  free(gq);
+  free(gk);
+  free(gv);
+  return diff;
+}
+
+static int attn_main(int argc, char **argv) {
+  const int64_t S = argc > 1 ? atoll(argv[1]) : 4096, H = 16, D = 128;
+  const int iters = argc > 2 ? atoi(argv[2]) : 2;
+  const attn_case cases[] = {
+      {XTE_DTYPE_BF16, XTE_ATTN_LAYOUT_BSHD, XTE_ATTN_MASK_CAUSAL, 2, 77, 130, 4, 2, 64, -1, 0, 0},
+      {XTE_DTYPE_FP32, XTE_ATTN_LAYOUT_BSHD, XTE_ATTN_MASK_NONE, 1, 65, 65, 2, 1, 128, -1, 0, 0},
+      {XTE_DTYPE_BF16, XTE_ATTN_LAYOUT_THD, XTE_ATTN_MASK_CAUSAL_BOTTOM_RIGHT, 1, 90, 150, 4, 4, 32,
+       40, 0, 0},
+      {XTE_DTYPE_FP32, XTE_ATTN_LAYOUT_BSHD, XTE_ATTN_MASK_CAUSAL, 1, 70, 70, 2, 2, 48, -1, 8.0f,
+       1},
+  };
+  xte_stream gpu, cpu;
+  xte_status st = xte_stream_create(XTE_BACKEND_CUDA, 0, NULL, &gpu);
+  size_t c, diff = 0;
+  int causal, bwd, it;
+  if (st == XTE_ERROR_BACKEND_UNAVAILABLE) {
+    printf("SKIPPED: no usable CUDA device: %s\n", xte_last_error());
+    return 77;
+  }
+  CHECK(st);
+  CHECK(xte_stream_create(XTE_BACKEND_CPU, 0, NULL, &cpu));
+  for (c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    const size_t d = attn_check(gpu, cpu, &cases[c]);
+    printf("attention check %zu (%s, layout %d, mask %d, d %lld): %zu differing bytes\n", c,
+           cases[c].dt == XTE_DTYPE_FP32 ? "fp32" : "bf16", cases[c].layout, cases[c].mask,
+           (long long)cases[c].d, d);
+    diff += d;
+  }
+  if (diff) {
+    printf("attention: FAILED: %zu bytes differ from the CPU backend (or between two runs)\n",
+           diff);
+    return 1;
+  }
+  {
+    const size_t n = (size_t)(S * H * D), nl = (size_t)(S * H);
+    void *q, *k, *v, *dout, *o, *lse, *gq, *gk, *gv;
+    xte_attention_config cfg = xte_attention_config_default();
+    free(attn_rand(gpu, XTE_DTYPE_BF16, n, &q));
+    free(attn_rand(gpu, XTE_DTYPE_BF16, n, &k));
+    free(attn_rand(gpu, XTE_DTYPE_BF16, n, &v));
+    free(attn_rand(gpu, XTE_DTYPE_BF16, n, &dout));
+    o = attn_dev(gpu, n * 2);
+    lse = attn_dev(gpu, nl * 4);
+    gq = attn_dev(gpu, n * 2);
+    gk = attn_dev(gpu, n * 2);
+    gv = attn_dev(gpu, n * 2);
+    xte_tensor tq = attn_t(q, XTE_DTYPE_BF16, 0, 1, S, H, D),
+               tk = attn_t(k, XTE_DTYPE_BF16, 0, 1, S, H, D),
+               tv = attn_t(v, XTE_DTYPE_BF16, 0, 1, S, H, D),
+               to = attn_t(o, XTE_DTYPE_BF16, 0, 1, S, H, D),
+               tdo = attn_t(dout, XTE_DTYPE_BF16, 0, 1, S, H, D),
+               tgq = attn_t(gq, XTE_DTYPE_BF16, 0, 1, S, H, D),
+               tgk = attn_t(gk, XTE_DTYPE_BF16, 0, 1, S, H, D),
+               tgv = attn_t(gv, XTE_DTYPE_BF16, 0, 1, S, H, D),
+               tl = attn_t(lse, XTE_DTYPE_FP32, XTE_ATTN_LAYOUT_THD, 0, 1, H, S);
+    printf("| attention bf16, b 1, h %lld, d %lld, s %lld | ms | TFLOPS | / fp32 peak 66.9 |\n",
+           (long long)H, (long long)D, (long long)S);
+    printf("|---|---|---|---|\n");
+    for (causal = 0; causal < 2; causal++)
+      for (bwd = 0; bwd < 2; bwd++) {
+        double t0, t, fl = 4.0 * (double)S * (double)S * (double)D * (double)H;
+        cfg.mask = causal ? XTE_ATTN_MASK_CAUSAL : XTE_ATTN_MASK_NONE;
+        if (causal) fl *= 0.5;
+        if (bwd) fl *= 2.5;
+        /* warm-up (and the forward's O / LSE for the backward) */
+        CHECK(xte_attention_fwd(&tq, &tk, &tv, &to, &tl, &cfg, gpu));
+        if (bwd)
+          CHECK(xte_attention_bwd(&tq, &tk, &tv, &to, &tdo, &tl, &tgq, &tgk, &tgv, &cfg, gpu));
+        CHECK(xte_stream_synchronize(gpu));
+        t0 = now();
+        for (it = 0; it < iters; it++) {
+          if (bwd)
+            CHECK(xte_attention_bwd(&tq, &tk, &tv, &to, &tdo, &tl, &tgq, &tgk, &tgv, &cfg, gpu));
+          else
+            CHECK(xte_attention_fwd(&tq, &tk, &tv, &to, &tl, &cfg, gpu));
+        }
+        CHECK(xte_stream_synchronize(gpu));
+        t = (now() - t0) / iters;
+        printf("| %s %s | %.2f | %.2f | %.3f |\n", causal ? "causal" : "full", bwd ? "bwd" : "fwd",
+               t * 1e3, fl / t * 1e-12, fl / t * 1e-12 / 66.9);
+      }
+    CHECK(xte_free(gpu, q));
+    CHECK(xte_free(gpu, k));
+    CHECK(xte_free(gpu, v));
+    CHECK(xte_free(gpu, dout));
+    CHECK(xte_free(gpu, o));
+    CHECK(xte_free(gpu, lse));
+    CHECK(xte_free(gpu, gq));
+    CHECK(xte_free(gpu, gk));
+    CHECK(xte_free(gpu, gv));
+  }
+  xte_stream_destroy(cpu);
+  xte_stream_destroy(gpu);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   int64_t M = argc > 2 ? atoll(argv[1]) : 8192, K = argc > 2 ? atoll(argv[2]) : 8192;
   int iters = argc > 3 ? atoi(argv[3]) : 20, op, i;
   size_t n = (size_t)(M * K), in_bytes = n * 2;
   xte_stream gpu;
-  xte_status st = xte_stream_create(XTE_BACKEND_CUDA, 0, NULL, &gpu);
+  xte_status st;
+  if (argc > 1 && strcmp(argv[1], "gemm") == 0) return gemm_main(argc - 1, argv + 1);
+  if (argc > 1 && strcmp(argv[1], "attention") == 0) return attn_main(argc - 1, argv + 1);
+  st = xte_stream_create(XTE_BACKEND_CUDA, 0, NULL, &gpu);
   void *d_in, *d_copy, *d_rq, *d_rs, *d_cq, *d_cs, *d_out, *d_amax;
   int64_t rsr, rsc, csr, csc;
   xte_quant_config cfg = xte_quant_config_default();

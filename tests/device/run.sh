@@ -200,5 +200,34 @@ else
   [ $s -eq 0 ] || failed bench "exit $s (see bench.log)"
 fi
 
+# ---------------------------------------------------------------- 6. exact GEMM
+# xte_device_bench gemm: the CUDA exact GEMM (stage 1) against the CPU backend byte for byte
+# (dense on odd shapes, e4m3 x e4m3 / e5m2, C + bias, bf16 out; contiguous and masked grouped;
+# every GPU call twice), then the time of 4096 x 7168 x 16384, 1x128 x 128x128, in TFLOPS.
+if [ $have_gpu -eq 0 ]; then
+  note "gemm: SKIPPED: no CUDA device"
+else
+  step gemm 90 "$bdir/tests/xte_device_bench" gemm
+  s=$?
+  grep -E "^\||^\(|FAILED" "$logs/gemm.log" | tee -a "$summary"
+  [ $s -eq 0 ] && note "gemm: PASSED (CUDA exact GEMM = CPU bytes, twice)" ||
+    failed gemm "exit $s (see gemm.log)"
+fi
+
+# ---------------------------------------------------------------- 7. exact attention
+# xte_device_bench attention: the CUDA exact attention against the CPU backend byte for byte
+# (bf16 / fp32, BSHD causal + GQA, THD varlen + window, softcap + ALiBi; O, LSE, dQ, dK, dV;
+# every GPU call twice), then forward and backward at head dim 128, seqlen 4096, causal and not,
+# in TFLOPS and as a fraction of the fp32 CUDA-core peak.
+if [ $have_gpu -eq 0 ]; then
+  note "attention: SKIPPED: no CUDA device"
+else
+  step attention 120 "$bdir/tests/xte_device_bench" attention
+  s=$?
+  grep -E "^\||^attention|FAILED" "$logs/attention.log" | tee -a "$summary"
+  [ $s -eq 0 ] && note "attention: PASSED (CUDA exact attention = CPU bytes, twice)" ||
+    failed attention "exit $s (see attention.log)"
+fi
+
 note "total: $(elapsed)s of ${deadline}s, exit $rc ($([ $rc -eq 0 ] && echo 'nothing failed' || echo FAILED))"
 exit $rc

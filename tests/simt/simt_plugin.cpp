@@ -15,7 +15,11 @@
 #include <cstring>
 #include <mutex>
 
+#include "cuda/attention_kernels.cuh"
+#include "cuda/gemm_kernels.cuh"
 #include "cuda/moe_kernels.cuh"
+#include "cuda/moe_router_kernels.cuh"
+#include "cuda/moe_swiglu_kernels.cuh"
 #include "cuda/quantize_kernels.cuh"
 #include "xte_backend.h"
 
@@ -41,6 +45,8 @@ xte_status launch_failed(const char *what) {
 xte_status init(const xte_core_services *svc, char *why, size_t why_size) {
   g_svc = svc;
   if (why_size) why[0] = '\0';
+  /* the warp size of the runner's launches (test_simt_router --warp N): 32, 64 or 128 */
+  if (const char *w = std::getenv("SIMT_WARP_SIZE")) simt::set_warp_size(std::atoi(w));
   return XTE_SUCCESS;
 }
 int device_count() {
@@ -175,8 +181,95 @@ xte_status moe_dispatch_layout(const xte_dispatch_args *a, void *) {
   host_rt rt{g_svc};
   return xte_moe_dispatch_run(rt, a);
 }
-const xte_moe_ops g_moe_ops = {
-    NULL, NULL, NULL, moe_permute, moe_unpermute, moe_sort_chunks, moe_dispatch_layout, NULL};
+/* moe.cu: gpu_router_forward, gpu_router_backward, gpu_aux_loss, gpu_swiglu */
+xte_status moe_router_forward(const xte_router_args *a, void *) {
+  host_rt rt{g_svc};
+  return xte_rt_forward_run(rt, a);
+}
+xte_status moe_router_backward(const xte_router_bwd_args *a, void *) {
+  host_rt rt{g_svc};
+  return xte_rt_backward_run(rt, a);
+}
+xte_status moe_aux_loss(const xte_aux_loss_args *a, int backward, void *) {
+  host_rt rt{g_svc};
+  return xte_aux_loss_run(rt, a, backward);
+}
+xte_status moe_swiglu(const xte_swiglu_args *a, void *hv) {
+  host_rt rt{g_svc};
+  return xte_swiglu_run(rt, a, [hv](const xte_quant_args *q) { return quantize(q, hv); });
+}
+const xte_moe_ops g_moe_ops = {moe_router_forward, moe_router_backward, moe_aux_loss,
+                               moe_permute,        moe_unpermute,       moe_sort_chunks,
+                               moe_dispatch_layout, moe_swiglu};
+
+/* gemm.cu: cuda_gemm_rt, the runtime policy of gemm_kernels.cuh's driver (host memory) */
+struct host_gemm_rt {
+  const xte_core_services *svc;
+  xte_status alloc(void **p, size_t bytes) { return ::alloc(0, bytes ? bytes : 1, p); }
+  void release(void *p) { std::free(p); }
+  void *host_alloc(size_t bytes) { return std::malloc(bytes); }
+  void host_free(void *p) { std::free(p); }
+  xte_status upload(void *dev, const void *host, size_t bytes) {
+    if (bytes) std::memcpy(dev, host, bytes);
+    return XTE_SUCCESS;
+  }
+  xte_status memset(void *p, int v, size_t bytes) {
+    if (bytes) std::memset(p, v, bytes);
+    return XTE_SUCCESS;
+  }
+  xte_status read(void *host, const void *dev, size_t bytes) {
+    if (bytes) std::memcpy(host, dev, bytes);
+    return XTE_SUCCESS;
+  }
+  template <class... P, class... A>
+  xte_status launch(int64_t grid, void (*k)(P...), A... args) {
+    SIMT_TRY(simt::launch(dim3((unsigned)grid), dim3(XTE_GEMM_NT), 0, k, args...), "gemm kernel");
+    return XTE_SUCCESS;
+  }
+  xte_status finish() { return XTE_SUCCESS; }
+};
+
+/* gemm.cu: gpu_gemm */
+xte_status gemm(const xte_gemm_args *a, void *) {
+  host_gemm_rt rt{g_svc};
+  return xte_gemm_run(rt, a);
+}
+const xte_gemm_ops g_gemm_ops = {gemm};
+
+/* attention.cu: attn_cuda_rt, the runtime policy of attention_kernels.cuh's driver */
+struct host_attn_rt {
+  const xte_core_services *svc;
+  xte_status alloc(void **p, size_t bytes) { return ::alloc(0, bytes ? bytes : 1, p); }
+  void release(void *p) { std::free(p); }
+  xte_status read(void *host, const void *dev, size_t bytes) {
+    if (bytes) std::memcpy(host, dev, bytes);
+    return XTE_SUCCESS;
+  }
+  template <class... P, class... A>
+  xte_status launch(int64_t grid, void (*k)(P...), A... args) {
+    SIMT_TRY(simt::launch(dim3((unsigned)grid), dim3(XTE_ATTN_NT), 0, k, args...),
+             "attention kernel");
+    return XTE_SUCCESS;
+  }
+  xte_status finish() { return XTE_SUCCESS; }
+};
+
+/* attention.cu: gpu_attn_fwd, gpu_attn_bwd. SIMT_WARP_SIZE (32, 64, 128): the runner's warp
+ * size for the launches (test_simt_attention runs every case at 32 and 128). */
+void attn_warp_size() {
+  if (const char *w = std::getenv("SIMT_WARP_SIZE")) simt::set_warp_size(std::atoi(w));
+}
+xte_status attn_fwd(const xte_attn_args *a, void *) {
+  attn_warp_size();
+  host_attn_rt rt{g_svc};
+  return xte_attn_fwd_run(rt, a);
+}
+xte_status attn_bwd(const xte_attn_args *a, void *) {
+  attn_warp_size();
+  host_attn_rt rt{g_svc};
+  return xte_attn_bwd_run(rt, a);
+}
+const xte_attention_ops g_attn_ops = {attn_fwd, attn_bwd};
 
 xte_backend_ops g_ops;
 std::once_flag g_once;
@@ -199,6 +292,8 @@ void fill_ops() {
   g_ops.dequantize = dequantize;
   g_ops.cast = cast;
   g_ops.moe = &g_moe_ops;
+  g_ops.attention = &g_attn_ops;
+  g_ops.gemm = &g_gemm_ops;
 }
 
 }  // namespace

@@ -1,0 +1,350 @@
+/* The exact FP8 GEMM of the CUDA plugin (XTE_GEMM_EXACT, stage 1: SIMT fp64), dense and grouped,
+ * and the host steps that drive it, written against a small runtime policy RT (allocation,
+ * host-to-device upload, device-to-host read of a verdict, launch): no runtime call appears here.
+ * src/cuda/gemm.cu instantiates the driver with the CUDA runtime; tests/simt/simt_plugin.cpp with
+ * the host SIMT runner (simt.h), so the same text is checked byte for byte against the CPU backend
+ * (tests/simt/test_simt_gemm.cpp).
+ *
+ * The contract is docs/numerics.md section 6 (include/xte/gemm.h), the CPU backend's bytes:
+ *  - a block of XTE_GEMM_NT threads owns a 64 x 64 tile of D of one problem; each thread a 4 x 4
+ *    register tile (rows ty + 16 i, columns tx + 16 j);
+ *  - per K block (128, or 32 for MXFP8) the operands' codes are decoded to fp64 (exact) into
+ *    shared memory, 32 (16 with an e5m2 operand) values of K at a time, and every thread sums its
+ * 16 block partials in fp64 (exact in any order: src/numerics/xte_gemm_numerics.h); with an e5m2
+ * operand its values are split into the classes |v| >= 1 (and NaN, inf) and |v| < 1, summed apart
+ * and rounded once by xte_gemm_round2_f32, as the CPU does;
+ *  - then, per block in K order: p = RNE_fp32(partial), acc = fmaf(p, RNE_fp32(sa * sb), acc)
+ *    (xte_gemm_block_update), and at the end the epilogue (C, bias, output rounding, canonical
+ *    NaN) of the shared numerics. Only rows < m (masked_m) and columns < n are written: padding
+ *    rows of a contiguous grouping and rows past masked_m are left alone, as on the CPU;
+ *  - masked_m lives in device memory: a validation kernel finds the first group outside
+ *    [0, m_max] (integer atomicMin: the result does not depend on the order of the atomics), the
+ *    host reads the verdict back and refuses with the CPU's message before any output is written;
+ *  - no atomics in the GEMM itself, no warp-size assumption (no warp intrinsics).
+ * Scale blocks are powers of two along both axes (1, 32, 128 or the per-tensor 2^50: see
+ * src/gemm_api.c), so block coordinates are shifts, never a 64-bit division on the device. */
+#ifndef XTE_GEMM_KERNELS_CUH
+#define XTE_GEMM_KERNELS_CUH
+
+#include <stdint.h>
+#include <string.h>
+
+#include "numerics/xte_gemm_numerics.h"
+#include "xte_backend.h"
+#include "xte_gemm_ops.h"
+
+#define XTE_GEMM_NT 256 /* threads per block: 16 x 16 */
+#define XTE_GEMM_BM 64  /* tile rows (of A / D) */
+#define XTE_GEMM_BN 64  /* tile columns (rows of B) */
+#define XTE_GEMM_TM 4   /* per thread: rows ty + 16 i */
+#define XTE_GEMM_TN 4   /* per thread: columns tx + 16 j */
+/* K values staged in shared memory at a time (divides 32 and 128): 32, or 16 with a split operand
+ * (its low class takes a third array; static shared memory stays under 48 KiB) */
+#define XTE_GEMM_KS(split) ((split) ? 16 : 32)
+#define XTE_GEMM_GRID_CAP (1 << 20) /* blocks of a launch (tiles beyond: grid stride) */
+#define XTE_GEMM_NONE 0xFFFFFFFFFFFFFFFFull
+
+typedef unsigned long long xte_gemm_u64;
+
+/* Register-tile loops unrolled on the device; nothing for the host runner. */
+#if defined(__CUDACC__) || defined(__MUSACC__)
+#define XTE_GEMM_UNROLL _Pragma("unroll")
+#else
+#define XTE_GEMM_UNROLL
+#endif
+
+#define XTE_GEMM_TRY(expr)                              \
+  do {                                                  \
+    xte_status xte_gemm_s_ = (expr);                    \
+    if (xte_gemm_s_ != XTE_SUCCESS) return xte_gemm_s_; \
+  } while (0)
+
+/* log2 of the scale blocks of the two operands (rows, K) */
+typedef struct xte_gemm_shifts {
+  int a_i, a_k, b_i, b_k;
+} xte_gemm_shifts;
+
+/* scale_inv of operand row i (absolute) at absolute K index k */
+__device__ __forceinline__ float xte_gemm_scale(const xte_gemm_operand &o, int sh_i, int sh_k,
+                                                int64_t i, int64_t k) {
+  const xte_scale_map m = o.s;
+  const int64_t gi = i >> sh_i, gk = k >> sh_k;
+  return o.sswap ? xte_load_scale_inv(&m, gk, gi) : xte_load_scale_inv(&m, gi, gk);
+}
+
+/* masked_m[g] outside [0, problems[g].m]: the first such g into *bad */
+__global__ void __launch_bounds__(XTE_GEMM_NT)
+    xte_gemm_check_masked(const int32_t *masked_m, const xte_gemm_problem *probs, int64_t G,
+                          xte_gemm_u64 *bad) {
+  for (int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; g < G;
+       g += (int64_t)gridDim.x * blockDim.x) {
+    const int32_t v = masked_m[g];
+    if (v < 0 || (int64_t)v > probs[g].m) atomicMin(bad, (xte_gemm_u64)g);
+  }
+}
+
+/* The GEMM. SPLIT: 0 no e5m2 operand, 1 A is e5m2, 2 B is e5m2 (the low class of that operand
+ * staged apart). Problems: G == 1 and probs == NULL: p1; else probs[g] with its first tile at
+ * tstart[g] (tstart[G] = total). Tiles of a problem: row-major over (m tiles, n tiles). */
+template <int SPLIT>
+__global__ void __launch_bounds__(XTE_GEMM_NT)
+    xte_gemm_exact_kernel(xte_gemm_args g, xte_gemm_problem p1, const xte_gemm_problem *probs,
+                          const int64_t *tstart, int64_t G, int64_t total, xte_gemm_shifts sh) {
+  constexpr int KS = XTE_GEMM_KS(SPLIT);
+  /* rows padded by one double: the staging stores of a K-contiguous operand (consecutive threads,
+   * consecutive kk, one row) fall into different banks */
+  __shared__ double s_a[KS][XTE_GEMM_BM + 1];
+  __shared__ double s_b[KS][XTE_GEMM_BN + 1];
+  __shared__ double s_lo[SPLIT ? KS : 1][SPLIT ? 65 : 1];
+  __shared__ float s_sa[XTE_GEMM_BM], s_sb[XTE_GEMM_BN];
+  const int tid = (int)threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const int kblock = g.kblock;
+  for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
+    /* the problem of tile t (uniform over the block) */
+    xte_gemm_problem p = p1;
+    int64_t gi = 0, t0 = 0;
+    if (probs) {
+      int64_t lo = 0, hi = G - 1;
+      while (lo < hi) { /* last g with tstart[g] <= t */
+        const int64_t mid = lo + (hi - lo + 1) / 2;
+        if (tstart[mid] <= t)
+          lo = mid;
+        else
+          hi = mid - 1;
+      }
+      gi = lo;
+      p = probs[gi];
+      t0 = tstart[gi];
+    }
+    const int64_t mv = g.masked_m ? (int64_t)g.masked_m[gi] : p.m;
+    const uint32_t ntn = (uint32_t)((p.n + XTE_GEMM_BN - 1) / XTE_GEMM_BN);
+    const uint32_t local = (uint32_t)(t - t0);
+    const int64_t row0 = (int64_t)(local / ntn) * XTE_GEMM_BM;
+    const int64_t col0 = (int64_t)(local % ntn) * XTE_GEMM_BN;
+    if (row0 >= mv) continue; /* masked rows: nothing to write (uniform) */
+    float acc[XTE_GEMM_TM][XTE_GEMM_TN];
+    XTE_GEMM_UNROLL
+    for (int i = 0; i < XTE_GEMM_TM; i++) XTE_GEMM_UNROLL
+    for (int j = 0; j < XTE_GEMM_TN; j++) acc[i][j] = 0.0f;
+    for (int64_t k0 = 0; k0 < p.k; k0 += kblock) {
+      const int kl = (int)(p.k - k0 < kblock ? p.k - k0 : kblock);
+      double P[XTE_GEMM_TM][XTE_GEMM_TN], Q[XTE_GEMM_TM][XTE_GEMM_TN];
+      XTE_GEMM_UNROLL
+      for (int i = 0; i < XTE_GEMM_TM; i++) XTE_GEMM_UNROLL
+      for (int j = 0; j < XTE_GEMM_TN; j++) {
+        P[i][j] = 0.0;
+        Q[i][j] = 0.0;
+      }
+      for (int ks = 0; ks < kl; ks += KS) {
+        const int kn = kl - ks < KS ? kl - ks : KS;
+        __syncthreads(); /* the previous step's readers of the shared arrays are done */
+        if (ks == 0) {
+          if (tid < XTE_GEMM_BM) {
+            const int64_t r = row0 + tid;
+            s_sa[tid] =
+                r < mv ? xte_gemm_scale(g.a, sh.a_i, sh.a_k, p.a_i0 + r, p.a_k0 + k0) : 0.0f;
+          } else if (tid < XTE_GEMM_BM + XTE_GEMM_BN) {
+            const int64_t c = col0 + (tid - XTE_GEMM_BM);
+            s_sb[tid - XTE_GEMM_BM] =
+                c < p.n ? xte_gemm_scale(g.b, sh.b_i, sh.b_k, p.b_i0 + c, p.b_k0 + k0) : 0.0f;
+          }
+        }
+        /* stage codes [row][k0 + ks + kk] decoded to fp64, zero outside the problem / block;
+         * the walk follows the operand's contiguous axis */
+        for (int idx = tid; idx < KS * XTE_GEMM_BM; idx += XTE_GEMM_NT) {
+          const int kk = g.a.ks == 1 ? idx % KS : idx / XTE_GEMM_BM;
+          const int r = g.a.ks == 1 ? idx / KS : idx % XTE_GEMM_BM;
+          double v = 0.0;
+          if (row0 + r < mv && kk < kn)
+            v = xte_fp8_to_f64(
+                g.a.data[(p.a_i0 + row0 + r) * g.a.rs + (p.a_k0 + k0 + ks + kk) * g.a.ks], g.a.fmt);
+          if (SPLIT == 1) {
+            s_a[kk][r] = xte_gemm_class_hi(v);
+            s_lo[kk][r] = xte_gemm_class_lo(v);
+          } else {
+            s_a[kk][r] = v;
+          }
+        }
+        for (int idx = tid; idx < KS * XTE_GEMM_BN; idx += XTE_GEMM_NT) {
+          const int kk = g.b.ks == 1 ? idx % KS : idx / XTE_GEMM_BN;
+          const int c = g.b.ks == 1 ? idx / KS : idx % XTE_GEMM_BN;
+          double v = 0.0;
+          if (col0 + c < p.n && kk < kn)
+            v = xte_fp8_to_f64(
+                g.b.data[(p.b_i0 + col0 + c) * g.b.rs + (p.b_k0 + k0 + ks + kk) * g.b.ks], g.b.fmt);
+          if (SPLIT == 2) {
+            s_b[kk][c] = xte_gemm_class_hi(v);
+            s_lo[kk][c] = xte_gemm_class_lo(v);
+          } else {
+            s_b[kk][c] = v;
+          }
+        }
+        __syncthreads();
+        for (int kk = 0; kk < kn; kk++) {
+          double a[XTE_GEMM_TM], b[XTE_GEMM_TN], l[SPLIT == 1 ? XTE_GEMM_TM : XTE_GEMM_TN];
+          XTE_GEMM_UNROLL
+          for (int i = 0; i < XTE_GEMM_TM; i++) a[i] = s_a[kk][ty + 16 * i];
+          XTE_GEMM_UNROLL
+          for (int j = 0; j < XTE_GEMM_TN; j++) b[j] = s_b[kk][tx + 16 * j];
+          if (SPLIT == 1) {
+            XTE_GEMM_UNROLL
+            for (int i = 0; i < XTE_GEMM_TM; i++) l[i] = s_lo[kk][ty + 16 * i];
+          } else if (SPLIT == 2) {
+            XTE_GEMM_UNROLL
+            for (int j = 0; j < XTE_GEMM_TN; j++) l[j] = s_lo[kk][tx + 16 * j];
+          }
+          XTE_GEMM_UNROLL
+          for (int i = 0; i < XTE_GEMM_TM; i++) XTE_GEMM_UNROLL
+          for (int j = 0; j < XTE_GEMM_TN; j++) {
+            P[i][j] = xte_gemm_dot_step(P[i][j], a[i], b[j]);
+            if (SPLIT == 1) Q[i][j] = xte_gemm_dot_step(Q[i][j], l[i], b[j]);
+            if (SPLIT == 2) Q[i][j] = xte_gemm_dot_step(Q[i][j], a[i], l[j]);
+          }
+        }
+      }
+      /* the block's contribution, in K order (the scales were staged with ks == 0; the next
+       * writes to them come after the next step's first barrier) */
+      XTE_GEMM_UNROLL
+      for (int i = 0; i < XTE_GEMM_TM; i++) XTE_GEMM_UNROLL
+      for (int j = 0; j < XTE_GEMM_TN; j++) {
+        const float pp = SPLIT ? xte_gemm_round2_f32(P[i][j], Q[i][j]) : (float)P[i][j];
+        acc[i][j] = xte_gemm_block_update(acc[i][j], pp, s_sa[ty + 16 * i], s_sb[tx + 16 * j]);
+      }
+    }
+    /* the epilogue, the CPU's store_d */
+    XTE_GEMM_UNROLL
+    for (int i = 0; i < XTE_GEMM_TM; i++) {
+      const int64_t r = row0 + ty + 16 * i;
+      if (r >= mv) continue;
+      const int64_t rd = p.d_r0 + r;
+      XTE_GEMM_UNROLL
+      for (int j = 0; j < XTE_GEMM_TN; j++) {
+        const int64_t c = col0 + tx + 16 * j;
+        if (c >= p.n) continue;
+        float cv = 0.0f;
+        if (g.c)
+          cv = g.c_dtype == XTE_DTYPE_BF16
+                   ? xte_bf16_to_f32(((const uint16_t *)g.c)[rd * g.ld_c + c])
+                   : ((const float *)g.c)[rd * g.ld_c + c];
+        const float o = xte_gemm_epilogue(acc[i][j], g.c != NULL, cv, g.bias != NULL,
+                                          g.bias ? g.bias[c] : 0.0f);
+        if (g.d_dtype == XTE_DTYPE_BF16)
+          ((uint16_t *)g.d)[rd * g.ld_d + c] = xte_gemm_out_bf16(o);
+        else
+          ((float *)g.d)[rd * g.ld_d + c] = xte_gemm_out_f32(o);
+      }
+    }
+  }
+}
+
+/* ---------------------------------------------------------------- host steps */
+
+/* log2 of a power of two, -1 otherwise */
+static inline int xte_gemm_log2(int64_t v) {
+  if (v <= 0 || (v & (v - 1)) != 0) return -1;
+  return __builtin_ctzll((unsigned long long)v);
+}
+
+/* The tiles of one problem (its rows at most m_max): 0 for an empty one. */
+static inline int64_t xte_gemm_tiles(const xte_gemm_problem *p) {
+  if (p->m <= 0 || p->n <= 0) return 0;
+  return ((p->m + XTE_GEMM_BM - 1) / XTE_GEMM_BM) * ((p->n + XTE_GEMM_BN - 1) / XTE_GEMM_BN);
+}
+
+template <class RT, class... A>
+static xte_status xte_gemm_launch_split(RT &rt, int split, int64_t grid, A... args) {
+  if (split == 1) return rt.launch(grid, xte_gemm_exact_kernel<1>, args...);
+  if (split == 2) return rt.launch(grid, xte_gemm_exact_kernel<2>, args...);
+  return rt.launch(grid, xte_gemm_exact_kernel<0>, args...);
+}
+
+/* The whole call: checks, workspace (grouped: the problem list and tile starts on the device),
+ * the masked_m verdict, then the GEMM launch. RT: alloc(void **, bytes), release(p),
+ * upload(dev, host, bytes), read(host, dev, bytes) (checks the launches before it first),
+ * memset(p, v, bytes), launch(grid, kernel, args...), finish(), host_alloc(bytes) /
+ * host_free(p) (host memory); svc->set_error. */
+template <class RT>
+static xte_status xte_gemm_run(RT &rt, const xte_gemm_args *g) {
+  const int64_t G = g->num_problems;
+  xte_gemm_shifts sh;
+  int64_t total = 0, i;
+  const int split = g->a.fmt == XTE_FP8_E5M2 ? 1 : (g->b.fmt == XTE_FP8_E5M2 ? 2 : 0);
+  sh.a_i = xte_gemm_log2(g->a.bi);
+  sh.a_k = xte_gemm_log2(g->a.bk);
+  sh.b_i = xte_gemm_log2(g->b.bi);
+  sh.b_k = xte_gemm_log2(g->b.bk);
+  if (sh.a_i < 0 || sh.a_k < 0 || sh.b_i < 0 || sh.b_k < 0 || g->kblock % 32 != 0)
+    return rt.svc->set_error(XTE_ERROR_UNSUPPORTED,
+                             "gemm: scale blocks %lld x %lld (A), %lld x %lld (B), K block %d: "
+                             "the GPU kernel takes powers of two",
+                             (long long)g->a.bi, (long long)g->a.bk, (long long)g->b.bi,
+                             (long long)g->b.bk, g->kblock);
+  if (G <= 0) return XTE_SUCCESS;
+  for (i = 0; i < G; i++) {
+    const int64_t nt = xte_gemm_tiles(&g->problems[i]);
+    if (nt > 0x7FFFFFFF || __builtin_add_overflow(total, nt, &total))
+      return rt.svc->set_error(XTE_ERROR_UNSUPPORTED, "gemm: group %lld has more than 2^31 tiles",
+                               (long long)i);
+  }
+  const int64_t grid = total < XTE_GEMM_GRID_CAP ? total : XTE_GEMM_GRID_CAP;
+  if (G == 1 && !g->masked_m) {
+    /* dense: no workspace, nothing to wait for */
+    if (total == 0) return XTE_SUCCESS;
+    XTE_GEMM_TRY(xte_gemm_launch_split(rt, split, grid, *g, g->problems[0],
+                                       (const xte_gemm_problem *)NULL, (const int64_t *)NULL,
+                                       (int64_t)1, total, sh));
+    return rt.finish();
+  }
+  /* workspace: verdict (8), problems (G), tile starts (G + 1) */
+  size_t o_prob = 16, o_ts, bytes;
+  int64_t *ts_host = NULL;
+  char *ws = NULL;
+  xte_status st = XTE_SUCCESS;
+  if ((size_t)G > ((size_t)1 << 40) / sizeof(xte_gemm_problem))
+    return rt.svc->set_error(XTE_ERROR_OUT_OF_MEMORY, "gemm: %lld groups", (long long)G);
+  o_ts = o_prob + (size_t)G * sizeof(xte_gemm_problem);
+  o_ts = (o_ts + 15) / 16 * 16;
+  bytes = o_ts + (size_t)(G + 1) * sizeof(int64_t);
+  ts_host = (int64_t *)rt.host_alloc((size_t)(G + 1) * sizeof(int64_t));
+  if (!ts_host)
+    return rt.svc->set_error(XTE_ERROR_OUT_OF_MEMORY, "gemm: %lld groups", (long long)G);
+  ts_host[0] = 0;
+  for (i = 0; i < G; i++) ts_host[i + 1] = ts_host[i] + xte_gemm_tiles(&g->problems[i]);
+  do {
+    if ((st = rt.alloc((void **)&ws, bytes)) != XTE_SUCCESS) break;
+    xte_gemm_u64 *bad = (xte_gemm_u64 *)ws;
+    xte_gemm_problem *probs = (xte_gemm_problem *)(ws + o_prob);
+    int64_t *ts = (int64_t *)(ws + o_ts);
+    if ((st = rt.upload(probs, g->problems, (size_t)G * sizeof(xte_gemm_problem))) != XTE_SUCCESS)
+      break;
+    if ((st = rt.upload(ts, ts_host, (size_t)(G + 1) * sizeof(int64_t))) != XTE_SUCCESS) break;
+    if (g->masked_m) {
+      /* masked_m is checked before anything is written */
+      xte_gemm_u64 hv = XTE_GEMM_NONE;
+      int32_t mv = 0;
+      const int64_t cg = (G + XTE_GEMM_NT - 1) / XTE_GEMM_NT;
+      if ((st = rt.memset(bad, 0xFF, 8)) != XTE_SUCCESS) break;
+      if ((st = rt.launch(cg < 65535 ? cg : 65535, xte_gemm_check_masked, g->masked_m,
+                          (const xte_gemm_problem *)probs, G, bad)) != XTE_SUCCESS)
+        break;
+      if ((st = rt.read(&hv, bad, 8)) != XTE_SUCCESS) break;
+      if (hv != XTE_GEMM_NONE) {
+        if ((st = rt.read(&mv, g->masked_m + hv, 4)) != XTE_SUCCESS) break;
+        st = rt.svc->set_error(XTE_ERROR_INVALID_ARGUMENT,
+                               "groups->masked_m[%lld] = %d is outside [0, m_max = %lld]",
+                               (long long)hv, (int)mv, (long long)g->problems[hv].m);
+        break;
+      }
+    }
+    if (total > 0 && (st = xte_gemm_launch_split(rt, split, grid, *g, g->problems[0],
+                                                 (const xte_gemm_problem *)probs,
+                                                 (const int64_t *)ts, G, total, sh)) != XTE_SUCCESS)
+      break;
+    st = rt.finish();
+  } while (0);
+  rt.release(ws);
+  rt.host_free(ts_host);
+  return st;
+}
+
+#endif /* XTE_GEMM_KERNELS_CUH */

@@ -1,0 +1,399 @@
+/* The MoE router kernels of the CUDA plugin (the fused top-k router forward and backward, the aux
+ * scores and their backward, the aux loss forward and backward) and the host steps that drive
+ * them, over the runtime policy RT of moe_kernels.cuh (no runtime call here): src/cuda/moe.cu
+ * instantiates the drivers with the CUDA runtime, tests/simt/simt_plugin.cpp with the host SIMT
+ * runner, which checks them byte for byte against the CPU backend
+ * (tests/simt/test_simt_router.cpp).
+ *
+ * The contract is the CPU backend's bytes (src/cpu/moe_router.c, docs/numerics.md section 8):
+ *  - one thread block per token (grid-stride over the tokens); the row lives in shared memory;
+ *    the element-wise steps (scores, exponentials, divisions, outputs) are spread over the
+ *    block's threads, and every reduction whose order the contract fixes (the softmax maximum and
+ *    sum, the normalisation sum, the group scores, the backward dot products) is one thread's
+ *    sequential loop in that order, as the CPU's;
+ *  - the top-k is found by ranks: expert e's rank is the number of allowed experts that go
+ *    before it in the rank order (xte_moe_before, a total order), so the k experts of rank < k
+ *    land in their places whatever thread finds them; groups likewise (rank within the group,
+ *    then the group scores ranked);
+ *  - the aux loss: fp64 column sums over fixed blocks of 1024 tokens (one thread per block and
+ *    expert, tokens ascending), the block partials added in block order (one thread per expert),
+ *    then one thread adds the experts in order; fp64 NaN steps through the shared numerics
+ *    (xte_add_f64_nanprop, ...) so the bits are the CPU's. No atomics;
+ *  - nothing depends on the warp size (block-wide steps go through shared memory and
+ *    __syncthreads). */
+#ifndef XTE_MOE_ROUTER_KERNELS_CUH
+#define XTE_MOE_ROUTER_KERNELS_CUH
+
+#include "cuda/moe_kernels.cuh"
+#include "numerics/xte_moe_numerics.h"
+
+#define XTE_RT_MAXE 512 /* XTE_MOE_MAX_E (src/moe_api.c) */
+#define XTE_RT_MAXK 16  /* XTE_MOE_MAX_K */
+#define XTE_AUX_BLOCK 1024
+
+/* One token's row in shared memory. */
+struct xte_rt_row {
+  float x[XTE_RT_MAXE], sc[XTE_RT_MAXE], sel[XTE_RT_MAXE], w[XTE_RT_MAXE];
+  float gsum[XTE_RT_MAXE]; /* group scores */
+  int rank[XTE_RT_MAXE];   /* rank of an expert within its group */
+  unsigned char keep[XTE_RT_MAXE], mark[XTE_RT_MAXE];
+  int idx[XTE_RT_MAXK], asc[XTE_RT_MAXK];
+  float m, sum; /* one thread's reductions, read by all */
+};
+
+/* The softmax over all E of r.x into r.sc (src/cpu/moe_router.c softmax_all, scalar order). */
+__device__ __forceinline__ void xte_rt_softmax_all(xte_rt_row &r, int E) {
+  if (threadIdx.x == 0) {
+    float m = xte_bits_f32(0xFF800000u);
+    for (int e = 0; e < E; e++) m = xte_fmaxf(m, r.x[e]);
+    r.m = m;
+  }
+  __syncthreads();
+  const float m = r.m;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) r.sc[e] = xte_expf(xte_sub_nanprop(r.x[e], m));
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float s = 0.0f;
+    XTE_MOE_NO_UNROLL
+    for (int e = 0; e < E; e++) s = xte_add_nanprop(s, r.sc[e]);
+    r.sum = s;
+  }
+  __syncthreads();
+  const float s = r.sum;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) r.sc[e] = xte_div_nanprop(r.sc[e], s);
+  __syncthreads();
+}
+
+__global__ void __launch_bounds__(XTE_MOE_NT) xte_rt_forward(xte_router_args a) {
+  __shared__ xte_rt_row r;
+  const int E = (int)a.E, k = a.topk, fn = a.score;
+  const int softmax = fn == XTE_MOE_SOFTMAX;
+  for (int64_t t = blockIdx.x; t < a.T; t += gridDim.x) {
+    for (int e = threadIdx.x; e < E; e += blockDim.x) r.x[e] = xte_moe_load(a.logits, t, e);
+    __syncthreads();
+    /* scores */
+    if (softmax && a.pre_softmax) {
+      xte_rt_softmax_all(r, E);
+    } else {
+      for (int e = threadIdx.x; e < E; e += blockDim.x)
+        r.sc[e] = softmax ? r.x[e] : xte_moe_score(r.x[e], fn);
+      __syncthreads();
+    }
+    const int norm_all = a.aux && !softmax; /* aux scores: normalised over all E */
+    if (norm_all && threadIdx.x == 0) {
+      float s = 0.0f;
+      XTE_MOE_NO_UNROLL
+      for (int e = 0; e < E; e++) s = xte_add_nanprop(s, r.sc[e]);
+      r.sum = xte_add_nanprop(s, XTE_MOE_NORM_EPS);
+    }
+    __syncthreads();
+    {
+      float *sv = a.saved.data && (!softmax || a.pre_softmax)
+                      ? (float *)a.saved.data + t * a.saved.ld
+                      : (float *)0;
+      const float s = r.sum;
+      for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        float v = r.sc[e];
+        if (sv) sv[e] = v; /* the scores before the aux normalisation */
+        if (norm_all) r.sc[e] = v = xte_div_nanprop(v, s);
+        /* the selection score (a plain add, as the CPU's: it is only ranked) */
+        r.sel[e] = a.bias ? v + a.bias[e] : v;
+        r.keep[e] = 1;
+      }
+    }
+    __syncthreads();
+    /* group-limited routing: the allowed experts */
+    if (a.num_groups > 1) {
+      const int G = a.num_groups, gs = E / G, per = k / a.group_topk;
+      for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        const int g0 = (e / gs) * gs;
+        const float v = r.sel[e];
+        int n = 0;
+        XTE_MOE_NO_UNROLL
+        for (int f = g0; f < g0 + gs; f++) n += xte_moe_before(r.sel[f], f, v, e);
+        r.rank[e] = n;
+      }
+      __syncthreads();
+      for (int g = threadIdx.x; g < G; g += blockDim.x) {
+        float s = 0.0f; /* the group's top `per` in rank order */
+        XTE_MOE_NO_UNROLL
+        for (int q = 0; q < per; q++)
+          for (int e = g * gs; e < (g + 1) * gs; e++)
+            if (r.rank[e] == q) s = xte_add_nanprop(s, r.sel[e]);
+        r.gsum[g] = s;
+      }
+      __syncthreads();
+      for (int g = threadIdx.x; g < G; g += blockDim.x) {
+        const float v = r.gsum[g];
+        int n = 0;
+        XTE_MOE_NO_UNROLL
+        for (int h = 0; h < G; h++) n += xte_moe_before(r.gsum[h], h, v, g);
+        r.rank[g] = n; /* (the within-group ranks are no longer needed) */
+      }
+      __syncthreads();
+      for (int e = threadIdx.x; e < E; e += blockDim.x) r.keep[e] = r.rank[e / gs] < a.group_topk;
+      __syncthreads();
+    }
+    /* top-k by ranks among the allowed experts (there are at least k: the core checks it) */
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+      int sel = 0;
+      if (r.keep[e]) {
+        const float v = r.sel[e];
+        int n = 0;
+        XTE_MOE_NO_UNROLL
+        for (int f = 0; f < E; f++) n += r.keep[f] && xte_moe_before(r.sel[f], f, v, e);
+        if (n < k) {
+          r.idx[n] = e;
+          sel = 1;
+        }
+      }
+      r.mark[e] = (unsigned char)sel;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) { /* the selected experts ascending */
+      for (int j = 0; j < k; j++) {
+        const int v = r.idx[j];
+        int i = j;
+        for (; i > 0 && r.asc[i - 1] > v; i--) r.asc[i] = r.asc[i - 1];
+        r.asc[i] = v;
+      }
+    }
+    __syncthreads();
+    /* weights: r.w (unbiased scores; read at the selected experts, at all for aux) */
+    if (a.aux) {
+      for (int e = threadIdx.x; e < E; e += blockDim.x) r.w[e] = r.sc[e];
+    } else if (softmax && !a.pre_softmax) {
+      for (int e = threadIdx.x; e < E; e += blockDim.x) r.w[e] = 0.0f;
+      __syncthreads();
+      if (threadIdx.x == 0) { /* the softmax over the k selected, ascending */
+        float m = xte_bits_f32(0xFF800000u), s = 0.0f;
+        for (int j = 0; j < k; j++) m = xte_fmaxf(m, r.sc[r.asc[j]]);
+        for (int j = 0; j < k; j++) {
+          const float p = xte_expf(xte_sub_nanprop(r.sc[r.asc[j]], m));
+          r.w[r.asc[j]] = p;
+          s = xte_add_nanprop(s, p);
+        }
+        for (int j = 0; j < k; j++) r.w[r.asc[j]] = xte_div_nanprop(r.w[r.asc[j]], s);
+      }
+      __syncthreads();
+      if (a.saved.data) {
+        float *sv = (float *)a.saved.data + t * a.saved.ld;
+        for (int e = threadIdx.x; e < E; e += blockDim.x) sv[e] = r.w[e];
+      }
+    } else if (threadIdx.x == 0) {
+      if (!softmax && k > 1) {
+        float s = 0.0f;
+        for (int j = 0; j < k; j++) s = xte_add_nanprop(s, r.sc[r.asc[j]]);
+        s = xte_add_nanprop(s, XTE_MOE_NORM_EPS);
+        for (int j = 0; j < k; j++) r.w[r.asc[j]] = xte_div_nanprop(r.sc[r.asc[j]], s);
+      } else {
+        for (int j = 0; j < k; j++) r.w[r.asc[j]] = r.sc[r.asc[j]];
+      }
+    }
+    __syncthreads();
+    /* outputs */
+    if (a.probs.data) {
+      float *p = (float *)a.probs.data + t * a.probs.ld;
+      for (int e = threadIdx.x; e < E; e += blockDim.x)
+        p[e] = a.aux ? r.w[e] : (r.mark[e] ? xte_mul_nanprop(a.scaling, r.w[e]) : 0.0f);
+    }
+    if (a.map.data) {
+      uint8_t *m = (uint8_t *)a.map.data + t * a.map.ld;
+      for (int e = threadIdx.x; e < E; e += blockDim.x) m[e] = r.mark[e];
+    }
+    if (a.bits.data) {
+      uint8_t *b = (uint8_t *)a.bits.data + t * a.bits.ld;
+      for (int i = threadIdx.x; i < (E + 7) / 8; i += blockDim.x) {
+        unsigned v = 0;
+        for (int q = 0; q < 8 && 8 * i + q < E; q++) v |= (unsigned)r.mark[8 * i + q] << q;
+        b[i] = (uint8_t)v;
+      }
+    }
+    if (a.idx.data && (int)threadIdx.x < k) {
+      const int j = threadIdx.x;
+      if (a.idx.dtype == XTE_DTYPE_INT32)
+        ((int32_t *)a.idx.data)[t * a.idx.ld + j] = r.idx[j];
+      else
+        ((int64_t *)a.idx.data)[t * a.idx.ld + j] = r.idx[j];
+    }
+    if (a.weights.data && (int)threadIdx.x < k) {
+      const int j = threadIdx.x;
+      ((float *)a.weights.data)[t * a.weights.ld + j] = xte_mul_nanprop(a.scaling, r.w[r.idx[j]]);
+    }
+    __syncthreads(); /* the row is reused by the next token */
+  }
+}
+
+/* ---------------------------------------------------------------- backward */
+
+struct xte_rt_bwd_row {
+  float dp[XTE_RT_MAXE], s[XTE_RT_MAXE], x[XTE_RT_MAXE];
+  unsigned char in[XTE_RT_MAXE];
+  float dot, D;
+};
+
+__global__ void __launch_bounds__(XTE_MOE_NT) xte_rt_backward(xte_router_bwd_args a) {
+  __shared__ xte_rt_bwd_row r;
+  const int E = (int)a.E, fn = a.score;
+  const int norm = fn != XTE_MOE_SOFTMAX && (a.topk > 1 || a.aux);
+  for (int64_t t = blockIdx.x; t < a.T; t += gridDim.x) {
+    const float *g = (const float *)a.grad_probs.data + t * a.grad_probs.ld;
+    const uint8_t *m = a.map.data ? (const uint8_t *)a.map.data + t * a.map.ld : (const uint8_t *)0;
+    const float *s = (const float *)a.saved.data + t * a.saved.ld;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+      const int in = a.aux || m[e];
+      r.in[e] = (unsigned char)in;
+      r.dp[e] = in ? xte_mul_nanprop(a.scaling, g[e]) : 0.0f;
+      r.s[e] = s[e];
+      if (fn != XTE_MOE_SOFTMAX) r.x[e] = a.logits.data ? xte_moe_load(a.logits, t, e) : 0.0f;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float dot = 0.0f, D = 0.0f;
+      if (fn == XTE_MOE_SOFTMAX) {
+        XTE_MOE_NO_UNROLL
+        for (int e = 0; e < E; e++) dot = xte_fma_nanprop(r.s[e], r.dp[e], dot);
+      } else if (norm) {
+        XTE_MOE_NO_UNROLL
+        for (int e = 0; e < E; e++)
+          if (r.in[e]) {
+            D = xte_add_nanprop(D, r.s[e]);
+            dot = xte_fma_nanprop(r.dp[e], r.s[e], dot);
+          }
+        D = xte_add_nanprop(D, XTE_MOE_NORM_EPS);
+      }
+      r.dot = dot;
+      r.D = D;
+    }
+    __syncthreads();
+    const float dot = r.dot, D = r.D;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+      float gx;
+      if (fn == XTE_MOE_SOFTMAX) {
+        gx = xte_mul_nanprop(r.s[e], xte_sub_nanprop(r.dp[e], dot));
+      } else {
+        float gs = r.dp[e];
+        if (norm)
+          gs = r.in[e] ? xte_div_nanprop(xte_sub_nanprop(r.dp[e], xte_div_nanprop(dot, D)), D)
+                       : 0.0f;
+        gx = xte_mul_nanprop(gs, xte_moe_dscore(r.s[e], r.x[e], fn));
+      }
+      xte_moe_store(a.grad_logits, t, e, gx);
+    }
+    __syncthreads();
+  }
+}
+
+/* ---------------------------------------------------------------- aux loss */
+
+/* partial[b][e]: the fp64 sum over the tokens of block b (ascending) of probs[t, e]. */
+__global__ void __launch_bounds__(XTE_MOE_NT)
+    xte_aux_partial(xte_moe_view probs, int64_t T, int64_t E, int64_t nb, double *partial) {
+  for (int64_t b = blockIdx.x; b < nb; b += gridDim.x) {
+    const int64_t t1 = (b + 1) * XTE_AUX_BLOCK < T ? (b + 1) * XTE_AUX_BLOCK : T;
+    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+      double p = 0.0;
+      XTE_MOE_NO_UNROLL
+      for (int64_t t = b * XTE_AUX_BLOCK; t < t1; t++)
+        p = xte_add_f64_nanprop(p, xte_f32_to_f64(((const float *)probs.data)[t * probs.ld + e]));
+      partial[b * E + e] = p;
+    }
+  }
+}
+
+__device__ __forceinline__ double xte_aux_tpe(const xte_moe_view &v, int64_t e) {
+  return v.dtype == XTE_DTYPE_INT32 ? (double)((const int32_t *)v.data)[e]
+                                    : (double)((const int64_t *)v.data)[e];
+}
+
+/* colsum[e] = the block partials added in block order; then one thread:
+ * aux = fp32(C * sum_e colsum[e] * tpe[e]), experts ascending. */
+__global__ void __launch_bounds__(XTE_MOE_NT)
+    xte_aux_colsum(const double *partial, int64_t E, int64_t nb, double *colsum) {
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < E;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    double cs = 0.0;
+    XTE_MOE_NO_UNROLL
+    for (int64_t b = 0; b < nb; b++) cs = xte_add_f64_nanprop(cs, partial[b * E + e]);
+    colsum[e] = cs;
+  }
+}
+
+__global__ void __launch_bounds__(XTE_MOE_NT)
+    xte_aux_total(const double *colsum, xte_moe_view tpe, int64_t E, double C, float *out) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  double total = 0.0;
+  XTE_MOE_NO_UNROLL
+  for (int64_t e = 0; e < E; e++)
+    total = xte_add_f64_nanprop(total, xte_mul_f64_nanprop(colsum[e], xte_aux_tpe(tpe, e)));
+  *out = xte_f64_to_f32(xte_mul_f64_nanprop(C, total));
+}
+
+/* grad_probs[t, e] = fp32(C * tpe[e]) * grad_aux */
+__global__ void __launch_bounds__(XTE_MOE_NT) xte_aux_backward(xte_aux_loss_args a, double C) {
+  for (int64_t t = blockIdx.x; t < a.T; t += gridDim.x) {
+    float *row = (float *)a.grad_probs.data + t * a.grad_probs.ld;
+    for (int64_t e = threadIdx.x; e < a.E; e += blockDim.x)
+      row[e] = xte_mul_nanprop(xte_f64_to_f32(C * xte_aux_tpe(a.tpe, e)), a.grad_aux);
+  }
+}
+
+/* ---------------------------------------------------------------- host steps */
+
+template <class RT>
+static xte_status xte_rt_forward_run(RT &rt, const xte_router_args *a) {
+  if (a->E > XTE_RT_MAXE || a->topk > XTE_RT_MAXK)
+    return rt.svc->set_error(XTE_ERROR_UNSUPPORTED, "router: E = %lld, topk = %d: at most %d, %d",
+                             (long long)a->E, a->topk, XTE_RT_MAXE, XTE_RT_MAXK);
+  if (a->T <= 0) return XTE_SUCCESS;
+  XTE_MOE_TRY(rt.launch(xte_moe_grid(a->T), xte_rt_forward, *a));
+  return rt.finish();
+}
+
+template <class RT>
+static xte_status xte_rt_backward_run(RT &rt, const xte_router_bwd_args *a) {
+  if (a->E > XTE_RT_MAXE)
+    return rt.svc->set_error(XTE_ERROR_UNSUPPORTED, "router backward: E = %lld: at most %d",
+                             (long long)a->E, XTE_RT_MAXE);
+  if (a->T <= 0) return XTE_SUCCESS;
+  XTE_MOE_TRY(rt.launch(xte_moe_grid(a->T), xte_rt_backward, *a));
+  return rt.finish();
+}
+
+template <class RT>
+static xte_status xte_aux_loss_run(RT &rt, const xte_aux_loss_args *a, int backward) {
+  /* the CPU's constant, on the host: the same fp64 operations */
+  const double C =
+      (double)a->E * (double)a->coeff / ((double)a->topk * (double)a->N * (double)a->N);
+  if (backward) {
+    if (a->T <= 0) return XTE_SUCCESS;
+    XTE_MOE_TRY(rt.launch(xte_moe_grid(a->T), xte_aux_backward, *a, C));
+    return rt.finish();
+  }
+  const int64_t nb = (a->T + XTE_AUX_BLOCK - 1) / XTE_AUX_BLOCK;
+  size_t total = 0, o_part, o_col;
+  int64_t np = 0;
+  char *ws = NULL;
+  xte_status st;
+  if (__builtin_mul_overflow(nb, a->E, &np) || !xte_moe_ws_add(&total, np, 8, &o_part) ||
+      !xte_moe_ws_add(&total, a->E, 8, &o_col))
+    return rt.svc->set_error(XTE_ERROR_OUT_OF_MEMORY, "aux loss workspace");
+  XTE_MOE_TRY(rt.alloc((void **)&ws, total));
+  double *part = (double *)(ws + o_part), *col = (double *)(ws + o_col);
+  do {
+    if (nb > 0 && (st = rt.launch(xte_moe_grid(nb), xte_aux_partial, a->probs, a->T, a->E, nb,
+                                  part)) != XTE_SUCCESS)
+      break;
+    if ((st = rt.launch(xte_moe_grid_threads(a->E), xte_aux_colsum, (const double *)part, a->E, nb,
+                        col)) != XTE_SUCCESS)
+      break;
+    if ((st = rt.launch(1, xte_aux_total, (const double *)col, a->tpe, a->E, C, a->aux_out)) !=
+        XTE_SUCCESS)
+      break;
+    st = rt.finish();
+  } while (0);
+  rt.release(ws);
+  return st;
+}
+
+#endif /* XTE_MOE_ROUTER_KERNELS_CUH */

@@ -1,0 +1,556 @@
+/* The CUDA exact GEMM kernel (src/cuda/gemm_kernels.cuh, stage 1: SIMT fp64), run on the host by
+ * the SIMT runner (simt.h, through the stand-in plugin simt_plugin.cpp that libxte loads as its
+ * CUDA backend), against the CPU backend, byte for byte: every byte of D (D starts as 0xCD on
+ * both sides, so rows the call must not write, padding rows of a contiguous grouping and rows past
+ * masked_m, are compared too).
+ *
+ * Dense: every scaling pair (1x128 x 128x128, 128x128 x 1x128, 1x128 x 1x128, per-tensor,
+ * MXFP8 1x32 with E8M0 scales), every transpose, every scale layout, the dtype pairs e4m3 x e4m3,
+ * e4m3 x e5m2, e5m2 x e4m3 (and e5m2 x e5m2, refused alike), odd M / N / K, K not a multiple of
+ * the block and K = 0, padded ld of C and D, accumulate (C fp32 / bf16, in place too), bias, D
+ * fp32 / bf16, EXACT and FAST; codes with NaN / inf / subnormal / max codes planted into the
+ * quantized copies, codes that are mostly extreme (+-max next to subnormals), subnormal / huge
+ * scales; sums that an fp64 addition of the two e5m2 classes would round twice (the split's single
+ * rounding, both operand orders). Grouped: contiguous (empty groups, alignment
+ * 0 / 1 / 8 / 32, B as [G N, K] or [G K, N]), masked (masked_m 0, m_max and between; a masked_m
+ * out of range is refused with the CPU's status and message and D is left as it was), K-grouped
+ * (empty groups, a ragged last group, both transposes).
+ *
+ *   test_simt_gemm [--full] [--verbose]
+ * default: a thinned case list (well under 40 s on 2 idle cores); --full: every case.
+ * Exit status 1 on any mismatch, with one line per failing case. */
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../test_gemm_oracle.h"
+#include "xte/xte.h"
+
+#ifndef SIMT_PLUGIN_DIR
+#error "SIMT_PLUGIN_DIR: the folder of the SIMT runner's libxte_cuda.so"
+#endif
+
+static xte_stream gpu, cpu;
+static int failures, cases_run, refused, reduced = 1, verbose;
+static const int max_reported = 40;
+
+static void report(const std::string &desc, const char *what) {
+  failures++;
+  if (failures <= max_reported) std::fprintf(stderr, "MISMATCH %s: %s\n", desc.c_str(), what);
+}
+
+typedef std::vector<uint8_t> buf;
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd() {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return rng;
+}
+
+static size_t esz(int dt) {
+  return xte_dtype_size((xte_dtype)dt);
+}
+
+/* n elements of dtype dt (fp32 / bf16): normal values of moderate range, now and then a special */
+static buf random_vals(size_t n, int dt) {
+  buf b(n * esz(dt) + 1);
+  static const uint32_t specials[] = {0x7F800000u, 0xFF800000u, 0x7FC00000u, 0xFFA12345u,
+                                      0x00000001u, 0x80000000u, 0x00000000u, 0x7F7FFFFFu};
+  for (size_t i = 0; i < n; i++) {
+    uint32_t v;
+    if (rnd() % 29 == 0)
+      v = specials[rnd() % 8];
+    else
+      v = (uint32_t)(rnd() & 0x807FFFFFu) | ((118u + (uint32_t)(rnd() % 16)) << 23);
+    if (dt == XTE_DTYPE_FP32) {
+      std::memcpy(&b[i * 4], &v, 4);
+    } else {
+      const uint16_t h = (uint16_t)(v >> 16);
+      std::memcpy(&b[i * 2], &h, 2);
+    }
+  }
+  return b;
+}
+
+/* ---------------------------------------------------------------- operands */
+
+struct side {
+  xte_scaling_mode mode;
+  xte_recipe recipe;
+};
+
+static const side S1_TE = {XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK};
+static const side SQ_TE = {XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK};
+static const side S1_DG = {XTE_SCALING_BLOCK_1x128, XTE_RECIPE_DEEPGEMM};
+static const side SQ_DG = {XTE_SCALING_BLOCK_128x128, XTE_RECIPE_DEEPGEMM};
+static const side S1_MT = {XTE_SCALING_BLOCK_1x128, XTE_RECIPE_MTFP8};
+static const side PT = {XTE_SCALING_PER_TENSOR, XTE_RECIPE_TE_CURRENT};
+static const side MX_TE = {XTE_SCALING_MXFP8_1x32, XTE_RECIPE_MX_TE};
+static const side MX_OCP = {XTE_SCALING_MXFP8_1x32, XTE_RECIPE_MX_OCP};
+
+static const side PAIRS[][2] = {{S1_TE, SQ_TE}, {SQ_DG, S1_DG}, {S1_TE, S1_MT},
+                                {S1_DG, SQ_DG}, {PT, PT},       {MX_TE, MX_OCP}};
+static const int NPAIRS = 6;
+
+static int layouts_for(xte_recipe r, xte_scale_layout *out) {
+  if (o_is_mx(r)) {
+    out[0] = XTE_SCALE_LAYOUT_COMPACT;
+    out[1] = XTE_SCALE_LAYOUT_MX_SWIZZLED;
+    return 2;
+  }
+  out[0] = XTE_SCALE_LAYOUT_COMPACT;
+  out[1] = XTE_SCALE_LAYOUT_TE_GEMM;
+  out[2] = XTE_SCALE_LAYOUT_DEEPGEMM;
+  return 3;
+}
+
+/* codes planted into the quantized copies: 0 none, 1 a few specials (NaN, inf, subnormal, max),
+ * 2 mostly extreme finite codes (+-max and subnormals: large cancellations), 3 both */
+static void plant(xte_tensor *t, int how) {
+  if (!t->data || how == 0) return;
+  const int64_t n = t->shape[0] * t->shape[1];
+  uint8_t *c = (uint8_t *)t->data;
+  const int e5 = t->dtype == XTE_DTYPE_E5M2;
+  static const uint8_t sp4[] = {0x7F, 0xFF, 0x01, 0x81, 0x07, 0x7E, 0xFE, 0x00, 0x80};
+  static const uint8_t sp5[] = {0x7C, 0xFC, 0x7D, 0xFF, 0x01, 0x83, 0x7B, 0xFB, 0x00};
+  static const uint8_t ex4[] = {0x7E, 0xFE, 0x01, 0x81, 0x00, 0x80, 0x3C, 0x44, 0x39};
+  static const uint8_t ex5[] = {0x7B, 0xFB, 0x01, 0x81, 0x00, 0x80, 0x3C, 0x02, 0x82};
+  for (int64_t i = 0; i < n; i++) {
+    if ((how & 2) && rnd() % 2) c[i] = (e5 ? ex5 : ex4)[rnd() % 9];
+    if ((how & 1) && rnd() % 97 == 0) c[i] = (e5 ? sp5 : sp4)[rnd() % 9];
+  }
+}
+
+/* a few fp32 scales made subnormal or huge */
+static void plant_scales(xte_qtensor *q) {
+  xte_scale_tensor *s[2] = {&q->rowwise_scale_inv, &q->columnwise_scale_inv};
+  for (int c = 0; c < 2; c++) {
+    if (!s[c]->data || s[c]->dtype != XTE_DTYPE_FP32) continue;
+    const int64_t n = s[c]->rows * s[c]->cols;
+    float *f = (float *)s[c]->data;
+    for (int k = 0; k < 2 && n > 0; k++) f[rnd() % (uint64_t)n] = k ? 3e38f : 1e-40f;
+  }
+}
+
+struct qop {
+  tq t;
+  bool ok = false;
+  qop() { std::memset(&t, 0, sizeof t); }
+  ~qop() { tq_free(&t); }
+  qop(const qop &) = delete;
+  qop &operator=(const qop &) = delete;
+};
+
+/* X [R, C] quantized (both copies) with side s, layout and dtype; codes planted */
+static bool make_q(qop &q, int64_t R, int64_t C, side s, xte_scale_layout ly, xte_dtype dt, int how,
+                   int scales) {
+  float *x = o_random(R, C, rnd());
+  const xte_status st = tq_make(&q.t, x, R, C, s.mode, s.recipe, ly, dt);
+  free(x);
+  if (st != XTE_SUCCESS) return false;
+  plant(&q.t.q.rowwise, how);
+  plant(&q.t.q.columnwise, how);
+  if (scales) plant_scales(&q.t.q);
+  q.ok = true;
+  return true;
+}
+
+/* ---------------------------------------------------------------- one call, both backends */
+
+struct outs {
+  int d_dt, c_dt; /* c_dt < 0: no C; in place: C is D */
+  int in_place, with_bias;
+  int64_t rows, N, ld_d, ld_c;
+  buf c, bias;
+};
+
+static void setup_outs(outs &o, int64_t rows, int64_t N, int d_dt, int c_dt, int in_place,
+                       int with_bias, int pad) {
+  o.rows = rows;
+  o.N = N;
+  o.d_dt = d_dt;
+  o.c_dt = c_dt;
+  o.in_place = in_place && c_dt >= 0;
+  if (o.in_place) o.c_dt = d_dt;
+  o.with_bias = with_bias;
+  o.ld_d = N + pad;
+  o.ld_c = o.in_place ? o.ld_d : N + (pad ? 3 : 0);
+  if (o.c_dt >= 0) o.c = random_vals((size_t)(rows * o.ld_c), o.c_dt);
+  if (with_bias) o.bias = random_vals((size_t)N, XTE_DTYPE_FP32);
+}
+
+typedef xte_status (*call_fn)(void *ctx, const xte_tensor *C, xte_tensor *D, const xte_tensor *bias,
+                              xte_stream s);
+
+static void run_both(const std::string &desc, outs &o, call_fn fn, void *ctx) {
+  buf d[2];
+  xte_status st[2];
+  std::string msg[2];
+  const size_t nd = (size_t)(o.rows * o.ld_d) * esz(o.d_dt);
+  cases_run++;
+  for (int side_ = 0; side_ < 2; side_++) {
+    buf c = o.c;
+    d[side_].assign(nd + 1, 0xCD);
+    if (o.in_place) std::memcpy(d[side_].data(), c.data(), nd);
+    xte_tensor D = xte_tensor_2d(d[side_].data(), (xte_dtype)o.d_dt, o.rows, o.N);
+    D.ld = o.ld_d;
+    xte_tensor C = D;
+    if (o.c_dt >= 0 && !o.in_place) {
+      C = xte_tensor_2d(c.data(), (xte_dtype)o.c_dt, o.rows, o.N);
+      C.ld = o.ld_c;
+    }
+    xte_tensor B = xte_tensor_1d(o.bias.data(), XTE_DTYPE_FP32, o.N);
+    st[side_] =
+        fn(ctx, o.c_dt >= 0 ? &C : nullptr, &D, o.with_bias ? &B : nullptr, side_ ? cpu : gpu);
+    msg[side_] = st[side_] == XTE_SUCCESS ? "" : xte_last_error();
+  }
+  if (st[0] != st[1] || msg[0] != msg[1]) {
+    char m[600];
+    std::snprintf(m, sizeof m, "status simt %d (%s), cpu %d (%s)", (int)st[0], msg[0].c_str(),
+                  (int)st[1], msg[1].c_str());
+    report(desc, m);
+    return;
+  }
+  if (st[0] != XTE_SUCCESS) {
+    refused++;
+    if (verbose) std::printf("refused alike: %s: %s\n", desc.c_str(), msg[0].c_str());
+  }
+  if (std::memcmp(d[0].data(), d[1].data(), nd + 1) != 0) {
+    size_t i = 0, diff = 0;
+    while (d[0][i] == d[1][i]) i++;
+    for (size_t j = 0; j <= nd; j++) diff += d[0][j] != d[1][j];
+    const size_t e = esz(o.d_dt), el = i / e;
+    char m[300];
+    std::snprintf(m, sizeof m,
+                  "D: %zu of %zu bytes differ, first in element (%lld, %lld) byte %zu: simt "
+                  "0x%02x, cpu 0x%02x%s",
+                  diff, nd, (long long)(el / (size_t)o.ld_d), (long long)(el % (size_t)o.ld_d),
+                  i % e, d[0][i], d[1][i], st[0] != XTE_SUCCESS ? " (refused call wrote)" : "");
+    report(desc, m);
+  }
+}
+
+/* ---------------------------------------------------------------- dense */
+
+struct dense_ctx {
+  xte_qtensor *a, *b;
+  xte_gemm_config cfg;
+};
+
+static xte_status dense_call(void *v, const xte_tensor *C, xte_tensor *D, const xte_tensor *bias,
+                             xte_stream s) {
+  dense_ctx *c = (dense_ctx *)v;
+  xte_gemm_config cfg = c->cfg;
+  cfg.bias = bias;
+  return xte_gemm(c->a, c->b, C, D, &cfg, s);
+}
+
+static void dense_case(int pi, xte_dtype da, xte_dtype db, int ta, int tb, int64_t M, int64_t N,
+                       int64_t K, int li, int how, int n) {
+  const side sa = PAIRS[pi][0], sb = PAIRS[pi][1];
+  xte_scale_layout lya[3], lyb[3];
+  const int nla = layouts_for(sa.recipe, lya), nlb = layouts_for(sb.recipe, lyb);
+  qop qa, qb;
+  if (!make_q(qa, ta ? K : M, ta ? M : K, sa, lya[li % nla], da, how, n % 5 == 0) ||
+      !make_q(qb, tb ? K : N, tb ? N : K, sb, lyb[li % nlb], db, how, n % 7 == 0))
+    return;
+  dense_ctx c;
+  c.a = &qa.t.q;
+  c.b = &qb.t.q;
+  c.cfg = xte_gemm_config_default();
+  c.cfg.trans_a = ta;
+  c.cfg.trans_b = tb;
+  c.cfg.mode = n % 4 == 3 ? XTE_GEMM_FAST : XTE_GEMM_EXACT;
+  const int c_dt = n % 3 == 0 ? -1 : (n % 3 == 1 ? XTE_DTYPE_FP32 : XTE_DTYPE_BF16);
+  c.cfg.accumulate = c_dt >= 0;
+  outs o;
+  setup_outs(o, M, N, n % 2 ? XTE_DTYPE_BF16 : XTE_DTYPE_FP32, c_dt, n % 5 == 1, n % 3 != 1,
+             n % 4 == 1 ? 5 : 0);
+  char d[300];
+  std::snprintf(d, sizeof d,
+                "dense pair %d dt %d/%d trans %d/%d M %lld N %lld K %lld layout %d codes %d C %d%s "
+                "bias %d D %d %s",
+                pi, (int)da, (int)db, ta, tb, (long long)M, (long long)N, (long long)K, li, how,
+                c_dt, o.in_place ? " in place" : "", o.with_bias, o.d_dt,
+                c.cfg.mode == XTE_GEMM_FAST ? "FAST" : "EXACT");
+  run_both(d, o, dense_call, &c);
+}
+
+static void dense_cases() {
+  static const int64_t shapes[][3] = {{1, 1, 1},     {7, 9, 130},    {65, 67, 300},
+                                      {64, 64, 128}, {130, 70, 257}, {3, 100, 33},
+                                      {33, 5, 0},    {1, 130, 512},  {80, 1, 200}};
+  static const xte_dtype dts[][2] = {{XTE_DTYPE_E4M3, XTE_DTYPE_E4M3},
+                                     {XTE_DTYPE_E4M3, XTE_DTYPE_E5M2},
+                                     {XTE_DTYPE_E5M2, XTE_DTYPE_E4M3},
+                                     {XTE_DTYPE_E5M2, XTE_DTYPE_E5M2}};
+  int n = 0;
+  for (int pi = 0; pi < NPAIRS; pi++)
+    for (int di = 0; di < 4; di++)
+      for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+          for (int si = 0; si < 9; si++) {
+            n++;
+            if (di == 3 && si > 1) continue; /* refused: two shapes are enough */
+            if (reduced && n % 5 != 0 && si != 1) continue;
+            dense_case(pi, dts[di][0], dts[di][1], ta, tb, shapes[si][0], shapes[si][1],
+                       shapes[si][2], n, n % 4, n);
+          }
+}
+
+/* The single rounding of the e5m2 class sums (the split): per block, sum = 2^29 (+ 2^6) + 2^5
+ * +- 2^-25 (+ tiny terms), an fp32 midpoint plus a term 54 bits below it, which a plain fp64 sum
+ * of the two classes would lose (and then round the tie to even). Raw per-tensor operands, scale
+ * 1; swap: the e5m2 operand is A. Two K blocks, the second a ragged one of random codes. */
+static void tie_case(int swap, int64_t M, int64_t N, int n) {
+  const int64_t K = 128 + 40;
+  buf e4((size_t)(M * K)), e5((size_t)(N * K));
+  float one[1] = {1.0f}, one2[1] = {1.0f};
+  for (int64_t m = 0; m < M; m++) {
+    uint8_t *a = &e4[(size_t)(m * K)];
+    for (int i = 0; i < 64; i++) a[i] = 0x78; /* 256 */
+    a[64] = 0x68;                             /* 64 */
+    a[65] = 0x60;                             /* 32 */
+    a[66] = (m & 1) ? 0x81 : 0x01;            /* +-2^-9 */
+    for (int64_t i = 67; i < K; i++) a[i] = (uint8_t)(rnd() % 4 ? 0 : rnd() % 0x7E);
+  }
+  for (int64_t c = 0; c < N; c++) {
+    uint8_t *b = &e5[(size_t)(c * K)];
+    for (int i = 0; i < 64; i++) b[i] = 0x78; /* 32768 */
+    b[64] = (c & 2) ? 0x3C : 0x00;            /* 1 or 0 */
+    b[65] = 0x3C;                             /* 1 */
+    b[66] = (c & 1) ? 0x81 : 0x01;            /* -+2^-16 */
+    for (int64_t i = 67; i < 128; i++) b[i] = 0;
+    if (c >= 4) b[67 + c % 60] = (uint8_t)(c % 2 ? 0x81 : 0x02); /* more tiny terms */
+    for (int64_t i = 128; i < K; i++) b[i] = (uint8_t)(rnd() % 0x7B);
+  }
+  xte_qtensor q4, q5;
+  std::memset(&q4, 0, sizeof q4);
+  q4.scaling_mode = XTE_SCALING_PER_TENSOR;
+  q4.recipe = XTE_RECIPE_TE_DELAYED;
+  q4.rowwise_scale_inv.dtype = XTE_DTYPE_FP32;
+  q4.rowwise_scale_inv.rows = q4.rowwise_scale_inv.cols = 1;
+  q4.rowwise_scale_inv.layout = XTE_SCALE_LAYOUT_COMPACT;
+  q5 = q4;
+  q4.rowwise = xte_tensor_2d(e4.data(), XTE_DTYPE_E4M3, M, K);
+  q4.rowwise_scale_inv.data = one;
+  q5.rowwise = xte_tensor_2d(e5.data(), XTE_DTYPE_E5M2, N, K);
+  q5.rowwise_scale_inv.data = one2;
+  dense_ctx c;
+  c.a = swap ? &q5 : &q4;
+  c.b = swap ? &q4 : &q5;
+  c.cfg = xte_gemm_config_default();
+  outs o;
+  setup_outs(o, swap ? N : M, swap ? M : N, XTE_DTYPE_FP32, -1, 0, 0, 0);
+  char d[120];
+  std::snprintf(d, sizeof d, "split ties %s M %lld N %lld #%d",
+                swap ? "e5m2 x e4m3" : "e4m3 x e5m2", (long long)o.rows, (long long)o.N, n);
+  run_both(d, o, dense_call, &c);
+}
+
+static void tie_cases() {
+  int n = 0;
+  for (int swap = 0; swap < 2; swap++)
+    for (int64_t mn : {1, 9, 70}) tie_case(swap, mn, 64 + mn, n++);
+}
+
+/* ---------------------------------------------------------------- grouped */
+
+struct grouped_ctx {
+  xte_qtensor *a, *b;
+  xte_gemm_config cfg;
+  xte_gemm_groups gr;
+};
+
+static xte_status grouped_call(void *v, const xte_tensor *C, xte_tensor *D, const xte_tensor *bias,
+                               xte_stream s) {
+  grouped_ctx *c = (grouped_ctx *)v;
+  xte_gemm_config cfg = c->cfg;
+  cfg.bias = bias;
+  return xte_gemm_grouped(c->a, c->b, C, D, &c->gr, &cfg, s);
+}
+
+static void fill_cfg(grouped_ctx &c, outs &o, int n, int64_t rows, int64_t N) {
+  c.cfg.mode = n % 4 == 3 ? XTE_GEMM_FAST : XTE_GEMM_EXACT;
+  const int c_dt = n % 3 == 0 ? -1 : (n % 3 == 1 ? XTE_DTYPE_FP32 : XTE_DTYPE_BF16);
+  c.cfg.accumulate = c_dt >= 0;
+  setup_outs(o, rows, N, n % 2 ? XTE_DTYPE_BF16 : XTE_DTYPE_FP32, c_dt, n % 5 == 1, n % 3 != 2,
+             n % 4 == 2 ? 3 : 0);
+}
+
+static const side GPAIRS[][2] = {{S1_TE, SQ_TE}, {S1_DG, SQ_DG},  {S1_TE, S1_MT},
+                                 {SQ_DG, S1_DG}, {MX_TE, MX_OCP}, {PT, PT}};
+
+static void contiguous_case(int pi, int G, int64_t N, int64_t K, int64_t align, int tb, int e5,
+                            int n) {
+  const side sa = GPAIRS[pi][0], sb = GPAIRS[pi][1];
+  const int kb = sa.mode == XTE_SCALING_MXFP8_1x32 ? 32 : 128;
+  if (tb && G > 1 && K % kb) K = (K + kb - 1) / kb * kb;
+  std::vector<int64_t> sizes((size_t)G);
+  int64_t rows = 0;
+  const int64_t al = align > 1 ? align : 1;
+  for (int g = 0; g < G; g++) {
+    const uint64_t r = rnd() % 6;
+    sizes[(size_t)g] = r == 0 ? 0 : (r == 1 ? 1 : (int64_t)(rnd() % 90));
+    rows += (sizes[(size_t)g] + al - 1) / al * al;
+  }
+  xte_scale_layout lya[3], lyb[3];
+  layouts_for(sa.recipe, lya);
+  layouts_for(sb.recipe, lyb);
+  qop qa, qb;
+  const xte_dtype da = e5 == 1 ? XTE_DTYPE_E5M2 : XTE_DTYPE_E4M3;
+  const xte_dtype db = e5 == 2 ? XTE_DTYPE_E5M2 : XTE_DTYPE_E4M3;
+  if (!make_q(qa, rows, K, sa, lya[0], da, n % 4, 0) ||
+      !make_q(qb, tb ? (int64_t)G * K : (int64_t)G * N, tb ? N : K, sb, lyb[n % 2], db, n % 4, 0))
+    return;
+  grouped_ctx c;
+  c.a = &qa.t.q;
+  c.b = &qb.t.q;
+  c.cfg = xte_gemm_config_default();
+  c.cfg.trans_b = tb;
+  std::memset(&c.gr, 0, sizeof c.gr);
+  c.gr.kind = XTE_GEMM_GROUPED_CONTIGUOUS;
+  c.gr.num_groups = G;
+  c.gr.group_sizes = sizes.data();
+  c.gr.alignment = align;
+  outs o;
+  fill_cfg(c, o, n, rows, N);
+  char d[200];
+  std::snprintf(d, sizeof d,
+                "contiguous pair %d G %d N %lld K %lld align %lld trans_b %d e5 %d #%d", pi, G,
+                (long long)N, (long long)K, (long long)align, tb, e5, n);
+  run_both(d, o, grouped_call, &c);
+}
+
+static void masked_case(int pi, int G, int64_t m_max, int64_t N, int64_t K, int tb, int bad,
+                        int n) {
+  const side sa = GPAIRS[pi][0], sb = GPAIRS[pi][1];
+  const int kb = sa.mode == XTE_SCALING_MXFP8_1x32 ? 32 : 128;
+  if (tb && G > 1 && K % kb) K = (K + kb - 1) / kb * kb;
+  std::vector<int32_t> mm((size_t)G);
+  for (int g = 0; g < G; g++) {
+    const uint64_t r = rnd() % 4;
+    mm[(size_t)g] = r == 0 ? 0 : (r == 1 ? (int32_t)m_max : (int32_t)(rnd() % (m_max + 1)));
+  }
+  if (bad) mm[(size_t)(rnd() % (uint64_t)G)] = bad > 0 ? (int32_t)m_max + 1 : -1;
+  xte_scale_layout lya[3], lyb[3];
+  layouts_for(sa.recipe, lya);
+  layouts_for(sb.recipe, lyb);
+  qop qa, qb;
+  if (!make_q(qa, G * m_max, K, sa, lya[n % 2], XTE_DTYPE_E4M3, n % 4, 0) ||
+      !make_q(qb, tb ? (int64_t)G * K : (int64_t)G * N, tb ? N : K, sb, lyb[0],
+              n % 3 == 0 ? XTE_DTYPE_E5M2 : XTE_DTYPE_E4M3, n % 4, 0))
+    return;
+  xte_tensor mt = xte_tensor_1d(mm.data(), XTE_DTYPE_INT32, G);
+  grouped_ctx c;
+  c.a = &qa.t.q;
+  c.b = &qb.t.q;
+  c.cfg = xte_gemm_config_default();
+  c.cfg.trans_b = tb;
+  std::memset(&c.gr, 0, sizeof c.gr);
+  c.gr.kind = XTE_GEMM_GROUPED_MASKED;
+  c.gr.num_groups = G;
+  c.gr.masked_m = &mt;
+  outs o;
+  fill_cfg(c, o, n, G * m_max, N);
+  char d[200];
+  std::snprintf(d, sizeof d, "masked pair %d G %d m_max %lld N %lld K %lld trans_b %d bad %d #%d",
+                pi, G, (long long)m_max, (long long)N, (long long)K, tb, bad, n);
+  run_both(d, o, grouped_call, &c);
+}
+
+static void kgrouped_case(int pi, int G, int64_t M, int64_t N, int ta, int tb, int n) {
+  const side sa = GPAIRS[pi][0], sb = GPAIRS[pi][1];
+  const int kb = sa.mode == XTE_SCALING_MXFP8_1x32 ? 32 : 128;
+  std::vector<int64_t> sizes((size_t)G);
+  int64_t K = 0;
+  for (int g = 0; g < G; g++) {
+    const uint64_t r = rnd() % 5;
+    sizes[(size_t)g] = r == 0 ? 0 : (int64_t)(1 + rnd() % 3) * kb;
+    if (g == G - 1 && r == 4) sizes[(size_t)g] = 1 + (int64_t)(rnd() % (uint64_t)(2 * kb));
+    K += sizes[(size_t)g];
+  }
+  xte_scale_layout lya[3], lyb[3];
+  layouts_for(sa.recipe, lya);
+  layouts_for(sb.recipe, lyb);
+  qop qa, qb;
+  if (!make_q(qa, ta ? K : M, ta ? M : K, sa, lya[0], n % 3 == 1 ? XTE_DTYPE_E5M2 : XTE_DTYPE_E4M3,
+              n % 4, 0) ||
+      !make_q(qb, tb ? K : N, tb ? N : K, sb, lyb[n % 2], XTE_DTYPE_E4M3, n % 4, 0))
+    return;
+  grouped_ctx c;
+  c.a = &qa.t.q;
+  c.b = &qb.t.q;
+  c.cfg = xte_gemm_config_default();
+  c.cfg.trans_a = ta;
+  c.cfg.trans_b = tb;
+  std::memset(&c.gr, 0, sizeof c.gr);
+  c.gr.kind = XTE_GEMM_GROUPED_K;
+  c.gr.num_groups = G;
+  c.gr.group_sizes = sizes.data();
+  outs o;
+  fill_cfg(c, o, n, (int64_t)G * M, N);
+  char d[200];
+  std::snprintf(d, sizeof d, "k-grouped pair %d G %d M %lld N %lld K %lld trans %d/%d #%d", pi, G,
+                (long long)M, (long long)N, (long long)K, ta, tb, n);
+  run_both(d, o, grouped_call, &c);
+}
+
+static void grouped_cases() {
+  int n = 0;
+  for (int pi = 0; pi < 6; pi++)
+    for (int G : {1, 3, 5})
+      for (int tb = 0; tb < 2; tb++) {
+        n++;
+        if (reduced && n % 2) continue;
+        static const int64_t aligns[4] = {0, 1, 8, 32};
+        contiguous_case(pi, G, 1 + (int64_t)(rnd() % 80), 1 + (int64_t)(rnd() % 300), aligns[n % 4],
+                        tb, n % 3, n);
+        masked_case(pi, G, 1 + (int64_t)(rnd() % 70), 1 + (int64_t)(rnd() % 70),
+                    1 + (int64_t)(rnd() % 260), tb, n % 5 == 0 ? (n % 2 ? 1 : -1) : 0, n);
+        for (int ta = 0; ta < 2; ta++)
+          if (!reduced || (n + ta) % 2)
+            kgrouped_case(pi, G, 1 + (int64_t)(rnd() % 70), 1 + (int64_t)(rnd() % 70), ta, tb, n);
+      }
+}
+
+int main(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (!std::strcmp(argv[i], "--full"))
+      reduced = 0;
+    else if (!std::strcmp(argv[i], "--reduced"))
+      reduced = 1;
+    else if (!std::strcmp(argv[i], "--verbose"))
+      verbose = 1;
+  setenv("XTE_PLUGIN_DIR", SIMT_PLUGIN_DIR, 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (xte_stream_create(XTE_BACKEND_CPU, 0, nullptr, &cpu) != XTE_SUCCESS ||
+      xte_stream_create(XTE_BACKEND_CUDA, 0, nullptr, &gpu) != XTE_SUCCESS) {
+    std::fprintf(stderr, "FATAL: streams: %s\n", xte_last_error());
+    return 2;
+  }
+  xte_backend_info bi;
+  if (xte_get_backend_info(&bi) != XTE_SUCCESS || bi.num_cuda_gpus != 1 ||
+      std::strcmp(bi.cuda_gpus[0].name, "simt host runner") != 0) {
+    std::fprintf(stderr, "FATAL: libxte loaded another libxte_cuda.so than %s\n", SIMT_PLUGIN_DIR);
+    return 2;
+  }
+  std::printf("simt gemm: CPU ISA %s, %s list\n", xte_cpu_isa_name(xte_cpu_get_isa()),
+              reduced ? "default" : "full");
+  dense_cases();
+  tie_cases();
+  grouped_cases();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (failures > max_reported) std::fprintf(stderr, "... %d more\n", failures - max_reported);
+  std::printf("simt gemm: %d cases (%d refused alike by both backends), %d mismatches, %.1f s\n",
+              cases_run, refused, failures, secs);
+  xte_stream_destroy(gpu);
+  xte_stream_destroy(cpu);
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,674 @@
+/* The CUDA router and SwiGLU kernels (src/cuda/moe_router_kernels.cuh, moe_swiglu_kernels.cuh),
+ * run on the host by the SIMT runner (simt.h, through the stand-in plugin simt_plugin.cpp that
+ * libxte loads as its CUDA backend), against the CPU backend, byte for byte (every output starts
+ * as 0xCD on both sides, so an untouched or extra byte shows too):
+ *  - router forward: softmax (pre / post top-k), sigmoid, sqrtsoftplus; topk 1..16; groups with
+ *    group_topk; expert bias; scaling factor; fp32 / bf16 logits with padded rows; int32 / int64
+ *    topk_idx; every output, and subsets; logits with ties (few distinct values), +-0, NaN, +-inf,
+ *    all -inf rows, huge values; T = 0, 1, odd; E from 1 to 512, odd ones;
+ *  - router backward on the forward's own map and saved, and on arbitrary ones, fp32 / bf16
+ *    grad_logits, with NaN / inf gradients;
+ *  - aux scores and their backward (every score function and topk);
+ *  - aux loss forward (T across the 1024-token blocks; NaN / inf probs; int32 / int64
+ *    tokens_per_expert) and backward;
+ *  - SwiGLU forward / backward (fp32 / bf16 in and out, odd F, F = 0, T = 0, specials) and the
+ *    fused SwiGLU + quantize forms (every 1x128 recipe, act fp32 / bf16, rowwise + columnwise,
+ *    every scale layout), with the amax output;
+ *  - refusals: the same status and message as the CPU.
+ *
+ *   test_simt_router [--reduced | --full] [--warp 32|64|128] [--verbose]
+ * default: the case list thinned (well under 40 s on 2 cores); --full: every case; --reduced: a
+ * shorter list (sanitized builds); --warp: the runner's warp size (the kernels must not depend
+ * on it). Exit status 1 on any mismatch, with one line per failing case. */
+#include "simt.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "xte/xte.h"
+
+#ifndef SIMT_PLUGIN_DIR
+#error "SIMT_PLUGIN_DIR: the folder of the SIMT runner's libxte_cuda.so"
+#endif
+
+static xte_stream gpu, cpu;
+static int failures, cases_run, refused, stride = 3, verbose, counter;
+static const int max_reported = 40;
+
+static std::map<std::string, int> failures_by_op; /* the operation: desc up to its first space */
+
+static void report(const std::string &desc, const char *what) {
+  failures++;
+  failures_by_op[desc.substr(0, desc.find(' '))]++;
+  if (failures <= max_reported) std::fprintf(stderr, "MISMATCH %s: %s\n", desc.c_str(), what);
+}
+
+typedef std::vector<uint8_t> buf;
+
+static bool same(const char *what, const std::string &desc, const buf &g, const buf &c) {
+  if (g.size() != c.size()) {
+    report(desc, "buffer sizes differ (test bug)");
+    return false;
+  }
+  const size_t n = g.size();
+  if (n == 0 || std::memcmp(g.data(), c.data(), n) == 0) return true;
+  size_t i = 0, diff = 0;
+  while (g[i] == c[i]) i++;
+  for (size_t j = 0; j < n; j++) diff += g[j] != c[j];
+  char m[200];
+  std::snprintf(m, sizeof m, "%s: %zu of %zu bytes differ, first at %zu: simt 0x%02x, cpu 0x%02x",
+                what, diff, n, i, g[i], c[i]);
+  report(desc, m);
+  return false;
+}
+
+static bool both_status(const std::string &d, xte_status sc, const std::string &mc, xte_status sg,
+                        const std::string &mg) {
+  cases_run++;
+  if (sc != sg) {
+    char m[600];
+    std::snprintf(m, sizeof m, "status cpu %d (%s), simt %d (%s)", (int)sc, mc.c_str(), (int)sg,
+                  mg.c_str());
+    report(d, m);
+    return false;
+  }
+  if (sc != XTE_SUCCESS) {
+    refused++;
+    if (verbose) std::printf("refused %s: %s\n", d.c_str(), mc.c_str());
+    if (mc != mg) report(d, ("message cpu '" + mc + "', simt '" + mg + "'").c_str());
+  }
+  return true;
+}
+
+/* Runs f on the CPU stream and on the SIMT stream; compares statuses and messages. */
+template <class F>
+static bool run_both(const std::string &d, F &&f) {
+  const xte_status sc = f(cpu);
+  const std::string mc = sc ? xte_last_error() : "";
+  const xte_status sg = f(gpu);
+  const std::string mg = sg ? xte_last_error() : "";
+  return both_status(d, sc, mc, sg, mg);
+}
+
+/* thin the default list: keep one case in `stride` (every case with --full) */
+static bool keep() {
+  return (counter++ % stride) == 0;
+}
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd() {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return rng;
+}
+
+static uint32_t fbits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+static float bitsf(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+/* Value kinds of a logits row. */
+enum { V_NORMAL, V_TIES, V_SPECIAL, V_NEGINF, V_HUGE, V_KINDS };
+
+static float value(int kind) {
+  static const uint32_t sp[] = {0x7F800000u, 0xFF800000u, 0x7FC00000u, 0xFFA12345u, 0x7F812345u,
+                                0x00000001u, 0x80000000u, 0x00000000u, 0x7F7FFFFFu, 0xFF7FFFFFu};
+  switch (kind) {
+    case V_TIES: {
+      static const float t[] = {1.0f, 0.5f, -2.0f, 0.0f, -0.0f, 3.0f};
+      return t[rnd() % 6];
+    }
+    case V_SPECIAL:
+      if (rnd() % 4 == 0) return bitsf(sp[rnd() % 10]);
+      break;
+    case V_NEGINF:
+      if (rnd() % 8) return -INFINITY;
+      break;
+    case V_HUGE:
+      return (float)((double)(int64_t)(rnd() % 2000001 - 1000000) * 1e3);
+  }
+  return (float)((double)(int64_t)(rnd() % 2000001 - 1000000) * 4e-6);
+}
+
+static buf fill_f32(int64_t n, int kind) {
+  buf b((size_t)n * 4);
+  for (int64_t i = 0; i < n; i++) {
+    const uint32_t u = fbits(value(kind));
+    std::memcpy(&b[(size_t)i * 4], &u, 4);
+  }
+  return b;
+}
+
+/* rows x cols of dt (fp32 / bf16) with leading dimension ld (the gaps filled too) */
+static buf fill_mat(int64_t rows, int64_t ld, int dt, int kind) {
+  const int64_t n = rows * ld;
+  buf b((size_t)n * (dt == XTE_DTYPE_FP32 ? 4 : 2) + 1);
+  for (int64_t i = 0; i < n; i++) {
+    const uint32_t u = fbits(value(kind));
+    if (dt == XTE_DTYPE_FP32) {
+      std::memcpy(&b[(size_t)i * 4], &u, 4);
+    } else {
+      const uint16_t h = (uint16_t)(u >> 16);
+      std::memcpy(&b[(size_t)i * 2], &h, 2);
+    }
+  }
+  return b;
+}
+
+static xte_tensor t2(buf &b, int dt, int64_t rows, int64_t cols, int64_t ld = 0) {
+  xte_tensor t = xte_tensor_2d(b.data(), (xte_dtype)dt, rows, cols);
+  t.ld = ld;
+  return t;
+}
+
+static const char *sname(int s) {
+  return s == 0 ? "softmax" : (s == 1 ? "sigmoid" : "sqrtsoftplus");
+}
+
+/* ---------------------------------------------------------------- router */
+
+struct rcase {
+  int64_t T, E, ldx;
+  int k, score, pre, groups, gtopk, bias, dt, idx_dt, outs, kind;
+  float scale;
+};
+
+struct rout {
+  buf probs, map, bits, idx, w, saved;
+};
+
+static rout fresh(const rcase &c) {
+  rout o;
+  const size_t TE = (size_t)(c.T * c.E);
+  o.probs.assign(TE * 4 + 1, 0xCD);
+  o.map.assign(TE + 1, 0xCD);
+  o.bits.assign((size_t)(c.T * ((c.E + 7) / 8)) + 1, 0xCD);
+  o.idx.assign((size_t)(c.T * c.k) * (c.idx_dt == XTE_DTYPE_INT32 ? 4 : 8) + 1, 0xCD);
+  o.w.assign((size_t)(c.T * c.k) * 4 + 1, 0xCD);
+  o.saved.assign(TE * 4 + 1, 0xCD);
+  return o;
+}
+
+static xte_status router_fwd(const rcase &c, buf &x, buf &bias, rout &o, xte_stream s) {
+  xte_tensor tx = t2(x, c.dt, c.T, c.E, c.ldx);
+  xte_tensor tb = xte_tensor_1d(bias.data(), XTE_DTYPE_FP32, c.E);
+  xte_router_config cfg = xte_router_config_default();
+  cfg.topk = c.k;
+  cfg.score_function = (xte_router_score)c.score;
+  cfg.use_pre_softmax = c.pre;
+  cfg.num_groups = c.groups;
+  cfg.group_topk = c.gtopk;
+  cfg.scaling_factor = c.scale;
+  xte_router_outputs out;
+  std::memset(&out, 0, sizeof out);
+  if (c.outs & 1) out.probs = t2(o.probs, XTE_DTYPE_FP32, c.T, c.E);
+  if (c.outs & 2) out.routing_map = t2(o.map, XTE_DTYPE_UINT8, c.T, c.E);
+  if (c.outs & 4) out.routing_bits = t2(o.bits, XTE_DTYPE_UINT8, c.T, (c.E + 7) / 8);
+  if (c.outs & 8) out.topk_idx = t2(o.idx, c.idx_dt, c.T, c.k);
+  if (c.outs & 16) out.topk_weights = t2(o.w, XTE_DTYPE_FP32, c.T, c.k);
+  if (c.outs & 32) out.saved = t2(o.saved, XTE_DTYPE_FP32, c.T, c.E);
+  return xte_router_forward(&tx, c.bias ? &tb : nullptr, &cfg, &out, s);
+}
+
+static std::string rdesc(const rcase &c, const char *what) {
+  char d[300];
+  std::snprintf(d, sizeof d,
+                "%s T=%lld E=%lld ld=%lld k=%d %s pre=%d groups=%d/%d bias=%d %s idx%s outs=%d "
+                "kind=%d scale=%g",
+                what, (long long)c.T, (long long)c.E, (long long)c.ldx, c.k, sname(c.score), c.pre,
+                c.groups, c.gtopk, c.bias, c.dt == XTE_DTYPE_FP32 ? "fp32" : "bf16",
+                c.idx_dt == XTE_DTYPE_INT32 ? "32" : "64", c.outs, c.kind, (double)c.scale);
+  return d;
+}
+
+/* The forward, then the backward from the CPU forward's map and saved (and from arbitrary ones). */
+static void router_case(const rcase &c) {
+  buf x = fill_mat(c.T, c.ldx, c.dt, c.kind);
+  buf bias = fill_f32(c.E, rnd() % 3 ? V_NORMAL : V_TIES);
+  rout og = fresh(c), oc = fresh(c);
+  const std::string d = rdesc(c, "router_forward");
+  if (!run_both(d, [&](xte_stream s) { return router_fwd(c, x, bias, s == cpu ? oc : og, s); }))
+    return;
+  same("probs", d, og.probs, oc.probs);
+  same("routing_map", d, og.map, oc.map);
+  same("routing_bits", d, og.bits, oc.bits);
+  same("topk_idx", d, og.idx, oc.idx);
+  same("topk_weights", d, og.w, oc.w);
+  same("saved", d, og.saved, oc.saved);
+  if ((c.outs & 34) != 34) return; /* the backward needs the map and saved */
+  for (int arbitrary = 0; arbitrary < 2; arbitrary++) {
+    const int gdt = (counter & 1) ? XTE_DTYPE_BF16 : XTE_DTYPE_FP32;
+    buf map = oc.map, saved = oc.saved;
+    if (arbitrary) {
+      if (rnd() % 2) continue;
+      for (auto &b : map) b = (uint8_t)(rnd() % 3 == 0);
+      saved = fill_mat(c.T, c.E, XTE_DTYPE_FP32, rnd() % 2 ? V_SPECIAL : V_NORMAL);
+      saved.resize((size_t)(c.T * c.E) * 4 + 1);
+    }
+    buf g = fill_mat(c.T, c.E, XTE_DTYPE_FP32, rnd() % 4 ? V_NORMAL : V_SPECIAL);
+    const size_t gsz = (size_t)(c.T * c.E) * (gdt == XTE_DTYPE_FP32 ? 4 : 2) + 1;
+    buf gxg(gsz, 0xCD), gxc(gsz, 0xCD);
+    const std::string db =
+        rdesc(c, arbitrary ? "router_backward(arbitrary map)" : "router_backward") +
+        (gdt == XTE_DTYPE_FP32 ? " grad fp32" : " grad bf16");
+    if (!run_both(db, [&](xte_stream s) {
+          xte_tensor tg = t2(g, XTE_DTYPE_FP32, c.T, c.E), tm = t2(map, XTE_DTYPE_UINT8, c.T, c.E),
+                     ts = t2(saved, XTE_DTYPE_FP32, c.T, c.E), tx = t2(x, c.dt, c.T, c.E, c.ldx),
+                     tgx = t2(s == cpu ? gxc : gxg, gdt, c.T, c.E);
+          xte_router_config cfg = xte_router_config_default();
+          cfg.topk = c.k;
+          cfg.score_function = (xte_router_score)c.score;
+          cfg.use_pre_softmax = c.pre;
+          cfg.num_groups = c.groups;
+          cfg.group_topk = c.gtopk;
+          cfg.scaling_factor = c.scale;
+          return xte_router_backward(&tg, &tm, &ts, &tx, &cfg, &tgx, s);
+        }))
+      continue;
+    same("grad_logits", db, gxg, gxc);
+  }
+}
+
+static void router_cases() {
+  const int64_t Es[] = {1, 2, 7, 16, 33, 64, 130, 384, 512};
+  for (int64_t E : Es)
+    for (int64_t T : {0, 1, 5, 37})
+      for (int score = 0; score < 3; score++)
+        for (int k : {1, 2, 3, 8, 16}) {
+          if (k > E) continue;
+          for (int variant = 0; variant < 4; variant++) {
+            if (!keep()) continue;
+            if (E >= 384 && T == 37 && stride > 1 && variant) continue;
+            rcase c;
+            c.T = T;
+            c.E = E;
+            c.k = k;
+            c.score = score;
+            c.pre = score == 0 ? (int)(rnd() % 2) : 0;
+            c.groups = 0;
+            c.gtopk = 0;
+            if (variant >= 2) { /* group-limited: a divisor of E that can supply k */
+              for (int tries = 0; tries < 8 && !c.groups; tries++) {
+                const int G = 1 + (int)(rnd() % (uint64_t)(E < 16 ? E : 16));
+                if (G < 2 || E % G) continue;
+                const int gt = 1 + (int)(rnd() % (uint64_t)(G < k ? G : k));
+                if (k / gt > E / G || (int64_t)gt * (E / G) < k) continue;
+                c.groups = G;
+                c.gtopk = gt;
+              }
+            }
+            c.bias = (int)(rnd() % 2);
+            c.dt = rnd() % 3 ? XTE_DTYPE_FP32 : XTE_DTYPE_BF16;
+            c.ldx = E + (rnd() % 3 == 0 ? 3 : 0);
+            c.idx_dt = rnd() % 2 ? XTE_DTYPE_INT32 : XTE_DTYPE_INT64;
+            c.outs = rnd() % 4 ? 63 : 1 + (int)(rnd() % 63);
+            c.kind = (int)(rnd() % V_KINDS);
+            if (variant == 1) c.kind = V_SPECIAL;
+            c.scale = rnd() % 2 ? 1.0f : 2.5f;
+            router_case(c);
+          }
+        }
+}
+
+/* ---------------------------------------------------------------- aux scores, aux loss */
+
+static void aux_scores_case(int64_t T, int64_t E, int k, int score, int kind, int gdt) {
+  buf x = fill_mat(T, E, XTE_DTYPE_FP32, kind);
+  const size_t TE = (size_t)(T * E);
+  buf sg(TE * 4 + 1, 0xCD), sc(sg), mg(TE + 1, 0xCD), mc(mg), vg(sg), vc(sg);
+  char d0[160];
+  std::snprintf(d0, sizeof d0, "aux_scores T=%lld E=%lld k=%d %s kind=%d", (long long)T,
+                (long long)E, k, sname(score), kind);
+  const std::string d = d0;
+  if (!run_both(d, [&](xte_stream s) {
+        const bool c = s == cpu;
+        xte_tensor tx = t2(x, XTE_DTYPE_FP32, T, E), ts = t2(c ? sc : sg, XTE_DTYPE_FP32, T, E),
+                   tm = t2(c ? mc : mg, XTE_DTYPE_UINT8, T, E),
+                   tv = t2(c ? vc : vg, XTE_DTYPE_FP32, T, E);
+        return xte_router_aux_scores(&tx, k, (xte_router_score)score, &ts, &tm, &tv, s);
+      }))
+    return;
+  same("scores", d, sg, sc);
+  same("routing_map", d, mg, mc);
+  same("saved", d, vg, vc);
+  buf g = fill_mat(T, E, XTE_DTYPE_FP32, rnd() % 4 ? V_NORMAL : V_SPECIAL);
+  const size_t gsz = TE * (gdt == XTE_DTYPE_FP32 ? 4 : 2) + 1;
+  buf gg(gsz, 0xCD), gc(gsz, 0xCD);
+  const std::string db = "aux_scores_backward " + d.substr(11);
+  if (!run_both(db, [&](xte_stream s) {
+        xte_tensor tg = t2(g, XTE_DTYPE_FP32, T, E), tv = t2(vc, XTE_DTYPE_FP32, T, E),
+                   tx = t2(x, XTE_DTYPE_FP32, T, E), tgx = t2(s == cpu ? gc : gg, gdt, T, E);
+        return xte_router_aux_scores_backward(&tg, &tv, &tx, k, (xte_router_score)score, &tgx, s);
+      }))
+    return;
+  same("grad_logits", db, gg, gc);
+}
+
+/* The aux loss from the contract (docs/numerics.md section 8 and the NaN rule of section 2):
+ * fp64 column sums over blocks of 1024 tokens (tokens ascending), blocks in order, experts in
+ * order; every NaN operand propagates quieted with its sign and payload, the first one as written
+ * (acc + x: acc's), a NaN the operation creates is 0xFFF8000000000000; fp32 <-> fp64 keep the sign
+ * and the top of the payload. */
+static uint64_t dbits(double d) {
+  uint64_t u;
+  std::memcpy(&u, &d, 8);
+  return u;
+}
+static double bitsd(uint64_t u) {
+  double d;
+  std::memcpy(&d, &u, 8);
+  return d;
+}
+static double o_nan(double a, double b, double r) {
+  if (!std::isnan(r)) return r;
+  if (std::isnan(a)) return bitsd(dbits(a) | (1ull << 51));
+  if (std::isnan(b)) return bitsd(dbits(b) | (1ull << 51));
+  return bitsd(0xFFF8000000000000ull);
+}
+static float aux_oracle(const buf &p, int64_t T, int64_t E, const buf &tpe, int tdt, int64_t N,
+                        int k, float coeff) {
+  const double C = (double)E * (double)coeff / ((double)k * (double)N * (double)N);
+  double total = 0.0;
+  for (int64_t e = 0; e < E; e++) {
+    double cs = 0.0;
+    for (int64_t b0 = 0; b0 < T; b0 += 1024) {
+      double ps = 0.0;
+      for (int64_t t = b0; t < T && t < b0 + 1024; t++) {
+        uint32_t u;
+        std::memcpy(&u, &p[(size_t)(t * E + e) * 4], 4);
+        double x;
+        if ((u & 0x7FFFFFFFu) > 0x7F800000u)
+          x = bitsd((uint64_t)(u >> 31) << 63 | 0x7FF8000000000000ull |
+                    (uint64_t)(u & 0x003FFFFFu) << 29);
+        else
+          x = (double)bitsf(u);
+        ps = o_nan(ps, x, ps + x);
+      }
+      cs = o_nan(cs, ps, cs + ps);
+    }
+    int64_t v;
+    if (tdt == XTE_DTYPE_INT32) {
+      int32_t w;
+      std::memcpy(&w, &tpe[(size_t)e * 4], 4);
+      v = w;
+    } else {
+      std::memcpy(&v, &tpe[(size_t)e * 8], 8);
+    }
+    const double pr = o_nan(cs, (double)v, cs * (double)v);
+    total = o_nan(total, pr, total + pr);
+  }
+  const double r = o_nan(C, total, C * total);
+  if (!std::isnan(r)) return (float)r;
+  const uint64_t u = dbits(r);
+  return bitsf((uint32_t)(u >> 63) << 31 | 0x7FC00000u | (uint32_t)((u >> 29) & 0x3FFFFFu));
+}
+
+static void aux_loss_case(int64_t T, int64_t E, int k, int tdt, int kind, float coeff) {
+  buf p = fill_mat(T, E, XTE_DTYPE_FP32, kind);
+  if (kind == V_HUGE) { /* cancellation: small values, and +-2^40 700 tokens apart in every
+                         * column, so that the fp64 sums round and the blocking shows */
+    p = fill_mat(T, E, XTE_DTYPE_FP32, V_NORMAL);
+    for (int64_t e = 0; e < E && T > 700; e++) {
+      const int64_t t0 = (e * 37) % (T - 700);
+      const float big = 1099511627776.0f, nbig = -big;
+      std::memcpy(&p[(size_t)(t0 * E + e) * 4], &big, 4);
+      std::memcpy(&p[(size_t)((t0 + 700) * E + e) * 4], &nbig, 4);
+    }
+  }
+  for (size_t i = 0; i + 4 <= p.size() && kind == V_NORMAL; i += 4) { /* probs-like, >= 0 */
+    p[i + 3] &= 0x7F;
+  }
+  buf tpe((size_t)E * (tdt == XTE_DTYPE_INT32 ? 4 : 8));
+  for (int64_t e = 0; e < E; e++) {
+    const int64_t v = (int64_t)(rnd() % 5000) - (rnd() % 9 == 0 ? 100 : 0);
+    if (tdt == XTE_DTYPE_INT32) {
+      const int32_t w = (int32_t)v;
+      std::memcpy(&tpe[(size_t)e * 4], &w, 4);
+    } else {
+      std::memcpy(&tpe[(size_t)e * 8], &v, 8);
+    }
+  }
+  const int64_t N = T + 1 + (int64_t)(rnd() % 100);
+  char d0[160];
+  std::snprintf(d0, sizeof d0, "aux_loss T=%lld E=%lld k=%d tpe%s kind=%d coeff=%g", (long long)T,
+                (long long)E, k, tdt == XTE_DTYPE_INT32 ? "32" : "64", kind, (double)coeff);
+  const std::string d = d0;
+  buf ag(4, 0xCD), ac(4, 0xCD);
+  if (run_both(d, [&](xte_stream s) {
+        xte_tensor tp = t2(p, XTE_DTYPE_FP32, T, E),
+                   tt = xte_tensor_1d(tpe.data(), (xte_dtype)tdt, E);
+        return xte_moe_aux_loss_forward(&tp, &tt, N, k, coeff, (float *)(s == cpu ? ac : ag).data(),
+                                        s);
+      })) {
+    /* the contract's value (an oracle written here), always; the CPU's bytes where its result is
+     * a number. A NaN result's bits follow the NaN rule (the first NaN operand as written:
+     * acc + x gives acc's); the CPU's compiled `p += x` currently gives x's, so there only the
+     * NaN itself is compared with the CPU (see aux_oracle). */
+    buf ao(4);
+    const float o = aux_oracle(p, T, E, tpe, tdt, N, k, coeff);
+    std::memcpy(ao.data(), &o, 4);
+    same("aux_loss (contract oracle)", d, ag, ao);
+    float fc, fg;
+    std::memcpy(&fc, ac.data(), 4);
+    std::memcpy(&fg, ag.data(), 4);
+    if (!std::isnan(fc))
+      same("aux_loss", d, ag, ac);
+    else if (!std::isnan(fg))
+      report(d, "aux_loss: cpu NaN, simt a number");
+  }
+  buf gg((size_t)(T * E) * 4 + 1, 0xCD), gc(gg);
+  const float grad = rnd() % 5 ? 0.75f : 0.0f;
+  const std::string db = "aux_loss_backward " + d.substr(9);
+  if (run_both(db, [&](xte_stream s) {
+        xte_tensor tt = xte_tensor_1d(tpe.data(), (xte_dtype)tdt, E),
+                   tg = t2(s == cpu ? gc : gg, XTE_DTYPE_FP32, T, E);
+        return xte_moe_aux_loss_backward(&tt, N, k, coeff, grad, &tg, s);
+      }))
+    same("grad_probs", db, gg, gc);
+}
+
+static void aux_cases() {
+  for (int64_t E : {1, 7, 64, 257})
+    for (int64_t T : {0, 1, 9})
+      for (int score = 0; score < 3; score++)
+        for (int k : {1, 2, 5}) {
+          if (k > E || !keep()) continue;
+          aux_scores_case(T, E, k, score, (int)(rnd() % V_KINDS),
+                          rnd() % 2 ? XTE_DTYPE_FP32 : XTE_DTYPE_BF16);
+        }
+  for (int64_t T : {0, 1, 1023, 1024, 1025, 2500})
+    for (int64_t E : {1, 3, 64, 300})
+      for (int kind : {V_NORMAL, V_SPECIAL, V_HUGE}) {
+        if (!keep() && T < 1024) continue;
+        if (T * E > 200000 && stride > 1 && kind) continue;
+        aux_loss_case(T, E, E > 2 ? 2 : 1, rnd() % 2 ? XTE_DTYPE_INT32 : XTE_DTYPE_INT64, kind,
+                      rnd() % 4 ? 0.01f : 3e38f);
+      }
+}
+
+/* ---------------------------------------------------------------- SwiGLU */
+
+static void swiglu_case(int64_t T, int64_t F, int dt, int odt, int backward, int kind) {
+  const int64_t ldx = 2 * F + (rnd() % 3 == 0 ? 5 : 0);
+  buf x = fill_mat(T, ldx, dt, kind), dy = fill_mat(T, F, dt, rnd() % 3 ? V_NORMAL : V_SPECIAL);
+  const int64_t oc = backward ? 2 * F : F;
+  const size_t osz = (size_t)(T * oc) * (odt == XTE_DTYPE_FP32 ? 4 : 2) + 1;
+  buf og(osz, 0xCD), ocp(osz, 0xCD);
+  char d0[160];
+  std::snprintf(d0, sizeof d0, "%s T=%lld F=%lld in %s out %s ld=%lld kind=%d",
+                backward ? "dswiglu" : "swiglu", (long long)T, (long long)F,
+                dt == XTE_DTYPE_FP32 ? "fp32" : "bf16", odt == XTE_DTYPE_FP32 ? "fp32" : "bf16",
+                (long long)ldx, kind);
+  const std::string d = d0;
+  if (run_both(d, [&](xte_stream s) {
+        xte_tensor tx = t2(x, dt, T, 2 * F, ldx), tdy = t2(dy, dt, T, F),
+                   to = t2(s == cpu ? ocp : og, odt, T, oc);
+        return backward ? xte_dswiglu(&tdy, &tx, &to, s) : xte_swiglu(&tx, &to, s);
+      }))
+    same("output", d, og, ocp);
+}
+
+struct qbuf {
+  buf rq, cq, rs, cs, amax;
+};
+
+static void fused_case(int64_t T, int64_t F, int dt, int act, int rec, int lay, int col,
+                       int backward, int kind) {
+  buf x = fill_mat(T, 2 * F, dt, kind), dy = fill_mat(T, F, dt, rnd() % 3 ? V_NORMAL : V_SPECIAL);
+  const int64_t M = T, K = backward ? 2 * F : F;
+  int64_t rr = 0, rc = 0, cr = 0, cc = 0;
+  xte_quantize_scale_shape(M, K, XTE_SCALING_BLOCK_1x128, (xte_recipe)rec, (xte_scale_layout)lay, 0,
+                           &rr, &rc);
+  xte_quantize_scale_shape(M, K, XTE_SCALING_BLOCK_1x128, (xte_recipe)rec, (xte_scale_layout)lay, 1,
+                           &cr, &cc);
+  auto make = [&](qbuf &b, xte_qtensor &q) {
+    b.rq.assign((size_t)(M * K) + 1, 0xCD);
+    b.cq.assign((size_t)(M * K) + 1, 0xCD);
+    b.rs.assign((size_t)(rr * rc) * 4 + 1, 0xCD);
+    b.cs.assign((size_t)(cr * cc) * 4 + 1, 0xCD);
+    b.amax.assign(4, 0xCD);
+    std::memset(&q, 0, sizeof q);
+    q.scaling_mode = XTE_SCALING_BLOCK_1x128;
+    q.recipe = (xte_recipe)rec;
+    q.rowwise = xte_tensor_2d(b.rq.data(), XTE_DTYPE_E4M3, M, K);
+    q.rowwise_scale_inv.data = b.rs.data();
+    q.rowwise_scale_inv.dtype = XTE_DTYPE_FP32;
+    q.rowwise_scale_inv.rows = rr;
+    q.rowwise_scale_inv.cols = rc;
+    q.rowwise_scale_inv.layout = (xte_scale_layout)lay;
+    if (col) {
+      q.columnwise = rec != XTE_RECIPE_MTFP8 ? xte_tensor_2d(b.cq.data(), XTE_DTYPE_E4M3, K, M)
+                                             : xte_tensor_2d(b.cq.data(), XTE_DTYPE_E4M3, M, K);
+      q.columnwise_scale_inv.data = b.cs.data();
+      q.columnwise_scale_inv.dtype = XTE_DTYPE_FP32;
+      q.columnwise_scale_inv.rows = cr;
+      q.columnwise_scale_inv.cols = cc;
+      q.columnwise_scale_inv.layout = (xte_scale_layout)lay;
+    }
+    q.amax = (float *)b.amax.data();
+  };
+  qbuf bg, bc;
+  xte_qtensor qg, qc;
+  make(bg, qg);
+  make(bc, qc);
+  char d0[200];
+  std::snprintf(d0, sizeof d0, "%s T=%lld F=%lld in %s act %s recipe %d layout %d col %d kind=%d",
+                backward ? "dswiglu_quantize" : "swiglu_quantize", (long long)T, (long long)F,
+                dt == XTE_DTYPE_FP32 ? "fp32" : "bf16", act == XTE_DTYPE_FP32 ? "fp32" : "bf16",
+                rec, lay, col, kind);
+  const std::string d = d0;
+  if (!run_both(d, [&](xte_stream s) {
+        xte_tensor tx = t2(x, dt, T, 2 * F), tdy = t2(dy, dt, T, F);
+        xte_quant_config cfg = xte_quant_config_default();
+        xte_qtensor *q = s == cpu ? &qc : &qg;
+        return backward ? xte_dswiglu_quantize(&tdy, &tx, (xte_dtype)act, q, &cfg, s)
+                        : xte_swiglu_quantize(&tx, (xte_dtype)act, q, &cfg, s);
+      }))
+    return;
+  same("rowwise", d, bg.rq, bc.rq);
+  same("columnwise", d, bg.cq, bc.cq);
+  same("rowwise_scale_inv", d, bg.rs, bc.rs);
+  same("columnwise_scale_inv", d, bg.cs, bc.cs);
+  same("amax", d, bg.amax, bc.amax);
+}
+
+static void swiglu_cases() {
+  for (int64_t T : {0, 1, 3, 130})
+    for (int64_t F : {0, 1, 7, 64, 129})
+      for (int backward = 0; backward < 2; backward++)
+        for (int dt : {XTE_DTYPE_FP32, XTE_DTYPE_BF16})
+          for (int odt : {XTE_DTYPE_FP32, XTE_DTYPE_BF16}) {
+            if (!keep()) continue;
+            swiglu_case(T, F, dt, odt, backward, (int)(rnd() % V_KINDS));
+          }
+  const int recs[] = {XTE_RECIPE_TE_BLOCK, XTE_RECIPE_DEEPGEMM, XTE_RECIPE_DEEPGEMM_UE8M0,
+                      XTE_RECIPE_MTFP8};
+  for (int64_t T : {0, 1, 130})
+    for (int64_t F : {1, 100, 130})
+      for (int backward = 0; backward < 2; backward++)
+        for (int ri = 0; ri < 4; ri++)
+          for (int lay = 0; lay < 3; lay++) {
+            if (!keep() || !keep()) continue;
+            fused_case(T, F, rnd() % 2 ? XTE_DTYPE_FP32 : XTE_DTYPE_BF16,
+                       rnd() % 2 ? XTE_DTYPE_FP32 : XTE_DTYPE_BF16, recs[ri], lay, (int)(rnd() % 2),
+                       backward, rnd() % 3 ? V_NORMAL : V_SPECIAL);
+          }
+}
+
+/* ---------------------------------------------------------------- refusals */
+
+static void refusal_cases() {
+  /* an unsupported fused recipe and scaling mode: the same refusal from both */
+  fused_case(3, 5, XTE_DTYPE_FP32, XTE_DTYPE_FP32, XTE_RECIPE_MX_TE, 0, 0, 0, V_NORMAL);
+  fused_case(3, 5, XTE_DTYPE_FP32, XTE_DTYPE_FP32, XTE_RECIPE_TE_BLOCK, XTE_SCALE_LAYOUT_COUNT, 1,
+             1, V_NORMAL);
+}
+
+int main(int argc, char **argv) {
+  int warp = 32;
+  for (int i = 1; i < argc; i++)
+    if (!std::strcmp(argv[i], "--reduced"))
+      stride = 6;
+    else if (!std::strcmp(argv[i], "--full"))
+      stride = 1;
+    else if (!std::strcmp(argv[i], "--verbose"))
+      verbose = 1;
+    else if (!std::strcmp(argv[i], "--warp") && i + 1 < argc)
+      warp = std::atoi(argv[++i]);
+  if (warp != 32 && warp != 64 && warp != 128) {
+    std::fprintf(stderr, "--warp: 32, 64 or 128\n");
+    return 2;
+  }
+  setenv("XTE_PLUGIN_DIR", SIMT_PLUGIN_DIR, 1);
+  char w[8];
+  std::snprintf(w, sizeof w, "%d", warp);
+  setenv("SIMT_WARP_SIZE", w, 1);
+#if defined(__SANITIZE_THREAD__)
+  xte_cpu_set_num_threads(1);
+#endif
+  const auto t0 = std::chrono::steady_clock::now();
+  if (xte_stream_create(XTE_BACKEND_CPU, 0, nullptr, &cpu) != XTE_SUCCESS ||
+      xte_stream_create(XTE_BACKEND_CUDA, 0, nullptr, &gpu) != XTE_SUCCESS) {
+    std::fprintf(stderr, "FATAL: streams: %s\n", xte_last_error());
+    return 2;
+  }
+  xte_backend_info bi;
+  char arch[32];
+  std::snprintf(arch, sizeof arch, "simt_w%d", warp);
+  if (xte_get_backend_info(&bi) != XTE_SUCCESS || bi.num_cuda_gpus != 1 ||
+      std::strcmp(bi.cuda_gpus[0].name, "simt host runner") != 0 ||
+      std::strcmp(bi.cuda_gpus[0].arch, arch) != 0) {
+    std::fprintf(stderr, "FATAL: libxte loaded another libxte_cuda.so than %s (or not at %s)\n",
+                 SIMT_PLUGIN_DIR, arch);
+    return 2;
+  }
+  std::printf("simt router: CPU ISA %s, warp %d, %s list\n", xte_cpu_isa_name(xte_cpu_get_isa()),
+              warp, stride == 1 ? "full" : (stride == 3 ? "default" : "reduced"));
+  router_cases();
+  aux_cases();
+  swiglu_cases();
+  refusal_cases();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (failures > max_reported) std::fprintf(stderr, "... %d more\n", failures - max_reported);
+  for (const auto &f : failures_by_op)
+    std::fprintf(stderr, "mismatches in %s: %d\n", f.first.c_str(), f.second);
+  std::printf("simt router: %d cases (%d refused alike by both backends), %d mismatches, %.1f s\n",
+              cases_run, refused, failures, secs);
+  xte_stream_destroy(gpu);
+  xte_stream_destroy(cpu);
+  return failures ? 1 : 0;
+}
