@@ -65,6 +65,10 @@ static const int threads[3] = {1, 2, 7};
 /* called on the inputs after ta_setup when set (special values) */
 static void (*poison)(adata *d);
 
+/* when non-zero, check_case also runs every ISA and thread count with this cache limit (a small
+ * one splits the backward's (sequence, KV head) pairs into rounds of (query head, tile) units) */
+static size_t small_limit;
+
 /* reference: caches off, scalar, one thread; then caches on and off on every ISA and thread
  * count */
 static void check_case(const acase *c, const char *name) {
@@ -79,8 +83,9 @@ static void check_case(const acase *c, const char *name) {
   cr_assert_eq(xte_cpu_set_isa(XTE_CPU_ISA_SCALAR), XTE_SUCCESS);
   cr_assert_eq(xte_cpu_set_num_threads(1), XTE_SUCCESS);
   run_once(&d, &ref);
-  for (on = 1; on >= 0; on--) {
-    xte_internal_attention_cache_limit(on ? lim : 0);
+  for (on = 2; on >= 0; on--) {
+    if (on == 2 && !small_limit) continue;
+    xte_internal_attention_cache_limit(on == 2 ? small_limit : on ? lim : 0);
     for (i = 0; i < 4; i++) {
       xte_status st = xte_cpu_set_isa(isas[i]);
       if (st == XTE_ERROR_UNSUPPORTED) continue;
@@ -89,7 +94,10 @@ static void check_case(const acase *c, const char *name) {
         if (!on && i == 0 && t == 0) continue;
         cr_assert_eq(xte_cpu_set_num_threads(threads[t]), XTE_SUCCESS);
         run_once(&d, &o);
-        snprintf(what, sizeof what, "%s: caches %s, %s, %d threads", name, on ? "on" : "off",
+        snprintf(what, sizeof what, "%s: caches %s, %s, %d threads", name,
+                 on == 2 ? "small"
+                 : on    ? "on"
+                         : "off",
                  xte_cpu_isa_name(isas[i]), threads[t]);
         compare(&d, &ref, &o, what);
         outs_free(&o);
@@ -120,6 +128,21 @@ Test(attention_headcache, bf16_gqa_odd_two_sequences) {
   c.softcap = 3.0f;
   c.alibi = 1;
   check_case(&c, "bf16 gqa softcap alibi");
+}
+
+/* a cache limit of 200000 bytes with skv >= 257 and two query heads per KV head: the backward's
+ * S / dP store cannot hold one (sequence, KV head) pair, so the pair runs in rounds of (query
+ * head, tile) units whose dK / dV sums carry over between rounds; fp32 (read through the caches
+ * since issue 16) and bf16 */
+Test(attention_headcache, split_pair_rounds) {
+  acase c =
+      base(XTE_ATTN_LAYOUT_BSHD, XTE_DTYPE_FP32, 1, 97, 301, 4, 2, 64, 64, XTE_ATTN_MASK_CAUSAL);
+  small_limit = 200000;
+  check_case(&c, "fp32 split pairs causal");
+  c.dt = XTE_DTYPE_BF16;
+  c.mask = XTE_ATTN_MASK_NONE;
+  check_case(&c, "bf16 split pairs");
+  small_limit = 0;
 }
 
 Test(attention_headcache, fp16_varlen_empty_window) {

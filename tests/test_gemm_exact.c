@@ -628,3 +628,54 @@ Test(gemm_exact, bad_input_writes_nothing) {
   free(xb);
   free(xk);
 }
+
+/* The dense (packed) path with NaN and extreme e4m3 codes in B: M > 32 so B is packed (the AVX-512
+ * SIMD decode of 8 B rows through their fp16 images, a NaN code becoming an fp16 NaN), with row
+ * tiles of 24 + 16 and 24 + 24 + 8 rows (the 16- and 8-row tile kernels), and K = 200 (16-code
+ * SIMD runs plus a table tail of 8). nan_inf_and_extreme_codes runs M = 9 (the small-M path). */
+Test(gemm_exact, dense_path_nan_and_extreme_e4m3_codes) {
+  enum { MMAX = 56, N = 20, K = 200 };
+  static const int Ms[2] = {40, 56};
+  static uint8_t a[MMAX * K], b[N * K];
+  static float sa[MMAX * 2], sb[N * 2];
+  static uint32_t ref[MMAX * N], out[MMAX * N];
+  uint64_t s = 7;
+  int i, ii, mi;
+  for (mi = 0; mi < 2; mi++) {
+    const int M = Ms[mi];
+    xte_qtensor qa, qb;
+    lop la = {M, K, 2, a, sa, XTE_DTYPE_E4M3}, lb = {N, K, 2, b, sb, XTE_DTYPE_E4M3};
+    ocfg cf = {128, NULL, XTE_DTYPE_FP32, NULL, XTE_DTYPE_FP32};
+    xte_tensor D = xte_tensor_2d(out, XTE_DTYPE_FP32, M, N);
+    for (i = 0; i < M * K; i++) {
+      static const uint8_t pick[] = {0x7E, 0xFE, 0x01, 0x81, 0x00, 0x80, 0x3C, 0x44, 0x07, 0x8F};
+      a[i] = pick[o_rng(&s) % 10];
+    }
+    for (i = 0; i < N * K; i++) b[i] = (uint8_t)(o_rng(&s) & 0xFF); /* every code, NaN included */
+    /* keep most columns finite: NaN codes only in chosen rows of B, inside the 16-code runs and
+     * in the tail */
+    for (i = 0; i < N * K; i++)
+      if ((b[i] & 0x7F) == 0x7F) b[i] ^= 0x01;
+    b[1 * K + 5] = 0x7F;    /* strip 0, SIMD run */
+    b[6 * K + 131] = 0xFF;  /* strip 0, second block */
+    b[9 * K + 196] = 0x7F;  /* strip 1, table tail */
+    b[15 * K + 64] = 0xFF;  /* strip 1 */
+    b[17 * K + 199] = 0x7F; /* partial strip (table path) */
+    for (i = 0; i < M * 2; i++) sa[i] = ldexpf(1.0f + (float)(i % 7) / 8.0f, (i % 9) - 4);
+    for (i = 0; i < N * 2; i++) sb[i] = ldexpf(1.0f + (float)(i % 5) / 8.0f, (i % 11) - 5);
+    raw_q(&qa, a, sa, M, K, XTE_DTYPE_E4M3, XTE_SCALING_BLOCK_1x128);
+    raw_q(&qb, b, sb, N, K, XTE_DTYPE_E4M3, XTE_SCALING_BLOCK_1x128);
+    o_gemm(&la, &lb, &cf, ref);
+    for (ii = 0; ii < NISA; ii++) {
+      int d = -1;
+      if (o_set_isa(ISAS[ii]) != XTE_SUCCESS) continue;
+      memset(out, 0, sizeof out);
+      cr_assert_eq(xte_gemm(&qa, &qb, NULL, &D, NULL, NULL), XTE_SUCCESS, "%s", xte_last_error());
+      for (i = 0; i < M * N && d < 0; i++)
+        if (out[i] != ref[i]) d = i;
+      cr_assert_eq(d, -1, "M %d isa %s element %d: got %08x want %08x", M,
+                   xte_cpu_isa_name(ISAS[ii]), d, d >= 0 ? out[d] : 0, d >= 0 ? ref[d] : 0);
+    }
+  }
+  o_reset_isa();
+}

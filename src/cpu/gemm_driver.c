@@ -10,10 +10,14 @@
  *           by tile row (C / D lines prefetched first), and the epilogue then writes each of the
  *           band's rows of D left to right across the chunk (whole lines, plain loops).
  * FP8 codes are decoded to fp64 through 256-entry tables while packing (exact), so decoding is
- * amortised over the other operand's extent. Problems of at most XTE_GEMM_SK_MAXM rows take the
- * small-M path instead (sk_range): B is never packed, its codes are decoded per K block into an
- * L1 buffer and read once; threads split N. Every output element goes through the contract's
- * arithmetic in K order whatever the partition, so results never depend on threads or ISA. */
+ * amortised over the other operand's extent; on AVX-512 full 8-row strips of an e4m3 B decode
+ * with SIMD (fp16 images, pack_b8). When each thread packs its own B strips (own_b), a strip is
+ * packed on the run's first M block just before its kernels read it. AVX-512 tiles of 24 rows
+ * with only 8 or 16 valid rows (the M tail) run 8- / 16-row kernels on the same packed data.
+ * Problems of at most XTE_GEMM_SK_MAXM rows take the small-M path instead (sk_range): B is never
+ * packed, its codes are decoded per K block into an L1 buffer and read once; threads split N. Every
+ * output element goes through the contract's arithmetic in K order whatever the partition, so
+ * results never depend on threads or ISA. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +49,74 @@ static void init_tables(void) {
   }
 }
 
+/* 8 rows of e4m3 B codes packed to fp64 [k][8] with SIMD decoding (same values as tab_full):
+ * d[k * 8 + j] = value of rows[j][k], k < kc; the tail through tab. (Belongs in the ukernel table
+ * of xte_gemm_ops.h; declared here until then.) */
+typedef void (*pack_b8_fn)(const uint8_t *const *rows, int64_t kc, const double *tab, double *d);
+#ifdef XTE_HAVE_AVX512
+void xte_gemm_avx512_pack_b8_e4m3(const uint8_t *const *rows, int64_t kc, const double *tab,
+                                  double *d);
+#endif
+#ifdef XTE_HAVE_SIMDE
+void xte_gemm_avx512_simde_pack_b8_e4m3(const uint8_t *const *rows, int64_t kc, const double *tab,
+                                        double *d);
+#endif
+
+/* Tile kernels for a tile whose valid rows are only the first 8 or 16 (AVX-512's MR = 24): same
+ * packed operands and accumulator layout as the ukernel's tile, no split operand. (Also belong in
+ * the ukernel table.) */
+#ifdef XTE_HAVE_AVX512
+void xte_gemm_avx512_tile_r8(int64_t nblk, const int *kl, const double *a, const double *a_lo,
+                             const double *b, const double *b_lo, const float *sa, const float *sb,
+                             float *acc);
+void xte_gemm_avx512_tile_r16(int64_t nblk, const int *kl, const double *a, const double *a_lo,
+                              const double *b, const double *b_lo, const float *sa, const float *sb,
+                              float *acc);
+#endif
+#ifdef XTE_HAVE_SIMDE
+void xte_gemm_avx512_simde_tile_r8(int64_t nblk, const int *kl, const double *a, const double *a_lo,
+                                   const double *b, const double *b_lo, const float *sa,
+                                   const float *sb, float *acc);
+void xte_gemm_avx512_simde_tile_r16(int64_t nblk, const int *kl, const double *a,
+                                    const double *a_lo, const double *b, const double *b_lo,
+                                    const float *sa, const float *sb, float *acc);
+#endif
+
+static void tile_rows_for(xte_cpu_isa isa, xte_gemm_tile_fn *r8, xte_gemm_tile_fn *r16) {
+  *r8 = *r16 = NULL;
+  switch (isa) {
+#ifdef XTE_HAVE_AVX512
+    case XTE_CPU_ISA_AVX512:
+      *r8 = xte_gemm_avx512_tile_r8;
+      *r16 = xte_gemm_avx512_tile_r16;
+      break;
+#endif
+#ifdef XTE_HAVE_SIMDE
+    case XTE_CPU_ISA_AVX512_SIMDE:
+      *r8 = xte_gemm_avx512_simde_tile_r8;
+      *r16 = xte_gemm_avx512_simde_tile_r16;
+      break;
+#endif
+    default:
+      break;
+  }
+}
+
+static pack_b8_fn pack_b8_for(xte_cpu_isa isa) {
+  switch (isa) {
+#ifdef XTE_HAVE_AVX512
+    case XTE_CPU_ISA_AVX512:
+      return xte_gemm_avx512_pack_b8_e4m3;
+#endif
+#ifdef XTE_HAVE_SIMDE
+    case XTE_CPU_ISA_AVX512_SIMDE:
+      return xte_gemm_avx512_simde_pack_b8_e4m3;
+#endif
+    default:
+      return NULL;
+  }
+}
+
 static const xte_gemm_ukernel *ukernel_for(xte_cpu_isa isa) {
   switch (isa) {
     case XTE_CPU_ISA_AVX2:
@@ -66,6 +138,8 @@ typedef struct gctx {
   const xte_gemm_args *g;
   int nt; /* threads the per-thread buffers were sized for; every parallel loop uses at most this */
   const xte_gemm_ukernel *uk;
+  pack_b8_fn pack_b8;                 /* NULL: tables only */
+  xte_gemm_tile_fn tile_r8, tile_r16; /* 24-row tiles with 8 / 16 valid rows; NULL: none */
   int MR, NR;
   int64_t MC, NC, MCH;
   int split_a, split_b;
@@ -86,6 +160,9 @@ typedef struct gctx {
   float *W;
   double **ap, **ap_lo;
   float **sap;
+  /* per thread: EPI_SC packed B strips (+ low class, scales) for runs over a single M block */
+  double **bs, **bs_lo;
+  float **sbs;
   /* small-M path: per thread A panel (+ low class), A scales, fp32 accumulators, decoded B */
   int64_t sk_kp; /* K panel of the current problem (a multiple of the K block) */
   double **sk_a, **sk_alo, **sk_bd, **sk_bdlo;
@@ -137,7 +214,9 @@ static void pack_panel(const gctx *c, const xte_gemm_operand *o, int split, int6
       /* rows read sequentially side by side, the panel written contiguously */
       const uint8_t *rp[MAX_W];
       for (i = 0; i < nv; i++) rp[i] = o->data + (row0 + pnl * w + i) * o->rs + k0;
-      if (nv == 8 && w == 8)
+      if (nv == 8 && w == 8 && c->pack_b8 && !split && o->fmt == XTE_FP8_E4M3)
+        c->pack_b8(rp, kc, t0, d);
+      else if (nv == 8 && w == 8)
         decode_rows8(rp, kc, t0, d);
       else
         for (kk = 0; kk < kc; kk++)
@@ -163,6 +242,14 @@ static void pack_panel(const gctx *c, const xte_gemm_operand *o, int split, int6
         sd[b * w + i] =
             i < nv ? load_scale(o, row0 + pnl * w + i, k0 + (int64_t)b * c->g->kblock) : 0.0f;
   }
+}
+
+/* Packs B strips [b, e) of the current panel to dst (+ dst_lo, scales sdst). */
+static void pack_b_to(const gctx *c, int64_t b, int64_t e, double *dst, double *dst_lo,
+                      float *sdst) {
+  const xte_gemm_problem *p = c->p;
+  pack_panel(c, &c->g->b, c->split_b, p->b_i0 + c->jc + b * c->NR, c->nc - b * c->NR, e - b, c->NR,
+             p->b_k0 + c->pc, dst, c->split_b ? dst_lo : NULL, sdst);
 }
 
 static void pack_b_range(void *vctx, int64_t b, int64_t e, int tid) {
@@ -233,17 +320,29 @@ static void epilogue_band(const gctx *c, int64_t t, int64_t s0, int64_t s1) {
   }
 }
 
+/* Where the packed B strips are: strip s at b + (s - s0) * NR * kc (scales sb + (s - s0) * NR *
+ * nblk): the shared panel (s0 = 0) or a thread's strip buffer. */
+typedef struct bsrc {
+  const double *b, *b_lo;
+  const float *sb;
+  int64_t s0;
+} bsrc;
+
 /* The micro-kernel on tile t of strip s over the current K panel (A packed from tile t0). */
 static inline void compute_tile(const gctx *c, const double *ap, const double *ap_lo,
-                                const float *sap, int64_t s, int64_t t, int64_t t0) {
+                                const float *sap, const bsrc *bs, int64_t s, int64_t t,
+                                int64_t t0) {
   const int MR = c->MR, NR = c->NR;
   const int64_t kc = c->kc;
   float *acc = c->W + (s * c->mtiles + t) * (int64_t)(MR * NR);
+  const int64_t rows = c->mch - t * MR;
+  xte_gemm_tile_fn tile = c->uk->tile;
+  if (rows <= 16 && c->tile_r16 && !c->split_a && !c->split_b)
+    tile = rows <= 8 ? c->tile_r8 : c->tile_r16;
   if (c->first_pc) memset(acc, 0, sizeof(float) * (size_t)(MR * NR));
-  c->uk->tile(c->nblk, c->kl, ap + (t - t0) * MR * kc,
-              c->split_a ? ap_lo + (t - t0) * MR * kc : NULL, c->bp + s * NR * kc,
-              c->split_b ? c->bp_lo + s * NR * kc : NULL, sap + (t - t0) * MR * c->nblk,
-              c->sbp + s * NR * c->nblk, acc);
+  tile(c->nblk, c->kl, ap + (t - t0) * MR * kc, c->split_a ? ap_lo + (t - t0) * MR * kc : NULL,
+       bs->b + (s - bs->s0) * NR * kc, c->split_b ? bs->b_lo + (s - bs->s0) * NR * kc : NULL,
+       sap + (t - t0) * MR * c->nblk, bs->sb + (s - bs->s0) * NR * c->nblk, acc);
 }
 
 /* The last K panel on tile row t over strips [s0, s1): first prefetches (to L2) the lines of C
@@ -252,7 +351,7 @@ static inline void compute_tile(const gctx *c, const double *ap, const double *a
  * runs the kernels and the epilogue. (The prefetches live here, beside the stores: GCC drops a
  * call to a function that only prefetches.) */
 static void last_band(const gctx *c, const double *ap, const double *ap_lo, const float *sap,
-                      int64_t t, int64_t t0, int64_t s0, int64_t s1) {
+                      const bsrc *bs, int64_t t, int64_t t0, int64_t s0, int64_t s1) {
   const xte_gemm_args *g = c->g;
   const int64_t ri = t * c->MR, mr = c->mch - ri < c->MR ? c->mch - ri : c->MR;
   const int64_t n0 = c->jc + s0 * c->NR, n1 = c->jc + (s1 * c->NR < c->nc ? s1 * c->NR : c->nc);
@@ -270,7 +369,7 @@ static void last_band(const gctx *c, const double *ap, const double *ap_lo, cons
       __builtin_prefetch(cc + (n1 - n0) * esc - 1, 0, 2);
     }
   }
-  for (s = s0; s < s1; s++) compute_tile(c, ap, ap_lo, sap, s, t, t0);
+  for (s = s0; s < s1; s++) compute_tile(c, ap, ap_lo, sap, bs, s, t, t0);
   epilogue_band(c, t, s0, s1);
 }
 
@@ -294,10 +393,14 @@ static void compute_range(void *vctx, int64_t b, int64_t e, int tid) {
     int64_t t1 = t0 + tiles_per_ic < c->mtiles ? t0 + tiles_per_ic : c->mtiles;
     int64_t s0 = jch * c->spj, s1 = s0 + c->spj < c->nstrips ? s0 + c->spj : c->nstrips;
     int64_t s, t;
-    if (c->own_b && jch != last_jch) {
-      pack_b_range(c, s0, s1, tid);
-      last_jch = jch;
-    }
+    /* own_b: B strips are packed on the first M block of the run, each just before its kernels
+     * run (the strip is still in L1 / L2 when they read it; later M blocks reuse the panel) */
+    const int pack_now = c->own_b && jch != last_jch;
+    /* a run over a single M block packs its strips into the thread's strip buffer, which stays
+     * in L1 / L2 (the panel's lines would be written back for nothing) */
+    const int own_strips = pack_now && c->n_ic == 1;
+    const bsrc panel = {c->bp, c->bp_lo, c->sbp, 0};
+    last_jch = jch;
     if (ic != last_ic) {
       int64_t r0 = c->mc0 + t0 * MR;
       pack_panel(c, &c->g->a, c->split_a, p->a_i0 + r0, c->m - r0, t1 - t0, MR, p->a_k0 + c->pc, ap,
@@ -311,12 +414,33 @@ static void compute_range(void *vctx, int64_t b, int64_t e, int tid) {
       int64_t sc;
       for (sc = s0; sc < s1; sc += EPI_SC) {
         const int64_t sc1 = sc + EPI_SC < s1 ? sc + EPI_SC : s1;
-        for (t = t0; t < t1; t++) last_band(c, ap, ap_lo, sap, t, t0, sc, sc1);
+        bsrc bs = panel;
+        if (own_strips) {
+          bs.b = c->bs[tid];
+          bs.b_lo = c->bs_lo[tid];
+          bs.sb = c->sbs[tid];
+          bs.s0 = sc;
+          pack_b_to(c, sc, sc1, c->bs[tid], c->bs_lo[tid], c->sbs[tid]);
+        } else if (pack_now) {
+          pack_b_range(c, sc, sc1, tid);
+        }
+        for (t = t0; t < t1; t++) last_band(c, ap, ap_lo, sap, &bs, t, t0, sc, sc1);
       }
       continue;
     }
-    for (s = s0; s < s1; s++)
-      for (t = t0; t < t1; t++) compute_tile(c, ap, ap_lo, sap, s, t, t0);
+    for (s = s0; s < s1; s++) {
+      bsrc bs = panel;
+      if (own_strips) {
+        bs.b = c->bs[tid];
+        bs.b_lo = c->bs_lo[tid];
+        bs.sb = c->sbs[tid];
+        bs.s0 = s;
+        pack_b_to(c, s, s + 1, c->bs[tid], c->bs_lo[tid], c->sbs[tid]);
+      } else if (pack_now) {
+        pack_b_range(c, s, s + 1, tid);
+      }
+      for (t = t0; t < t1; t++) compute_tile(c, ap, ap_lo, sap, &bs, s, t, t0);
+    }
   }
 }
 
@@ -536,16 +660,21 @@ static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
   memset(&c, 0, sizeof c);
   c.g = g;
   c.uk = ukernel_for(xte_cpu_get_isa());
+  c.pack_b8 = pack_b8_for(xte_cpu_get_isa());
+  tile_rows_for(xte_cpu_get_isa(), &c.tile_r8, &c.tile_r16);
   c.MR = c.uk->mr;
   c.NR = c.uk->nr;
   c.split_a = g->a.fmt == XTE_FP8_E5M2;
   c.split_b = !c.split_a && g->b.fmt == XTE_FP8_E5M2;
   l2 = xte_cpu_l2();
-  c.MC = (int64_t)(l2 / 2 / (KC * sizeof(double) * (c.split_a ? 2 : 1))) / c.MR * c.MR;
+  /* MC rows of packed A fill about half of L2, rounded up to whole tiles (M = 512 is one block of
+   * 22 tiles of 24 rows, not 21 tiles and a tile of 8 rows that reads all of B again) */
+  c.MC = (int64_t)(l2 / 2 / (KC * sizeof(double) * (c.split_a ? 2 : 1)) + (size_t)c.MR - 1) / c.MR *
+         c.MR;
   if (c.MC < c.MR) c.MC = c.MR;
-  if (c.MC > 512) c.MC = 512 / c.MR * c.MR;
+  if (c.MC > 512) c.MC = (512 + c.MR - 1) / c.MR * c.MR;
   c.NC = 1536 / c.NR * c.NR;
-  c.MCH = 1024 / c.MC * c.MC;
+  c.MCH = (1024 + c.MC - 1) / c.MC * c.MC;
   if (c.MCH < c.MC) c.MCH = c.MC;
   for (i = 0; i < g->num_problems; i++) {
     int64_t mi = g->masked_m ? g->masked_m[i] : g->problems[i].m;
@@ -568,14 +697,17 @@ static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
            szsb = sizeof(float) * (size_t)(maxn * MAX_BLK);
     size_t szw = sizeof(float) * (size_t)(maxn * maxm), sza = sizeof(double) * (size_t)(c.MC * KC);
     size_t szsa = sizeof(float) * (size_t)(c.MC * MAX_BLK);
+    size_t szbs = sizeof(double) * (size_t)(EPI_SC * c.NR * KC),
+           szsbs = sizeof(float) * (size_t)(EPI_SC * c.NR * MAX_BLK);
     /* small-M path, per thread: A panel (+ low), A scales, W, decoded B (+ low) */
     size_t ska = any_sk ? SK_ABYTES : 0, sksa = any_sk ? sizeof(float) * SK_ABYTES / 8 / 32 : 0;
     size_t skw = any_sk ? sizeof(float) * XTE_GEMM_SK_MAXM * SK_CH * 8 : 0;
     size_t skb = any_sk ? sizeof(double) * 8 * XTE_GEMM_SK_LDB : 0;
-    size_t total = al(szb) * 2 + al(szsb) + al(szw) + (size_t)nt * (al(sza) * 2 + al(szsa)) +
+    size_t total = al(szb) * 2 + al(szsb) + al(szw) +
+                   (size_t)nt * (al(sza) * 2 + al(szsa) + al(szbs) * 2 + al(szsbs)) +
                    (size_t)nt * (al(ska) * 2 + al(sksa) + al(skw) + al(skb) * 2);
     char *w = ws_acquire(total), *q;
-    void **ptrs = (void **)xte_aligned_calloc((size_t)nt * 9, sizeof(void *));
+    void **ptrs = (void **)xte_aligned_calloc((size_t)nt * 12, sizeof(void *));
     if (!w || !ptrs) {
       xte_aligned_free(ptrs);
       ws_release(w);
@@ -601,6 +733,17 @@ static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
       q += al(sza);
       c.sap[t] = (float *)q;
       q += al(szsa);
+    }
+    c.bs = (double **)(ptrs + 9 * nt);
+    c.bs_lo = (double **)(ptrs + 10 * nt);
+    c.sbs = (float **)(ptrs + 11 * nt);
+    for (t = 0; t < nt; t++) {
+      c.bs[t] = (double *)q;
+      q += al(szbs);
+      c.bs_lo[t] = c.split_b ? (double *)q : NULL;
+      q += al(szbs);
+      c.sbs[t] = (float *)q;
+      q += al(szsbs);
     }
     c.sk_a = (double **)(ptrs + 3 * nt);
     c.sk_alo = (double **)(ptrs + 4 * nt);

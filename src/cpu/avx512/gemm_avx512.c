@@ -326,5 +326,131 @@ static void sk_block(int rows, int kl8, const double *a, const double *a_lo, int
   }
 }
 
+/* ---------------------------------------------------------------- partial tiles
+ * The tile kernel for a tile whose valid rows are the first 8 R (R = 1, 2): the same packed
+ * operands (A micro-panel [k][MR]) and accumulator layout ([NR][MR]), only the first 8 R rows are
+ * computed (the others are zero padding the driver never reads). No split operand. */
+#ifdef XTE_AVX512_SIMDE
+#define XTE_GEMM_AVX512_TILE_R8 xte_gemm_avx512_simde_tile_r8
+#define XTE_GEMM_AVX512_TILE_R16 xte_gemm_avx512_simde_tile_r16
+#else
+#define XTE_GEMM_AVX512_TILE_R8 xte_gemm_avx512_tile_r8
+#define XTE_GEMM_AVX512_TILE_R16 xte_gemm_avx512_tile_r16
+#endif
+void XTE_GEMM_AVX512_TILE_R8(int64_t nblk, const int *kl, const double *a, const double *a_lo,
+                             const double *b, const double *b_lo, const float *sa, const float *sb,
+                             float *acc);
+void XTE_GEMM_AVX512_TILE_R16(int64_t nblk, const int *kl, const double *a, const double *a_lo,
+                              const double *b, const double *b_lo, const float *sa, const float *sb,
+                              float *acc);
+
+static inline __attribute__((always_inline)) void tile_rows(const int R, int64_t nblk,
+                                                            const int *kl, const double *a,
+                                                            const double *b, const float *sa,
+                                                            const float *sb, float *acc) {
+  int64_t bl;
+  for (bl = 0; bl < nblk; bl++) {
+    const int n = kl[bl];
+    __m512d c[8][2];
+    int k, i, j;
+#pragma GCC unroll 8
+    for (j = 0; j < 8; j++)
+#pragma GCC unroll 2
+      for (i = 0; i < R; i++) c[j][i] = _mm512_setzero_pd();
+    for (k = 0; k < n; k++) {
+      __m512d av[2];
+#pragma GCC unroll 2
+      for (i = 0; i < R; i++) av[i] = _mm512_loadu_pd(a + k * MR + 8 * i);
+#pragma GCC unroll 8
+      for (j = 0; j < 8; j++) {
+        __m512d bb = _mm512_set1_pd(b[k * NR + j]);
+#pragma GCC unroll 2
+        for (i = 0; i < R; i++) c[j][i] = _mm512_fmadd_pd(av[i], bb, c[j][i]);
+      }
+    }
+#pragma GCC unroll 8
+    for (j = 0; j < 8; j++) {
+      __m256 sbj = _mm256_set1_ps(sb[bl * NR + j]);
+#pragma GCC unroll 2
+      for (i = 0; i < R; i++) {
+        float *aj = acc + j * MR + 8 * i;
+        __m256 si = _mm256_loadu_ps(sa + bl * MR + 8 * i);
+        _mm256_storeu_ps(aj, _mm256_fmadd_ps(_mm512_cvtpd_ps(c[j][i]), _mm256_mul_ps(si, sbj),
+                                             _mm256_loadu_ps(aj)));
+      }
+    }
+    a += n * MR;
+    b += n * NR;
+  }
+}
+
+void XTE_GEMM_AVX512_TILE_R8(int64_t nblk, const int *kl, const double *a, const double *a_lo,
+                             const double *b, const double *b_lo, const float *sa, const float *sb,
+                             float *acc) {
+  (void)a_lo;
+  (void)b_lo;
+  tile_rows(1, nblk, kl, a, b, sa, sb, acc);
+}
+
+void XTE_GEMM_AVX512_TILE_R16(int64_t nblk, const int *kl, const double *a, const double *a_lo,
+                              const double *b, const double *b_lo, const float *sa, const float *sb,
+                              float *acc) {
+  (void)a_lo;
+  (void)b_lo;
+  tile_rows(2, nblk, kl, a, b, sa, sb, acc);
+}
+
+/* ---------------------------------------------------------------- B packing (e4m3, 8 rows)
+ * d[k * 8 + j] = the value of code rows[j][k] for k < kc (codes contiguous along K): 16 codes of a
+ * row at a time through their fp16 image (sk_fp16: value * 2^-8, subnormals and NaN included),
+ * vcvtph2ps, * 2^8 and vcvtps2pd, all exact; then an 8 x 8 transpose of fp64 per 8 k. Gives the
+ * driver's table values (NaN codes give a NaN); the tail goes through the table tab. */
+#ifdef XTE_AVX512_SIMDE
+#define XTE_GEMM_AVX512_PACK8 xte_gemm_avx512_simde_pack_b8_e4m3
+#else
+#define XTE_GEMM_AVX512_PACK8 xte_gemm_avx512_pack_b8_e4m3
+#endif
+void XTE_GEMM_AVX512_PACK8(const uint8_t *const *rows, int64_t kc, const double *tab, double *d);
+
+static inline void tr8_store(const __m512d *r, double *d) {
+  __m512d t0 = _mm512_unpacklo_pd(r[0], r[1]), t1 = _mm512_unpackhi_pd(r[0], r[1]);
+  __m512d t2 = _mm512_unpacklo_pd(r[2], r[3]), t3 = _mm512_unpackhi_pd(r[2], r[3]);
+  __m512d t4 = _mm512_unpacklo_pd(r[4], r[5]), t5 = _mm512_unpackhi_pd(r[4], r[5]);
+  __m512d t6 = _mm512_unpacklo_pd(r[6], r[7]), t7 = _mm512_unpackhi_pd(r[6], r[7]);
+  __m512d u0 = _mm512_shuffle_f64x2(t0, t2, 0x88), u1 = _mm512_shuffle_f64x2(t0, t2, 0xDD);
+  __m512d u2 = _mm512_shuffle_f64x2(t1, t3, 0x88), u3 = _mm512_shuffle_f64x2(t1, t3, 0xDD);
+  __m512d u4 = _mm512_shuffle_f64x2(t4, t6, 0x88), u5 = _mm512_shuffle_f64x2(t4, t6, 0xDD);
+  __m512d u6 = _mm512_shuffle_f64x2(t5, t7, 0x88), u7 = _mm512_shuffle_f64x2(t5, t7, 0xDD);
+  _mm512_storeu_pd(d, _mm512_shuffle_f64x2(u0, u4, 0x88));
+  _mm512_storeu_pd(d + 8, _mm512_shuffle_f64x2(u2, u6, 0x88));
+  _mm512_storeu_pd(d + 16, _mm512_shuffle_f64x2(u1, u5, 0x88));
+  _mm512_storeu_pd(d + 24, _mm512_shuffle_f64x2(u3, u7, 0x88));
+  _mm512_storeu_pd(d + 32, _mm512_shuffle_f64x2(u0, u4, 0xDD));
+  _mm512_storeu_pd(d + 40, _mm512_shuffle_f64x2(u2, u6, 0xDD));
+  _mm512_storeu_pd(d + 48, _mm512_shuffle_f64x2(u1, u5, 0xDD));
+  _mm512_storeu_pd(d + 56, _mm512_shuffle_f64x2(u3, u7, 0xDD));
+}
+
+void XTE_GEMM_AVX512_PACK8(const uint8_t *const *rows, int64_t kc, const double *tab, double *d) {
+  const __m512 s8 = _mm512_set1_ps(256.0f);
+  int64_t k = 0;
+  int j;
+  for (; k + 16 <= kc; k += 16, d += 128) {
+    __m512d lo[8], hi[8];
+    for (j = 0; j < 8; j++) {
+      __m512 f =
+          _mm512_mul_ps(_mm512_cvtph_ps(sk_fp16(
+                            _mm_loadu_si128((const __m128i *)(const void *)(rows[j] + k)), 1)),
+                        s8);
+      lo[j] = _mm512_cvtps_pd(_mm512_castps512_ps256(f));
+      hi[j] = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)));
+    }
+    tr8_store(lo, d);
+    tr8_store(hi, d + 64);
+  }
+  for (; k < kc; k++, d += 8)
+    for (j = 0; j < 8; j++) d[j] = tab[rows[j][k]];
+}
+
 const xte_gemm_ukernel XTE_GEMM_AVX512_TABLE = {XTE_GEMM_AVX512_ISA, MR,        NR,
                                                 tile_impl,           sk_decode, sk_block};
