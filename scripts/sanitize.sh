@@ -26,10 +26,15 @@ jobs=${XTE_JOBS:-$(nproc)}
 #                     ran past 7 minutes under ASan even with --reduced; the runner itself is
 #                     checked under ASan by test_simt_quantize, the MoE kernels' bytes by the
 #                     main build's test_simt_moe and test_simt_moe_nansim
+#  test_simt_router*  the router kernels (one thread's fixed-order loops per token) took 197 s on
+#                     the OS-thread engine without ASan; bytes checked by the main build
+#  test_simt_{gemm,attention}_nansim   the same kernels as test_simt_{gemm,attention}, which run
+#                     here (about 50-60 s each on the OS-thread engine without ASan)
 # Built without the benchmarks and without the SIMDe copy of the AVX-512 kernels (the main build
 # runs it; here its per-ISA variants report skipped), to keep CI's second build short.
 default_exclude='_exhaustive$|^test_quantize_pow2_sweep$|^test_attention_lanes$|^test_install$'
 default_exclude+='|^test_python|^check_gpu|^test_gpu|^check_kernels_O0$|^test_ep_mpi|^test_simt_moe'
+default_exclude+='|^test_simt_router|^test_simt_gemm_nansim|^test_simt_attention_nansim'
 exclude=${XTE_SANITIZE_EXCLUDE:-$default_exclude}
 
 if ! command -v ninja >/dev/null 2>&1; then

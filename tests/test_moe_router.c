@@ -341,6 +341,96 @@ Test(moe_router, backward_vs_finite_differences) {
 
 /* ---------------------------------------------------------------- aux loss */
 
+static uint32_t tb32(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  return u;
+}
+static float tf32(uint32_t u) {
+  float x;
+  memcpy(&x, &u, 4);
+  return x;
+}
+
+/* The aux loss with NaN probs: the NaN rule of docs/numerics.md section 2 (the first NaN operand
+ * as written, quieted) over the documented order (experts ascending; per expert, blocks of 1024
+ * tokens ascending, tokens ascending inside a block, each sum starting from +0 with the
+ * accumulator as the first operand; colsum * tpe, then C * total) keeps the first NaN met when
+ * walking experts ascending and, per expert, tokens ascending: the oracle is that walk (the fp32
+ * NaN quieted, fp32 -> fp64 -> fp32 keeps its sign and payload). Columns with two NaNs of
+ * different payloads (in one block and across blocks), a NaN column with tpe 0, every ISA. */
+Test(moe_router, aux_loss_nan_first_operand) {
+  const int T = 2100, E = 6;
+  float *p = (float *)zalloc(4 * (size_t)T * E), *gp = (float *)zalloc(4 * (size_t)T * E);
+  int32_t tpe[6] = {3, 0, 7, 1, 2, 5};
+  xte_tensor pt = xte_tensor_2d(p, XTE_DTYPE_FP32, T, E),
+             tt = xte_tensor_1d(tpe, XTE_DTYPE_INT32, E),
+             gt = xte_tensor_2d(gp, XTE_DTYPE_FP32, T, E);
+  xte_cpu_isa isas[XTE_CPU_ISA_COUNT];
+  int nisa = moe_isas(isas), ii, t, e, cse;
+  /* {column, token, bits} NaNs planted per case; -1 ends */
+  static const int cols[4][6] = {
+      {1, 1, -1},    /* case 0: two NaNs in column 1, one block */
+      {2, 2, -1},    /* case 1: column 2, across blocks */
+      {4, 1, 1, -1}, /* case 2: column 4 at token 0, column 1 later: the lower expert wins */
+      {3, 3, 5, -1}, /* case 3: tpe 1 column, then column 5 */
+  };
+  static const int toks[4][6] = {
+      {17, 900},
+      {1500, 2050},
+      {0, 2000, 2001},
+      {10, 11, 0},
+  };
+  static const uint32_t nb[4][6] = {
+      {0x7F800123u, 0xFFC45678u},
+      {0xFFA00001u, 0x7FC0BEEFu},
+      {0x7F812345u, 0xFFC00077u, 0x7FC00099u},
+      {0xFF9ABCDEu, 0x7FFFFFFFu, 0xFFC0CAFEu},
+  };
+  for (t = 0; t < T * E; t++) p[t] = (float)((t * 37) % 101) / 128.0f;
+  for (cse = 0; cse < 4; cse++) {
+    uint32_t want = 0;
+    int i, found = 0;
+    float *saved = (float *)zalloc(4 * (size_t)T * E);
+    memcpy(saved, p, 4 * (size_t)T * E);
+    for (i = 0; cols[cse][i] >= 0; i++) p[toks[cse][i] * E + cols[cse][i]] = tf32(nb[cse][i]);
+    for (e = 0; e < E && !found; e++) /* the oracle: the first NaN in (expert, token) order */
+      for (t = 0; t < T && !found; t++)
+        if (isnan(p[t * E + e])) want = tb32(p[t * E + e]) | 0x00400000u, found = 1;
+    cr_assert(found);
+    for (ii = 0; ii < nisa; ii++) {
+      float aux = 0.0f;
+      cr_assert_eq(xte_cpu_set_isa(isas[ii]), XTE_SUCCESS);
+      cr_assert_eq(xte_moe_aux_loss_forward(&pt, &tt, T, 2, 1e-2f, &aux, NULL), XTE_SUCCESS, "%s",
+                   xte_last_error());
+      cr_assert_eq(tb32(aux), want, "case %d isa %d: aux 0x%08x, want 0x%08x", cse, (int)isas[ii],
+                   tb32(aux), want);
+    }
+    memcpy(p, saved, 4 * (size_t)T * E);
+    free(saved);
+  }
+  /* backward: fp32(C * tpe) overflows to inf for tpe 2e9 at coeff 3e38, times grad_aux 0 is a
+   * NaN made by the operation: x86's default NaN (the GPU's in the NaN-simulating build); the
+   * other columns are +0 */
+  tpe[3] = 2000000000;
+  for (ii = 0; ii < nisa; ii++) {
+    cr_assert_eq(xte_cpu_set_isa(isas[ii]), XTE_SUCCESS);
+    cr_assert_eq(xte_moe_aux_loss_backward(&tt, T, 2, 3e38f, 0.0f, &gt, NULL), XTE_SUCCESS, "%s",
+                 xte_last_error());
+    for (t = 0; t < T * E; t++) {
+#ifdef XTE_NAN_SIM
+      const uint32_t nan = 0x7FFFFFFFu;
+#else
+      const uint32_t nan = 0xFFC00000u;
+#endif
+      cr_assert_eq(tb32(gp[t]), t % E == 3 ? nan : 0u, "grad_probs[%d] 0x%08x (isa %d)", t,
+                   tb32(gp[t]), (int)isas[ii]);
+    }
+  }
+  xte_cpu_set_isa(isas[nisa - 1]);
+  free(p), free(gp);
+}
+
 Test(moe_router, aux_scores_and_loss) {
   const int T = 2500, E = 40, k = 4;
   float *x = (float *)zalloc(4 * T * E), *sc = (float *)zalloc(4 * T * E);

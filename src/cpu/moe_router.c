@@ -605,12 +605,16 @@ xte_status XTE_MOE_NAME(xte_cpu_moe_router_backward)(const xte_router_bwd_args *
  * Column sums of probs in fp64: tokens in fixed blocks of AUX_BLOCK rows, each block summed in
  * ascending token order, the block partials added in block order; then
  * aux = fp32( C64 * sum_e (colsum_e * tpe_e) ) with C64 = E * coeff / (topk * N^2) in fp64,
- * experts ascending. */
+ * experts ascending. The plain loops leave the NaN bits to the compiler's operand order, so a NaN
+ * total is recomputed in the same order through the NaN-rule helpers (first NaN operand as
+ * written, the accumulator before the addend, as the CUDA kernels do); a NaN anywhere reaches
+ * the total, and without one both give the same bits. */
 #define AUX_BLOCK 1024
 
 typedef struct aux_ctx {
   const xte_aux_loss_args *a;
   double *partial; /* [nblocks, E] */
+  int nanrule;     /* through the NaN-rule helpers */
 } aux_ctx;
 
 static void aux_range(void *vctx, int64_t b, int64_t e, int tid) {
@@ -624,7 +628,10 @@ static void aux_range(void *vctx, int64_t b, int64_t e, int tid) {
     for (j = 0; j < a->E; j++) p[j] = 0.0;
     for (t = blk * AUX_BLOCK; t < t1; t++) {
       const float *row = (const float *)a->probs.data + t * a->probs.ld;
-      for (j = 0; j < a->E; j++) p[j] += (double)row[j];
+      if (c->nanrule)
+        for (j = 0; j < a->E; j++) p[j] = xte_add_f64_nanprop(p[j], xte_f32_to_f64(row[j]));
+      else
+        for (j = 0; j < a->E; j++) p[j] += (double)row[j];
     }
   }
 }
@@ -642,7 +649,8 @@ static void aux_bwd_range(void *vctx, int64_t b, int64_t e, int tid) {
   (void)tid;
   for (t = b; t < e; t++) {
     float *row = (float *)a->grad_probs.data + t * a->grad_probs.ld;
-    for (j = 0; j < a->E; j++) row[j] = (float)(C * tpe_at(&a->tpe, j)) * a->grad_aux;
+    for (j = 0; j < a->E; j++)
+      row[j] = xte_mul_nanprop(xte_f64_to_f32(C * tpe_at(&a->tpe, j)), a->grad_aux);
   }
 }
 
@@ -657,6 +665,7 @@ xte_status xte_cpu_moe_aux_loss(const xte_aux_loss_args *a, int backward, void *
     aux_ctx c;
     double total = 0.0;
     c.a = a;
+    c.nanrule = 0;
     size_t bytes = 0;
     c.partial = NULL;
     if (xte_moe_ws_bytes(nb > 0 ? nb : 1, a->E, 0, &bytes) &&
@@ -669,8 +678,18 @@ xte_status xte_cpu_moe_aux_loss(const xte_aux_loss_args *a, int backward, void *
       for (blk = 0; blk < nb; blk++) cs += c.partial[blk * a->E + j];
       total += cs * tpe_at(&a->tpe, j);
     }
+    if (xte_f64_isnan(total)) {
+      c.nanrule = 1;
+      xte_parallel_for(nb, aux_range, &c);
+      total = 0.0;
+      for (j = 0; j < a->E; j++) {
+        double cs = 0.0;
+        for (blk = 0; blk < nb; blk++) cs = xte_add_f64_nanprop(cs, c.partial[blk * a->E + j]);
+        total = xte_add_f64_nanprop(total, xte_mul_f64_nanprop(cs, tpe_at(&a->tpe, j)));
+      }
+    }
     xte_aligned_free(c.partial);
-    *a->aux_out = (float)(C * total);
+    *a->aux_out = xte_f64_to_f32(xte_mul_f64_nanprop(C, total));
   }
   return XTE_SUCCESS;
 }

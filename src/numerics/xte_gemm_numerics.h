@@ -18,9 +18,6 @@
 #include <stdint.h>
 
 #include "numerics/xte_math.h"
-/* xte_f64_bits / xte_bits_f64: defined there (one definition for a translation unit that takes
- * both headers, as the SIMT runner's plugin does) */
-#include "numerics/xte_moe_numerics.h"
 #include "numerics/xte_numerics.h"
 
 /* Exact fp8 value as fp64 (NaN codes give NaN, e5m2 inf gives inf). */

@@ -98,24 +98,6 @@ XTE_HD float xte_dswiglu_up(float dy, float g) {
  * conversions keep a NaN's sign and the top of its payload. GPUs give 0x7FFFFFFFFFFFFFFF /
  * 0x7FFFFFFF instead, so their kernels take these steps, whose bits are x86's on every backend
  * (the XTE_NAN_SIM build models the GPU's NaNs here too). */
-XTE_HD uint64_t xte_f64_bits(double d) {
-  union {
-    double d;
-    uint64_t u;
-  } v;
-  v.d = d;
-  return v.u;
-}
-
-XTE_HD double xte_bits_f64(uint64_t u) {
-  union {
-    double d;
-    uint64_t u;
-  } v;
-  v.u = u;
-  return v.d;
-}
-
 XTE_HD int xte_f64_isnan(double d) {
   return (xte_f64_bits(d) & 0x7FFFFFFFFFFFFFFFull) > 0x7FF0000000000000ull;
 }

@@ -44,6 +44,24 @@ XTE_HD float xte_bits_f32(uint32_t u) {
   return v.f;
 }
 
+XTE_HD uint64_t xte_f64_bits(double d) {
+  union {
+    double d;
+    uint64_t u;
+  } v;
+  v.d = d;
+  return v.u;
+}
+
+XTE_HD double xte_bits_f64(uint64_t u) {
+  union {
+    double d;
+    uint64_t u;
+  } v;
+  v.u = u;
+  return v.d;
+}
+
 XTE_HD int xte_f32_isnan(float f) {
   return (xte_f32_bits(f) & 0x7FFFFFFFu) > 0x7F800000u;
 }
