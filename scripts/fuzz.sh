@@ -73,8 +73,11 @@ for t in "${targets[@]}"; do
     -timeout="${XTE_FUZZ_TIMEOUT:-25}" -rss_limit_mb="${XTE_FUZZ_RSS_MB:-2048}" \
     -artifact_prefix="$out/" -print_final_stats=1 "${par[@]}" >"$log" 2>&1)
   rc=$?
-  # with -jobs > 1 the workers log to fuzz-<n>.log in the working directory ($out)
-  execs=$(grep -ho 'stat::number_of_executed_units: *[0-9]*' "$log" "$out"/fuzz-*.log 2>/dev/null |
+  # with -jobs > 1 the workers log to fuzz-<n>.log in the working directory ($out), and the
+  # parent's log repeats a worker's final stats: count the workers' logs only
+  logs=("$log")
+  [ "$jobs" -gt 1 ] && logs=("$out"/fuzz-*.log)
+  execs=$(grep -ho 'stat::number_of_executed_units: *[0-9]*' "${logs[@]}" 2>/dev/null |
           awk '{s += $2} END {print s + 0}')
   el=$((SECONDS - t0))
   rate=$(( execs / (el > 0 ? el : 1) ))
