@@ -24,9 +24,12 @@
  * Plain host arithmetic, shared by the launches in quantize.cu and by the host SIMT runner's
  * plugin (tests/simt/simt_plugin.cpp), which restates those launches. */
 
-/* Blocks of the whole-tensor amax kernel: one row per block, at most 1024 blocks. */
+/* Blocks of the whole-tensor amax kernel: a fixed grid of 1024 blocks whatever the shape (about
+ * one wave of 256-thread blocks on an H100 / H200): the kernel walks the tensor as one sequence
+ * of 16-byte row chunks, so a single row or a single column is spread over every block as well
+ * as a square tensor; blocks past the end leave at once. */
 static inline int xte_q_amax_grid(int64_t M) {
-  return (int)(M < 1024 ? M : 1024);
+  return M > 0 ? 1024 : 1;
 }
 
 /* Tiles of an [M, K] quantize along each dimension. */
@@ -42,14 +45,59 @@ static inline int xte_q_grid_for(int64_t n) {
   return (int)(b < XTE_Q_GRID_CAP ? b : XTE_Q_GRID_CAP);
 }
 
-/* ---------------------------------------------------------------- quantize */
+/* ---------------------------------------------------------------- quantize
+ * quant_tiles stages its tile in shared memory once (16-byte loads where the address allows),
+ * then takes every amax and writes every output from there: each input element is read from
+ * global memory once. The stage holds 256 bytes of each of the tile's 128 rows (a slab): the
+ * whole tile for 16-bit inputs, half of it (64 columns) for fp32 inputs (128 x 128 fp32 = 64 KiB
+ * would pass the 48 KiB of static shared memory). The one exception: fp32 inputs whose blocks
+ * span both slabs (1 x 128 rowwise blocks, 128 x 128 blocks) read the first slab again after the
+ * block scales are known. Outputs go out in runs of 16 bytes (one 16-byte store where aligned). */
 
-/* Element (r, c) of the input as fp32 (as the CPU's load_f32). */
-__device__ __forceinline__ float load_in(const xte_quant_args &a, int64_t r, int64_t c) {
-  size_t o = (size_t)r * (size_t)a.ld_in + (size_t)c;
-  if (a.in_kind == XTE_NUM_IN_F32) return xte_bits_f32(((const uint32_t *)a.in)[o]);
-  if (a.in_kind == XTE_NUM_IN_BF16) return xte_bf16_to_f32(((const uint16_t *)a.in)[o]);
-  return xte_fp16_to_f32(((const uint16_t *)a.in)[o]);
+/* Register loops unrolled on the device (indices into small arrays stay constants: no local
+ * memory); nothing for the host runner. */
+#if defined(__CUDACC__) || defined(__MUSACC__)
+#define XTE_Q_UNROLL _Pragma("unroll")
+#define XTE_Q_NO_UNROLL _Pragma("unroll 1")
+#else
+#define XTE_Q_UNROLL
+#define XTE_Q_NO_UNROLL
+#endif
+
+#define XTE_Q_SROW 272 /* bytes per staged row: 256 + 16 of padding (rows stay 16-byte aligned) */
+
+__device__ __forceinline__ int xte_q_esize(int in_kind) {
+  return in_kind == XTE_NUM_IN_F32 ? 4 : 2;
+}
+
+/* Input bits -> fp32, as the CPU's load_f32 */
+__device__ __forceinline__ float xte_q_f32_of(int in_kind, uint32_t u) {
+  if (in_kind == XTE_NUM_IN_F32) return xte_bits_f32(u);
+  if (in_kind == XTE_NUM_IN_BF16) return xte_bf16_to_f32((uint16_t)u);
+  return xte_fp16_to_f32((uint16_t)u);
+}
+
+/* Element j of a staged row (or of any row in memory) as fp32 */
+__device__ __forceinline__ float xte_q_ld(const uint8_t *row, int in_kind, int j) {
+  if (in_kind == XTE_NUM_IN_F32) return xte_bits_f32(((const uint32_t *)row)[j]);
+  return xte_q_f32_of(in_kind, ((const uint16_t *)row)[j]);
+}
+
+/* amax over the n (<= 16 / esize) elements of the 16 bytes at v */
+__device__ __forceinline__ float xte_q_amax16(float m, uint4 v, int in_kind, int n) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  int e;
+  if (in_kind == XTE_NUM_IN_F32) {
+    XTE_Q_UNROLL
+    for (e = 0; e < 4; e++)
+      if (e < n) m = xte_amax_update(m, xte_bits_f32(w[e]));
+  } else {
+    XTE_Q_UNROLL
+    for (e = 0; e < 8; e++)
+      if (e < n)
+        m = xte_amax_update(m, xte_q_f32_of(in_kind, (w[e >> 1] >> ((e & 1) * 16)) & 0xFFFFu));
+  }
+  return m;
 }
 
 /* Max over the block (every thread gets it); red holds NT floats. */
@@ -67,13 +115,38 @@ __device__ float block_max(float v, float *red) {
 }
 
 /* Whole-tensor amax (per-tensor current scaling) into *acc (fp32 bits; amax >= +0, never NaN,
- * so the unsigned order of the bits is the float order). */
+ * so the unsigned order of the bits is the float order). The tensor is walked as M rows of
+ * ceil(K / (16 / esize)) chunks of 16 bytes, chunk index i = row * cpr + chunk, grid-stride over
+ * i; (row, chunk) step by a fixed (dr, dc) (one 64-bit division per thread, none per element).
+ * A chunk at a 16-byte aligned address that lies wholly inside its row is one 16-byte load. */
 __global__ void __launch_bounds__(NT) amax_kernel(xte_quant_args a, unsigned *acc) {
   __shared__ float red[NT];
+  const int es = xte_q_esize(a.in_kind), epc = 16 / es;
+  const int64_t cpr = (a.K + epc - 1) / epc, nch = a.M * cpr;
+  const int64_t i0 = (int64_t)blockIdx.x * NT + threadIdx.x, step = (int64_t)gridDim.x * NT;
   float m = 0.0f;
-  int64_t r, c;
-  for (r = blockIdx.x; r < a.M; r += gridDim.x)
-    for (c = threadIdx.x; c < a.K; c += NT) m = xte_amax_update(m, load_in(a, r, c));
+  if ((int64_t)blockIdx.x * NT >= nch) return; /* the whole block: no barrier is skipped */
+  if (i0 < nch) {
+    const int64_t dr = step / cpr, dc = step % cpr;
+    int64_t r = i0 / cpr, ch = i0 % cpr;
+    while (r < a.M) {
+      const int64_t c = ch * epc;
+      const int n = (int)(a.K - c < epc ? a.K - c : epc);
+      const uint8_t *p = (const uint8_t *)a.in + ((size_t)r * (size_t)a.ld_in + (size_t)c) * es;
+      if (n == epc && ((uintptr_t)p & 15) == 0) {
+        m = xte_q_amax16(m, *(const uint4 *)p, a.in_kind, n);
+      } else {
+        int e;
+        for (e = 0; e < n; e++) m = xte_amax_update(m, xte_q_ld(p, a.in_kind, e));
+      }
+      r += dr;
+      ch += dc;
+      if (ch >= cpr) {
+        ch -= cpr;
+        r++;
+      }
+    }
+  }
   m = block_max(m, red);
   if (threadIdx.x == 0) atomicMax(acc, xte_f32_bits(m));
 }
@@ -89,133 +162,246 @@ __global__ void tensor_scale_kernel(xte_quant_args a, float *scratch) {
   scratch[1] = s.scale;
 }
 
-/* One 128 x 128 tile per block: both copies, their scales, the tile's amax. */
-__global__ void __launch_bounds__(NT)
-    quant_tiles(xte_quant_args a, const float *tensor_scale, unsigned *amax_acc, int64_t ntc) {
-  __shared__ uint8_t tq[TILE][TILE + 4]; /* the columnwise bytes before the transposed store */
-  __shared__ float red[NT];
-  __shared__ float gam[TILE][4]; /* rowwise: amax of each 32-wide group of a row */
-  __shared__ float gsc[TILE][4]; /* rowwise: the scale of each group's block */
-  __shared__ float csc[32];      /* columnwise: the scales of a 32-column strip */
-  const int tid = threadIdx.x, tx = tid & 31, ty = tid >> 5;
-  const int64_t tr = (int64_t)blockIdx.x / ntc, tc = (int64_t)blockIdx.x % ntc;
-  const int64_t r0 = tr * TILE, c0 = tc * TILE;
-  const int nr = (int)(a.M - r0 < TILE ? a.M - r0 : TILE);
-  const int nc = (int)(a.K - c0 < TILE ? a.K - c0 : TILE);
-  const int stage = a.col_q && a.col_transposed;
-  float tam = 0.0f;
-  int r, c, k;
-
-  if (a.mode == XTE_SCALING_PER_TENSOR || a.square) {
-    xte_block_scale s;
-    for (r = ty; r < nr; r += 8)
-      for (c = tx; c < nc; c += 32) tam = xte_amax_update(tam, load_in(a, r0 + r, c0 + c));
-    tam = block_max(tam, red);
-    if (a.square) {
-      s = xte_quant_block_scale(&a, tam);
-      if (tid == 0) {
-        if (a.row_q) xte_store_scale(&a.row_s, tr, tc, s);
-        if (a.col_q) {
-          if (a.col_transposed)
-            xte_store_scale(&a.col_s, tc, tr, s);
+/* Stages rows [0, nr) and columns [cg, cg + ncs) of the input (global row r0) into stg: 16
+ * chunks of 16 bytes per row; a chunk at an aligned address wholly inside the slab is one
+ * 16-byte load, any other one is read element by element. */
+__device__ __forceinline__ void xte_q_stage(const xte_quant_args &a, uint8_t *stg, int64_t r0,
+                                            int64_t cg, int nr, int ncs) {
+  const int es = xte_q_esize(a.in_kind), epc = 16 / es;
+  int k;
+  for (k = threadIdx.x; k < TILE * 16; k += NT) {
+    const int r = k >> 4, j0 = (k & 15) * epc;
+    if (r < nr && j0 < ncs) {
+      const uint8_t *src =
+          (const uint8_t *)a.in + ((size_t)(r0 + r) * (size_t)a.ld_in + (size_t)(cg + j0)) * es;
+      uint8_t *dst = stg + r * XTE_Q_SROW + j0 * es;
+      if (j0 + epc <= ncs && ((uintptr_t)src & 15) == 0) {
+        *(uint4 *)dst = *(const uint4 *)src;
+      } else {
+        int e;
+        for (e = 0; e < epc && j0 + e < ncs; e++) {
+          if (es == 4)
+            ((uint32_t *)dst)[e] = ((const uint32_t *)src)[e];
           else
-            xte_store_scale(&a.col_s, tr, tc, s);
-        }
-      }
-    } else {
-      s.scale = *tensor_scale;
-    }
-    for (r = ty; r < nr; r += 8) {
-      for (c = tx; c < nc; c += 32) {
-        uint8_t q =
-            xte_f32_to_fp8(xte_mul_nanprop(load_in(a, r0 + r, c0 + c), s.scale), a.fmt, a.saturate);
-        if (a.row_q) a.row_q[(size_t)(r0 + r) * (size_t)a.ld_row_q + (size_t)(c0 + c)] = q;
-        if (stage)
-          tq[r][c] = q;
-        else if (a.col_q)
-          a.col_q[(size_t)(r0 + r) * (size_t)a.ld_col_q + (size_t)(c0 + c)] = q;
-      }
-    }
-  } else {
-    if (a.row_q) { /* 1 x row_bw blocks (row_bw = 32 or 128) */
-      const int gpb = a.row_bw / 32;
-      for (k = tid; k < TILE * 4; k += NT) {
-        int g = k & 3, j;
-        float m = 0.0f;
-        r = k >> 2;
-        if (r < nr)
-          for (j = 0; j < 32 && g * 32 + j < nc; j++)
-            m = xte_amax_update(m, load_in(a, r0 + r, c0 + g * 32 + j));
-        gam[r][g] = m;
-      }
-      __syncthreads();
-      for (k = tid; k < TILE * 4; k += NT) {
-        int g = k & 3, h;
-        r = k >> 2;
-        if (r < nr && g % gpb == 0 && g * 32 < nc) {
-          float am = 0.0f;
-          xte_block_scale s;
-          for (h = g; h < g + gpb; h++) am = xte_fmaxf(am, gam[r][h]);
-          s = xte_quant_block_scale(&a, am);
-          tam = xte_fmaxf(tam, am);
-          xte_store_scale(&a.row_s, r0 + r, (c0 + g * 32) / a.row_bw, s);
-          for (h = g; h < g + gpb; h++) gsc[r][h] = s.scale;
-        }
-      }
-      __syncthreads();
-      for (r = ty; r < nr; r += 8)
-        for (c = tx; c < nc; c += 32)
-          a.row_q[(size_t)(r0 + r) * (size_t)a.ld_row_q + (size_t)(c0 + c)] = xte_f32_to_fp8(
-              xte_mul_nanprop(load_in(a, r0 + r, c0 + c), gsc[r][c >> 5]), a.fmt, a.saturate);
-    }
-    if (a.col_q) { /* col_bh x 1 blocks (col_bh = 32 or 128), strips of 32 columns */
-      const int bh = a.col_bh;
-      int cs, g;
-      for (cs = 0; cs * 32 < nc; cs++) {
-        const int cc = cs * 32 + tx, cv = cc < nc;
-        for (g = 0; g < nr; g += bh) {
-          const int gr = nr - g < bh ? nr - g : bh;
-          float m = 0.0f;
-          if (cv)
-            for (r = ty; r < gr; r += 8) m = xte_amax_update(m, load_in(a, r0 + g + r, c0 + cc));
-          red[tid] = m;
-          __syncthreads();
-          if (ty == 0 && cv) {
-            float am = 0.0f;
-            int y;
-            int64_t gblk = (r0 + g) / bh;
-            xte_block_scale s;
-            for (y = 0; y < 8; y++) am = xte_fmaxf(am, red[y * 32 + tx]);
-            s = xte_quant_block_scale(&a, am);
-            tam = xte_fmaxf(tam, am);
-            if (a.col_transposed)
-              xte_store_scale(&a.col_s, c0 + cc, gblk, s);
-            else
-              xte_store_scale(&a.col_s, gblk, c0 + cc, s);
-            csc[tx] = s.scale;
-          }
-          __syncthreads();
-          if (cv) {
-            for (r = ty; r < gr; r += 8) {
-              uint8_t q = xte_f32_to_fp8(xte_mul_nanprop(load_in(a, r0 + g + r, c0 + cc), csc[tx]),
-                                         a.fmt, a.saturate);
-              if (stage)
-                tq[g + r][cc] = q;
-              else
-                a.col_q[(size_t)(r0 + g + r) * (size_t)a.ld_col_q + (size_t)(c0 + cc)] = q;
-            }
-          }
-          __syncthreads();
+            ((uint16_t *)dst)[e] = ((const uint16_t *)src)[e];
         }
       }
     }
   }
+}
 
-  if (stage) { /* the tile transposed: column c of the input is row c0 + c of col_q */
-    __syncthreads();
-    for (c = ty; c < nc; c += 8)
-      for (r = tx; r < nr; r += 32)
-        a.col_q[(size_t)(c0 + c) * (size_t)a.ld_col_q + (size_t)(r0 + r)] = tq[r][c];
+/* Scale sources of an output element (r, j) (tile row, slab column) */
+enum { XTE_Q_UNIFORM = 0, XTE_Q_ROWS = 1, XTE_Q_COLS = 2 };
+
+/* Quantizes n <= 16 staged elements starting at (r, j), stepping (dr, dj) = (0, 1) along a row
+ * or (1, 0) down a column, into the n bytes at dst: one 16-byte store when n = 16 and dst is
+ * aligned. Scales: su (uniform), gsc[r][(js + j) / 32] (1 x row_bw blocks; js: the slab's first
+ * tile column) or csc[r / 32][j] (col_bh x 1 blocks). */
+__device__ __forceinline__ void xte_q_run16(const xte_quant_args &a, const uint8_t *stg, int r,
+                                            int j, int dr, int dj, int n, int how, float su,
+                                            const float (*gsc)[4], const float (*csc)[TILE], int js,
+                                            uint8_t *dst) {
+  uint32_t w[4] = {0u, 0u, 0u, 0u};
+  int e;
+  XTE_Q_UNROLL
+  for (e = 0; e < 16; e++) {
+    if (e < n) {
+      const int rr = r + e * dr, jj = j + e * dj;
+      const float s = how == XTE_Q_UNIFORM ? su
+                      : how == XTE_Q_ROWS  ? gsc[rr][(js + jj) >> 5]
+                                           : csc[rr >> 5][jj];
+      const uint32_t q = xte_f32_to_fp8(
+          xte_mul_nanprop(xte_q_ld(stg + rr * XTE_Q_SROW, a.in_kind, jj), s), a.fmt, a.saturate);
+      w[e >> 2] |= q << ((e & 3) * 8);
+    }
+  }
+  if (n == 16 && ((uintptr_t)dst & 15) == 0) {
+    *(uint4 *)dst = make_uint4(w[0], w[1], w[2], w[3]);
+  } else {
+    XTE_Q_UNROLL
+    for (e = 0; e < 16; e++)
+      if (e < n) dst[e] = (uint8_t)(w[e >> 2] >> ((e & 3) * 8));
+  }
+}
+
+/* The outputs of the staged slab (rows [0, nr), slab columns [0, ncs), tile columns from js):
+ * the rowwise copy when do_row (scales: row_how), the columnwise copy when do_col (col_how).
+ * Row-major copies in runs of 16 along a row; a transposed columnwise copy (column c0 + js + j
+ * of the input is its row c0 + js + j) in runs of 16 down a column, 8 threads writing one
+ * 128-byte output row. No barrier inside. */
+__device__ __forceinline__ void xte_q_outputs(const xte_quant_args &a, const uint8_t *stg,
+                                              int64_t r0, int64_t c0, int js, int nr, int ncs,
+                                              int do_row, int do_col, int row_how, int col_how,
+                                              float su, const float (*gsc)[4],
+                                              const float (*csc)[TILE]) {
+  int k, o;
+  XTE_Q_NO_UNROLL
+  for (o = 0; o < 2; o++) {
+    uint8_t *q = o ? a.col_q : a.row_q;
+    const int64_t ld = o ? a.ld_col_q : a.ld_row_q;
+    const int how = o ? col_how : row_how;
+    if (!(o ? do_col && !a.col_transposed : do_row)) continue;
+    for (k = threadIdx.x; k < TILE * 8; k += NT) {
+      const int r = k >> 3, j = (k & 7) * 16;
+      if (r < nr && j < ncs)
+        xte_q_run16(a, stg, r, j, 0, 1, ncs - j < 16 ? ncs - j : 16, how, su, gsc, csc, js,
+                    q + (size_t)(r0 + r) * (size_t)ld + (size_t)(c0 + js + j));
+    }
+  }
+  if (do_col && a.col_transposed) {
+    for (k = threadIdx.x; k < TILE * 8; k += NT) {
+      const int j = k >> 3, r = (k & 7) * 16;
+      if (j < ncs && r < nr)
+        xte_q_run16(a, stg, r, j, 1, 0, nr - r < 16 ? nr - r : 16, col_how, su, gsc, csc, js,
+                    a.col_q + (size_t)(c0 + js + j) * (size_t)a.ld_col_q + (size_t)(r0 + r));
+    }
+  }
+}
+
+/* The square (128 x 128) block's scale from the tile amax tam (every thread): returns the scale,
+ * thread 0 stores scale_inv for both copies. */
+__device__ __forceinline__ float xte_q_square_scale(const xte_quant_args &a, float tam, int64_t tr,
+                                                    int64_t tc) {
+  const xte_block_scale bs = xte_quant_block_scale(&a, tam);
+  if (threadIdx.x == 0) {
+    if (a.row_q) xte_store_scale(&a.row_s, tr, tc, bs);
+    if (a.col_q) {
+      if (a.col_transposed)
+        xte_store_scale(&a.col_s, tc, tr, bs);
+      else
+        xte_store_scale(&a.col_s, tr, tc, bs);
+    }
+  }
+  return bs.scale;
+}
+
+/* One 128 x 128 tile per block: both copies, their scales, the tile's amax. */
+__global__ void __launch_bounds__(NT)
+    quant_tiles(xte_quant_args a, const float *tensor_scale, unsigned *amax_acc, int64_t ntc) {
+  __shared__ uint4 stg4[TILE * XTE_Q_SROW / 16]; /* the staged slab */
+  __shared__ float red[NT];
+  __shared__ float gam[TILE][4]; /* rowwise: amax of each 32-wide group of a row */
+  __shared__ float gsc[TILE][4]; /* rowwise: the scale of each group's block */
+  __shared__ float cam[4][TILE]; /* columnwise: amax of each 32-row group of a slab column */
+  __shared__ float csc[4][TILE]; /* columnwise: the scale of each 32-row group's block */
+  uint8_t *stg = (uint8_t *)stg4;
+  const int tid = threadIdx.x;
+  const int64_t tr = (int64_t)blockIdx.x / ntc, tc = (int64_t)blockIdx.x % ntc;
+  const int64_t r0 = tr * TILE, c0 = tc * TILE;
+  const int nr = (int)(a.M - r0 < TILE ? a.M - r0 : TILE);
+  const int nc = (int)(a.K - c0 < TILE ? a.K - c0 : TILE);
+  const int es = xte_q_esize(a.in_kind), W = 256 / es, lw = es == 4 ? 6 : 7, ng = W / 32;
+  const int nslab = (nc + W - 1) / W;
+  const int sq = a.square, uni = sq || a.mode == XTE_SCALING_PER_TENSOR;
+  /* blocks that need both slabs before their scale is known: the first slab is read again */
+  const int split = nslab > 1 && (sq || (!uni && a.row_q && a.row_bw == 128));
+  const int row_how = uni ? XTE_Q_UNIFORM : XTE_Q_ROWS, col_how = uni ? XTE_Q_UNIFORM : XTE_Q_COLS;
+  const int nit = split ? 2 * nslab : nslab;
+  float tam = 0.0f, su = uni && !sq ? *tensor_scale : 0.0f;
+  int it, k;
+
+  /* Passes: the slabs in order (amaxes, scales, outputs); under split, then the slabs again in
+   * reverse order (the last one is still staged) for the outputs that waited for the scales. */
+  for (it = 0; it < nit; it++) {
+    const int late = it >= nslab, s = late ? nit - 1 - it : it;
+    const int js = s * W, ncs = nc - js < W ? nc - js : W;
+    if (it != nslab) {         /* it == nslab: a split's second pass starts on the staged slab */
+      if (it) __syncthreads(); /* every reader of the previous slab is done */
+      xte_q_stage(a, stg, r0, c0 + js, nr, ncs);
+      __syncthreads();
+    }
+    if (!late) {
+      if (uni) { /* per-tensor or 128 x 128 blocks: the tile amax */
+        for (k = tid; k < TILE * W; k += NT) {
+          const int r = k >> lw, j = k & (W - 1);
+          if (r < nr && j < ncs)
+            tam = xte_amax_update(tam, xte_q_ld(stg + r * XTE_Q_SROW, a.in_kind, j));
+        }
+        if (sq && !split) su = xte_q_square_scale(a, tam = block_max(tam, red), tr, tc);
+      } else {
+        if (a.row_q) { /* 1 x row_bw blocks (row_bw = 32 or 128): amax of each 32-wide group */
+          for (k = tid; k < TILE * ng; k += NT) {
+            const int r = k >> (lw - 5), g = k & (ng - 1);
+            float m = 0.0f;
+            int j;
+            if (r < nr)
+              for (j = g * 32; j < g * 32 + 32 && j < ncs; j++)
+                m = xte_amax_update(m, xte_q_ld(stg + r * XTE_Q_SROW, a.in_kind, j));
+            gam[r][s * ng + g] = m;
+          }
+        }
+        if (a.col_q) { /* col_bh x 1 blocks (col_bh = 32 or 128): amax of each 32-row group */
+          for (k = tid; k < 4 * W; k += NT) {
+            const int j = k & (W - 1), h = k >> lw;
+            float m = 0.0f;
+            int r;
+            if (j < ncs)
+              for (r = h * 32; r < h * 32 + 32 && r < nr; r++)
+                m = xte_amax_update(m, xte_q_ld(stg + r * XTE_Q_SROW, a.in_kind, j));
+            cam[h][j] = m;
+          }
+        }
+        __syncthreads();
+        if (a.row_q && !split) { /* the scales of the row blocks that lie in this slab */
+          const int gpb = a.row_bw / 32;
+          for (k = tid; k < TILE * ng; k += NT) {
+            const int r = k >> (lw - 5), g = s * ng + (k & (ng - 1));
+            if (r < nr && g % gpb == 0 && g * 32 < nc) {
+              float am = 0.0f;
+              xte_block_scale bs;
+              int h;
+              for (h = g; h < g + gpb && h * 32 < nc; h++) am = xte_fmaxf(am, gam[r][h]);
+              bs = xte_quant_block_scale(&a, am);
+              tam = xte_fmaxf(tam, am);
+              xte_store_scale(&a.row_s, r0 + r, (c0 >> (a.row_bw == 128 ? 7 : 5)) + g / gpb, bs);
+              for (h = g; h < g + gpb; h++) gsc[r][h] = bs.scale;
+            }
+          }
+        }
+        if (a.col_q) { /* the column blocks' scales */
+          const int hpb = a.col_bh / 32;
+          for (k = tid; k < 4 * W; k += NT) {
+            const int j = k & (W - 1), h = k >> lw;
+            if (j < ncs && h % hpb == 0 && h * 32 < nr) {
+              float am = 0.0f;
+              xte_block_scale bs;
+              const int64_t gblk = (r0 >> (a.col_bh == 128 ? 7 : 5)) + h / hpb;
+              int y;
+              for (y = h; y < h + hpb && y * 32 < nr; y++) am = xte_fmaxf(am, cam[y][j]);
+              bs = xte_quant_block_scale(&a, am);
+              tam = xte_fmaxf(tam, am);
+              if (a.col_transposed)
+                xte_store_scale(&a.col_s, c0 + js + j, gblk, bs);
+              else
+                xte_store_scale(&a.col_s, gblk, c0 + js + j, bs);
+              for (y = h; y < h + hpb; y++) csc[y][j] = bs.scale;
+            }
+          }
+        }
+        __syncthreads();
+      }
+    } else if (it == nslab) { /* split (fp32, nc > 64): the scales that needed both slabs */
+      if (sq) {
+        su = xte_q_square_scale(a, tam = block_max(tam, red), tr, tc);
+      } else { /* 1 x 128 row blocks */
+        for (k = tid; k < TILE; k += NT) {
+          if (k < nr) {
+            float am = 0.0f;
+            xte_block_scale bs;
+            int h;
+            for (h = 0; h < 4 && h * 32 < nc; h++) am = xte_fmaxf(am, gam[k][h]);
+            bs = xte_quant_block_scale(&a, am);
+            tam = xte_fmaxf(tam, am);
+            xte_store_scale(&a.row_s, r0 + k, c0 >> 7, bs);
+            for (h = 0; h < 4; h++) gsc[k][h] = bs.scale;
+          }
+        }
+        __syncthreads();
+      }
+    }
+    /* under split the rowwise copy (and with 128 x 128 blocks the columnwise one) waits */
+    xte_q_outputs(a, stg, r0, c0, js, nr, ncs, a.row_q && (!split || late),
+                  a.col_q && (split && uni ? late : !late), row_how, col_how, su, gsc, csc);
   }
   if (amax_acc) {
     tam = block_max(tam, red);
@@ -225,12 +411,25 @@ __global__ void __launch_bounds__(NT)
 
 /* ---------------------------------------------------------------- dequantize */
 
+/* x / d for 0 <= x, 0 < d: a 32-bit division whenever x fits (every realistic row or column
+ * index), the 64-bit one otherwise. */
+__device__ __forceinline__ int64_t xte_q_div(int64_t x, int d) {
+  return x <= (int64_t)0xFFFFFFFFu ? (int64_t)((uint32_t)x / (uint32_t)d) : x / d;
+}
+
+/* Grid-stride over the R x C elements; (r, c) step by a fixed (dr, dc), so the only 64-bit
+ * divisions are one per thread. */
 __global__ void __launch_bounds__(NT) dequant_kernel(xte_dequant_args a) {
-  const int64_t n = a.R * a.C;
-  int64_t i;
-  for (i = (int64_t)blockIdx.x * NT + threadIdx.x; i < n; i += (int64_t)gridDim.x * NT) {
-    const int64_t r = i / a.C, c = i % a.C;
-    const float s = xte_load_scale_inv(&a.s, r / a.bh, c / a.bw);
+  const int64_t n = a.R * a.C, i0 = (int64_t)blockIdx.x * NT + threadIdx.x;
+  const int64_t step = (int64_t)gridDim.x * NT;
+  int64_t r, c, dr, dc;
+  if (i0 >= n) return;
+  dr = step / a.C;
+  dc = step % a.C;
+  r = i0 / a.C;
+  c = i0 % a.C;
+  while (r < a.R) {
+    const float s = xte_load_scale_inv(&a.s, xte_q_div(r, a.bh), xte_q_div(c, a.bw));
     const float v =
         xte_mul_nanprop(xte_fp8_to_f32(a.q[(size_t)r * (size_t)a.ld_q + (size_t)c], a.fmt), s);
     const size_t o = (size_t)r * (size_t)a.ld_out + (size_t)c;
@@ -240,6 +439,12 @@ __global__ void __launch_bounds__(NT) dequant_kernel(xte_dequant_args a) {
       ((uint16_t *)a.out)[o] = xte_f32_to_bf16(v);
     else
       ((uint16_t *)a.out)[o] = xte_f32_to_fp16(v);
+    r += dr;
+    c += dc;
+    if (c >= a.C) {
+      c -= a.C;
+      r++;
+    }
   }
 }
 

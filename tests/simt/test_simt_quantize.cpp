@@ -317,7 +317,8 @@ static bool valid_combo(int mode, int recipe, int layout) {
 struct shape {
   int64_t M, K, ld_in;
   int pad_out;
-  int full; /* every dtype x fp8 format x copies combination; else one rotated combination */
+  int full;    /* every dtype x fp8 format x copies combination; else one rotated combination */
+  int off = 0; /* the input starts this many elements past a 16-byte boundary (unaligned loads) */
 };
 
 static void quantize_cases() {
@@ -326,16 +327,47 @@ static void quantize_cases() {
   static const xte_dtype deq_dts[] = {XTE_DTYPE_FP32, XTE_DTYPE_BF16, XTE_DTYPE_FP16};
   std::vector<shape> shapes;
   if (reduced) {
-    shapes = {{0, 16, 16, 0, 0}, {1, 1, 1, 0, 0}, {33, 140, 143, 1, 0}};
+    shapes = {{0, 16, 16, 0, 0}, {1, 1, 1, 0, 0}, {33, 140, 143, 1, 0}, {9, 70, 72, 0, 0, 1}};
   } else {
-    shapes = {{0, 16, 16, 0, 0},     {16, 0, 1, 0, 0},      {1, 1, 1, 0, 0},     {1, 16, 16, 0, 1},
-              {65, 96, 96, 0, 1},    {65, 96, 101, 1, 1},   {3, 300, 300, 0, 0}, {129, 1, 1, 0, 0},
-              {130, 257, 261, 1, 1}, {256, 384, 384, 0, 0}, {200, 33, 40, 1, 1}};
+    shapes = {{0, 16, 16, 0, 0},
+              {16, 0, 1, 0, 0},
+              {1, 1, 1, 0, 0},
+              {1, 16, 16, 0, 1},
+              {65, 96, 96, 0, 1},
+              {65, 96, 101, 1, 1},
+              {3, 300, 300, 0, 0},
+              {129, 1, 1, 0, 0},
+              {130, 257, 261, 1, 1},
+              {256, 384, 384, 0, 0},
+              {200, 33, 40, 1, 1},
+              /* the GPU kernels' 16-byte paths and their fallbacks: a base 1 element past a
+               * 16-byte boundary; rows whose alignment alternates (bf16 ld 140: 280 bytes);
+               * the fp32 tile in two 64-column slabs with a partial second one (K 100) */
+              {65, 200, 200, 0, 0, 1},
+              {70, 136, 140, 1, 1},
+              {70, 136, 140, 0, 0, 3},
+              {129, 100, 100, 0, 0},
+              /* tall-skinny and short-wide: the whole-tensor amax spread over the grid */
+              {3000, 3, 3, 0, 0},
+              {2100, 1, 2, 1, 0},
+              {1, 5000, 5000, 0, 0},
+              {2, 4099, 4101, 1, 0, 2}};
   }
   int variant = 0;
   for (const shape &s : shapes) {
     std::vector<uint8_t> inputs[3];
-    for (int di = 0; di < 3; di++) inputs[di] = make_input(s.M, s.K, s.ld_in, in_dts[di]);
+    size_t skip[3] = {0, 0, 0}; /* where the input starts in inputs[di] */
+    for (int di = 0; di < 3; di++) {
+      inputs[di] = make_input(s.M, s.K, s.ld_in, in_dts[di]);
+      if (s.off) { /* the same bytes, moved to 16 * k + off elements in a fresh buffer */
+        std::vector<uint8_t> moved(inputs[di].size() + 32, 0xEE);
+        uint8_t *base = moved.data();
+        size_t pad = (16 - ((uintptr_t)base & 15)) & 15;
+        skip[di] = pad + (size_t)s.off * xte_dtype_size(in_dts[di]);
+        std::memcpy(base + skip[di], inputs[di].data(), inputs[di].size());
+        inputs[di].swap(moved);
+      }
+    }
     for (int mode = 0; mode < XTE_SCALING_COUNT; mode++)
       for (int recipe = 0; recipe < XTE_RECIPE_COUNT; recipe++)
         for (int layout = 0; layout < XTE_SCALE_LAYOUT_COUNT; layout++) {
@@ -364,10 +396,72 @@ static void quantize_cases() {
             q.deq_dt = variant % 3 == 0 ? deq_dts[(variant / 3) % 3] : XTE_DTYPE_COUNT;
             q.deq_all_bytes = variant % 6 == 0;
             variant++;
-            run_quant(q, inputs[sel % 3].data());
+            run_quant(q, inputs[sel % 3].data() + skip[sel % 3]);
           }
         }
   }
+}
+
+/* Per-tensor current scaling with one largest |x| (3.0, all others <= 0.5) placed in turn at each
+ * position class of the GPU's whole-tensor amax walk (16-byte chunks along each row): first and
+ * last element of a chunk, of a row, of the tensor, a chunk cut by the row end, rows whose
+ * alignment differs, an unaligned start. The scale, the amax and every byte depend on that one
+ * element. */
+static void amax_position_cases() {
+  struct pshape {
+    int64_t M, K, ld;
+    int off;
+  };
+  static const xte_dtype in_dts[] = {XTE_DTYPE_FP32, XTE_DTYPE_BF16, XTE_DTYPE_FP16};
+  /* not in the reduced list: each case launches the 1024-block amax grid, slow on the
+   * ThreadSanitizer variant's OS-thread engine */
+  static const pshape ps[] = {{1, 4099, 4099, 0}, {300, 24, 24, 0}, {5, 1000, 1003, 1}};
+  const int nps = reduced ? 0 : (int)(sizeof ps / sizeof ps[0]);
+  for (int di = 0; di < 3; di++)
+    for (int si = 0; si < nps; si++) {
+      const pshape &sh = ps[si];
+      const int64_t epc = 16 / (int64_t)xte_dtype_size(in_dts[di]);
+      const int64_t pos[][2] = {{0, 0},
+                                {0, 1},
+                                {0, epc - 1},
+                                {0, epc},
+                                {sh.M / 2, (sh.K / 2 / epc) * epc + epc - 1},
+                                {sh.M / 2, sh.K - 1},
+                                {sh.M - 1, 0},
+                                {sh.M - 1, sh.K - 1}};
+      for (const auto &p : pos) {
+        const int64_t pr = p[0], pc = p[1] < sh.K ? p[1] : sh.K - 1;
+        const size_t n = (size_t)(sh.M * sh.ld);
+        std::vector<float> f(n);
+        for (int64_t r = 0; r < sh.M; r++)
+          for (int64_t c = 0; c < sh.ld; c++)
+            f[r * sh.ld + c] =
+                c < sh.K ? (float)((r * 7 + c * 13) % 17 - 8) * 0.0625f : bitsf(0x7FC0DEADu);
+        f[pr * sh.ld + pc] = (pr + pc) & 1 ? -3.0f : 3.0f;
+        const size_t es = xte_dtype_size(in_dts[di]);
+        std::vector<uint8_t> buf(n * es + 64, 0xEE);
+        const size_t skip = ((16 - ((uintptr_t)buf.data() & 15)) & 15) + (size_t)sh.off * es;
+        xte_tensor a = xte_tensor_1d(f.data(), XTE_DTYPE_FP32, (int64_t)n);
+        xte_tensor b = xte_tensor_1d(buf.data() + skip, in_dts[di], (int64_t)n);
+        must(xte_cast(&a, &b, 1, cpu), "xte_cast (amax position input)");
+        qcase q;
+        q.M = sh.M;
+        q.K = sh.K;
+        q.ld_in = sh.ld;
+        q.pad_out = 0;
+        q.in_dt = in_dts[di];
+        q.q_dt = XTE_DTYPE_E4M3;
+        q.mode = XTE_SCALING_PER_TENSOR;
+        q.recipe = XTE_RECIPE_TE_CURRENT;
+        q.layout = XTE_SCALE_LAYOUT_COMPACT;
+        q.row = 1;
+        q.col = 0;
+        q.cfg = xte_quant_config_default();
+        q.deq_dt = XTE_DTYPE_COUNT;
+        q.deq_all_bytes = 0;
+        run_quant(q, buf.data() + skip);
+      }
+    }
 }
 
 /* ---------------------------------------------------------------- cast */
@@ -505,6 +599,7 @@ int main(int argc, char **argv) {
               reduced ? "reduced" : "full");
   warp_selftest();
   quantize_cases();
+  amax_position_cases();
   cast_cases();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (failures > max_reported) std::fprintf(stderr, "... %d more\n", failures - max_reported);
