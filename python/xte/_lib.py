@@ -380,6 +380,8 @@ _PROTOTYPES = {
     "xte_ep_prepare": (_st, [ctypes.c_void_p, _T, ctypes.c_void_p, ctypes.c_size_t, _P(EpCounts),
                              _T, _S]),
     "xte_ep_dispatch": (_st, [ctypes.c_void_p, ctypes.c_void_p, _T, _T, _T, _T, _T, _T, _S]),
+    "xte_ep_dispatch_tokens": (_st, [ctypes.c_void_p, ctypes.c_void_p, _T, _T, _T, _T, _T, _T, _T,
+                                     _S]),
     "xte_ep_combine": (_st, [ctypes.c_void_p, ctypes.c_void_p, _T, _T, _T, _T, _S]),
     "xte_ep_combine_backward": (_st, [ctypes.c_void_p, ctypes.c_void_p, _T, _T, _T, _T, _T, _S]),
     "xte_ep_dispatch_backward": (_st, [ctypes.c_void_p, ctypes.c_void_p, _T, _T, _S]),

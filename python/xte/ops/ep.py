@@ -171,6 +171,32 @@ class EPGroup:
              _ptr(vrs), _ptr(vrw), stream_of(vx, vs, vw))
         return rx, rs, rw
 
+    def dispatch_tokens(self, handle, x, x_scales=None, topk_weights=None):
+        """Token-major dispatch (DeepEP's normal-mode layout): x [T, hidden] (as dispatch) ->
+        (recv_x [recv_tokens, hidden], recv_scales or None, recv_topk_idx int32 [recv_tokens,
+        topk]: the local expert of each slot, -1 where it lives on another rank, recv_topk_weights
+        fp32 [recv_tokens, topk] or None). moe_permute of these rows gives dispatch's recv_x; it
+        counts as the step's dispatch (combine and the backwards follow it)."""
+        vx = view(x, "x", _X)
+        vs = view_opt(x_scales, "x_scales", (DType.FP32, DType.E8M0))
+        vw = view_opt(topk_weights, "topk_weights", (DType.FP32,))
+        n = handle.recv_tokens
+        rx = empty(vx, (n, self.hidden), vx.dtype)
+        vrx = view(rx, "recv_x", writable=True)
+        ri = empty(vx, (n, self.topk), DType.INT32)
+        vri = view(ri, "recv_topk_idx", writable=True)
+        rs = vrs = rw = vrw = None
+        if vs is not None:
+            cols = vs.shape[-1] if vs.shape else 0
+            rs = empty(vx, (n, cols), vs.dtype)
+            vrs = view(rs, "recv_scales", writable=True)
+        if vw is not None:
+            rw = empty(vx, (n, self.topk), DType.FP32)
+            vrw = view(rw, "recv_topk_weights", writable=True)
+        call("xte_ep_dispatch_tokens", self._g, handle.ptr, vx.ptr, _ptr(vs), _ptr(vw), vrx.ptr,
+             _ptr(vrs), vri.ptr, _ptr(vrw), stream_of(vx, vs, vw))
+        return rx, rs, ri, rw
+
     def combine(self, handle, expert_out, topk_weights=None, out_dtype=None):
         """expert_out [>= recv_rows, hidden] fp32 / bf16 -> (out [T, hidden], slot_rows): out
         weighted and summed in xte_moe_unpermute's order; slot_rows (the rows that came back)
