@@ -2,6 +2,7 @@
  * layouts, masks, GQA, head dims, softcap, ALiBi, varlen; against central finite differences
  * in fp64 on small shapes; run-to-run bitwise repeatability. */
 #include <criterion/criterion.h>
+#include <time.h>
 
 #include "test_attention_oracle.h"
 
@@ -159,4 +160,55 @@ Test(attention_bwd, repeatable) {
   }
   for (w = 0; w < 3; w++) free(a[w]);
   ta_free(&d);
+}
+
+/* No query rows (dQ empty) with 2^31 - 1 query heads on one KV head: dK and dV are +0 and the
+ * call takes no time per empty head (it looped over every query head per KV block: 30 s, a
+ * fuzz timeout). */
+static void shape4(xte_tensor *t, void *data, int64_t s, int64_t h, int64_t d) {
+  memset(t, 0, sizeof *t);
+  t->dtype = XTE_DTYPE_FP32;
+  t->rank = 4;
+  t->data = data;
+  t->shape[0] = 1;
+  t->shape[1] = s;
+  t->shape[2] = h;
+  t->shape[3] = d;
+}
+
+Test(attention_bwd, no_query_rows_many_heads) {
+  const int64_t hq = ((int64_t)1 << 31) - 1;
+  float k[5 * 8], v[5 * 8], dk[5 * 8], dv[5 * 8], none[4] = {0};
+  xte_tensor Q, K, V, O, dO, L, dQ, dK, dV;
+  xte_attention_config cfg = xte_attention_config_default();
+  clock_t t0;
+  double secs;
+  int i;
+  for (i = 0; i < 40; i++) k[i] = v[i] = (float)(i % 7) - 3.0f, dk[i] = dv[i] = -1.0f;
+  shape4(&Q, none, 0, hq, 8);
+  shape4(&O, none, 0, hq, 8);
+  shape4(&dO, none, 0, hq, 8);
+  shape4(&dQ, none, 0, hq, 8);
+  shape4(&K, k, 5, 1, 8);
+  shape4(&V, v, 5, 1, 8);
+  shape4(&dK, dk, 5, 1, 8);
+  shape4(&dV, dv, 5, 1, 8);
+  memset(&L, 0, sizeof L);
+  L.dtype = XTE_DTYPE_FP32;
+  L.rank = 3;
+  L.data = none;
+  L.shape[0] = 1;
+  L.shape[1] = hq;
+  L.shape[2] = 0;
+  t0 = clock();
+  cr_assert_eq(xte_attention_bwd(&Q, &K, &V, &O, &dO, &L, &dQ, &dK, &dV, &cfg, NULL), XTE_SUCCESS,
+               "%s", xte_last_error());
+  secs = (double)(clock() - t0) / CLOCKS_PER_SEC;
+  for (i = 0; i < 40; i++) {
+    uint32_t a, b;
+    memcpy(&a, &dk[i], 4);
+    memcpy(&b, &dv[i], 4);
+    cr_expect(a == 0 && b == 0, "dK[%d] = 0x%08x, dV[%d] = 0x%08x, want +0", i, a, i, b);
+  }
+  cr_expect(secs < 3.0, "%.1f s of CPU time for no query rows", secs);
 }

@@ -394,7 +394,7 @@ static xte_status make_q_tasks(actx *c) {
   if (c->cache || c->bygroup) { /* a head's tiles one after the other (its longest first) */
     for (b = 0; b < a->batch; b++) {
       seq(a, 0, b, &t0, &len);
-      for (h = 0; h < a->hq; h++)
+      for (h = 0; h < (len > 0 ? a->hq : 0); h++) /* no query rows: no heads to visit */
         for (ti = (len + BM - 1) / BM - 1; ti >= 0; ti--) set_task(c->qlist, n, k++, b, h, ti * BM);
     }
     return XTE_SUCCESS;
@@ -819,7 +819,8 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
     Qc = Qw;
     Gc = Gw;
   }
-  for (g = g0; g < g1; g++) {
+  /* no query rows: no query heads to visit (G may be 2^31 when dQ is empty) */
+  for (g = g0; g < (lq > 0 ? g1 : g0); g++) {
     const int64_t h = hk * c->G + g;
     xte_attn_score sp = score_for(a, b, h, NULL);
     const int plain = !sp.softcap && !sp.alibi;

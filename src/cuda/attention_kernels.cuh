@@ -454,7 +454,8 @@ __global__ void __launch_bounds__(XTE_ATTN_NT)
   const int64_t off = lkv - lq;
   for (int64_t e = tid; e < KC * dq; e += blockDim.x) sK[e / dq][e % dq] = 0.0f;
   for (int64_t e = tid; e < KC * dv; e += blockDim.x) sV[e / dv][e % dv] = 0.0f;
-  for (int64_t g = 0; g < G; g++) {
+  /* no query rows: no query heads to visit (G may be 2^31 when dQ is empty) */
+  for (int64_t g = 0; g < (lq > 0 ? G : 0); g++) {
     const int64_t h = hk * G + g;
     const xte_attn_score sp = xte_attn_score_for(a, b, h, NULL);
     for (int64_t i0 = 0; i0 < lq; i0 += BM) {

@@ -43,11 +43,11 @@ typedef __mmask16 xm;
 #define xv_stream(p, v) _mm512_stream_ps((p), (v))
 #define xv_sfence() _mm_sfence()
 #define xm_bits(m) ((unsigned)(m))
+#ifdef XTE_AVX512_SIMDE
 static inline __m512 xv_pow2(__m512 k) {
   __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127));
   return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
 }
-#ifdef XTE_AVX512_SIMDE
 /* SIMDe's scalef multiplies by exp2(floor(k)), exact only where 2^k is normal */
 #define xv_ldexp(y, k) xv_mul((y), xv_pow2(k))
 #else
