@@ -133,40 +133,6 @@ __device__ __forceinline__ int64_t xte_attn_max(int64_t x, int64_t y) {
   return x > y ? x : y;
 }
 
-/* Every thread: the hull [*jlo, *jhi) of the non-empty visible-key ranges of rows i0 + r, r < nr
- * (empty: *jlo >= *jhi); thread r < nr stores row r's range in slo[r], shi[r] and returns 1 (the
- * caller then sets its other per-row state), the others return 0. nr <= blockDim.x. */
-__device__ __forceinline__ int xte_attn_tile_ranges(const xte_attn_args &a, int64_t i0, int64_t nr,
-                                                    int64_t lq, int64_t lkv, int tid, int64_t *slo,
-                                                    int64_t *shi, int64_t *jlo, int64_t *jhi) {
-  *jlo = INT64_MAX;
-  *jhi = 0;
-  for (int r = 0; r < nr; r++) {
-    int64_t lo, hi;
-    xte_attn_row_range(i0 + r, lq, lkv, a.mask, a.window_left, a.window_right, &lo, &hi);
-    if (lo < hi) {
-      *jlo = xte_attn_min(*jlo, lo);
-      *jhi = xte_attn_max(*jhi, hi);
-    }
-    if (tid == r) {
-      slo[r] = lo;
-      shi[r] = hi;
-    }
-  }
-  return tid < nr;
-}
-
-/* Whether a row r < nr sees a key of the block [j0, j0 + nb) (the same answer in every thread:
- * they read the same shared ranges); thread r < nr sets sact[r]. */
-__device__ __forceinline__ int xte_attn_block_active(const int64_t *slo, const int64_t *shi,
-                                                     int64_t nr, int64_t j0, int64_t nb, int tid,
-                                                     int *sact) {
-  int any = 0;
-  for (int r = 0; r < nr; r++) any |= xte_attn_max(slo[r], j0) < xte_attn_min(shi[r], j0 + nb);
-  if (any && tid < nr) sact[tid] = xte_attn_max(slo[tid], j0) < xte_attn_min(shi[tid], j0 + nb);
-  return any;
-}
-
 /* ---------------------------------------------------------------- cu_seqlens check
  * One thread, the CPU's order (check_cu for q, then for kv). v[0]: 0 good, 1 cu[0] < 0,
  * 2 decreasing, 3 a length past the max, 4 cu[batch] past the tensor; v[1]: 0 q / 1 kv;
@@ -276,16 +242,29 @@ __global__ void __launch_bounds__(XTE_ATTN_NT) xte_attn_fwd_kernel(xte_attn_args
   const int64_t nr = xte_attn_min(R, lq - i0), off = lkv - lq;
   float vdesc;
   const xte_attn_score sp = xte_attn_score_for(a, b, h, &vdesc);
-  int64_t jlo, jhi;
-  if (xte_attn_tile_ranges(a, i0, nr, lq, lkv, tid, slo, shi, &jlo, &jhi)) {
-    sm[tid] = xte_attn_neg_inf();
-    sl[tid] = 0.0f;
+  int64_t jlo = INT64_MAX, jhi = 0;
+  for (int r = 0; r < nr; r++) { /* every thread: the hull of the rows' visible keys */
+    int64_t lo, hi;
+    xte_attn_row_range(i0 + r, lq, lkv, a.mask, a.window_left, a.window_right, &lo, &hi);
+    if (lo < hi) {
+      jlo = xte_attn_min(jlo, lo);
+      jhi = xte_attn_max(jhi, hi);
+    }
+    if (tid == r) {
+      slo[r] = lo;
+      shi[r] = hi;
+      sm[r] = xte_attn_neg_inf();
+      sl[r] = 0.0f;
+    }
   }
   for (int64_t e = tid; e < R * dv; e += blockDim.x) sO[e / dv][e % dv] = 0.0f;
   __syncthreads();
   for (int64_t j0 = jlo < jhi ? jlo / BN * BN : 0; j0 < jhi; j0 += BN) {
     const int64_t nb = xte_attn_min(BN, lkv - j0);
-    if (!xte_attn_block_active(slo, shi, nr, j0, nb, tid, sact)) continue; /* uniform */
+    int any = 0;
+    for (int r = 0; r < nr; r++) any |= xte_attn_max(slo[r], j0) < xte_attn_min(shi[r], j0 + nb);
+    if (!any) continue; /* uniform: every thread read the same shared values */
+    if (tid < nr) sact[tid] = xte_attn_max(slo[tid], j0) < xte_attn_min(shi[tid], j0 + nb);
     /* logits: slot j of row r (hidden and past-nb slots -inf) */
     for (int e = tid; e < R * BN; e += (int)blockDim.x) {
       const int r = e / BN, j = e % BN;
@@ -365,24 +344,36 @@ __global__ void __launch_bounds__(XTE_ATTN_NT)
   if (i0 >= lq) return;
   const int64_t nr = xte_attn_min(R, lq - i0), off = lkv - lq;
   const xte_attn_score sp = xte_attn_score_for(a, b, h, NULL);
-  int64_t jlo, jhi;
-  if (xte_attn_tile_ranges(a, i0, nr, lq, lkv, tid, slo, shi, &jlo, &jhi)) {
-    const int r = tid;
-    const int64_t li = xte_attn_loff(a, b, qt0 + i0 + r, h);
-    sls[r] = 0.0f;
-    sL[r] = a.lse[li];
-    /* D = sum_c dO * O, one fmaf chain from +0 */
-    const float d = xte_attn_dot(
-        xte_attn_ptr(a.dout, a.dtype, xte_attn_eoff(a.dout, b, qt0 + i0 + r, h)),
-        xte_attn_ptr(a.o, a.dtype, xte_attn_eoff(a.o, b, qt0 + i0 + r, h)), a.dtype, dv);
-    sD[r] = d;
-    Dbuf[li] = d;
+  int64_t jlo = INT64_MAX, jhi = 0;
+  for (int r = 0; r < nr; r++) {
+    int64_t lo, hi;
+    xte_attn_row_range(i0 + r, lq, lkv, a.mask, a.window_left, a.window_right, &lo, &hi);
+    if (lo < hi) {
+      jlo = xte_attn_min(jlo, lo);
+      jhi = xte_attn_max(jhi, hi);
+    }
+    if (tid == r) {
+      const int64_t li = xte_attn_loff(a, b, qt0 + i0 + r, h);
+      slo[r] = lo;
+      shi[r] = hi;
+      sls[r] = 0.0f;
+      sL[r] = a.lse[li];
+      /* D = sum_c dO * O, one fmaf chain from +0 */
+      const float d = xte_attn_dot(
+          xte_attn_ptr(a.dout, a.dtype, xte_attn_eoff(a.dout, b, qt0 + i0 + r, h)),
+          xte_attn_ptr(a.o, a.dtype, xte_attn_eoff(a.o, b, qt0 + i0 + r, h)), a.dtype, dv);
+      sD[r] = d;
+      Dbuf[li] = d;
+    }
   }
   for (int64_t e = tid; e < R * dq; e += blockDim.x) sQ[e / dq][e % dq] = 0.0f;
   __syncthreads();
   for (int64_t j0 = jlo < jhi ? jlo / BN * BN : 0; j0 < jhi; j0 += BN) {
     const int64_t nb = xte_attn_min(BN, lkv - j0);
-    if (!xte_attn_block_active(slo, shi, nr, j0, nb, tid, sact)) continue; /* uniform */
+    int any = 0;
+    for (int r = 0; r < nr; r++) any |= xte_attn_max(slo[r], j0) < xte_attn_min(shi[r], j0 + nb);
+    if (!any) continue;
+    if (tid < nr) sact[tid] = xte_attn_max(slo[tid], j0) < xte_attn_min(shi[tid], j0 + nb);
     /* u and dS' of slot j of row r (dS' only for j < nb: the others are never used) */
     for (int e = tid; e < R * BN; e += (int)blockDim.x) {
       const int r = e / BN, j = e % BN;
