@@ -6,15 +6,25 @@
  * Data movement of a step, for rank me:
  *  prepare   the send lists (token t goes to rank r once when one of its experts lives on r) and
  *            the receive side's routing (each received token's k slots as local expert ids, -1
- *            where the expert is elsewhere), exchanged once.
- *  dispatch  one record per (token, rank): [x row | scale row | k weights], 16-byte aligned;
- *            the receiver permutes straight from the records (an ld-strided view).
+ *            where the expert is elsewhere, and the sender's token index), exchanged once.
+ *  dispatch  one exchange: per (token, rank) the x row, read in place, then per peer the small
+ *            records [scale row | k weights]. The rows land token-major (in recv_x for
+ *            dispatch_tokens, else in workspace that the expert-major expansion copies to each
+ *            local slot's row).
  *  combine / dispatch_backward
  *            the rows of each received (token, local slot) go back to the token's rank, in the
- *            order (record, slot ascending); the token's rank finds the row of its slot (t, j) at
- *            src_row_map[t, j] and runs the one-process unpermute / permute backward.
+ *            order (local expert, token): one block of consecutive rows per (rank, expert); the
+ *            token's rank finds the row of its slot (t, j) at src_row_map[t, j] and runs the
+ *            one-process unpermute / permute backward (its sum order is the slots', whatever
+ *            the buffer's row order).
  *  combine_backward
  *            the reverse: unpermute backward at the token's rank, rows out to the experts.
+ *
+ * Every exchange is "matched": both sides of a pair cut their stream into the same blocks (runs
+ * of consecutive tokens, (rank, expert) row groups; one block per row where a rank's rows are
+ * not back to back, which the ranks learn from each other in the agreement), so that a
+ * transport can move each block as it is, with no staging copy (src/ep/mpi.c does for large
+ * blocks).
  *
  * Agreement: each collective first runs every local check (and allocates its workspace), then
  * all ranks exchange their status with an allgather; one failing rank fails all of them before
@@ -74,11 +84,14 @@ typedef struct ep_handle {
   int64_t *ret_cnt, *ret_off;   /* rows back to rank r       [R], [R + 1] */
   int64_t *tpe;                 /* rows per local expert     [El] */
   int64_t *poff;                /* first row of local expert [El + 1] (padded) */
+  int64_t *ecnt_out;            /* my routed slots per global expert [E] */
+  int64_t *ein_cnt, *ein_row;   /* rows of (source rank r, local expert l) [E]: count, first */
   int32_t *send_tok;            /* [Tmax * min(K, R)] */
   int32_t *topk;                /* [Tmax * K] global experts, -1 none */
   int32_t *src_row_map;         /* [Tmax * K] */
   int32_t *recv_topk;           /* [R * Tmax * K] local experts, -1 elsewhere */
   int32_t *row_map;             /* [R * Tmax * K] rows of recv_x */
+  int32_t *recv_tok;            /* [R * Tmax] the sender's token of each received record */
 } ep_handle;
 
 /* ------------------------------------------------------------------ sizes */
@@ -95,7 +108,7 @@ static int add_sz(size_t *acc, size_t n, size_t elem) {
 static int handle_layout(const struct xte_ep_group_s *g, char *base, ep_handle *eh, size_t *bytes) {
   size_t off = 0, R = (size_t)g->R, R1 = R + 1, K = (size_t)g->K, T = (size_t)g->Tmax;
   size_t kr = K < R ? K : R, RT;
-  size_t o[16];
+  size_t o[20];
   int n = 0;
   if (__builtin_mul_overflow(R, T, &RT)) return 0;
 #define EP_ARR(cnt, elem)                       \
@@ -114,6 +127,9 @@ static int handle_layout(const struct xte_ep_group_s *g, char *base, ep_handle *
   EP_ARR(R1, 8);
   EP_ARR((size_t)g->El, 8);
   EP_ARR((size_t)g->El + 1, 8);
+  EP_ARR((size_t)g->E, 8);
+  EP_ARR((size_t)g->E, 8);
+  EP_ARR((size_t)g->E, 8);
   if (T && kr > SIZE_MAX / T) return 0;
   EP_ARR(T * kr, 4);
   if (T && K > SIZE_MAX / T) return 0;
@@ -122,6 +138,7 @@ static int handle_layout(const struct xte_ep_group_s *g, char *base, ep_handle *
   if (RT && K > SIZE_MAX / RT) return 0;
   EP_ARR(RT * K, 4);
   EP_ARR(RT * K, 4);
+  EP_ARR(RT, 4);
 #undef EP_ARR
   *bytes = off;
   if (base && eh) {
@@ -136,11 +153,15 @@ static int handle_layout(const struct xte_ep_group_s *g, char *base, ep_handle *
     eh->ret_off = (int64_t *)(base + o[8]);
     eh->tpe = (int64_t *)(base + o[9]);
     eh->poff = (int64_t *)(base + o[10]);
-    eh->send_tok = (int32_t *)(base + o[11]);
-    eh->topk = (int32_t *)(base + o[12]);
-    eh->src_row_map = (int32_t *)(base + o[13]);
-    eh->recv_topk = (int32_t *)(base + o[14]);
-    eh->row_map = (int32_t *)(base + o[15]);
+    eh->ecnt_out = (int64_t *)(base + o[11]);
+    eh->ein_cnt = (int64_t *)(base + o[12]);
+    eh->ein_row = (int64_t *)(base + o[13]);
+    eh->send_tok = (int32_t *)(base + o[14]);
+    eh->topk = (int32_t *)(base + o[15]);
+    eh->src_row_map = (int32_t *)(base + o[16]);
+    eh->recv_topk = (int32_t *)(base + o[17]);
+    eh->row_map = (int32_t *)(base + o[18]);
+    eh->recv_tok = (int32_t *)(base + o[19]);
   }
   return 1;
 }
@@ -463,8 +484,7 @@ static xte_status agree_or_free(struct xte_ep_group_s *g, xte_status st, const i
 }
 
 /* Block lists for the transport's alltoallw: the rows a rank sends or receives, described in
- * place (addresses and lengths), per peer; a block that continues the previous one of the same
- * peer is merged into it. */
+ * place (addresses and lengths), per peer. */
 typedef struct blist {
   intptr_t *addr;
   int64_t *len;
@@ -501,9 +521,11 @@ static void blist_peer(blist *b, int peer) {
   b->peer_start = b->n;
 }
 
-static inline void blist_add(blist *b, const void *p, int64_t len) {
+/* A block of a matched list (both sides of a pair cut their stream alike): cont 1 extends the
+ * peer's last block (p must follow it in memory), else a new block starts. */
+static inline void blist_seg(blist *b, const void *p, int64_t len, int cont) {
   if (len <= 0) return;
-  if (b->n > b->peer_start && b->addr[b->n - 1] + b->len[b->n - 1] == (intptr_t)p) {
+  if (cont && b->n > b->peer_start) {
     b->len[b->n - 1] += len;
     return;
   }
@@ -512,11 +534,22 @@ static inline void blist_add(blist *b, const void *p, int64_t len) {
   b->n++;
 }
 
-/* The exchange of two block lists (blist_peer(R) closed them), timed and counted. */
-static xte_status exchange_w(struct xte_ep_group_s *g, blist *s, blist *r) {
+/* Room in the transport for an exchange (before the agreement: a failure is a local error). */
+static xte_status tr_reserve(struct xte_ep_group_s *g, int64_t nblocks, int64_t sbytes,
+                             int64_t rbytes) {
+  if (!g->tr.reserve) return XTE_SUCCESS;
+  return g->tr.reserve(g->tr.ctx, nblocks, sbytes, rbytes);
+}
+
+/* The exchange of two block lists (blist_peer(R) closed them), timed and counted; matched: the
+ * lists were cut alike on both sides of every pair (blist_seg). */
+static xte_status exchange_w(struct xte_ep_group_s *g, blist *s, blist *r, int matched) {
   int64_t t0 = now_ns(), b;
   int p;
-  xte_status st = g->tr.alltoallw(g->tr.ctx, s->addr, s->len, s->off, r->addr, r->len, r->off);
+  xte_status st =
+      matched && g->tr.alltoallw_matched
+          ? g->tr.alltoallw_matched(g->tr.ctx, s->addr, s->len, s->off, r->addr, r->len, r->off)
+          : g->tr.alltoallw(g->tr.ctx, s->addr, s->len, s->off, r->addr, r->len, r->off);
   g->stats.exchange_ns += now_ns() - t0;
   for (p = 0; p < g->R; p++) {
     if (p == g->tr.rank) continue;
@@ -627,7 +660,7 @@ xte_status xte_ep_prepare(xte_ep_group group, const xte_tensor *topk_idx, void *
   if (st == XTE_SUCCESS) {
     int64_t kr = K < R ? K : R;
     st = ws_alloc(NULL, 0, T * kr, (size_t)K * 4, (void **)&sendrec);
-    if (st == XTE_SUCCESS) st = ws_alloc(NULL, 0, 4 * (int64_t)R + El, 8, (void **)&cnt1);
+    if (st == XTE_SUCCESS) st = ws_alloc(NULL, 0, 4 * (int64_t)R + g->E, 8, (void **)&cnt1);
   }
   st = agree_or_free(g, st, NULL, NULL, sendrec, cnt1);
   if (st != XTE_SUCCESS) return st;
@@ -695,7 +728,21 @@ xte_status xte_ep_prepare(xte_ep_group group, const xte_tensor *topk_idx, void *
       }
     }
   }
-  /* exchange the counts, then the records' routing */
+  /* the slot rows that come back (combine), in (expert, token) order: an expert's rows from
+   * one rank are consecutive rows of recv_x, so they travel as one block */
+  {
+    int64_t e, *cur = cnt1 + 4 * (int64_t)R, acc = 0; /* [E] */
+    for (e = 0; e < g->E; e++) eh.ecnt_out[e] = 0;
+    for (t = 0; t < T * K; t++)
+      if (eh.topk[t] >= 0) eh.ecnt_out[eh.topk[t]]++;
+    for (e = 0; e < g->E; e++) {
+      cur[e] = acc;
+      acc += eh.ecnt_out[e];
+    }
+    for (t = 0; t < T * K; t++)
+      if (eh.topk[t] >= 0) eh.src_row_map[t] = (int32_t)cur[eh.topk[t]]++;
+  }
+  /* exchange the counts, then the records' routing and tokens */
   {
     int64_t *one = cnt1 + 2 * R, *idx = cnt1 + 3 * R;
     for (r = 0; r < R; r++) {
@@ -711,6 +758,9 @@ xte_status xte_ep_prepare(xte_ep_group group, const xte_tensor *topk_idx, void *
     st = g->tr.alltoallv(g->tr.ctx, sendrec, eh.send_cnt, eh.send_off, eh.recv_topk, eh.recv_cnt,
                          eh.recv_off, (size_t)K * 4);
   }
+  if (st == XTE_SUCCESS)
+    st = g->tr.alltoallv(g->tr.ctx, eh.send_tok, eh.send_cnt, eh.send_off, eh.recv_tok, eh.recv_cnt,
+                         eh.recv_off, 4);
   ws_free(NULL, sendrec);
   if (st != XTE_SUCCESS) {
     ws_free(NULL, cnt1);
@@ -720,6 +770,7 @@ xte_status xte_ep_prepare(xte_ep_group group, const xte_tensor *topk_idx, void *
   {
     int64_t e, rows = 0;
     for (e = 0; e < El; e++) eh.tpe[e] = 0;
+    for (e = 0; e < g->E; e++) eh.ein_cnt[e] = 0;
     eh.ret_off[0] = 0;
     for (r = 0; r < R; r++) {
       int64_t n = 0;
@@ -734,6 +785,7 @@ xte_status xte_ep_prepare(xte_ep_group group, const xte_tensor *topk_idx, void *
           }
           n++;
           eh.tpe[l]++;
+          eh.ein_cnt[r * El + l]++;
         }
       eh.ret_cnt[r] = n;
       eh.ret_off[r + 1] = eh.ret_off[r] + n;
@@ -745,6 +797,13 @@ xte_status xte_ep_prepare(xte_ep_group group, const xte_tensor *topk_idx, void *
       eh.poff[e + 1] = rows;
     }
     eh.h->recv_rows = rows;
+    for (e = 0; e < El; e++) {
+      int64_t row = eh.poff[e];
+      for (r = 0; r < R; r++) {
+        eh.ein_row[r * El + e] = row;
+        row += eh.ein_cnt[r * El + e];
+      }
+    }
     /* the rows of recv_x (xte_moe_permute's row map over the received records: within an
      * expert, records ascending, i.e. (source rank, token) ascending) */
     {
@@ -778,14 +837,6 @@ xte_status xte_ep_prepare(xte_ep_group group, const xte_tensor *topk_idx, void *
 }
 
 /* ------------------------------------------------------------------ dispatch */
-
-/* The recv_x row of received record i's first local slot (every record has one). */
-static inline int64_t first_row(const ep_handle *eh, int64_t K, int64_t i) {
-  int64_t j;
-  for (j = 0; j < K; j++)
-    if (eh->row_map[i * K + j] >= 0) return eh->row_map[i * K + j];
-  return 0; /* not reached */
-}
 
 /* xte_ep_dispatch (tm 0: expert-major rows, recv_weights) and xte_ep_dispatch_tokens (tm 1: one
  * row per received token, recv_topk_idx / recv_topk_weights). */
@@ -882,30 +933,41 @@ static xte_status dispatch_impl(xte_ep_group group, void *handle, const xte_tens
     if (!ldrs) ldrs = S;
   }
   if (st == XTE_SUCCESS) {
-    size_t lb = 0;
+    size_t lb = 0, rec = 0, sall = 0, rall = 0;
     xb = (size_t)H * es;
     sb = (size_t)S * ss;
     wb = has_w ? (size_t)K * 4 : 0;
     size_t mb = sb + wb, smeta;
+    /* receive workspace: the meta records [nrecv, mb], then (expert-major) the token rows
+     * [nrecv, xb] that the expansion copies to their slots */
     if (!blist_bytes(eh.h->nsend + g->R, eh.h->nrecv + g->R, g->R, &lb) ||
         __builtin_mul_overflow((size_t)eh.h->nsend, mb, &smeta) ||
-        __builtin_add_overflow(lb, smeta, &lb))
+        __builtin_add_overflow(lb, smeta, &lb) || __builtin_add_overflow(mb, tm ? 0 : xb, &rec) ||
+        __builtin_mul_overflow((size_t)eh.h->nsend, xb + mb, &sall) ||
+        __builtin_mul_overflow((size_t)eh.h->nrecv, xb + mb, &rall))
       st = xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "workspace size overflows");
     if (st == XTE_SUCCESS) st = ws_alloc(g, 0, 1, lb, (void **)&blk);
-    if (st == XTE_SUCCESS) st = ws_alloc(g, 1, eh.h->nrecv, mb, (void **)&wbuf);
+    if (st == XTE_SUCCESS) st = ws_alloc(g, 1, eh.h->nrecv, rec, (void **)&wbuf);
+    if (st == XTE_SUCCESS)
+      st = tr_reserve(g, (eh.h->nsend > eh.h->nrecv ? eh.h->nsend : eh.h->nrecv) + g->R,
+                      (int64_t)sall, (int64_t)rall);
     sig[0] = x->dtype;
     sig[1] = fp8 ? (int64_t)x_scales->dtype : -1;
     sig[2] = S;
     sig[3] = has_w;
+    /* not compared: whether this rank's x rows and received rows lie back to back */
+    sig[5] = (ldx == H) | (!tm || ldo == H) << 1;
   } else {
     xb = sb = wb = 0;
   }
   st = agree_or_free(g, st, sig, names, blk, wbuf);
   if (st != XTE_SUCCESS) return st;
-  /* Each (token, rank) once. The x rows are read in place and land in place: the receiver puts
-   * a token's row straight into the recv_x row of its first local slot. Its scale row and
-   * weights (a few hundred bytes) travel packed as one small record per (token, rank). Then the
-   * receiver copies the row to the token's other local slots (the expert-major expansion). */
+  /* Each (token, rank) once, in one exchange: per peer the x rows read in place, then the
+   * small records of scale rows and weights. Both sides cut a pair's stream alike: a block per
+   * run of consecutive tokens (one per token unless the sender's x and the receiver's rows
+   * are dense), then the records; the transport can then move each block as it is. The rows
+   * land token-major: in recv_x (xte_ep_dispatch_tokens) or in workspace that the expansion
+   * then copies to each local slot's row of recv_x (xte_ep_dispatch). */
   t_pack = now_ns();
   {
     blist bs, br;
@@ -914,7 +976,8 @@ static xte_status dispatch_impl(xte_ep_group group, void *handle, const xte_tens
     const char *xd = (const char *)x->data;
     const char *sd = fp8 ? (const char *)x_scales->data : NULL;
     const char *wd = has_w ? (const char *)topk_weights->data : NULL;
-    char *ox = (char *)recv_x->data, *smeta;
+    char *ox = (char *)recv_x->data, *smeta, *xw = wbuf + (size_t)eh.h->nrecv * mb;
+    const int64_t me_bits = g->agree[g->tr.rank].sig[5];
     blist_bytes(eh.h->nsend + g->R, eh.h->nrecv + g->R, g->R, &lb);
     smeta = blk + lb;
     for (i = 0; i < eh.h->nsend && mb; i++) {
@@ -922,29 +985,28 @@ static xte_status dispatch_impl(xte_ep_group group, void *handle, const xte_tens
       if (sb) memcpy(smeta + (size_t)i * mb, sd + (size_t)(t * lds) * ss, sb);
       if (wb) memcpy(smeta + (size_t)i * mb + sb, wd + (size_t)(t * ldw) * 4, wb);
     }
-    /* token-major: the records in a second exchange, so that each peer's rows land as one
-     * block (a transport can then move them as they are) */
-    for (int part = 0; part < 1 + (tm && mb) && st == XTE_SUCCESS; part++) {
-      if (part) t_pack = now_ns();
-      blist_init(blk, eh.h->nsend + g->R, eh.h->nrecv + g->R, g->R, &bs, &br);
-      for (r = 0; r < g->R; r++) {
-        int64_t b0 = eh.send_off[r], b1 = eh.send_off[r + 1];
-        blist_peer(&bs, (int)r);
-        for (i = b0; i < b1 && !part; i++)
-          blist_add(&bs, xd + (size_t)(eh.send_tok[i] * ldx) * es, (int64_t)xb);
-        if (part || !tm) blist_add(&bs, smeta + (size_t)b0 * mb, (b1 - b0) * (int64_t)mb);
-        b0 = eh.recv_off[r];
-        b1 = eh.recv_off[r + 1];
-        blist_peer(&br, (int)r);
-        for (i = b0; i < b1 && !part; i++)
-          blist_add(&br, ox + (size_t)((tm ? i : first_row(&eh, K, i)) * ldo) * es, (int64_t)xb);
-        if (part || !tm) blist_add(&br, wbuf + (size_t)b0 * mb, (b1 - b0) * (int64_t)mb);
-      }
-      blist_peer(&bs, g->R);
-      blist_peer(&br, g->R);
-      g->stats.pack_ns += now_ns() - t_pack;
-      st = exchange_w(g, &bs, &br);
+    blist_init(blk, eh.h->nsend + g->R, eh.h->nrecv + g->R, g->R, &bs, &br);
+    for (r = 0; r < g->R; r++) {
+      int64_t b0 = eh.send_off[r], b1 = eh.send_off[r + 1];
+      int runs = (me_bits & 1) && (g->agree[r].sig[5] & 2);
+      blist_peer(&bs, (int)r);
+      for (i = b0; i < b1; i++)
+        blist_seg(&bs, xd + (size_t)(eh.send_tok[i] * ldx) * es, (int64_t)xb,
+                  runs && i > b0 && eh.send_tok[i] == eh.send_tok[i - 1] + 1);
+      blist_seg(&bs, smeta + (size_t)b0 * mb, (b1 - b0) * (int64_t)mb, 0);
+      b0 = eh.recv_off[r];
+      b1 = eh.recv_off[r + 1];
+      runs = (g->agree[r].sig[5] & 1) && (me_bits & 2);
+      blist_peer(&br, (int)r);
+      for (i = b0; i < b1; i++)
+        blist_seg(&br, tm ? ox + (size_t)(i * ldo) * es : xw + (size_t)i * xb, (int64_t)xb,
+                  runs && i > b0 && eh.recv_tok[i] == eh.recv_tok[i - 1] + 1);
+      blist_seg(&br, wbuf + (size_t)b0 * mb, (b1 - b0) * (int64_t)mb, 0);
     }
+    blist_peer(&bs, g->R);
+    blist_peer(&br, g->R);
+    g->stats.pack_ns += now_ns() - t_pack;
+    st = exchange_w(g, &bs, &br, 1);
   }
   t_local = now_ns();
   if (st == XTE_SUCCESS && tm) {
@@ -974,21 +1036,22 @@ static xte_status dispatch_impl(xte_ep_group group, void *handle, const xte_tens
       }
     }
   } else if (st == XTE_SUCCESS) {
+    /* the expert-major expansion: each received row to the recv_x row of each local slot */
     const size_t mb = sb + wb;
     int64_t nrecv = eh.h->nrecv;
     char *ox = (char *)recv_x->data, *os = fp8 ? (char *)recv_scales->data : NULL;
+    const char *xw = wbuf + (size_t)nrecv * mb;
     float *w = recv_weights && recv_weights->data ? (float *)recv_weights->data : NULL;
     if (w) memset(w, 0, (size_t)nrows * sizeof(float));
     for (i = 0; i < nrecv; i++) {
       const int32_t *rm = eh.row_map + i * K;
-      const char *meta = wbuf + (size_t)i * mb;
-      int64_t f = first_row(&eh, K, i);
+      const char *meta = wbuf + (size_t)i * mb, *xr = xw + (size_t)i * xb;
       for (j = 0; j < K; j++) {
         int64_t row = rm[j];
         if (row < 0) continue;
         if (w) memcpy(&w[row], meta + sb + (size_t)j * 4, 4);
         if (sb) memcpy(os + (size_t)(row * ldrs) * ss, meta, sb);
-        if (row != f) memcpy(ox + (size_t)(row * ldo) * es, ox + (size_t)(f * ldo) * es, xb);
+        memcpy(ox + (size_t)(row * ldo) * es, xr, xb);
       }
     }
     zero_unrouted(&eh, g->El, ox, (size_t)ldo * es, xb, nrows);
@@ -1023,27 +1086,37 @@ xte_status xte_ep_dispatch_tokens(xte_ep_group group, void *handle, const xte_te
 
 /* ------------------------------------------------------------------ rows back and forth */
 
-/* The block lists of the expert rows of every received (record, local slot), in (source rank,
- * record, slot) order, read or written in place at rows (ld elements apart), and of the
- * contiguous slot rows of this rank's tokens in buf (slot_off order). rows_send: rows are sent
- * (combine, dispatch_backward), else received (combine_backward). */
+/* The block lists of the rows of every received (record, local slot), read or written in place
+ * at rows (ld elements apart), and of this rank's own slot rows in buf (src_row_map's order:
+ * per rank, (expert, token) ascending), cut alike on both sides: a block per (source rank,
+ * local expert), the expert's rows of that rank's records being consecutive rows, or a block
+ * per row where the expert side's rows are not dense (bit 0 of its agreement sig[5]).
+ * rows_send: rows are sent (combine, dispatch_backward), else received (combine_backward). */
 static void slot_blocks(const struct xte_ep_group_s *g, const ep_handle *eh, char *rows, int64_t ld,
                         size_t es, size_t row_bytes, char *buf, int rows_send, blist *bs,
                         blist *br) {
-  int64_t i, j, K = g->K;
+  int64_t l, k, El = g->El;
   int r;
   blist *side_rows = rows_send ? bs : br, *side_buf = rows_send ? br : bs;
+  const int me_dense = (int)(g->agree[g->tr.rank].sig[5] & 1);
   for (r = 0; r < g->R; r++) {
+    const int r_dense = (int)(g->agree[r].sig[5] & 1);
+    int64_t off = eh->slot_off[r];
     blist_peer(side_rows, r);
-    for (i = eh->recv_off[r]; i < eh->recv_off[r + 1]; i++)
-      for (j = 0; j < K; j++) {
-        int32_t row = eh->row_map[i * K + j];
-        if (row >= 0)
-          blist_add(side_rows, rows + (size_t)row * (size_t)ld * es, (int64_t)row_bytes);
-      }
+    for (l = 0; l < El; l++) {
+      int64_t n = eh->ein_cnt[r * El + l], row = eh->ein_row[r * El + l];
+      for (k = 0; k < n; k++)
+        blist_seg(side_rows, rows + (size_t)(row + k) * (size_t)ld * es, (int64_t)row_bytes,
+                  me_dense && k > 0);
+    }
     blist_peer(side_buf, r);
-    blist_add(side_buf, buf + (size_t)eh->slot_off[r] * row_bytes,
-              eh->slot_cnt[r] * (int64_t)row_bytes);
+    for (l = 0; l < El; l++) {
+      int64_t n = eh->ecnt_out[r * El + l];
+      for (k = 0; k < n; k++)
+        blist_seg(side_buf, buf + (size_t)(off + k) * row_bytes, (int64_t)row_bytes,
+                  r_dense && k > 0);
+      off += n;
+    }
   }
   blist_peer(bs, g->R);
   blist_peer(br, g->R);
@@ -1097,13 +1170,17 @@ static xte_status return_and_sum(struct xte_ep_group_s *g, void *handle, const x
   }
   if (st == XTE_SUCCESS) {
     size_t lb = 0;
-    if (!blist_bytes(eh.h->nret, g->R, g->R, &lb))
+    if (!blist_bytes(eh.h->nret + g->R, eh.h->nslot + g->R, g->R, &lb))
       st = xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "workspace size overflows");
     if (st == XTE_SUCCESS) st = ws_alloc(g, 0, 1, lb, (void **)&sendbuf);
     /* received into workspace even when slot_rows is given: slot_rows is written only after the
      * local sum succeeded (nothing written on error) */
     if (st == XTE_SUCCESS) st = ws_alloc(g, 1, eh.h->nslot, rb, (void **)&recvbuf);
+    if (st == XTE_SUCCESS)
+      st = tr_reserve(g, (eh.h->nret > eh.h->nslot ? eh.h->nret : eh.h->nslot) + g->R,
+                      eh.h->nret * (int64_t)rb, eh.h->nslot * (int64_t)rb);
     sig[0] = rows->dtype;
+    sig[5] = ld == H; /* not compared: this rank's expert rows are dense */
   }
   st = agree_or_free(g, st, sig, names, sendbuf, recvbuf);
   if (st != XTE_SUCCESS) return st;
@@ -1111,10 +1188,10 @@ static xte_status return_and_sum(struct xte_ep_group_s *g, void *handle, const x
   {
     /* the expert rows are sent in place (no staging copy) */
     blist bs, br;
-    blist_init(sendbuf, eh.h->nret, g->R, g->R, &bs, &br);
+    blist_init(sendbuf, eh.h->nret + g->R, eh.h->nslot + g->R, g->R, &bs, &br);
     slot_blocks(g, &eh, (char *)rows->data, ld, es, rb, recvbuf, 1, &bs, &br);
     g->stats.pack_ns += now_ns() - t0;
-    st = exchange_w(g, &bs, &br);
+    st = exchange_w(g, &bs, &br, 1);
   }
   ws_free(g, sendbuf);
   t0 = now_ns();
@@ -1199,10 +1276,14 @@ xte_status xte_ep_combine_backward(xte_ep_group group, void *handle, const xte_t
     es = xte_dtype_size(grad_expert_out->dtype);
     rb = (size_t)H * es;
     st = ws_alloc(g, 0, eh.h->nslot, rb, (void **)&sendbuf);
-    if (st == XTE_SUCCESS && !blist_bytes(g->R, eh.h->nret, g->R, &lb))
+    if (st == XTE_SUCCESS && !blist_bytes(eh.h->nslot + g->R, eh.h->nret + g->R, g->R, &lb))
       st = xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "workspace size overflows");
     if (st == XTE_SUCCESS) st = ws_alloc(g, 1, 1, lb, (void **)&recvbuf);
+    if (st == XTE_SUCCESS)
+      st = tr_reserve(g, (eh.h->nret > eh.h->nslot ? eh.h->nret : eh.h->nslot) + g->R,
+                      eh.h->nslot * (int64_t)rb, eh.h->nret * (int64_t)rb);
     sig[0] = grad_expert_out->dtype;
+    sig[5] = ldg == H; /* not compared: this rank's expert rows are dense */
   }
   st = agree_or_free(g, st, sig, names, sendbuf, recvbuf);
   if (st != XTE_SUCCESS) return st;
@@ -1220,10 +1301,10 @@ xte_status xte_ep_combine_backward(xte_ep_group group, void *handle, const xte_t
     /* received straight into grad_expert_out's rows */
     blist bs, br;
     t0 = now_ns();
-    blist_init(recvbuf, g->R, eh.h->nret, g->R, &bs, &br);
+    blist_init(recvbuf, eh.h->nslot + g->R, eh.h->nret + g->R, g->R, &bs, &br);
     slot_blocks(g, &eh, (char *)grad_expert_out->data, ldg, es, rb, sendbuf, 0, &bs, &br);
     g->stats.pack_ns += now_ns() - t0;
-    st = exchange_w(g, &bs, &br);
+    st = exchange_w(g, &bs, &br, 1);
   }
   ws_free(g, sendbuf);
   t0 = now_ns();

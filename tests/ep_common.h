@@ -359,4 +359,174 @@ static int ep_rank_run(const ep_problem *p, xte_ep_group g, int rank, char *err,
   return rc;
 }
 
+/* Copies n rows of b bytes from src (dense) to dst rows ld bytes apart, or back (to_dense). */
+static void ep_rows(uint8_t *dst, const uint8_t *src, int64_t n, size_t b, size_t ld,
+                    int to_dense) {
+  int64_t i;
+  for (i = 0; i < n; i++) {
+    if (to_dense)
+      memcpy(dst + (size_t)i * b, src + (size_t)i * ld, b);
+    else
+      memcpy(dst + (size_t)i * ld, src + (size_t)i * b, b);
+  }
+}
+
+/* One rank's step with views whose rows are not back to back on some ranks (bit 0 of the rank:
+ * x, expert_out and grad_recv; bit 1: recv_x and grad_expert_out), so that the two sides of a
+ * pair cut their streams with different layouts: xte_ep_dispatch_tokens against rows picked
+ * here from the problem (each source rank's tokens that route here, ascending), then dispatch,
+ * combine, combine_backward and dispatch_backward against the one-process result. A view's gap
+ * bytes are 0xCD before and after. */
+static int ep_rank_run_views(const ep_problem *p, xte_ep_group g, int rank, char *err,
+                             size_t errlen) {
+  const int64_t H = p->H, K = p->K, T = p->T[rank], t0 = p->toff[rank], El = p->El, P = 3;
+  const int64_t lo = p->eoff[rank * El], nr = p->eoff[(rank + 1) * El] - lo, extra = 2;
+  const size_t xe = ep_sz(p->xdt), ye = ep_sz(p->ydt), se = p->S ? ep_sz(p->sdt) : 0;
+  const int a = rank & 1, b = (rank >> 1) & 1;
+  const size_t ldx = (size_t)(H + (a ? P : 0)) * xe, ldr = (size_t)(H + (b ? P : 0)) * xe;
+  const size_t ldy = (size_t)(H + (a ? P : 0)) * ye, ldg = (size_t)(H + (b ? P : 0)) * ye;
+  size_t hb = 0;
+  int64_t ntok = 0, t, j, s, i, rows;
+  xte_ep_counts c;
+  void *handle;
+  uint8_t *xv, *rx, *rs, *dense, *yv, *gv, *out, *slots;
+  int32_t *ti;
+  float *tw, *rw, *gw;
+  xte_tensor idx, x, xs, w, trx, trs, tti, ttw, trw, ty, tout, tsl, tgo, tgy, tgw, tgx;
+  int rc = 0;
+  EP_OK(xte_ep_handle_size(g, &hb));
+  handle = ep_alloc((int64_t)hb);
+  idx = ep_t2(p->topk + t0 * K, XTE_DTYPE_INT32, T, K);
+  EP_OK(xte_ep_prepare(g, &idx, handle, hb, &c, NULL, NULL));
+  rows = (c.recv_rows > c.recv_tokens ? c.recv_rows : c.recv_tokens) + extra;
+  xv = (uint8_t *)ep_alloc((T ? T : 1) * (int64_t)ldx);
+  memset(xv, 0xCD, (size_t)T * ldx);
+  ep_rows(xv, p->x + (size_t)(t0 * H) * xe, T, (size_t)H * xe, ldx, 0);
+  rx = (uint8_t *)ep_alloc(rows * (int64_t)ldr);
+  rs = (uint8_t *)ep_alloc(rows * (p->S ? p->S : 1) * (int64_t)(se ? se : 1));
+  dense = (uint8_t *)ep_alloc(rows * H * 4 + rows * K * 8);
+  ti = (int32_t *)ep_alloc(rows * K * 4);
+  tw = (float *)ep_alloc(rows * K * 4);
+  rw = (float *)ep_alloc(rows * 4);
+  x = ep_t2(xv, p->xdt, T, H);
+  x.ld = a ? H + P : 0;
+  xs = ep_t2(p->S ? p->xs + (size_t)(t0 * p->S) * se : NULL, p->sdt, T, p->S);
+  w = ep_t2(p->w + t0 * K, XTE_DTYPE_FP32, T, K);
+  trx = ep_t2(rx, p->xdt, rows, H);
+  trx.ld = b ? H + P : 0;
+  trs = ep_t2(rs, p->sdt, rows, p->S);
+  tti = ep_t2(ti, XTE_DTYPE_INT32, rows, K);
+  ttw = ep_t2(tw, XTE_DTYPE_FP32, rows, K);
+  trw = ep_t2(rw, XTE_DTYPE_FP32, 1, rows);
+  /* token-major */
+  memset(rx, 0xCD, (size_t)rows * ldr);
+  EP_OK(xte_ep_dispatch_tokens(g, handle, &x, p->S ? &xs : NULL, &w, &trx, p->S ? &trs : NULL, &tti,
+                               &ttw, NULL));
+  for (s = 0; s < p->R && !rc; s++)
+    for (t = p->toff[s]; t < p->toff[s] + p->T[s] && !rc; t++) {
+      int any = 0;
+      for (j = 0; j < K; j++)
+        any |= p->topk[t * K + j] >= rank * El && p->topk[t * K + j] < (rank + 1) * El;
+      if (!any) continue;
+      if (ntok >= c.recv_tokens) {
+        snprintf(err, errlen, "more tokens route here than recv_tokens %lld",
+                 (long long)c.recv_tokens);
+        rc = 1;
+        break;
+      }
+      rc |= ep_cmp("tokens recv_x", rx + (size_t)ntok * ldr, p->x + (size_t)(t * H) * xe,
+                   (size_t)H * xe, err, errlen);
+      if (!rc && b)
+        rc |= ep_all("tokens recv_x gap", rx + (size_t)ntok * ldr + (size_t)H * xe, 0xCD,
+                     (size_t)P * xe, err, errlen);
+      if (!rc && p->S)
+        rc |= ep_cmp("tokens recv_scales", rs + (size_t)(ntok * p->S) * se,
+                     p->xs + (size_t)(t * p->S) * se, (size_t)p->S * se, err, errlen);
+      for (j = 0; j < K && !rc; j++) {
+        int32_t e = p->topk[t * K + j];
+        int32_t l = e >= rank * El && e < (rank + 1) * El ? (int32_t)(e - rank * El) : -1;
+        float wv = l >= 0 ? p->w[t * K + j] : 0.0f;
+        if (ti[ntok * K + j] != l) {
+          snprintf(err, errlen, "recv_topk_idx[%lld, %lld] = %d, want %d", (long long)ntok,
+                   (long long)j, ti[ntok * K + j], l);
+          rc = 1;
+        }
+        rc |= ep_cmp("recv_topk_weights", (const uint8_t *)&tw[ntok * K + j], (const uint8_t *)&wv,
+                     4, err, errlen);
+      }
+      ntok++;
+    }
+  if (!rc && ntok != c.recv_tokens) {
+    snprintf(err, errlen, "recv_tokens %lld, want %lld", (long long)c.recv_tokens, (long long)ntok);
+    rc = 1;
+  }
+  for (i = ntok; i < rows && !rc; i++)
+    rc |= ep_all("tokens recv_x rows past recv_tokens", rx + (size_t)i * ldr, 0, (size_t)H * xe,
+                 err, errlen);
+  /* expert-major */
+  memset(rx, 0xCD, (size_t)rows * ldr);
+  EP_OK(
+      xte_ep_dispatch(g, handle, &x, p->S ? &xs : NULL, &w, &trx, p->S ? &trs : NULL, &trw, NULL));
+  ep_rows(dense, rx, rows, (size_t)H * xe, ldr, 1);
+  if (!rc)
+    rc |=
+        ep_cmp("recv_x", dense, p->px + (size_t)(lo * H) * xe, (size_t)(nr * H) * xe, err, errlen);
+  for (i = 0; i < rows && !rc && b; i++)
+    rc |= ep_all("recv_x gap", rx + (size_t)i * ldr + (size_t)H * xe, 0xCD, (size_t)P * xe, err,
+                 errlen);
+  /* combine, from expert rows with a gap on odd ranks */
+  yv = (uint8_t *)ep_alloc((nr + extra) * (int64_t)ldy);
+  ep_rows(yv, p->Y + (size_t)(lo * H) * ye, nr, (size_t)H * ye, ldy, 0);
+  out = (uint8_t *)ep_alloc(T * H * (int64_t)ye);
+  slots = (uint8_t *)ep_alloc(c.slot_rows * H * (int64_t)ye);
+  ty = ep_t2(yv, p->ydt, nr, H);
+  ty.ld = a ? H + P : 0;
+  tout = ep_t2(out, p->ydt, T, H);
+  tsl = ep_t2(slots, p->ydt, c.slot_rows, H);
+  EP_OK(xte_ep_combine(g, handle, &ty, &w, &tout, &tsl, NULL));
+  if (!rc)
+    rc |= ep_cmp("combine out", out, p->out + (size_t)(t0 * H) * ye, (size_t)(T * H) * ye, err,
+                 errlen);
+  /* combine backward into rows with a gap where bit 1 */
+  gv = (uint8_t *)ep_alloc((nr + extra) * (int64_t)ldg);
+  memset(gv, 0xCD, (size_t)(nr + extra) * ldg);
+  gw = (float *)ep_alloc(T * K * 4);
+  tgo = ep_t2(p->gout + (size_t)(t0 * H) * ye, p->ydt, T, H);
+  tgy = ep_t2(gv, p->ydt, nr + extra, H);
+  tgy.ld = b ? H + P : 0;
+  tgw = ep_t2(gw, XTE_DTYPE_FP32, T, K);
+  EP_OK(xte_ep_combine_backward(g, handle, &tgo, &w, &tsl, &tgy, &tgw, NULL));
+  ep_rows(dense, gv, nr, (size_t)H * ye, ldg, 1);
+  if (!rc)
+    rc |= ep_cmp("grad_expert_out", dense, p->gY + (size_t)(lo * H) * ye, (size_t)(nr * H) * ye,
+                 err, errlen);
+  if (!rc)
+    rc |= ep_cmp("grad_weights", (const uint8_t *)gw, (const uint8_t *)(p->gw + t0 * K),
+                 (size_t)(T * K) * 4, err, errlen);
+  /* dispatch backward, from rows with a gap on odd ranks */
+  ep_rows(yv, p->G + (size_t)(lo * H) * ye, nr, (size_t)H * ye, ldy, 0);
+  tgx = ep_t2(out, p->ydt, T, H);
+  EP_OK(xte_ep_dispatch_backward(g, handle, &ty, &tgx, NULL));
+  if (!rc)
+    rc |= ep_cmp("grad_x", out, p->gx + (size_t)(t0 * H) * ye, (size_t)(T * H) * ye, err, errlen);
+  if (rc) {
+    size_t n = strlen(err);
+    snprintf(err + n, errlen - n, " (views, rank %d)", rank);
+  }
+  free(handle);
+  free(xv);
+  free(rx);
+  free(rs);
+  free(dense);
+  free(ti);
+  free(tw);
+  free(rw);
+  free(yv);
+  free(out);
+  free(slots);
+  free(gv);
+  free(gw);
+  return rc;
+}
+
 #endif /* XTE_TESTS_EP_COMMON_H */

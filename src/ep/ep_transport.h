@@ -26,6 +26,18 @@ typedef struct xte_ep_transport {
   xte_status (*alltoallw)(void *ctx, const intptr_t *saddr, const int64_t *slen,
                           const int64_t *soff, const intptr_t *raddr, const int64_t *rlen,
                           const int64_t *roff);
+  /* Optional (NULL: alltoallw). alltoallw's exchange when the two sides of every pair cut the
+   * stream into the same blocks (the k-th block rank r sends rank s has the length of the k-th
+   * block rank s receives from r; no block of length 0): the transport may move each block as
+   * it is, in place, with no staging copy. */
+  xte_status (*alltoallw_matched)(void *ctx, const intptr_t *saddr, const int64_t *slen,
+                                  const int64_t *soff, const intptr_t *raddr, const int64_t *rlen,
+                                  const int64_t *roff);
+  /* Optional, local (not collective): room for an alltoallw / alltoallw_matched of at most
+   * nblocks blocks per side and sbytes / rbytes bytes sent / received, so that the exchange
+   * itself allocates nothing (called before the ranks agree: a failure here is the rank's
+   * local error). */
+  xte_status (*reserve)(void *ctx, int64_t nblocks, int64_t sbytes, int64_t rbytes);
   void (*destroy)(void *ctx);
 } xte_ep_transport;
 

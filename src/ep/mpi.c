@@ -1,6 +1,8 @@
 /* The MPI EP transport (built when CMake finds MPI): MPI_Allgather and MPI_Alltoallv on a
  * duplicate of the caller's communicator, counts in units of a contiguous datatype (a row), so
- * a block of more than 2^31 bytes still moves while its row count fits an int. */
+ * a block of more than 2^31 bytes still moves while its row count fits an int. The token rows
+ * of dispatch and combine go by alltoallw_matched: MPI_Isend / MPI_Irecv of each block in place
+ * (one copy in Open MPI's shared memory transport, as MPI_Alltoallv's), small blocks staged. */
 #include <limits.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -16,7 +18,16 @@ typedef struct mpi_ctx {
   void *stage[2]; /* send / receive staging, kept and grown across calls */
   size_t stage_bytes[2];
   int *sc, *sd, *rc, *rd; /* int count / displacement scratch, [size] each */
+  int64_t *sd64, *rd64;   /* staging offsets of alltoallw_matched, [size] each */
+  MPI_Request *req;       /* alltoallw_matched's requests, kept and grown by reserve */
+  int64_t req_cap;
+  int64_t seg_min; /* alltoallw_matched moves a pair's blocks as they are when they average
+                    * at least this many bytes (XTE_EP_MPI_SEGMENT_MIN), else stages them */
 } mpi_ctx;
+
+#define XTE_EP_MPI_TAG 0x7865
+#define XTE_EP_MPI_SEGMENT_MIN_DEFAULT 16384
+#define XTE_EP_MPI_CHUNK ((int64_t)1 << 30) /* bytes per message at most */
 
 int xte_ep_have_mpi(void) {
   return 1;
@@ -254,6 +265,140 @@ static xte_status mpi_alltoallw(void *ctx, const intptr_t *saddr, const int64_t 
   return XTE_SUCCESS;
 }
 
+/* Requests for a block of len bytes (messages of at most XTE_EP_MPI_CHUNK bytes). */
+static int64_t chunks(int64_t len) {
+  return (len + XTE_EP_MPI_CHUNK - 1) / XTE_EP_MPI_CHUNK;
+}
+
+static xte_status mpi_reserve(void *ctx, int64_t nblocks, int64_t sbytes, int64_t rbytes) {
+  mpi_ctx *c = (mpi_ctx *)ctx;
+  int64_t need;
+  if (nblocks < 0 || sbytes < 0 || rbytes < 0)
+    return xte_set_error(XTE_ERROR_INTERNAL, "MPI transport: negative reservation");
+  /* each side: every block (chunked), or one staged message (chunked) per peer */
+  need = 2 * (nblocks + chunks(sbytes) + chunks(rbytes) + 2 * (int64_t)c->size);
+  if (need > c->req_cap) {
+    MPI_Request *q = (MPI_Request *)xte_aligned_alloc((size_t)need * sizeof(MPI_Request));
+    if (!q) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "MPI transport: out of memory");
+    xte_aligned_free(c->req);
+    c->req = q;
+    c->req_cap = need;
+  }
+  if (!stage_get(c, 0, (size_t)sbytes) || !stage_get(c, 1, (size_t)rbytes))
+    return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "MPI transport: out of memory for staging");
+  return XTE_SUCCESS;
+}
+
+/* Posts the messages of one block of len bytes at p (chunked). */
+static int post_block(mpi_ctx *c, int send, char *p, int64_t len, int peer, int64_t *nreq) {
+  int rc = MPI_SUCCESS;
+  while (len > 0 && rc == MPI_SUCCESS) {
+    int n = (int)(len < XTE_EP_MPI_CHUNK ? len : XTE_EP_MPI_CHUNK);
+    if (send)
+      rc = MPI_Isend(p, n, MPI_BYTE, peer, XTE_EP_MPI_TAG, c->comm, &c->req[*nreq]);
+    else
+      rc = MPI_Irecv(p, n, MPI_BYTE, peer, XTE_EP_MPI_TAG, c->comm, &c->req[*nreq]);
+    if (rc == MPI_SUCCESS) ++*nreq;
+    p += n;
+    len -= n;
+  }
+  return rc;
+}
+
+/* Whether the blocks [b0, b1) of a pair go as they are: they average seg_min bytes or more. Both
+ * sides of a pair see the same lengths (matched), so they decide alike. */
+static int direct_pair(const mpi_ctx *c, const int64_t *len, int64_t b0, int64_t b1,
+                       int64_t *total) {
+  int64_t b, t = 0;
+  for (b = b0; b < b1; b++) t += len[b];
+  *total = t;
+  return b1 > b0 && t / (b1 - b0) >= c->seg_min;
+}
+
+/* alltoallw_matched: per peer, its blocks as messages of their own straight between the
+ * caller's buffers (Open MPI's shared memory transport moves each large one with a single
+ * copy), or, where the blocks are small, packed into one staged message; all posted at once
+ * (receives first), then one wait. */
+static xte_status mpi_alltoallw_matched(void *ctx, const intptr_t *saddr, const int64_t *slen,
+                                        const int64_t *soff, const intptr_t *raddr,
+                                        const int64_t *rlen, const int64_t *roff) {
+  mpi_ctx *c = (mpi_ctx *)ctx;
+  int n = c->size, p, rc = MPI_SUCCESS;
+  int64_t b, nreq = 0, st = 0, rt = 0, need = 0, tot;
+  char *sbuf, *rbuf;
+  if (c->datatypes) return mpi_alltoallw_types(ctx, saddr, slen, soff, raddr, rlen, roff);
+  for (p = 0; p < n; p++) {
+    c->sc[p] = c->rc[p] = 0;
+    c->sd64[p] = c->rd64[p] = -1; /* -1: direct */
+    if (p == c->rank) continue;
+    if (direct_pair(c, slen, soff[p], soff[p + 1], &tot)) {
+      for (b = soff[p]; b < soff[p + 1]; b++) need += chunks(slen[b]);
+    } else {
+      c->sd64[p] = st;
+      st += tot;
+      need += chunks(tot);
+    }
+    if (direct_pair(c, rlen, roff[p], roff[p + 1], &tot)) {
+      for (b = roff[p]; b < roff[p + 1]; b++) need += chunks(rlen[b]);
+    } else {
+      c->rd64[p] = rt;
+      rt += tot;
+      need += chunks(tot);
+    }
+  }
+  /* reserve ran before the agreement: nothing is allocated here when it did */
+  sbuf = (char *)stage_get(c, 0, (size_t)st);
+  rbuf = (char *)stage_get(c, 1, (size_t)rt);
+  if (need > c->req_cap || !sbuf || !rbuf)
+    return xte_set_error(XTE_ERROR_INTERNAL, "MPI transport: exchange larger than reserved");
+  for (p = 0; p < n && rc == MPI_SUCCESS; p++) {
+    if (p == c->rank) continue;
+    if (c->rd64[p] < 0) {
+      for (b = roff[p]; b < roff[p + 1] && rc == MPI_SUCCESS; b++)
+        rc = post_block(c, 0, (char *)raddr[b], rlen[b], p, &nreq);
+    } else {
+      int64_t t = 0;
+      for (b = roff[p]; b < roff[p + 1]; b++) t += rlen[b];
+      rc = post_block(c, 0, rbuf + c->rd64[p], t, p, &nreq);
+    }
+  }
+  for (p = 0; p < n && rc == MPI_SUCCESS; p++) {
+    if (p == c->rank || c->sd64[p] >= 0) continue;
+    for (b = soff[p]; b < soff[p + 1] && rc == MPI_SUCCESS; b++)
+      rc = post_block(c, 1, (char *)saddr[b], slen[b], p, &nreq);
+  }
+  for (p = 0; p < n && rc == MPI_SUCCESS; p++) {
+    char *q;
+    if (p == c->rank || c->sd64[p] < 0) continue;
+    q = sbuf + c->sd64[p];
+    for (b = soff[p]; b < soff[p + 1]; b++) {
+      memcpy(q, (const void *)saddr[b], (size_t)slen[b]);
+      q += slen[b];
+    }
+    rc = post_block(c, 1, sbuf + c->sd64[p], q - (sbuf + c->sd64[p]), p, &nreq);
+  }
+  if (!self_copy(saddr, slen, soff[c->rank], soff[c->rank + 1], raddr, rlen, roff[c->rank],
+                 roff[c->rank + 1]) &&
+      rc == MPI_SUCCESS)
+    rc = MPI_ERR_INTERN;
+  /* every posted request completes before returning, even after a failure to post */
+  if (nreq) {
+    int rw = MPI_Waitall((int)nreq, c->req, MPI_STATUSES_IGNORE);
+    if (rc == MPI_SUCCESS) rc = rw;
+  }
+  if (rc != MPI_SUCCESS) return mpi_fail(rc, "alltoallw_matched (MPI_Isend / MPI_Irecv)");
+  for (p = 0; p < n; p++) {
+    const char *q;
+    if (p == c->rank || c->rd64[p] < 0) continue;
+    q = rbuf + c->rd64[p];
+    for (b = roff[p]; b < roff[p + 1]; b++) {
+      memcpy((void *)raddr[b], q, (size_t)rlen[b]);
+      q += rlen[b];
+    }
+  }
+  return XTE_SUCCESS;
+}
+
 static void mpi_destroy(void *ctx) {
   mpi_ctx *c = (mpi_ctx *)ctx;
   int fin = 0;
@@ -262,6 +407,8 @@ static void mpi_destroy(void *ctx) {
   xte_aligned_free(c->sc);
   xte_aligned_free(c->stage[0]);
   xte_aligned_free(c->stage[1]);
+  xte_aligned_free(c->sd64);
+  xte_aligned_free(c->req);
   xte_aligned_free(c);
 }
 
@@ -289,16 +436,22 @@ xte_status xte_ep_mpi_transport(const void *comm, xte_ep_transport *t) {
   {
     const char *e = getenv("XTE_EP_MPI_DATATYPES");
     c->datatypes = e && e[0] == '1';
+    e = getenv("XTE_EP_MPI_SEGMENT_MIN");
+    c->seg_min = e && e[0] ? strtoll(e, NULL, 10) : XTE_EP_MPI_SEGMENT_MIN_DEFAULT;
   }
   c->sc = (int *)xte_aligned_calloc((size_t)size * 4, sizeof(int));
-  if (!c->sc) {
+  c->sd64 = (int64_t *)xte_aligned_calloc((size_t)size * 2, sizeof(int64_t));
+  if (!c->sc || !c->sd64) {
     MPI_Comm_free(&c->comm);
+    xte_aligned_free(c->sc);
+    xte_aligned_free(c->sd64);
     xte_aligned_free(c);
     return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "MPI transport: out of memory");
   }
   c->sd = c->sc + size;
   c->rc = c->sd + size;
   c->rd = c->rc + size;
+  c->rd64 = c->sd64 + size;
   memset(t, 0, sizeof *t);
   t->name = "mpi";
   t->rank = rank;
@@ -307,6 +460,8 @@ xte_status xte_ep_mpi_transport(const void *comm, xte_ep_transport *t) {
   t->allgather = mpi_allgather;
   t->alltoallv = mpi_alltoallv;
   t->alltoallw = mpi_alltoallw;
+  t->alltoallw_matched = mpi_alltoallw_matched;
+  t->reserve = mpi_reserve;
   t->destroy = mpi_destroy;
   return XTE_SUCCESS;
 }

@@ -15,6 +15,7 @@ typedef struct post {
   size_t unit;
   const intptr_t *saddr; /* alltoallw's blocks */
   const int64_t *slen, *soff;
+  const int64_t *rlen, *roff; /* alltoallw's receive blocks (their lengths) */
 } post;
 
 struct xte_ep_threads_world_s {
@@ -117,9 +118,12 @@ static xte_status th_alltoallv(void *ctx, const void *send, const int64_t *scoun
   return st;
 }
 
-static xte_status th_alltoallw(void *ctx, const intptr_t *saddr, const int64_t *slen,
-                               const int64_t *soff, const intptr_t *raddr, const int64_t *rlen,
-                               const int64_t *roff) {
+/* alltoallw (matched 0) or alltoallw_matched (1: the blocks of both sides of each pair must
+ * have the same lengths, which is checked, so that the threads tests catch a list cut
+ * differently on the two sides, which a transport moving blocks as they are relies on) */
+static xte_status th_exchange(void *ctx, const intptr_t *saddr, const int64_t *slen,
+                              const int64_t *soff, const intptr_t *raddr, const int64_t *rlen,
+                              const int64_t *roff, int matched) {
   rank_ctx *c = (rank_ctx *)ctx;
   struct xte_ep_threads_world_s *w = c->w;
   xte_status st = XTE_SUCCESS;
@@ -128,7 +132,30 @@ static xte_status th_alltoallw(void *ctx, const intptr_t *saddr, const int64_t *
   me->saddr = saddr;
   me->slen = slen;
   me->soff = soff;
+  me->rlen = rlen;
+  me->roff = roff;
   barrier(w);
+  if (matched) {
+    /* every rank checks every pair, so that all fail alike */
+    int d;
+    for (s = 0; s < w->n && st == XTE_SUCCESS; s++)
+      for (d = 0; d < w->n && st == XTE_SUCCESS; d++) {
+        const post *ps = &w->posts[s], *pd = &w->posts[d];
+        int64_t sb = ps->soff[d], rb = pd->roff[s], k, ok;
+        ok = ps->soff[d + 1] - sb == pd->roff[s + 1] - rb;
+        for (k = 0; ok && k < ps->soff[d + 1] - sb; k++)
+          ok = ps->slen[sb + k] == pd->rlen[rb + k] && ps->slen[sb + k] > 0;
+        if (!ok)
+          st = xte_set_error(XTE_ERROR_INTERNAL,
+                             "threads transport: rank %d's blocks for rank %d are cut unlike the "
+                             "receiver's (matched exchange)",
+                             s, d);
+      }
+    if (st != XTE_SUCCESS) {
+      barrier(w);
+      return st;
+    }
+  }
   for (s = 0; s < w->n; s++) {
     const post *p = &w->posts[s];
     int64_t sb = p->soff[c->rank], se = p->soff[c->rank + 1], rb = roff[s], re = roff[s + 1];
@@ -153,6 +180,18 @@ static xte_status th_alltoallw(void *ctx, const intptr_t *saddr, const int64_t *
   return st;
 }
 
+static xte_status th_alltoallw(void *ctx, const intptr_t *saddr, const int64_t *slen,
+                               const int64_t *soff, const intptr_t *raddr, const int64_t *rlen,
+                               const int64_t *roff) {
+  return th_exchange(ctx, saddr, slen, soff, raddr, rlen, roff, 0);
+}
+
+static xte_status th_alltoallw_matched(void *ctx, const intptr_t *saddr, const int64_t *slen,
+                                       const int64_t *soff, const intptr_t *raddr,
+                                       const int64_t *rlen, const int64_t *roff) {
+  return th_exchange(ctx, saddr, slen, soff, raddr, rlen, roff, 1);
+}
+
 static void th_destroy(void *ctx) {
   xte_aligned_free(ctx);
 }
@@ -175,6 +214,7 @@ xte_status xte_ep_threads_transport(struct xte_ep_threads_world_s *world, int ra
   t->allgather = th_allgather;
   t->alltoallv = th_alltoallv;
   t->alltoallw = th_alltoallw;
+  t->alltoallw_matched = th_alltoallw_matched;
   t->destroy = th_destroy;
   return XTE_SUCCESS;
 }
