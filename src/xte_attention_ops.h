@@ -78,6 +78,16 @@ typedef struct xte_attn_kernels {
                   const float *C, const float *D, float *P, float *dS, float *sum);
   /* y[j] = xte_expf(x[j]) for j < n, any n, every element through the ISA's lanes (tests) */
   void (*exp_n)(const float *x, float *y, int64_t n);
+  /* gemm's chains folded into D instead of stored: t = the fmaf chain over k = 0 .. K-1 of
+   * A[r*a_rs + k*a_ks] * B[k*ldb + c] from C0[r*ldc0 + c] (C0 NULL: from +0), then
+   * D[r*ldd + c] = xte_attn_add(D[r*ldd + c], t) (alpha NULL) or
+   * xte_attn_rescale(D[r*ldd + c], alpha[r], t); r < M, c < N, N a multiple of 16. */
+  void (*gemm_fold)(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
+                    const float *B, int64_t ldb, const float *C0, int64_t ldc0, float *D,
+                    int64_t ldd, const float *alpha);
+  /* out[r] = the fmaf chain over c = 0 .. d-1 (in order) from +0 of xte_fmaf(X[r*ld + c],
+   * Y[r*ld + c], .) for r < n (the backward's D = dO . O) */
+  void (*dot_rows)(int64_t n, int64_t d, const float *X, const float *Y, int64_t ld, float *out);
 } xte_attn_kernels;
 
 extern const xte_attn_kernels xte_attn_kernels_scalar;

@@ -160,6 +160,22 @@ static void store_row(const xte_attn_tensor *t, int dtype, int64_t off, int64_t 
   }
 }
 
+/* Prefetches (no effect on any value) the row at element off of t, n elements: rows of a [s, h, d]
+ * tensor lie h d elements apart (4 KiB for fp32 h d = 1024), where the hardware prefetchers do not
+ * follow, so the row copies and stores ask for the row PF_ROWS ahead. */
+#define PF_ROWS 8
+static void prefetch_row(const xte_attn_tensor *t, int dtype, int64_t off, int64_t n, int write) {
+  const char *p = (const char *)t->data + (size_t)off * dt_size(dtype);
+  const size_t bytes = (size_t)n * dt_size(dtype);
+  size_t k;
+  for (k = 0; k < bytes; k += 64) {
+    if (write)
+      __builtin_prefetch(p + k, 1, 3);
+    else
+      __builtin_prefetch(p + k, 0, 3);
+  }
+}
+
 static void zero_row(const xte_attn_tensor *t, int dtype, int64_t off, int64_t n) {
   memset((char *)t->data + (size_t)off * dt_size(dtype), 0, (size_t)n * dt_size(dtype));
 }
@@ -210,7 +226,10 @@ static void pack_kv(const actx *c, const xte_attn_tensor *X, int64_t b, int64_t 
 static void load_rows(const actx *c, const xte_attn_tensor *X, int64_t b, int64_t tok0, int64_t h,
                       int64_t n, int64_t d, float *dst, int64_t ld) {
   int64_t r;
-  for (r = 0; r < n; r++) load_row(c, X, c->a->dtype, eoff(X, b, tok0 + r, h), d, dst + r * ld);
+  for (r = 0; r < n; r++) {
+    if (r + PF_ROWS < n) prefetch_row(X, c->a->dtype, eoff(X, b, tok0 + r + PF_ROWS, h), d, 0);
+    load_row(c, X, c->a->dtype, eoff(X, b, tok0 + r, h), d, dst + r * ld);
+  }
 }
 
 /* ---------------------------------------------------------------- per-thread head caches
@@ -493,11 +512,11 @@ static void fwd_pad(const actx *c, int64_t b, int64_t tok) {
   }
 }
 
-/* The forward task's workspace: Qt [dq][BM], Kn [BN][dq], Vf [BN][dvp], St, Pt [BN][BM], Oa, PV
+/* The forward task's workspace: Qt [dq][BM], Kn [BN][dq], Vf [BN][dvp], St, Pt [BN][BM], Oa
  * [BM][dvp], T [dqp], m, l, alpha, saved m, l [BM]. */
 static size_t fwd_ws_floats(const actx *c) {
   const xte_attn_args *a = c->a;
-  return (size_t)(a->dqk * BM + BN * a->dqk + BN * c->dvp + 2 * BN * BM + 2 * BM * c->dvp + c->dqp +
+  return (size_t)(a->dqk * BM + BN * a->dqk + BN * c->dvp + 2 * BN * BM + BM * c->dvp + c->dqp +
                   5 * BM + 64);
 }
 
@@ -523,8 +542,7 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
   float *St = Vf + BN * dvp;          /* [BN][BM] */
   float *Pt = St + BN * BM;           /* [BN][BM] */
   float *Oa = Pt + BN * BM;           /* [BM][dvp] */
-  float *PV = Oa + BM * dvp;          /* [BM][dvp]: the block's P V */
-  float *T = PV + BM * dvp;           /* [dqp]: a Q row */
+  float *T = Oa + BM * dvp;           /* [dqp]: a Q row */
   float *m = T + dqp, *l = m + BM;    /* [BM] */
   float *al = l + BM;                 /* [BM]: alpha of the block */
   float *ms = al + BM, *ls = ms + BM;
@@ -541,6 +559,8 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
   nr = min64(BM, lq - i0);
   for (r = 0; r < BM; r++) {
     if (r < nr) {
+      if (r + PF_ROWS < nr)
+        prefetch_row(&a->q, a->dtype, eoff(&a->q, b, qt0 + i0 + r + PF_ROWS, h), dq, 0);
       load_row(c, &a->q, a->dtype, eoff(&a->q, b, qt0 + i0 + r, h), dq, T);
       for (k = 0; k < dq; k++) Qt[k * BM + r] = T[k];
     } else {
@@ -557,7 +577,7 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
   }
   for (j0 = jlo < jhi ? jlo / BN * BN : 0; j0 < jhi; j0 += BN) {
     const int64_t nb = min64(BN, lkv - j0);
-    int64_t ra, rb, c0, c1, j;
+    int64_t ra, rb, c0, c1, j, e;
     const float *Kp, *Vp;
     int64_t krs, vld;
     if (!active_rows(lo, hi, nr, j0, nb, act, &ra, &rb)) continue;
@@ -606,10 +626,10 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
         m[r] = ms[r];
         l[r] = ls[r];
       }
-    /* the block's P V from +0 (rows that do not see the block: computed, never used) */
-    K->gemm(rb - ra, dvp, nb, Pt + ra, 1, BM, Vp, vld, PV + ra * dvp, dvp, 0);
-    for (r = ra; r < rb; r++)
-      if (act[r]) K->rescale(Oa + r * dvp, al[r], PV + r * dvp, dvp);
+    /* the block's P V from +0 of the rows that see the block, folded into the accumulator as
+     * its store: o = xte_attn_rescale(o, alpha, pv) */
+    for (r = ra; next_run(act, rb, &r, &e); r = e)
+      K->gemm_fold(e - r, dvp, nb, Pt + r, 1, BM, Vp, vld, NULL, 0, Oa + r * dvp, dvp, al + r);
   }
   for (r = 0; r < nr; r++) {
     float *o = Oa + r * dvp;
@@ -624,6 +644,8 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
       const float z = xte_f32_isnan(l[r]) ? xte_attn_nan() : 0.0f;
       for (cc = 0; cc < dv; cc++) o[cc] = z;
     }
+    if (r + PF_ROWS < nr)
+      prefetch_row(&a->o, a->out_dtype, eoff(&a->o, b, qt0 + i0 + r + PF_ROWS, h), dv, 1);
     store_row(&a->o, a->out_dtype, eoff(&a->o, b, qt0 + i0 + r, h), dv, o);
     a->lse[loff(a, b, qt0 + i0 + r, h)] = xte_attn_lse(m[r], l[r]);
   }
@@ -702,17 +724,21 @@ static float *s_slot(const actx *c, int64_t b, int64_t h, int64_t i0, int64_t j0
 static void prep_task(actx *c, float *ws, int64_t task) {
   const xte_attn_args *a = c->a;
   const int64_t b = c->tb[task], h = c->th[task], i0 = c->ti[task];
-  int64_t t0, lq, r, cc;
-  float *o = ws, *g = ws + a->dv;
+  const int64_t dv = a->dv;
+  int64_t t0, lq, r, n;
+  float *o = ws, *g = ws + BM * dv, *Dr = g + BM * dv; /* [BM][dv], [BM][dv], [BM] */
   seq(a, 0, b, &t0, &lq);
-  for (r = i0; r < min64(lq, i0 + BM); r++) {
-    float d = 0.0f;
-    int64_t li = loff(a, b, t0 + r, h);
-    load_row(c, &a->o, a->dtype, eoff(&a->o, b, t0 + r, h), a->dv, o);
-    load_row(c, &a->dout, a->dtype, eoff(&a->dout, b, t0 + r, h), a->dv, g);
-    for (cc = 0; cc < a->dv; cc++) d = xte_fmaf(g[cc], o[cc], d);
-    c->Dbuf[li] = d;
+  n = min64(lq, i0 + BM) - i0;
+  for (r = 0; r < n; r++) {
+    if (r + PF_ROWS < n) {
+      prefetch_row(&a->o, a->dtype, eoff(&a->o, b, t0 + i0 + r + PF_ROWS, h), dv, 0);
+      prefetch_row(&a->dout, a->dtype, eoff(&a->dout, b, t0 + i0 + r + PF_ROWS, h), dv, 0);
+    }
+    load_row(c, &a->o, a->dtype, eoff(&a->o, b, t0 + i0 + r, h), dv, o + r * dv);
+    load_row(c, &a->dout, a->dtype, eoff(&a->dout, b, t0 + i0 + r, h), dv, g + r * dv);
   }
+  if (n > 0) c->K->dot_rows(n, dv, g, o, dv, Dr);
+  for (r = 0; r < n; r++) c->Dbuf[loff(a, b, t0 + i0 + r, h)] = Dr[r];
 }
 
 /* P and dS of the active rows [ra, rb) of a tile for the block [j0, j0 + nb). */
@@ -744,10 +770,27 @@ static void bwd_rows(const actx *c, const xte_attn_score *sp, int64_t b, int64_t
   }
 }
 
-/* acc[k] = xte_attn_add(acc[k], part[k]) for k < n */
-static void add_block(float *acc, const float *part, int64_t n) {
-  int64_t k;
-  for (k = 0; k < n; k++) acc[k] = xte_attn_add(acc[k], part[k]);
+/* Whether no active row is left at or after e, below rb (the run ending at e is the last). */
+static int last_run(const char *act, int64_t rb, int64_t e) {
+  int64_t r = e, e2;
+  return !next_run(act, rb, &r, &e2);
+}
+
+/* Pass A: a run of n active rows of a query tile, its part of dV (P^T dO) and dK (dS^T Q): one
+ * chain from +0 (acc = 0) or from the tile's earlier runs in dVt, dKt (acc = 1); the tile's last
+ * run adds the tile's part to the running sums dVa, dKa as its store (xte_attn_add), the others
+ * keep it in dVt, dKt. P, dS: column r of A (a key's row) at [r * a_rs + k * a_ks]. */
+static void tile_part(const xte_attn_kernels *K, int64_t nb, int64_t dvp, int64_t dqp, int64_t n,
+                      const float *P, const float *dS, int64_t a_rs, int64_t a_ks, const float *Gp,
+                      int64_t gld, const float *Qp, int64_t qld, float *dVt, float *dKt, float *dVa,
+                      float *dKa, int acc, int last) {
+  if (last) {
+    K->gemm_fold(nb, dvp, n, P, a_rs, a_ks, Gp, gld, acc ? dVt : NULL, dvp, dVa, dvp, NULL);
+    K->gemm_fold(nb, dqp, n, dS, a_rs, a_ks, Qp, qld, acc ? dKt : NULL, dqp, dKa, dqp, NULL);
+  } else {
+    K->gemm(nb, dvp, n, P, a_rs, a_ks, Gp, gld, dVt, dvp, acc);
+    K->gemm(nb, dqp, n, dS, a_rs, a_ks, Qp, qld, dKt, dqp, acc);
+  }
 }
 
 /* Pass A's workspace: Qf [BM][dqp], Gf [BM][dvp], Kt [dq][BN], Vt [dv][BN], S, dP, P, dS
@@ -858,37 +901,37 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
         }
         K->bwd_p_t(Sb + c0, dPb + c0, NULL, BM, c1 - c0, plain, sp.scale, ja + c0, je + c0, Lr + c0,
                    Cr + c0, Dr + c0, P + c0, dS + c0, NULL);
-        for (r = ra; next_run(act, rb, &r, &e); r = e, acc = 1) {
-          K->gemm(nb, dvp, e - r, P + r, BM, 1, Gp + r * gld, gld, dVt, dvp, (int)acc);
-          K->gemm(nb, dqp, e - r, dS + r, BM, 1, Qp + r * qld, qld, dKt, dqp, (int)acc);
-        }
+        for (r = ra; next_run(act, rb, &r, &e); r = e, acc = 1)
+          tile_part(K, nb, dvp, dqp, e - r, P + r, dS + r, BM, 1, Gp + r * gld, gld, Qp + r * qld,
+                    qld, dVt, dKt, dVa, dKa, (int)acc, last_run(act, rb, e));
       } else {
         K->gemm(rb - ra, BN, dq, Qp + ra * qld, qld, 1, Kt, BN, S + ra * BN, BN, 0);
         K->gemm(rb - ra, BN, dv, Gp + ra * gld, gld, 1, Vt, BN, dP + ra * BN, BN, 0);
         bwd_rows(c, &sp, b, h, qt0, i0, ra, rb, act, lo, hi, off, j0, nb, S, dP, P, dS, T, 1);
         /* the tile's part: one chain from +0 over its active rows in order */
-        for (r = ra; next_run(act, rb, &r, &e); r = e, acc = 1) {
-          K->gemm(nb, dvp, e - r, P + r * BN, 1, BN, Gp + r * gld, gld, dVt, dvp, (int)acc);
-          K->gemm(nb, dqp, e - r, dS + r * BN, 1, BN, Qp + r * qld, qld, dKt, dqp, (int)acc);
-        }
+        for (r = ra; next_run(act, rb, &r, &e); r = e, acc = 1)
+          tile_part(K, nb, dvp, dqp, e - r, P + r * BN, dS + r * BN, 1, BN, Gp + r * gld, gld,
+                    Qp + r * qld, qld, dVt, dKt, dVa, dKa, (int)acc, last_run(act, rb, e));
       }
-      add_block(dVa, dVt, nb * dvp);
-      add_block(dKa, dKt, nb * dqp);
     }
   }
   if (c->sacc && c->su1 < c->G * c->sT) return; /* more rounds to come */
   for (j = 0; j < nb; j++) {
+    if (j + PF_ROWS < nb) {
+      prefetch_row(&a->dk, a->dtype, eoff(&a->dk, b, kt0 + j0 + j + PF_ROWS, hk), dq, 1);
+      prefetch_row(&a->dv_, a->dtype, eoff(&a->dv_, b, kt0 + j0 + j + PF_ROWS, hk), dv, 1);
+    }
     store_row(&a->dk, a->dtype, eoff(&a->dk, b, kt0 + j0 + j, hk), dq, dKa + j * dqp);
     store_row(&a->dv_, a->dtype, eoff(&a->dv_, b, kt0 + j0 + j, hk), dv, dVa + j * dvp);
   }
 }
 
 /* Pass B's workspace: Qt [dq][BM], Gt [dv][BM], Kn [BN][dqp], Vn [BN][dv], St, dPt, Pt, dSt,
- * Gg [BN][BM], dQa, dQt [BM][dqp], T [max(dqp, dvp)], ls, sums, Lr, Dr [BM]. */
+ * Gg [BN][BM], dQa [BM][dqp], T [max(dqp, dvp)], ls, sums, Lr, Dr [BM]. */
 static size_t bwd_q_ws_floats(const actx *c) {
   const xte_attn_args *a = c->a;
-  return (size_t)(a->dqk * BM + a->dv * BM + BN * c->dqp + BN * a->dv + 5 * BN * BM +
-                  2 * BM * c->dqp + max64(c->dqp, c->dvp) + 4 * BM + 64);
+  return (size_t)(a->dqk * BM + a->dv * BM + BN * c->dqp + BN * a->dv + 5 * BN * BM + BM * c->dqp +
+                  max64(c->dqp, c->dvp) + 4 * BM + 64);
 }
 
 /* Transposes n rows of tensor X (tokens [tok0, tok0 + n) of (b, head h), d columns) into
@@ -898,6 +941,7 @@ static void load_rows_t(const actx *c, const xte_attn_tensor *X, int64_t b, int6
   int64_t r, k;
   for (r = 0; r < BM; r++) {
     if (r < n) {
+      if (r + PF_ROWS < n) prefetch_row(X, c->a->dtype, eoff(X, b, tok0 + r + PF_ROWS, h), d, 0);
       load_row(c, X, c->a->dtype, eoff(X, b, tok0 + r, h), d, tmp);
       for (k = 0; k < d; k++) dst[k * BM + r] = tmp[k];
     } else {
@@ -929,8 +973,7 @@ static void bwd_q_task(actx *c, float *ws, int64_t task) {
   float *dSt = Pt + BN * BM;          /* [BN][BM] */
   float *Gg = dSt + BN * BM;          /* [BN][BM]: dx/ds (softcap) */
   float *dQa = Gg + BN * BM;          /* [BM][dqp] */
-  float *dQt = dQa + BM * dqp;        /* [BM][dqp]: the block's part */
-  float *T = dQt + BM * dqp;          /* [max(dqp, dvp)] */
+  float *T = dQa + BM * dqp;          /* [max(dqp, dvp)] */
   float *ls = T + max64(dqp, c->dvp); /* [BM]: the row sums of P */
   float *sums = ls + BM, *Lr = sums + BM, *Dr = Lr + BM;
   int64_t lo[BM], hi[BM];
@@ -959,7 +1002,7 @@ static void bwd_q_task(actx *c, float *ws, int64_t task) {
   }
   for (j0 = jlo < jhi ? jlo / BN * BN : 0; j0 < jhi; j0 += BN) {
     const int64_t nb = min64(BN, lkv - j0);
-    int64_t ra, rb, c0, c1, j, krs, vrs, kld;
+    int64_t ra, rb, c0, c1, j, e, krs, vrs, kld;
     const float *Ka, *Va, *Kb;
     float *Sb = St, *dPb = dPt; /* in the S store when pass A reads them */
     if (!active_rows(lo, hi, nr, j0, nb, act, &ra, &rb)) continue;
@@ -1014,10 +1057,9 @@ static void bwd_q_task(actx *c, float *ws, int64_t task) {
                ja + c0, je + c0, Lr + c0, NULL, Dr + c0, Pt + c0, dSt + c0, sums + c0);
     for (r = ra; r < rb; r++)
       if (act[r]) ls[r] = xte_attn_add(ls[r], sums[r]);
-    /* rows that do not see the block: computed, never added */
-    K->gemm(rb - ra, dqp, nb, dSt + ra, 1, BM, Kb, kld, dQt + ra * dqp, dqp, 0);
-    for (r = ra; r < rb; r++)
-      if (act[r]) add_block(dQa + r * dqp, dQt + r * dqp, dqp);
+    /* the block's part of the rows that see it, added to dQa as its store (xte_attn_add) */
+    for (r = ra; next_run(act, rb, &r, &e); r = e)
+      K->gemm_fold(e - r, dqp, nb, dSt + r, 1, BM, Kb, kld, NULL, 0, dQa + r * dqp, dqp, NULL);
   }
   for (r = 0; r < nr; r++) {
     float *g = dQa + r * dqp;
@@ -1028,6 +1070,8 @@ static void bwd_q_task(actx *c, float *ws, int64_t task) {
     } else {
       c->Cbuf[loff(a, b, qt0 + i0 + r, h)] = 0.0f;
     }
+    if (r + PF_ROWS < nr)
+      prefetch_row(&a->dq, a->dtype, eoff(&a->dq, b, qt0 + i0 + r + PF_ROWS, h), dq, 1);
     store_row(&a->dq, a->dtype, eoff(&a->dq, b, qt0 + i0 + r, h), dq, g);
   }
 }
@@ -1134,7 +1178,8 @@ static xte_status cpu_attn_bwd(const xte_attn_args *a, void *handle) {
   if (st == XTE_SUCCESS) st = make_q_tasks(&c);
   if (st == XTE_SUCCESS) st = make_kv_tasks(&c);
   if (st == XTE_SUCCESS && !(a->softcap > 0.0f)) st = plan_store(&c);
-  wsf = max_size(max_size((size_t)(2 * a->dv + 64), bwd_q_ws_floats(&c)), bwd_kv_ws_floats(&c));
+  wsf = max_size(max_size((size_t)(2 * BM * a->dv + BM + 64), bwd_q_ws_floats(&c)),
+                 bwd_kv_ws_floats(&c));
   c.cache_off = (wsf + 15) / 16 * 16;
   wsf = c.cache_off + c.cache_floats;
   if (st == XTE_SUCCESS) st = alloc_ws(&c, wsf, c.nq > c.nkv ? c.nq : c.nkv);

@@ -10,15 +10,18 @@
 
 #define AI static inline __attribute__((always_inline))
 
-/* mr rows x nv vectors of 8 columns */
+/* mr rows x nv vectors of 8 columns: the chains start from C0 (NULL: +0); mode 0 stores them to
+ * D, mode 1 stores D + chain (xte_attn_add), mode 2 fmaf(D, alpha[row], chain)
+ * (xte_attn_rescale) */
 AI void tile(const int mr, const int nv, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
-             const float *B, int64_t ldb, float *C, int64_t ldc, int acc) {
+             const float *B, int64_t ldb, const float *C0, int64_t ldc0, float *D, int64_t ldd,
+             const int mode, const float *alpha) {
   __m256 c[6][4];
   int i, v;
   int64_t k;
   for (i = 0; i < mr; i++)
     for (v = 0; v < nv; v++)
-      c[i][v] = acc ? _mm256_loadu_ps(C + i * ldc + 8 * v) : _mm256_setzero_ps();
+      c[i][v] = C0 ? _mm256_loadu_ps(C0 + i * ldc0 + 8 * v) : _mm256_setzero_ps();
   /* prefetches (no effect on any value): the next tile's rows of A when they are rows read in
    * place from a tensor (4 KiB apart, where the hardware prefetchers do not follow; rows of a
    * packed copy or workspace need none) */
@@ -36,38 +39,66 @@ AI void tile(const int mr, const int nv, int64_t K, const float *A, int64_t a_rs
       for (v = 0; v < nv; v++) c[i][v] = _mm256_fmadd_ps(av, bv[v], c[i][v]);
     }
   }
-  for (i = 0; i < mr; i++)
-    for (v = 0; v < nv; v++) _mm256_storeu_ps(C + i * ldc + 8 * v, c[i][v]);
+  for (i = 0; i < mr; i++) {
+    const __m256 al = mode == 2 ? _mm256_set1_ps(alpha[i]) : _mm256_setzero_ps();
+    for (v = 0; v < nv; v++) {
+      float *d = D + i * ldd + 8 * v;
+      if (mode == 1)
+        c[i][v] = _mm256_add_ps(_mm256_loadu_ps(d), c[i][v]);
+      else if (mode == 2)
+        c[i][v] = _mm256_fmadd_ps(_mm256_loadu_ps(d), al, c[i][v]);
+      _mm256_storeu_ps(d, c[i][v]);
+    }
+  }
 }
 
-static void gemm_avx2(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
-                      const float *B, int64_t ldb, float *C, int64_t ldc, int acc) {
+#define TILE(MR)                                                                         \
+  tile(MR, 2, K, A + r * a_rs, a_rs, a_ks, b, ldb, C0 ? C0 + c0 + r * ldc0 : NULL, ldc0, \
+       D + c0 + r * ldd, ldd, mode, alpha ? alpha + r : NULL)
+
+AI void gemm_x(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
+               const float *B, int64_t ldb, const float *C0, int64_t ldc0, float *D, int64_t ldd,
+               const int mode, const float *alpha) {
   int64_t c0, r;
   for (c0 = 0; c0 < N; c0 += 16) {
     const float *b = B + c0;
-    float *cc = C + c0;
-    for (r = 0; r + 6 <= M; r += 6)
-      tile(6, 2, K, A + r * a_rs, a_rs, a_ks, b, ldb, cc + r * ldc, ldc, acc);
+    for (r = 0; r + 6 <= M; r += 6) TILE(6);
     switch (M - r) {
       case 5:
-        tile(5, 2, K, A + r * a_rs, a_rs, a_ks, b, ldb, cc + r * ldc, ldc, acc);
+        TILE(5);
         break;
       case 4:
-        tile(4, 2, K, A + r * a_rs, a_rs, a_ks, b, ldb, cc + r * ldc, ldc, acc);
+        TILE(4);
         break;
       case 3:
-        tile(3, 2, K, A + r * a_rs, a_rs, a_ks, b, ldb, cc + r * ldc, ldc, acc);
+        TILE(3);
         break;
       case 2:
-        tile(2, 2, K, A + r * a_rs, a_rs, a_ks, b, ldb, cc + r * ldc, ldc, acc);
+        TILE(2);
         break;
       case 1:
-        tile(1, 2, K, A + r * a_rs, a_rs, a_ks, b, ldb, cc + r * ldc, ldc, acc);
+        TILE(1);
         break;
       default:
         break;
     }
   }
+}
+
+static void gemm_avx2(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
+                      const float *B, int64_t ldb, float *C, int64_t ldc, int acc) {
+  gemm_x(M, N, K, A, a_rs, a_ks, B, ldb, acc ? C : NULL, ldc, C, ldc, 0, NULL);
+}
+
+/* the chains (from C0, NULL: +0) folded into D: D + chain (alpha NULL) or fmaf(D, alpha[r], chain)
+ */
+static void gemm_fold_avx2(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs,
+                           int64_t a_ks, const float *B, int64_t ldb, const float *C0, int64_t ldc0,
+                           float *D, int64_t ldd, const float *alpha) {
+  if (alpha)
+    gemm_x(M, N, K, A, a_rs, a_ks, B, ldb, C0, ldc0, D, ldd, 2, alpha);
+  else
+    gemm_x(M, N, K, A, a_rs, a_ks, B, ldb, C0, ldc0, D, ldd, 1, NULL);
 }
 
 /* xte_exp2i for k in the normal range, 8 lanes */
@@ -110,6 +141,12 @@ AI __m256 exp_8(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.66666666666667e-01f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
   p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
+  /* every lane in [-86, 88] (no NaN): k in [-124, 127], no branch of xte_ldexp_small and no
+   * special case is taken, the result is (1 + p) 2^k (the same bits as the path below) */
+  if (_mm256_movemask_ps(_mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-86.0f), _CMP_GE_OQ),
+                                       _mm256_cmp_ps(x, _mm256_set1_ps(88.0f), _CMP_LE_OQ))) ==
+      0xFF)
+    return _mm256_mul_ps(_mm256_add_ps(_mm256_set1_ps(1.0f), p), exp2i_8(_mm256_cvttps_epi32(k)));
   res = ldexp_8(_mm256_add_ps(_mm256_set1_ps(1.0f), p), _mm256_cvttps_epi32(k));
   res = _mm256_blendv_ps(res, _mm256_setzero_ps(),
                          _mm256_cmp_ps(x, _mm256_set1_ps(-103.97909545898438f), _CMP_LT_OQ));
@@ -218,6 +255,28 @@ static void bwd_p_t_avx2(const float *S, const float *dP, const float *G, int64_
 }
 
 /* every element through the lanes, the tail too (tests) */
+/* 8 rows per vector (gathers), each lane the scalar chain; the rows past a multiple of 8 one by
+ * one */
+static void dot_rows_avx2(int64_t n, int64_t d, const float *X, const float *Y, int64_t ld,
+                          float *out) {
+  int64_t r = 0, c;
+  const __m256i idx =
+      _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)ld));
+  if (ld <= INT32_MAX / 8)
+    for (; r + 8 <= n; r += 8) {
+      __m256 acc = _mm256_setzero_ps();
+      for (c = 0; c < d; c++)
+        acc = _mm256_fmadd_ps(_mm256_i32gather_ps(X + r * ld + c, idx, 4),
+                              _mm256_i32gather_ps(Y + r * ld + c, idx, 4), acc);
+      _mm256_storeu_ps(out + r, acc);
+    }
+  for (; r < n; r++) {
+    float acc = 0.0f;
+    for (c = 0; c < d; c++) acc = xte_fmaf(X[r * ld + c], Y[r * ld + c], acc);
+    out[r] = acc;
+  }
+}
+
 static void exp_n_avx2(const float *x, float *y, int64_t n) {
   int64_t j;
   float t[8] = {0};
@@ -229,6 +288,6 @@ static void exp_n_avx2(const float *x, float *y, int64_t n) {
   }
 }
 
-const xte_attn_kernels xte_attn_kernels_avx2 = {XTE_CPU_ISA_AVX2, gemm_avx2,          exp_sub_avx2,
-                                                rescale_avx2,     fwd_softmax_t_avx2, bwd_p_t_avx2,
-                                                exp_n_avx2};
+const xte_attn_kernels xte_attn_kernels_avx2 = {
+    XTE_CPU_ISA_AVX2, gemm_avx2,  exp_sub_avx2,   rescale_avx2, fwd_softmax_t_avx2,
+    bwd_p_t_avx2,     exp_n_avx2, gemm_fold_avx2, dot_rows_avx2};

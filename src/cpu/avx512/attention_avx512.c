@@ -21,15 +21,18 @@
 
 #define AI static inline __attribute__((always_inline))
 
-/* mr rows x nv vectors of 16 columns */
+/* mr rows x nv vectors of 16 columns: the chains start from C0 (NULL: +0); mode 0 stores them
+ * to D, mode 1 stores D + chain (xte_attn_add), mode 2 fmaf(D, alpha[row], chain)
+ * (xte_attn_rescale) */
 AI void tile(const int mr, const int nv, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
-             const float *B, int64_t ldb, float *C, int64_t ldc, int acc) {
+             const float *B, int64_t ldb, const float *C0, int64_t ldc0, float *D, int64_t ldd,
+             const int mode, const float *alpha) {
   __m512 c[6][4];
   int i, v;
   int64_t k;
   for (i = 0; i < mr; i++)
     for (v = 0; v < nv; v++)
-      c[i][v] = acc ? _mm512_loadu_ps(C + i * ldc + 16 * v) : _mm512_setzero_ps();
+      c[i][v] = C0 ? _mm512_loadu_ps(C0 + i * ldc0 + 16 * v) : _mm512_setzero_ps();
   /* prefetches (no effect on any value): the next tile's rows of A when they are rows read in
    * place from a tensor (4 KiB apart, where the hardware prefetchers do not follow; rows of a
    * packed copy or workspace need none) */
@@ -48,48 +51,75 @@ AI void tile(const int mr, const int nv, int64_t K, const float *A, int64_t a_rs
       for (v = 0; v < nv; v++) c[i][v] = _mm512_fmadd_ps(av, bv[v], c[i][v]);
     }
   }
-  for (i = 0; i < mr; i++)
-    for (v = 0; v < nv; v++) _mm512_storeu_ps(C + i * ldc + 16 * v, c[i][v]);
+  for (i = 0; i < mr; i++) {
+    const __m512 al = mode == 2 ? _mm512_set1_ps(alpha[i]) : _mm512_setzero_ps();
+    for (v = 0; v < nv; v++) {
+      float *d = D + i * ldd + 16 * v;
+      if (mode == 1)
+        c[i][v] = _mm512_add_ps(_mm512_loadu_ps(d), c[i][v]);
+      else if (mode == 2)
+        c[i][v] = _mm512_fmadd_ps(_mm512_loadu_ps(d), al, c[i][v]);
+      _mm512_storeu_ps(d, c[i][v]);
+    }
+  }
 }
 
-#define ROWS(NV)                                                                  \
-  do {                                                                            \
-    for (r = 0; r + 6 <= M; r += 6)                                               \
-      tile(6, NV, K, A + r * a_rs, a_rs, a_ks, b, ldb, cc + r * ldc, ldc, acc);   \
-    switch (M - r) {                                                              \
-      case 5:                                                                     \
-        tile(5, NV, K, A + r * a_rs, a_rs, a_ks, b, ldb, cc + r * ldc, ldc, acc); \
-        break;                                                                    \
-      case 4:                                                                     \
-        tile(4, NV, K, A + r * a_rs, a_rs, a_ks, b, ldb, cc + r * ldc, ldc, acc); \
-        break;                                                                    \
-      case 3:                                                                     \
-        tile(3, NV, K, A + r * a_rs, a_rs, a_ks, b, ldb, cc + r * ldc, ldc, acc); \
-        break;                                                                    \
-      case 2:                                                                     \
-        tile(2, NV, K, A + r * a_rs, a_rs, a_ks, b, ldb, cc + r * ldc, ldc, acc); \
-        break;                                                                    \
-      case 1:                                                                     \
-        tile(1, NV, K, A + r * a_rs, a_rs, a_ks, b, ldb, cc + r * ldc, ldc, acc); \
-        break;                                                                    \
-      default:                                                                    \
-        break;                                                                    \
-    }                                                                             \
+#define TILE(MR, NV)                                                                      \
+  tile(MR, NV, K, A + r * a_rs, a_rs, a_ks, b, ldb, C0 ? C0 + c0 + r * ldc0 : NULL, ldc0, \
+       D + c0 + r * ldd, ldd, mode, alpha ? alpha + r : NULL)
+
+#define ROWS(NV)                                 \
+  do {                                           \
+    for (r = 0; r + 6 <= M; r += 6) TILE(6, NV); \
+    switch (M - r) {                             \
+      case 5:                                    \
+        TILE(5, NV);                             \
+        break;                                   \
+      case 4:                                    \
+        TILE(4, NV);                             \
+        break;                                   \
+      case 3:                                    \
+        TILE(3, NV);                             \
+        break;                                   \
+      case 2:                                    \
+        TILE(2, NV);                             \
+        break;                                   \
+      case 1:                                    \
+        TILE(1, NV);                             \
+        break;                                   \
+      default:                                   \
+        break;                                   \
+    }                                            \
   } while (0)
 
-static void gemm_avx512(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
-                        const float *B, int64_t ldb, float *C, int64_t ldc, int acc) {
+AI void gemm_x(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
+               const float *B, int64_t ldb, const float *C0, int64_t ldc0, float *D, int64_t ldd,
+               const int mode, const float *alpha) {
   int64_t c0 = 0, r;
   for (; c0 + 64 <= N; c0 += 64) {
     const float *b = B + c0;
-    float *cc = C + c0;
     ROWS(4);
   }
   for (; c0 < N; c0 += 16) {
     const float *b = B + c0;
-    float *cc = C + c0;
     ROWS(1);
   }
+}
+
+static void gemm_avx512(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
+                        const float *B, int64_t ldb, float *C, int64_t ldc, int acc) {
+  gemm_x(M, N, K, A, a_rs, a_ks, B, ldb, acc ? C : NULL, ldc, C, ldc, 0, NULL);
+}
+
+/* the chains (from C0, NULL: +0) folded into D: D + chain (alpha NULL) or fmaf(D, alpha[r], chain)
+ */
+static void gemm_fold_avx512(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs,
+                             int64_t a_ks, const float *B, int64_t ldb, const float *C0,
+                             int64_t ldc0, float *D, int64_t ldd, const float *alpha) {
+  if (alpha)
+    gemm_x(M, N, K, A, a_rs, a_ks, B, ldb, C0, ldc0, D, ldd, 2, alpha);
+  else
+    gemm_x(M, N, K, A, a_rs, a_ks, B, ldb, C0, ldc0, D, ldd, 1, NULL);
 }
 
 /* xte_exp2i for k in the normal range, 16 lanes */
@@ -132,6 +162,11 @@ AI __m512 exp_16(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.66666666666667e-01f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
   p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
+  /* every lane in [-86, 88] (no NaN): k in [-124, 127], no branch of xte_ldexp_small and no
+   * special case is taken, the result is (1 + p) 2^k (the same bits as the path below) */
+  if (_mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-86.0f), _CMP_GE_OQ), x,
+                              _mm512_set1_ps(88.0f), _CMP_LE_OQ) == 0xFFFF)
+    return _mm512_mul_ps(_mm512_add_ps(_mm512_set1_ps(1.0f), p), exp2i_16(_mm512_cvttps_epi32(k)));
   res = ldexp_16(_mm512_add_ps(_mm512_set1_ps(1.0f), p), _mm512_cvttps_epi32(k));
   res = _mm512_mask_mov_ps(res,
                            _mm512_cmp_ps_mask(x, _mm512_set1_ps(-103.97909545898438f), _CMP_LT_OQ),
@@ -169,12 +204,30 @@ AI __m512 fmax_16(__m512 a, __m512 b) {
   return _mm512_mask_mov_ps(_mm512_max_ps(a, b), k, a);
 }
 
-/* the logits of slot j of 16 columns */
+/* fmax_16(mb, b) for an mb that is no NaN (a block max chain from -inf): b where b is NaN is
+ * the only case to take back */
+AI __m512 fmax_mb_16(__m512 mb, __m512 b) {
+  return _mm512_mask_mov_ps(_mm512_max_ps(mb, b), _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q), mb);
+}
+
+/* scaled (see fwd_softmax_t) as 2 when every slot of the 16 columns a[], e[] is visible
+ * (a = 0, e = 64): the logit is S * scale with no mask (the same value) */
+AI int scaled_16(int scaled, const int32_t *a, const int32_t *e) {
+  if (!scaled) return 0;
+  return (_mm512_mask_cmpge_epi32_mask(
+              _mm512_cmpeq_epi32_mask(_mm512_loadu_si512(a), _mm512_setzero_si512()),
+              _mm512_loadu_si512(e), _mm512_set1_epi32(64)) == 0xFFFF)
+             ? 2
+             : 1;
+}
+
+/* the logits of slot j of 16 columns (scaled 2: all visible) */
 AI __m512 logit_16(const float *S, int64_t j, int scaled, __m512 sc, __m512i av, __m512i ev) {
   const __m512 s = _mm512_loadu_ps(S);
   __m512i jv;
   __mmask16 vis;
   if (!scaled) return s;
+  if (scaled == 2) return _mm512_mul_ps(s, sc);
   jv = _mm512_set1_epi32((int)j);
   vis = _mm512_cmpge_epi32_mask(jv, av) & _mm512_cmplt_epi32_mask(jv, ev);
   return _mm512_mask_mov_ps(_mm512_castsi512_ps(_mm512_set1_epi32((int)0xFF800000u)), vis,
@@ -187,15 +240,22 @@ AI void block_max(const int ng, const float *S, int64_t ld, int scaled, __m512 s
                   const int32_t *e, __m512 *mb) {
   __m512i av[4], ev[4];
   int64_t j;
-  int q;
+  int q, all = scaled != 0;
   for (q = 0; q < ng; q++) {
     av[q] = _mm512_loadu_si512(a + 16 * q);
     ev[q] = _mm512_loadu_si512(e + 16 * q);
     mb[q] = _mm512_castsi512_ps(_mm512_set1_epi32((int)0xFF800000u));
+    if (scaled_16(scaled, a + 16 * q, e + 16 * q) != 2) all = 0;
+  }
+  if (all) {
+    for (j = 0; j < 64; j++)
+      for (q = 0; q < ng; q++)
+        mb[q] = fmax_mb_16(mb[q], _mm512_mul_ps(_mm512_loadu_ps(S + j * ld + 16 * q), sc));
+    return;
   }
   for (j = 0; j < 64; j++)
     for (q = 0; q < ng; q++)
-      mb[q] = fmax_16(mb[q], logit_16(S + j * ld + 16 * q, j, scaled, sc, av[q], ev[q]));
+      mb[q] = fmax_mb_16(mb[q], logit_16(S + j * ld + 16 * q, j, scaled, sc, av[q], ev[q]));
 }
 
 /* the scalar kernel's order, 16 columns (query rows) per vector */
@@ -228,11 +288,13 @@ static void fwd_softmax_t_avx512(const float *S, int64_t ld, int64_t n, int scal
       const __m512 mo = _mm512_loadu_ps(m + r0 + 16 * q), mn = fmax_16(mo, mbs[q]),
                    al = exp_16(_mm512_sub_ps(mo, mn));
       __m512 v[16];
+      int sq;
       r = r0 + 16 * q;
+      sq = scaled_16(scaled, a + r, e + r);
       _mm512_storeu_ps(m + r, mn);
       _mm512_storeu_ps(alpha + r, al);
       for (j = 0; j < 64; j++) {
-        const __m512 p = exp_16(_mm512_sub_ps(logit_16(S + j * ld + r, j, scaled, sc, av, ev), mn));
+        const __m512 p = exp_16(_mm512_sub_ps(logit_16(S + j * ld + r, j, sq, sc, av, ev), mn));
         _mm512_storeu_ps(P + j * ld + r, p);
         v[j & 15] = j < 16 ? p : _mm512_add_ps(v[j & 15], p);
       }
@@ -257,9 +319,10 @@ static void bwd_p_t_avx512(const float *S, const float *dP, const float *G, int6
     const __m512i av = _mm512_loadu_si512(a + r), ev = _mm512_loadu_si512(e + r);
     const __m512 Lv = _mm512_loadu_ps(L + r), Dv = _mm512_loadu_ps(D + r);
     const __m512 Cv = C ? _mm512_loadu_ps(C + r) : _mm512_setzero_ps();
+    const int sq = scaled_16(scaled, a + r, e + r);
     __m512 v[16];
     for (j = 0; j < 64; j++) {
-      const __m512 x = logit_16(S + j * ld + r, j, scaled, sc, av, ev);
+      const __m512 x = logit_16(S + j * ld + r, j, sq, sc, av, ev);
       const __m512 u = exp_16(_mm512_sub_ps(_mm512_sub_ps(x, Lv), Cv));
       const __m512 g = G ? _mm512_loadu_ps(G + j * ld + r) : sc;
       _mm512_storeu_ps(P + j * ld + r, u);
@@ -277,6 +340,29 @@ static void bwd_p_t_avx512(const float *S, const float *dP, const float *G, int6
   }
 }
 
+/* 16 rows per vector (gathers), each lane the scalar chain; the rows past a multiple of 16
+ * one by one */
+static void dot_rows_avx512(int64_t n, int64_t d, const float *X, const float *Y, int64_t ld,
+                            float *out) {
+  int64_t r = 0, c;
+  const __m512i idx =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32((int)ld));
+  if (ld <= INT32_MAX / 16)
+    for (; r + 16 <= n; r += 16) {
+      __m512 acc = _mm512_setzero_ps();
+      for (c = 0; c < d; c++)
+        acc = _mm512_fmadd_ps(_mm512_i32gather_ps(idx, X + r * ld + c, 4),
+                              _mm512_i32gather_ps(idx, Y + r * ld + c, 4), acc);
+      _mm512_storeu_ps(out + r, acc);
+    }
+  for (; r < n; r++) {
+    float acc = 0.0f;
+    for (c = 0; c < d; c++) acc = xte_fmaf(X[r * ld + c], Y[r * ld + c], acc);
+    out[r] = acc;
+  }
+}
+
 /* every element through the lanes, the tail too (tests) */
 static void exp_n_avx512(const float *x, float *y, int64_t n) {
   int64_t j;
@@ -290,5 +376,5 @@ static void exp_n_avx512(const float *x, float *y, int64_t n) {
 }
 
 const xte_attn_kernels XTE_ATTN_AVX512_TABLE = {
-    XTE_ATTN_AVX512_ISA,  gemm_avx512,    exp_sub_avx512, rescale_avx512,
-    fwd_softmax_t_avx512, bwd_p_t_avx512, exp_n_avx512};
+    XTE_ATTN_AVX512_ISA, gemm_avx512,  exp_sub_avx512,   rescale_avx512, fwd_softmax_t_avx512,
+    bwd_p_t_avx512,      exp_n_avx512, gemm_fold_avx512, dot_rows_avx512};

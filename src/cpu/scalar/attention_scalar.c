@@ -23,6 +23,39 @@ static void gemm_scalar(int64_t M, int64_t N, int64_t K, const float *A, int64_t
   }
 }
 
+static void gemm_fold_scalar(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs,
+                             int64_t a_ks, const float *B, int64_t ldb, const float *C0,
+                             int64_t ldc0, float *D, int64_t ldd, const float *alpha) {
+  int64_t r, c, k;
+  float t[16];
+  for (r = 0; r < M; r++) {
+    const float *a = A + r * a_rs;
+    float *dr = D + r * ldd;
+    for (c = 0; c < N; c += 16) {
+      int64_t u;
+      for (u = 0; u < 16; u++) t[u] = C0 ? C0[r * ldc0 + c + u] : 0.0f;
+      for (k = 0; k < K; k++) {
+        const float av = a[k * a_ks];
+        const float *b = B + k * ldb + c;
+        for (u = 0; u < 16; u++) t[u] = xte_fmaf(av, b[u], t[u]);
+      }
+      for (u = 0; u < 16; u++)
+        dr[c + u] =
+            alpha ? xte_attn_rescale(dr[c + u], alpha[r], t[u]) : xte_attn_add(dr[c + u], t[u]);
+    }
+  }
+}
+
+static void dot_rows_scalar(int64_t n, int64_t d, const float *X, const float *Y, int64_t ld,
+                            float *out) {
+  int64_t r, c;
+  for (r = 0; r < n; r++) {
+    float acc = 0.0f;
+    for (c = 0; c < d; c++) acc = xte_fmaf(X[r * ld + c], Y[r * ld + c], acc);
+    out[r] = acc;
+  }
+}
+
 static void exp_sub_scalar(const float *x, float m, int64_t n, float *p) {
   int64_t j;
   for (j = 0; j < n; j++) p[j] = xte_attn_exp(x[j], m);
@@ -76,5 +109,5 @@ static void bwd_p_t_scalar(const float *S, const float *dP, const float *G, int6
 }
 
 const xte_attn_kernels xte_attn_kernels_scalar = {
-    XTE_CPU_ISA_SCALAR,   gemm_scalar,    exp_sub_scalar, rescale_scalar,
-    fwd_softmax_t_scalar, bwd_p_t_scalar, exp_n_scalar};
+    XTE_CPU_ISA_SCALAR, gemm_scalar,  exp_sub_scalar,   rescale_scalar, fwd_softmax_t_scalar,
+    bwd_p_t_scalar,     exp_n_scalar, gemm_fold_scalar, dot_rows_scalar};
