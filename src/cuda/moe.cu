@@ -13,17 +13,33 @@
 
 namespace {
 
-/* The CUDA runtime policy of moe_kernels.cuh's driver, on one stream. */
+/* The CUDA runtime policy of moe_kernels.cuh's driver, on one stream handle, whose lock the
+ * operation holds from its workspace's allocation until its last kernel is enqueued. The
+ * workspace is the handle's cached one (xte_gpu_workspace): no allocation, no free and no
+ * synchronization in steady state; the only waits left are the reads of the validation verdicts
+ * (the host decides from them, before any output byte is written). */
 struct cuda_rt {
+  xte_gpu_stream *h;
   cudaStream_t st;
   const xte_core_services *svc;
-  cudaError_t prior; /* the application's pending error, left alone */
+  cudaError_t prior;      /* the application's pending error, left alone */
+  void *cached = nullptr; /* the handle's workspace, handed out (once per operation) */
 
   xte_status alloc(void **p, size_t bytes) {
-    return xte_gpu_check(cudaMalloc(p, bytes), "cudaMalloc (MoE workspace)");
+    if (!cached) { /* every driver asks once */
+      XTE_GPU_PASS(xte_gpu_workspace(h, bytes, p));
+      cached = *p;
+      return XTE_SUCCESS;
+    }
+    /* a second workspace in one operation: an allocation of its own */
+    return xte_gpu_check(cudaMalloc(p, bytes ? bytes : 1), "cudaMalloc (MoE workspace)");
   }
   void release(void *p) {
     if (!p) return;
+    if (p == cached) { /* stays with the handle; the stream orders its next use */
+      cached = nullptr;
+      return;
+    }
     (void)cudaStreamSynchronize(st); /* kernels still read it */
     (void)cudaFree(p);
   }
@@ -52,42 +68,48 @@ struct cuda_rt {
 static xte_status gpu_permute(const xte_permute_args *a, void *handle) {
   xte_gpu_stream *h;
   XTE_GPU_ENTER(handle, h);
-  cuda_rt rt{h->stream, xte_gpu_services(), cudaPeekAtLastError()};
+  xte_gpu_lock g(h);
+  cuda_rt rt{h, h->stream, xte_gpu_services(), cudaPeekAtLastError()};
   return xte_moe_permute_run(rt, a);
 }
 
 static xte_status gpu_unpermute(const xte_unpermute_args *a, int which, void *handle) {
   xte_gpu_stream *h;
   XTE_GPU_ENTER(handle, h);
-  cuda_rt rt{h->stream, xte_gpu_services(), cudaPeekAtLastError()};
+  xte_gpu_lock g(h);
+  cuda_rt rt{h, h->stream, xte_gpu_services(), cudaPeekAtLastError()};
   return xte_moe_unpermute_run(rt, a, which);
 }
 
 static xte_status gpu_sort_chunks(const xte_sort_chunks_args *a, void *handle) {
   xte_gpu_stream *h;
   XTE_GPU_ENTER(handle, h);
-  cuda_rt rt{h->stream, xte_gpu_services(), cudaPeekAtLastError()};
+  xte_gpu_lock g(h);
+  cuda_rt rt{h, h->stream, xte_gpu_services(), cudaPeekAtLastError()};
   return xte_moe_sort_chunks_run(rt, a);
 }
 
 static xte_status gpu_dispatch_layout(const xte_dispatch_args *a, void *handle) {
   xte_gpu_stream *h;
   XTE_GPU_ENTER(handle, h);
-  cuda_rt rt{h->stream, xte_gpu_services(), cudaPeekAtLastError()};
+  xte_gpu_lock g(h);
+  cuda_rt rt{h, h->stream, xte_gpu_services(), cudaPeekAtLastError()};
   return xte_moe_dispatch_run(rt, a);
 }
 
 static xte_status gpu_router_forward(const xte_router_args *a, void *handle) {
   xte_gpu_stream *h;
   XTE_GPU_ENTER(handle, h);
-  cuda_rt rt{h->stream, xte_gpu_services(), cudaPeekAtLastError()};
+  xte_gpu_lock g(h);
+  cuda_rt rt{h, h->stream, xte_gpu_services(), cudaPeekAtLastError()};
   return xte_rt_forward_run(rt, a);
 }
 
 static xte_status gpu_router_backward(const xte_router_bwd_args *a, void *handle) {
   xte_gpu_stream *h;
   XTE_GPU_ENTER(handle, h);
-  cuda_rt rt{h->stream, xte_gpu_services(), cudaPeekAtLastError()};
+  xte_gpu_lock g(h);
+  cuda_rt rt{h, h->stream, xte_gpu_services(), cudaPeekAtLastError()};
   return xte_rt_backward_run(rt, a);
 }
 
@@ -95,18 +117,19 @@ static xte_status gpu_router_backward(const xte_router_bwd_args *a, void *handle
 static xte_status gpu_aux_loss(const xte_aux_loss_args *a, int backward, void *handle) {
   xte_gpu_stream *h;
   XTE_GPU_ENTER(handle, h);
-  cuda_rt rt{h->stream, xte_gpu_services(), cudaPeekAtLastError()};
+  xte_gpu_lock g(h);
+  cuda_rt rt{h, h->stream, xte_gpu_services(), cudaPeekAtLastError()};
   return xte_aux_loss_run(rt, a, backward);
 }
 
-/* The fused forms quantize the activation workspace with xte_gpu_quantize on the same handle
- * (it takes the handle's lock itself). */
+/* The fused forms quantize the activation workspace on the same handle (its lock already held). */
 static xte_status gpu_swiglu(const xte_swiglu_args *a, void *handle) {
   xte_gpu_stream *h;
   XTE_GPU_ENTER(handle, h);
-  cuda_rt rt{h->stream, xte_gpu_services(), cudaPeekAtLastError()};
+  xte_gpu_lock g(h);
+  cuda_rt rt{h, h->stream, xte_gpu_services(), cudaPeekAtLastError()};
   return xte_swiglu_run(rt, a,
-                        [handle](const xte_quant_args *q) { return xte_gpu_quantize(q, handle); });
+                        [h](const xte_quant_args *q) { return xte_gpu_quantize_locked(q, h); });
 }
 
 /* The operations not provided are NULL (the core reports XTE_ERROR_UNSUPPORTED). */

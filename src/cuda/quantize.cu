@@ -13,8 +13,31 @@ static xte_status zero_scales(const xte_scale_map *m, cudaStream_t st) {
                        "cudaMemsetAsync (scales)");
 }
 
+xte_status xte_gpu_workspace(xte_gpu_stream *h, size_t bytes, void **out) {
+  const size_t cap = h->scratch_bytes ? h->scratch_bytes : XTE_GPU_SCRATCH_FLOATS * sizeof(float);
+  const size_t need = xte_ws_need(bytes);
+  if (!need) return xte_gpu_check(cudaErrorMemoryAllocation, "workspace size");
+  if (need > cap) {
+    const size_t grow = xte_ws_grow(cap, need);
+    void *p = NULL;
+    cudaError_t e;
+    if (grow < need) return xte_gpu_check(cudaErrorMemoryAllocation, "workspace size");
+    XTE_GPU_TRY(cudaMalloc(&p, grow), "cudaMalloc (workspace)");
+    /* kernels enqueued before on this stream may still use the old buffer */
+    if ((e = cudaStreamSynchronize(h->stream)) != cudaSuccess) {
+      (void)cudaFree(p);
+      return xte_gpu_check(e, "cudaStreamSynchronize (workspace)");
+    }
+    (void)cudaFree(h->scratch);
+    h->scratch = (float *)p;
+    h->scratch_bytes = grow;
+  }
+  *out = (char *)h->scratch + XTE_WS_BASE;
+  return XTE_SUCCESS;
+}
+
 /* The enqueue of one quantize; the caller holds the handle's lock (the scratch is the handle's). */
-static xte_status quantize_locked(const xte_quant_args *a, xte_gpu_stream *h) {
+xte_status xte_gpu_quantize_locked(const xte_quant_args *a, xte_gpu_stream *h) {
   const cudaStream_t st = h->stream;
   const int64_t ntr = xte_q_tiles(a->M), ntc = xte_q_tiles(a->K);
   const int empty = a->M <= 0 || a->K <= 0;
@@ -27,7 +50,9 @@ static xte_status quantize_locked(const xte_quant_args *a, xte_gpu_stream *h) {
   if (a->mode == XTE_SCALING_PER_TENSOR) {
     if (a->recipe == XTE_RECIPE_TE_CURRENT) {
       XTE_GPU_TRY(cudaMemsetAsync(h->scratch, 0, sizeof(float), st), "cudaMemsetAsync (amax)");
-      if (!empty) amax_kernel<<<xte_q_amax_grid(a->M), NT, 0, st>>>(*a, (unsigned *)h->scratch);
+      if (!empty)
+        amax_kernel<<<xte_q_amax_grid(a->M, a->K, a->in_kind), NT, 0, st>>>(*a,
+                                                                            (unsigned *)h->scratch);
     }
     tensor_scale_kernel<<<1, 1, 0, st>>>(*a, h->scratch);
   }
@@ -40,15 +65,12 @@ static xte_status quantize_locked(const xte_quant_args *a, xte_gpu_stream *h) {
 
 xte_status xte_gpu_quantize(const xte_quant_args *a, void *handle) {
   xte_gpu_stream *h;
-  xte_status s;
   XTE_GPU_ENTER(handle, h);
   /* Two host threads on one handle (the NULL stream's is process-wide) would otherwise mix their
    * amax / scale scratch: the whole enqueue goes in under the handle's lock, and the stream runs
    * it in that order. */
-  pthread_mutex_lock(&h->lock);
-  s = quantize_locked(a, h);
-  pthread_mutex_unlock(&h->lock);
-  return s;
+  xte_gpu_lock g(h);
+  return xte_gpu_quantize_locked(a, h);
 }
 
 xte_status xte_gpu_dequantize(const xte_dequant_args *a, void *handle) {

@@ -24,12 +24,49 @@
  * Plain host arithmetic, shared by the launches in quantize.cu and by the host SIMT runner's
  * plugin (tests/simt/simt_plugin.cpp), which restates those launches. */
 
-/* Blocks of the whole-tensor amax kernel: a fixed grid of 1024 blocks whatever the shape (about
- * one wave of 256-thread blocks on an H100 / H200): the kernel walks the tensor as one sequence
- * of 16-byte row chunks, so a single row or a single column is spread over every block as well
- * as a square tensor; blocks past the end leave at once. */
-static inline int xte_q_amax_grid(int64_t M) {
-  return M > 0 ? 1024 : 1;
+/* Blocks of the whole-tensor amax kernel over an [M, K] input of in_kind (XTE_NUM_IN_*): the
+ * kernel walks the tensor as one sequence of 16-byte row chunks (ceil(K / (16 / esize)) per row),
+ * so a single row or a single column is spread over the grid as well as a square tensor. One
+ * block per XTE_Q_AMAX_CPB chunks (16 KiB of input: 4 chunks per thread), at least 1, at most
+ * XTE_Q_AMAX_BLOCKS (about one wave of 256-thread blocks on an H100 / H200, reached from 16 MiB
+ * of input on): a small tensor launches few blocks, a big one (tall-skinny too) the whole grid,
+ * its threads striding over the chunks. */
+#define XTE_Q_AMAX_CPB 1024
+#define XTE_Q_AMAX_BLOCKS 1024
+static inline int xte_q_amax_grid(int64_t M, int64_t K, int in_kind) {
+  const int64_t epc = in_kind == XTE_NUM_IN_F32 ? 4 : 8;
+  int64_t cpr, b;
+  if (M <= 0 || K <= 0) return 1;
+  cpr = (K + epc - 1) / epc;
+  /* past XTE_Q_AMAX_CPB * XTE_Q_AMAX_BLOCKS chunks, the whole grid (no product that overflows) */
+  if (M > (int64_t)XTE_Q_AMAX_CPB * XTE_Q_AMAX_BLOCKS / cpr) return XTE_Q_AMAX_BLOCKS;
+  b = (M * cpr + XTE_Q_AMAX_CPB - 1) / XTE_Q_AMAX_CPB;
+  return (int)(b < 1 ? 1 : b < XTE_Q_AMAX_BLOCKS ? b : XTE_Q_AMAX_BLOCKS);
+}
+
+/* The per-handle device workspace (src/cuda/quantize.cu xte_gpu_workspace; the SIMT runner's
+ * plugin restates it): each stream handle owns one buffer, whose first XTE_WS_BASE bytes are the
+ * quantize's scratch (the per-tensor amax and scale) and the rest the workspace of the operation
+ * being enqueued (the MoE drivers' verdicts and counters, the fused SwiGLU's activation). Used
+ * under the handle's lock only; grows (never shrinks), freed with the handle: steady-state calls
+ * allocate nothing. */
+#define XTE_WS_BASE 256
+#define XTE_WS_STEP ((size_t)1 << 16) /* capacities are multiples of 64 KiB */
+
+/* Buffer bytes for an operation workspace of `bytes`; 0 when that overflows. */
+static inline size_t xte_ws_need(size_t bytes) {
+  size_t n;
+  if (__builtin_add_overflow(bytes, (size_t)XTE_WS_BASE, &n)) return 0;
+  return n;
+}
+
+/* The capacity to grow to from cap for need (> cap): at least a quarter more than cap (a few
+ * growths reach any steady size), in whole XTE_WS_STEPs; 0 when that overflows. */
+static inline size_t xte_ws_grow(size_t cap, size_t need) {
+  size_t n = cap + cap / 4;
+  if (n < cap || n < need) n = need;
+  if (__builtin_add_overflow(n, XTE_WS_STEP - 1, &n)) return 0;
+  return n / XTE_WS_STEP * XTE_WS_STEP;
 }
 
 /* Tiles of an [M, K] quantize along each dimension. */

@@ -19,6 +19,9 @@ typedef struct xte_gpu_stream {
   /* held while an operation that uses the scratch is enqueued: two host threads on one handle
    * (the NULL stream's handle is process-wide) never interleave their scratch writes */
   pthread_mutex_t lock;
+  /* bytes at scratch, which grows into the handle's cached workspace (xte_gpu_workspace); 0: the
+   * XTE_GPU_SCRATCH_FLOATS floats allocated with the handle. Freed with scratch. */
+  size_t scratch_bytes = 0;
 } xte_gpu_stream;
 
 #define XTE_GPU_SCRATCH_FLOATS 4
@@ -83,8 +86,27 @@ xte_status xte_gpu_launch_check(cudaError_t prior, const char *what);
 /* The core's services given to init() (set_error). */
 const xte_core_services *xte_gpu_services(void);
 
+/* Holds a handle's lock for a scope: while an operation that uses the handle's scratch or
+ * workspace is enqueued. */
+struct xte_gpu_lock {
+  pthread_mutex_t *m;
+  explicit xte_gpu_lock(xte_gpu_stream *h) : m(&h->lock) { pthread_mutex_lock(m); }
+  xte_gpu_lock(const xte_gpu_lock &) = delete;
+  xte_gpu_lock &operator=(const xte_gpu_lock &) = delete;
+  ~xte_gpu_lock() { pthread_mutex_unlock(m); }
+};
+
+/* The handle's cached workspace (src/cuda/quantize.cu): *out = bytes of device memory, past the
+ * quantize's scratch, for the operation being enqueued; grown when too small (the handle's stream
+ * synchronized first: work enqueued before may still use the old buffer). The caller holds the
+ * handle's lock until its last use of the workspace is enqueued (the stream then orders the next
+ * operation's use after it). */
+xte_status xte_gpu_workspace(xte_gpu_stream *h, size_t bytes, void **out);
+
 /* Kernels (src/cuda/quantize.cu). */
 xte_status xte_gpu_quantize(const xte_quant_args *a, void *handle);
+/* The same with the handle's lock already held (the fused SwiGLU + quantize forms). */
+xte_status xte_gpu_quantize_locked(const xte_quant_args *a, xte_gpu_stream *h);
 xte_status xte_gpu_dequantize(const xte_dequant_args *a, void *handle);
 xte_status xte_gpu_cast(const xte_cast_args *a, void *handle);
 

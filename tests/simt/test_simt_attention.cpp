@@ -20,7 +20,6 @@
  * sanitized builds' shorter list. Exit status 1 on any mismatch, one line per failing case. */
 #include "simt.h"
 
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -28,48 +27,13 @@
 #include <string>
 #include <vector>
 
-#include "xte/xte.h"
+#include "simt_test_common.h"
 
-#ifndef SIMT_PLUGIN_DIR
-#error "SIMT_PLUGIN_DIR: the folder of the SIMT runner's libxte_cuda.so"
-#endif
+/* full: --full (more random cases, larger shapes); tiny: --reduced (no random cases) */
+static int full, tiny;
 
-static xte_stream gpu, cpu;
-static int failures, cases_run, refused, full, tiny, verbose;
-static const int max_reported = 40;
-typedef std::vector<uint8_t> buf;
-
-static void report(const std::string &desc, const char *what) {
-  failures++;
-  if (failures <= max_reported) std::fprintf(stderr, "MISMATCH %s: %s\n", desc.c_str(), what);
-}
-
-static bool same(const char *what, const std::string &desc, const buf &g, const buf &c) {
-  const size_t n = g.size();
-  if (n == 0 || std::memcmp(g.data(), c.data(), n) == 0) return true;
-  size_t i = 0, diff = 0;
-  while (g[i] == c[i]) i++;
-  for (size_t j = 0; j < n; j++) diff += g[j] != c[j];
-  char m[200];
-  std::snprintf(m, sizeof m, "%s: %zu of %zu bytes differ, first at %zu: simt 0x%02x, cpu 0x%02x",
-                what, diff, n, i, g[i], c[i]);
-  report(desc, m);
-  return false;
-}
-
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd() {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
-}
 static float unif() { /* [-1, 1) */
   return (float)((double)(rnd() >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-
-static size_t esz(int dt) {
-  return xte_dtype_size((xte_dtype)dt);
 }
 
 /* specials: 0 none, 1 a few NaN / inf / subnormal / huge values */
@@ -507,39 +471,13 @@ static void random_cases(int n, int64_t maxs) {
 }
 
 int main(int argc, char **argv) {
-  for (int i = 1; i < argc; i++)
-    if (!std::strcmp(argv[i], "--reduced"))
-      tiny = 1;
-    else if (!std::strcmp(argv[i], "--full"))
-      full = 1;
-    else if (!std::strcmp(argv[i], "--verbose"))
-      verbose = 1;
-  setenv("XTE_PLUGIN_DIR", SIMT_PLUGIN_DIR, 1);
-#if defined(__SANITIZE_THREAD__)
-  xte_cpu_set_num_threads(1);
-#endif
-  const auto t0 = std::chrono::steady_clock::now();
-  if (xte_stream_create(XTE_BACKEND_CPU, 0, nullptr, &cpu) != XTE_SUCCESS ||
-      xte_stream_create(XTE_BACKEND_CUDA, 0, nullptr, &gpu) != XTE_SUCCESS) {
-    std::fprintf(stderr, "FATAL: streams: %s\n", xte_last_error());
-    return 2;
-  }
-  xte_backend_info bi;
-  if (xte_get_backend_info(&bi) != XTE_SUCCESS || bi.num_cuda_gpus != 1 ||
-      std::strcmp(bi.cuda_gpus[0].name, "simt host runner") != 0) {
-    std::fprintf(stderr, "FATAL: libxte loaded another libxte_cuda.so than %s\n", SIMT_PLUGIN_DIR);
-    return 2;
-  }
-  std::printf("simt attention: CPU ISA %s, %s list\n", xte_cpu_isa_name(xte_cpu_get_isa()),
+  const simt_args args = simt_parse_args(argc, argv);
+  tiny = args.reduced;
+  full = args.full;
+  if (!simt_open("simt attention", 0)) return 2;
+  std::printf("simt attention: CPU ISA %s, %s list\n", simt_isa(),
               tiny ? "reduced" : (full ? "full" : "default"));
   fixed_cases();
   if (!tiny) random_cases(full ? 400 : 80, full ? 260 : 140);
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (failures > max_reported) std::fprintf(stderr, "... %d more\n", failures - max_reported);
-  std::printf(
-      "simt attention: %d cases (%d refused alike by both backends), %d mismatches, %.1f s\n",
-      cases_run, refused, failures, secs);
-  xte_stream_destroy(gpu);
-  xte_stream_destroy(cpu);
-  return failures ? 1 : 0;
+  return simt_close("simt attention");
 }

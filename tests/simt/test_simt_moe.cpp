@@ -22,7 +22,6 @@
  * Exit status 1 on any mismatch, with one line per failing case. */
 #include "simt.h"
 
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -30,49 +29,12 @@
 #include <string>
 #include <vector>
 
-#include "xte/xte.h"
+#define SIMT_TEST_SEED 0x2545F4914F6CDD1Dull
+#include "simt_test_common.h"
 
-#ifndef SIMT_PLUGIN_DIR
-#error "SIMT_PLUGIN_DIR: the folder of the SIMT runner's libxte_cuda.so"
-#endif
-
-static xte_stream gpu, cpu;
 /* reduced: the default list (about a minute on 2 cores); --full clears it (every case, ~8 min);
  * tiny: --reduced, the ThreadSanitizer variant's list (no 300-token routings) */
-static int failures, cases_run, refused, reduced = 1, tiny, verbose;
-static const int max_reported = 40;
-
-static void report(const std::string &desc, const char *what) {
-  failures++;
-  if (failures <= max_reported) std::fprintf(stderr, "MISMATCH %s: %s\n", desc.c_str(), what);
-}
-
-typedef std::vector<uint8_t> buf;
-
-static bool same(const char *what, const std::string &desc, const buf &g, const buf &c) {
-  if (g.size() != c.size()) {
-    report(desc, "buffer sizes differ (test bug)");
-    return false;
-  }
-  const size_t n = g.size();
-  if (n == 0 || std::memcmp(g.data(), c.data(), n) == 0) return true;
-  size_t i = 0, diff = 0;
-  while (g[i] == c[i]) i++;
-  for (size_t j = 0; j < n; j++) diff += g[j] != c[j];
-  char m[200];
-  std::snprintf(m, sizeof m, "%s: %zu of %zu bytes differ, first at %zu: simt 0x%02x, cpu 0x%02x",
-                what, diff, n, i, g[i], c[i]);
-  report(desc, m);
-  return false;
-}
-
-static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static uint64_t rnd() {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
-}
+static int reduced = 1, tiny;
 
 /* n elements of dtype dt with leading-dimension gaps filled too: values of every kind. */
 static buf random_bytes(size_t n, int dt) {
@@ -103,16 +65,6 @@ static buf random_bytes(size_t n, int dt) {
     for (size_t i = 0; i < n; i++) b[i] = (uint8_t)rnd();
   }
   return b;
-}
-
-static size_t esz(int dt) {
-  return xte_dtype_size((xte_dtype)dt);
-}
-
-static xte_tensor t2(buf &b, int dt, int64_t rows, int64_t cols, int64_t ld) {
-  xte_tensor t = xte_tensor_2d(b.data(), (xte_dtype)dt, rows, cols);
-  t.ld = ld;
-  return t;
 }
 
 /* ---------------------------------------------------------------- routings */
@@ -216,25 +168,6 @@ static void compare_perm(const std::string &d, const perm_out &og, const perm_ou
   same("expert_offsets", d, og.offsets, oc.offsets);
   same("tokens_per_expert", d, og.tpe, oc.tpe);
   same("row_to_expert", d, og.r2e, oc.r2e);
-}
-
-/* Both backends on one case; the status, the message on a refusal, every byte. */
-static bool both_status(const std::string &d, xte_status sc, const std::string &mc, xte_status sg,
-                        const std::string &mg) {
-  cases_run++;
-  if (sc != sg) {
-    char m[600];
-    std::snprintf(m, sizeof m, "status cpu %d (%s), simt %d (%s)", (int)sc, mc.c_str(), (int)sg,
-                  mg.c_str());
-    report(d, m);
-    return false;
-  }
-  if (sc != XTE_SUCCESS) {
-    refused++;
-    if (verbose) std::printf("refused %s: %s\n", d.c_str(), mc.c_str());
-    if (mc != mg) report(d, ("message cpu '" + mc + "', simt '" + mg + "'").c_str());
-  }
-  return true;
 }
 
 /* the unpermute family on the permute's result */
@@ -664,41 +597,14 @@ static void permute_cases() {
 }
 
 int main(int argc, char **argv) {
-  for (int i = 1; i < argc; i++)
-    if (!std::strcmp(argv[i], "--reduced"))
-      tiny = 1;
-    else if (!std::strcmp(argv[i], "--full"))
-      reduced = 0;
-    else if (!std::strcmp(argv[i], "--verbose"))
-      verbose = 1;
-  setenv("XTE_PLUGIN_DIR", SIMT_PLUGIN_DIR, 1);
-#if defined(__SANITIZE_THREAD__)
-  /* the CPU backend (the reference, not built with ThreadSanitizer) on the calling thread only:
-   * its pool's own synchronization is invisible to TSan; its bytes do not depend on the threads */
-  xte_cpu_set_num_threads(1);
-#endif
-  const auto t0 = std::chrono::steady_clock::now();
-  if (xte_stream_create(XTE_BACKEND_CPU, 0, nullptr, &cpu) != XTE_SUCCESS ||
-      xte_stream_create(XTE_BACKEND_CUDA, 0, nullptr, &gpu) != XTE_SUCCESS) {
-    std::fprintf(stderr, "FATAL: streams: %s\n", xte_last_error());
-    return 2;
-  }
-  xte_backend_info bi;
-  if (xte_get_backend_info(&bi) != XTE_SUCCESS || bi.num_cuda_gpus != 1 ||
-      std::strcmp(bi.cuda_gpus[0].name, "simt host runner") != 0) {
-    std::fprintf(stderr, "FATAL: libxte loaded another libxte_cuda.so than %s\n", SIMT_PLUGIN_DIR);
-    return 2;
-  }
-  std::printf("simt moe: CPU ISA %s, %s list\n", xte_cpu_isa_name(xte_cpu_get_isa()),
+  const simt_args args = simt_parse_args(argc, argv);
+  tiny = args.reduced;
+  if (args.full) reduced = 0;
+  if (!simt_open("simt moe", 0)) return 2;
+  std::printf("simt moe: CPU ISA %s, %s list\n", simt_isa(),
               tiny ? "reduced" : (reduced ? "default" : "full"));
   bad_routing_cases();
   chunk_and_dispatch_cases();
   permute_cases();
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (failures > max_reported) std::fprintf(stderr, "... %d more\n", failures - max_reported);
-  std::printf("simt moe: %d cases (%d refused alike by both backends), %d mismatches, %.1f s\n",
-              cases_run, refused, failures, secs);
-  xte_stream_destroy(gpu);
-  xte_stream_destroy(cpu);
-  return failures ? 1 : 0;
+  return simt_close("simt moe");
 }

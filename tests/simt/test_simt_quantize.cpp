@@ -14,43 +14,18 @@
  * mismatch, with one line per failing case (the first differing byte of each output). */
 #include "simt.h"
 
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
-#include "xte/xte.h"
+#include "simt_test_common.h"
 
-#ifndef SIMT_PLUGIN_DIR
-#error "SIMT_PLUGIN_DIR: the folder of the SIMT runner's libxte_cuda.so"
-#endif
-
-static xte_stream gpu, cpu;
-static int failures, cases_run, refused, reduced;
-static const int max_reported = 40;
-
-static void report(const std::string &desc, const char *what) {
-  failures++;
-  if (failures <= max_reported) std::fprintf(stderr, "MISMATCH %s: %s\n", desc.c_str(), what);
-}
-
-static bool same(const char *what, const std::string &desc, const void *g, const void *c,
-                 size_t n) {
-  const uint8_t *a = (const uint8_t *)g, *b = (const uint8_t *)c;
-  if (n == 0 || std::memcmp(a, b, n) == 0) return true;
-  size_t i = 0, diff = 0;
-  while (a[i] == b[i]) i++;
-  for (size_t j = 0; j < n; j++) diff += a[j] != b[j];
-  char m[200];
-  std::snprintf(m, sizeof m, "%s: %zu of %zu bytes differ, first at %zu: simt 0x%02x, cpu 0x%02x",
-                what, diff, n, i, a[i], b[i]);
-  report(desc, m);
-  return false;
-}
+static int reduced;
 
 static void must(xte_status st, const char *what) {
   if (st != XTE_SUCCESS) {
@@ -60,19 +35,6 @@ static void must(xte_status st, const char *what) {
 }
 
 /* ---------------------------------------------------------------- inputs */
-
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd() {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
-}
-static float bitsf(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 static const uint32_t special_bits[] = {
     0x00000000u, 0x80000000u,                           /* +-0 */
@@ -413,8 +375,9 @@ static void amax_position_cases() {
     int off;
   };
   static const xte_dtype in_dts[] = {XTE_DTYPE_FP32, XTE_DTYPE_BF16, XTE_DTYPE_FP16};
-  /* not in the reduced list: each case launches the 1024-block amax grid, slow on the
-   * ThreadSanitizer variant's OS-thread engine */
+  /* not in the reduced list (the ThreadSanitizer variant's). The amax grid is sized from the
+   * shape (xte_q_amax_grid): these shapes get 1 or 2 blocks, so each thread walks several chunks
+   * and the walk's (row, chunk) carry is exercised. */
   static const pshape ps[] = {{1, 4099, 4099, 0}, {300, 24, 24, 0}, {5, 1000, 1003, 1}};
   const int nps = reduced ? 0 : (int)(sizeof ps / sizeof ps[0]);
   for (int di = 0; di < 3; di++)
@@ -462,6 +425,68 @@ static void amax_position_cases() {
         run_quant(q, buf.data() + skip);
       }
     }
+}
+
+/* ---------------------------------------------------------------- two host threads, one stream
+ * Two host threads quantize at once on the one SIMT stream, with per-tensor current scaling: each
+ * call runs four steps through the handle's scratch (amax reset, amax kernel, scale kernel, tiles)
+ * and the runner takes its launches one at a time, so without the handle's lock one thread's
+ * scale lands in the other's tiles. Each thread's bytes must be the CPU's, every time. */
+static void two_thread_cases() {
+  struct job {
+    int64_t M, K;
+    xte_dtype dt;
+    std::vector<uint8_t> in, want, got;
+    float amax_want = 0, scale_want = 0;
+    int bad = 0;
+  };
+  job jobs[2] = {{8, 40, XTE_DTYPE_BF16, {}, {}, {}}, {5, 36, XTE_DTYPE_FP32, {}, {}, {}}};
+  const int iters = reduced ? 12 : 40;
+  xte_quant_config cfg = xte_quant_config_default();
+  auto quantize = [&](job &j, xte_stream s, std::vector<uint8_t> &out, float *amax, float *scale) {
+    out.assign((size_t)(j.M * j.K) + 4, 0xCD);
+    xte_tensor x = xte_tensor_2d(j.in.data(), j.dt, j.M, j.K);
+    xte_qtensor q;
+    std::memset(&q, 0, sizeof q);
+    q.scaling_mode = XTE_SCALING_PER_TENSOR;
+    q.recipe = XTE_RECIPE_TE_CURRENT;
+    q.rowwise = xte_tensor_2d(out.data(), XTE_DTYPE_E4M3, j.M, j.K);
+    q.rowwise_scale_inv = {out.data() + j.M * j.K, XTE_DTYPE_FP32, 1, 1, XTE_SCALE_LAYOUT_COMPACT};
+    q.amax = amax;
+    q.scale = scale;
+    return xte_quantize(&x, &q, &cfg, s);
+  };
+  for (int k = 0; k < 2; k++) {
+    job &j = jobs[k];
+    std::vector<float> f((size_t)(j.M * j.K));
+    for (size_t i = 0; i < f.size(); i++) f[i] = normal_value(k ? 4 : -6, 3);
+    j.in.assign(f.size() * xte_dtype_size(j.dt) + 1, 0);
+    xte_tensor a = xte_tensor_1d(f.data(), XTE_DTYPE_FP32, (int64_t)f.size());
+    xte_tensor b = xte_tensor_1d(j.in.data(), j.dt, (int64_t)f.size());
+    must(xte_cast(&a, &b, 1, cpu), "xte_cast (two-thread input)");
+    must(quantize(j, cpu, j.want, &j.amax_want, &j.scale_want), "xte_quantize (two-thread, cpu)");
+  }
+  std::vector<std::thread> th;
+  for (int k = 0; k < 2; k++)
+    th.emplace_back([&, k] {
+      job &j = jobs[k];
+      for (int it = 0; it < iters; it++) {
+        float am = -1, sc = -1;
+        std::vector<uint8_t> out;
+        if (quantize(j, gpu, out, &am, &sc) != XTE_SUCCESS || out != j.want ||
+            std::memcmp(&am, &j.amax_want, 4) || std::memcmp(&sc, &j.scale_want, 4))
+          j.bad++;
+      }
+    });
+  for (auto &t : th) t.join();
+  for (int k = 0; k < 2; k++) {
+    cases_run++;
+    if (jobs[k].bad) {
+      char m[96];
+      std::snprintf(m, sizeof m, "%d of %d calls differ from the CPU", jobs[k].bad, iters);
+      report(k ? "two threads, one stream: fp32 job" : "two threads, one stream: bf16 job", m);
+    }
+  }
 }
 
 /* ---------------------------------------------------------------- cast */
@@ -576,36 +601,14 @@ static void warp_selftest() {
 }
 
 int main(int argc, char **argv) {
-  for (int i = 1; i < argc; i++) {
-    if (!std::strcmp(argv[i], "--reduced")) reduced = 1;
-  }
-  setenv("XTE_PLUGIN_DIR", SIMT_PLUGIN_DIR, 1);
-  const auto t0 = std::chrono::steady_clock::now();
-  must(xte_stream_create(XTE_BACKEND_CPU, 0, nullptr, &cpu), "xte_stream_create(CPU)");
-  must(xte_stream_create(XTE_BACKEND_CUDA, 0, nullptr, &gpu),
-       "xte_stream_create(CUDA = the SIMT runner's plugin)");
-  xte_gpu_info info;
-  {
-    xte_backend_info bi;
-    must(xte_get_backend_info(&bi), "xte_get_backend_info");
-    info = bi.cuda_gpus[0];
-    if (bi.num_cuda_gpus != 1 || std::strcmp(info.name, "simt host runner") != 0) {
-      std::fprintf(stderr, "FATAL: libxte loaded another libxte_cuda.so than %s (device '%s')\n",
-                   SIMT_PLUGIN_DIR, info.name);
-      return 2;
-    }
-  }
-  std::printf("simt: CPU ISA %s, %s list\n", xte_cpu_isa_name(xte_cpu_get_isa()),
-              reduced ? "reduced" : "full");
+  const simt_args args = simt_parse_args(argc, argv);
+  reduced = args.reduced;
+  if (!simt_open("simt", 0)) return 2;
+  std::printf("simt: CPU ISA %s, %s list\n", simt_isa(), reduced ? "reduced" : "full");
   warp_selftest();
   quantize_cases();
   amax_position_cases();
   cast_cases();
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (failures > max_reported) std::fprintf(stderr, "... %d more\n", failures - max_reported);
-  std::printf("simt: %d cases (%d refused alike by both backends), %d mismatches, %.1f s\n",
-              cases_run, refused, failures, secs);
-  xte_stream_destroy(gpu);
-  xte_stream_destroy(cpu);
-  return failures ? 1 : 0;
+  two_thread_cases();
+  return simt_close("simt");
 }

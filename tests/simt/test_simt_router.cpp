@@ -22,103 +22,22 @@
  * on it). Exit status 1 on any mismatch, with one line per failing case. */
 #include "simt.h"
 
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <string>
 #include <vector>
 
-#include "xte/xte.h"
+#include "simt_test_common.h"
 
-#ifndef SIMT_PLUGIN_DIR
-#error "SIMT_PLUGIN_DIR: the folder of the SIMT runner's libxte_cuda.so"
-#endif
-
-static xte_stream gpu, cpu;
-static int failures, cases_run, refused, stride = 3, verbose, counter;
-static const int max_reported = 40;
-
-static std::map<std::string, int> failures_by_op; /* the operation: desc up to its first space */
-
-static void report(const std::string &desc, const char *what) {
-  failures++;
-  failures_by_op[desc.substr(0, desc.find(' '))]++;
-  if (failures <= max_reported) std::fprintf(stderr, "MISMATCH %s: %s\n", desc.c_str(), what);
-}
-
-typedef std::vector<uint8_t> buf;
-
-static bool same(const char *what, const std::string &desc, const buf &g, const buf &c) {
-  if (g.size() != c.size()) {
-    report(desc, "buffer sizes differ (test bug)");
-    return false;
-  }
-  const size_t n = g.size();
-  if (n == 0 || std::memcmp(g.data(), c.data(), n) == 0) return true;
-  size_t i = 0, diff = 0;
-  while (g[i] == c[i]) i++;
-  for (size_t j = 0; j < n; j++) diff += g[j] != c[j];
-  char m[200];
-  std::snprintf(m, sizeof m, "%s: %zu of %zu bytes differ, first at %zu: simt 0x%02x, cpu 0x%02x",
-                what, diff, n, i, g[i], c[i]);
-  report(desc, m);
-  return false;
-}
-
-static bool both_status(const std::string &d, xte_status sc, const std::string &mc, xte_status sg,
-                        const std::string &mg) {
-  cases_run++;
-  if (sc != sg) {
-    char m[600];
-    std::snprintf(m, sizeof m, "status cpu %d (%s), simt %d (%s)", (int)sc, mc.c_str(), (int)sg,
-                  mg.c_str());
-    report(d, m);
-    return false;
-  }
-  if (sc != XTE_SUCCESS) {
-    refused++;
-    if (verbose) std::printf("refused %s: %s\n", d.c_str(), mc.c_str());
-    if (mc != mg) report(d, ("message cpu '" + mc + "', simt '" + mg + "'").c_str());
-  }
-  return true;
-}
-
-/* Runs f on the CPU stream and on the SIMT stream; compares statuses and messages. */
-template <class F>
-static bool run_both(const std::string &d, F &&f) {
-  const xte_status sc = f(cpu);
-  const std::string mc = sc ? xte_last_error() : "";
-  const xte_status sg = f(gpu);
-  const std::string mg = sg ? xte_last_error() : "";
-  return both_status(d, sc, mc, sg, mg);
-}
+/* keep one case in `stride`: 3 by default, 6 with --reduced, 1 (every case) with --full */
+static int stride = 3, counter;
 
 /* thin the default list: keep one case in `stride` (every case with --full) */
 static bool keep() {
   return (counter++ % stride) == 0;
-}
-
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd() {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
-}
-
-static uint32_t fbits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-static float bitsf(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
 }
 
 /* Value kinds of a logits row. */
@@ -167,12 +86,6 @@ static buf fill_mat(int64_t rows, int64_t ld, int dt, int kind) {
     }
   }
   return b;
-}
-
-static xte_tensor t2(buf &b, int dt, int64_t rows, int64_t cols, int64_t ld = 0) {
-  xte_tensor t = xte_tensor_2d(b.data(), (xte_dtype)dt, rows, cols);
-  t.ld = ld;
-  return t;
 }
 
 static const char *sname(int s) {
@@ -611,56 +524,18 @@ static void refusal_cases() {
 }
 
 int main(int argc, char **argv) {
-  int warp = 32;
-  for (int i = 1; i < argc; i++)
-    if (!std::strcmp(argv[i], "--reduced"))
-      stride = 6;
-    else if (!std::strcmp(argv[i], "--full"))
-      stride = 1;
-    else if (!std::strcmp(argv[i], "--verbose"))
-      verbose = 1;
-    else if (!std::strcmp(argv[i], "--warp") && i + 1 < argc)
-      warp = std::atoi(argv[++i]);
-  if (warp != 32 && warp != 64 && warp != 128) {
-    std::fprintf(stderr, "--warp: 32, 64 or 128\n");
-    return 2;
-  }
-  setenv("XTE_PLUGIN_DIR", SIMT_PLUGIN_DIR, 1);
-  char w[8];
-  std::snprintf(w, sizeof w, "%d", warp);
-  setenv("SIMT_WARP_SIZE", w, 1);
-#if defined(__SANITIZE_THREAD__)
-  xte_cpu_set_num_threads(1);
-#endif
-  const auto t0 = std::chrono::steady_clock::now();
-  if (xte_stream_create(XTE_BACKEND_CPU, 0, nullptr, &cpu) != XTE_SUCCESS ||
-      xte_stream_create(XTE_BACKEND_CUDA, 0, nullptr, &gpu) != XTE_SUCCESS) {
-    std::fprintf(stderr, "FATAL: streams: %s\n", xte_last_error());
-    return 2;
-  }
-  xte_backend_info bi;
-  char arch[32];
-  std::snprintf(arch, sizeof arch, "simt_w%d", warp);
-  if (xte_get_backend_info(&bi) != XTE_SUCCESS || bi.num_cuda_gpus != 1 ||
-      std::strcmp(bi.cuda_gpus[0].name, "simt host runner") != 0 ||
-      std::strcmp(bi.cuda_gpus[0].arch, arch) != 0) {
-    std::fprintf(stderr, "FATAL: libxte loaded another libxte_cuda.so than %s (or not at %s)\n",
-                 SIMT_PLUGIN_DIR, arch);
-    return 2;
-  }
-  std::printf("simt router: CPU ISA %s, warp %d, %s list\n", xte_cpu_isa_name(xte_cpu_get_isa()),
-              warp, stride == 1 ? "full" : (stride == 3 ? "default" : "reduced"));
+  const simt_args args = simt_parse_args(argc, argv);
+  if (args.bad) return 2;
+  /* --full wins over --reduced */
+  if (args.reduced) stride = 6;
+  if (args.full) stride = 1;
+  report_by_op = true;
+  if (!simt_open("simt router", args.warp)) return 2;
+  std::printf("simt router: CPU ISA %s, warp %d, %s list\n", simt_isa(), args.warp,
+              stride == 1 ? "full" : (stride == 3 ? "default" : "reduced"));
   router_cases();
   aux_cases();
   swiglu_cases();
   refusal_cases();
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (failures > max_reported) std::fprintf(stderr, "... %d more\n", failures - max_reported);
-  for (const auto &f : failures_by_op)
-    std::fprintf(stderr, "mismatches in %s: %d\n", f.first.c_str(), f.second);
-  std::printf("simt router: %d cases (%d refused alike by both backends), %d mismatches, %.1f s\n",
-              cases_run, refused, failures, secs);
-  xte_stream_destroy(gpu);
-  xte_stream_destroy(cpu);
-  return failures ? 1 : 0;
+  return simt_close("simt router");
 }
