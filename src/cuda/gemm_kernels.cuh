@@ -1,4 +1,5 @@
-/* The exact FP8 GEMM of the CUDA plugin (XTE_GEMM_EXACT, stage 1: SIMT fp64), dense and grouped,
+/* The exact FP8 GEMM of the CUDA plugin (XTE_GEMM_EXACT, stage 1: SIMT fp64; stage 2, the fp64
+ * tensor-core kernel of gemm_mma_kernels.cuh, included below), dense and grouped,
  * and the host steps that drive it, written against a small runtime policy RT (allocation,
  * host-to-device upload, device-to-host read of a verdict, launch): no runtime call appears here.
  * src/cuda/gemm.cu instantiates the driver with the CUDA runtime; tests/simt/simt_plugin.cpp with
@@ -20,7 +21,10 @@
  *  - masked_m lives in device memory: a validation kernel finds the first group outside
  *    [0, m_max] (integer atomicMin: the result does not depend on the order of the atomics), the
  *    host reads the verdict back and refuses with the CPU's message before any output is written;
- *  - no atomics in the GEMM itself, no warp-size assumption (no warp intrinsics).
+ *  - no atomics in the GEMM itself, no warp-size assumption (no warp intrinsics) in this SIMT
+ *    kernel: it runs on every device and on MUSA. The DMMA kernel (stage 2) shares its tiles,
+ *    staging, block update and epilogue and needs NVIDIA's 32-lane warps and sm_80: the runtime
+ *    policy's `dmma` says which one the driver launches (XTE_GEMM_DMMA: compiled at all).
  * Scale blocks are powers of two along both axes (1, 32, 128 or the per-tensor 2^50: see
  * src/gemm_api.c), so block coordinates are shifts, never a 64-bit division on the device. */
 #ifndef XTE_GEMM_KERNELS_CUH
@@ -83,6 +87,100 @@ __global__ void __launch_bounds__(XTE_GEMM_NT)
   }
 }
 
+/* The problem of tile t (uniform over the block): G == 1 and probs == NULL: p1; else probs[gi],
+ * the last gi with tstart[gi] <= t, whose first tile is t0 = tstart[gi]. */
+__device__ __forceinline__ void xte_gemm_find_tile(int64_t t, const xte_gemm_problem &p1,
+                                                   const xte_gemm_problem *probs,
+                                                   const int64_t *tstart, int64_t G,
+                                                   xte_gemm_problem &p, int64_t &gi, int64_t &t0) {
+  p = p1;
+  gi = 0;
+  t0 = 0;
+  if (probs) {
+    int64_t lo = 0, hi = G - 1;
+    while (lo < hi) { /* last g with tstart[g] <= t */
+      const int64_t mid = lo + (hi - lo + 1) / 2;
+      if (tstart[mid] <= t)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    gi = lo;
+    p = probs[gi];
+    t0 = tstart[gi];
+  }
+}
+
+/* One staging step of both kernels (all XTE_GEMM_NT threads, between two barriers): with ks == 0
+ * the scales of the tile's rows and columns for K block k0 into s_sa / s_sb, and the codes
+ * [row][k0 + ks + kk], kk < KS, decoded to fp64 (exact) into s_a[kk][row] / s_b[kk][col], zero
+ * outside the problem and past kn; with SPLIT the e5m2 operand's two classes go to its array
+ * (class |v| >= 1, NaN, inf) and s_lo (class |v| < 1). The walk follows the operand's contiguous
+ * axis. LD: the row length of the shared arrays (the kernels pad it differently). */
+template <int SPLIT, int KS, int LD>
+__device__ __forceinline__ void xte_gemm_stage(const xte_gemm_args &g, const xte_gemm_problem &p,
+                                               const xte_gemm_shifts &sh, int64_t mv, int64_t row0,
+                                               int64_t col0, int64_t k0, int ks, int kn, int tid,
+                                               double (*s_a)[LD], double (*s_b)[LD],
+                                               double (*s_lo)[SPLIT ? LD : 1], float *s_sa,
+                                               float *s_sb) {
+  if (ks == 0) {
+    if (tid < XTE_GEMM_BM) {
+      const int64_t r = row0 + tid;
+      s_sa[tid] = r < mv ? xte_gemm_scale(g.a, sh.a_i, sh.a_k, p.a_i0 + r, p.a_k0 + k0) : 0.0f;
+    } else if (tid < XTE_GEMM_BM + XTE_GEMM_BN) {
+      const int64_t c = col0 + (tid - XTE_GEMM_BM);
+      s_sb[tid - XTE_GEMM_BM] =
+          c < p.n ? xte_gemm_scale(g.b, sh.b_i, sh.b_k, p.b_i0 + c, p.b_k0 + k0) : 0.0f;
+    }
+  }
+  for (int idx = tid; idx < KS * XTE_GEMM_BM; idx += XTE_GEMM_NT) {
+    const int kk = g.a.ks == 1 ? idx % KS : idx / XTE_GEMM_BM;
+    const int r = g.a.ks == 1 ? idx / KS : idx % XTE_GEMM_BM;
+    double v = 0.0;
+    if (row0 + r < mv && kk < kn)
+      v = xte_fp8_to_f64(g.a.data[(p.a_i0 + row0 + r) * g.a.rs + (p.a_k0 + k0 + ks + kk) * g.a.ks],
+                         g.a.fmt);
+    if (SPLIT == 1) {
+      s_a[kk][r] = xte_gemm_class_hi(v);
+      s_lo[kk][r] = xte_gemm_class_lo(v);
+    } else {
+      s_a[kk][r] = v;
+    }
+  }
+  for (int idx = tid; idx < KS * XTE_GEMM_BN; idx += XTE_GEMM_NT) {
+    const int kk = g.b.ks == 1 ? idx % KS : idx / XTE_GEMM_BN;
+    const int c = g.b.ks == 1 ? idx / KS : idx % XTE_GEMM_BN;
+    double v = 0.0;
+    if (col0 + c < p.n && kk < kn)
+      v = xte_fp8_to_f64(g.b.data[(p.b_i0 + col0 + c) * g.b.rs + (p.b_k0 + k0 + ks + kk) * g.b.ks],
+                         g.b.fmt);
+    if (SPLIT == 2) {
+      s_b[kk][c] = xte_gemm_class_hi(v);
+      s_lo[kk][c] = xte_gemm_class_lo(v);
+    } else {
+      s_b[kk][c] = v;
+    }
+  }
+}
+
+/* One output element of D through the epilogue, the CPU's store_d (row r < mv, column c < p.n of
+ * the tile's problem). */
+__device__ __forceinline__ void xte_gemm_store(const xte_gemm_args &g, const xte_gemm_problem &p,
+                                               int64_t r, int64_t c, float acc) {
+  const int64_t rd = p.d_r0 + r;
+  float cv = 0.0f;
+  if (g.c)
+    cv = g.c_dtype == XTE_DTYPE_BF16 ? xte_bf16_to_f32(((const uint16_t *)g.c)[rd * g.ld_c + c])
+                                     : ((const float *)g.c)[rd * g.ld_c + c];
+  const float o =
+      xte_gemm_epilogue(acc, g.c != NULL, cv, g.bias != NULL, g.bias ? g.bias[c] : 0.0f);
+  if (g.d_dtype == XTE_DTYPE_BF16)
+    ((uint16_t *)g.d)[rd * g.ld_d + c] = xte_gemm_out_bf16(o);
+  else
+    ((float *)g.d)[rd * g.ld_d + c] = xte_gemm_out_f32(o);
+}
+
 /* The GEMM. SPLIT: 0 no e5m2 operand, 1 A is e5m2, 2 B is e5m2 (the low class of that operand
  * staged apart). Problems: G == 1 and probs == NULL: p1; else probs[g] with its first tile at
  * tstart[g] (tstart[G] = total). Tiles of a problem: row-major over (m tiles, n tiles). */
@@ -100,22 +198,9 @@ __global__ void __launch_bounds__(XTE_GEMM_NT)
   const int tid = (int)threadIdx.x, tx = tid % 16, ty = tid / 16;
   const int kblock = g.kblock;
   for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
-    /* the problem of tile t (uniform over the block) */
-    xte_gemm_problem p = p1;
-    int64_t gi = 0, t0 = 0;
-    if (probs) {
-      int64_t lo = 0, hi = G - 1;
-      while (lo < hi) { /* last g with tstart[g] <= t */
-        const int64_t mid = lo + (hi - lo + 1) / 2;
-        if (tstart[mid] <= t)
-          lo = mid;
-        else
-          hi = mid - 1;
-      }
-      gi = lo;
-      p = probs[gi];
-      t0 = tstart[gi];
-    }
+    xte_gemm_problem p;
+    int64_t gi, t0;
+    xte_gemm_find_tile(t, p1, probs, tstart, G, p, gi, t0);
     const int64_t mv = g.masked_m ? (int64_t)g.masked_m[gi] : p.m;
     const uint32_t ntn = (uint32_t)((p.n + XTE_GEMM_BN - 1) / XTE_GEMM_BN);
     const uint32_t local = (uint32_t)(t - t0);
@@ -138,47 +223,8 @@ __global__ void __launch_bounds__(XTE_GEMM_NT)
       for (int ks = 0; ks < kl; ks += KS) {
         const int kn = kl - ks < KS ? kl - ks : KS;
         __syncthreads(); /* the previous step's readers of the shared arrays are done */
-        if (ks == 0) {
-          if (tid < XTE_GEMM_BM) {
-            const int64_t r = row0 + tid;
-            s_sa[tid] =
-                r < mv ? xte_gemm_scale(g.a, sh.a_i, sh.a_k, p.a_i0 + r, p.a_k0 + k0) : 0.0f;
-          } else if (tid < XTE_GEMM_BM + XTE_GEMM_BN) {
-            const int64_t c = col0 + (tid - XTE_GEMM_BM);
-            s_sb[tid - XTE_GEMM_BM] =
-                c < p.n ? xte_gemm_scale(g.b, sh.b_i, sh.b_k, p.b_i0 + c, p.b_k0 + k0) : 0.0f;
-          }
-        }
-        /* stage codes [row][k0 + ks + kk] decoded to fp64, zero outside the problem / block;
-         * the walk follows the operand's contiguous axis */
-        for (int idx = tid; idx < KS * XTE_GEMM_BM; idx += XTE_GEMM_NT) {
-          const int kk = g.a.ks == 1 ? idx % KS : idx / XTE_GEMM_BM;
-          const int r = g.a.ks == 1 ? idx / KS : idx % XTE_GEMM_BM;
-          double v = 0.0;
-          if (row0 + r < mv && kk < kn)
-            v = xte_fp8_to_f64(
-                g.a.data[(p.a_i0 + row0 + r) * g.a.rs + (p.a_k0 + k0 + ks + kk) * g.a.ks], g.a.fmt);
-          if (SPLIT == 1) {
-            s_a[kk][r] = xte_gemm_class_hi(v);
-            s_lo[kk][r] = xte_gemm_class_lo(v);
-          } else {
-            s_a[kk][r] = v;
-          }
-        }
-        for (int idx = tid; idx < KS * XTE_GEMM_BN; idx += XTE_GEMM_NT) {
-          const int kk = g.b.ks == 1 ? idx % KS : idx / XTE_GEMM_BN;
-          const int c = g.b.ks == 1 ? idx / KS : idx % XTE_GEMM_BN;
-          double v = 0.0;
-          if (col0 + c < p.n && kk < kn)
-            v = xte_fp8_to_f64(
-                g.b.data[(p.b_i0 + col0 + c) * g.b.rs + (p.b_k0 + k0 + ks + kk) * g.b.ks], g.b.fmt);
-          if (SPLIT == 2) {
-            s_b[kk][c] = xte_gemm_class_hi(v);
-            s_lo[kk][c] = xte_gemm_class_lo(v);
-          } else {
-            s_b[kk][c] = v;
-          }
-        }
+        xte_gemm_stage<SPLIT, KS, XTE_GEMM_BM + 1>(g, p, sh, mv, row0, col0, k0, ks, kn, tid, s_a,
+                                                   s_b, s_lo, s_sa, s_sb);
         __syncthreads();
         for (int kk = 0; kk < kn; kk++) {
           double a[XTE_GEMM_TM], b[XTE_GEMM_TN], l[SPLIT == 1 ? XTE_GEMM_TM : XTE_GEMM_TN];
@@ -216,26 +262,22 @@ __global__ void __launch_bounds__(XTE_GEMM_NT)
     for (int i = 0; i < XTE_GEMM_TM; i++) {
       const int64_t r = row0 + ty + 16 * i;
       if (r >= mv) continue;
-      const int64_t rd = p.d_r0 + r;
       XTE_GEMM_UNROLL
       for (int j = 0; j < XTE_GEMM_TN; j++) {
         const int64_t c = col0 + tx + 16 * j;
-        if (c >= p.n) continue;
-        float cv = 0.0f;
-        if (g.c)
-          cv = g.c_dtype == XTE_DTYPE_BF16
-                   ? xte_bf16_to_f32(((const uint16_t *)g.c)[rd * g.ld_c + c])
-                   : ((const float *)g.c)[rd * g.ld_c + c];
-        const float o = xte_gemm_epilogue(acc[i][j], g.c != NULL, cv, g.bias != NULL,
-                                          g.bias ? g.bias[c] : 0.0f);
-        if (g.d_dtype == XTE_DTYPE_BF16)
-          ((uint16_t *)g.d)[rd * g.ld_d + c] = xte_gemm_out_bf16(o);
-        else
-          ((float *)g.d)[rd * g.ld_d + c] = xte_gemm_out_f32(o);
+        if (c < p.n) xte_gemm_store(g, p, r, c, acc[i][j]);
       }
     }
   }
 }
+
+/* Stage 2, the fp64 tensor-core kernel: NVIDIA only (PTX mma), not in the MUSA build. */
+#if defined(XTE_MUSA) || defined(__MUSACC__)
+#define XTE_GEMM_DMMA 0
+#else
+#define XTE_GEMM_DMMA 1
+#include "cuda/gemm_mma_kernels.cuh"
+#endif
 
 /* ---------------------------------------------------------------- host steps */
 
@@ -253,13 +295,21 @@ static inline int64_t xte_gemm_tiles(const xte_gemm_problem *p) {
 
 template <class RT, class... A>
 static xte_status xte_gemm_launch_split(RT &rt, int split, int64_t grid, A... args) {
+#if XTE_GEMM_DMMA
+  if (rt.dmma) {
+    if (split == 1) return rt.launch(grid, xte_gemm_dmma_kernel<1>, args...);
+    if (split == 2) return rt.launch(grid, xte_gemm_dmma_kernel<2>, args...);
+    return rt.launch(grid, xte_gemm_dmma_kernel<0>, args...);
+  }
+#endif
   if (split == 1) return rt.launch(grid, xte_gemm_exact_kernel<1>, args...);
   if (split == 2) return rt.launch(grid, xte_gemm_exact_kernel<2>, args...);
   return rt.launch(grid, xte_gemm_exact_kernel<0>, args...);
 }
 
 /* The whole call: checks, workspace (grouped: the problem list and tile starts on the device),
- * the masked_m verdict, then the GEMM launch. RT: alloc(void **, bytes), release(p),
+ * the masked_m verdict, then the GEMM launch (the DMMA kernel when rt.dmma and XTE_GEMM_DMMA,
+ * else the SIMT one). RT: dmma (bool), alloc(void **, bytes), release(p),
  * upload(dev, host, bytes), read(host, dev, bytes) (checks the launches before it first),
  * memset(p, v, bytes), launch(grid, kernel, args...), finish(), host_alloc(bytes) /
  * host_free(p) (host memory); svc->set_error. */

@@ -32,6 +32,9 @@
 #define cudaGetDeviceProperties musaGetDeviceProperties
 #define cudaSetDevice musaSetDevice
 #define cudaDeviceGetAttribute musaDeviceGetAttribute
+#define cudaDevAttrComputeCapabilityMajor musaDevAttrComputeCapabilityMajor
+#define cudaFuncAttributes musaFuncAttributes
+#define cudaFuncGetAttributes musaFuncGetAttributes
 #define cudaFuncSetAttribute musaFuncSetAttribute
 #define cudaFuncAttributeMaxDynamicSharedMemorySize musaFuncAttributeMaxDynamicSharedMemorySize
 
@@ -63,5 +66,11 @@
 #define cudaEventDestroy musaEventDestroy
 #define cudaEventRecord musaEventRecord
 #define cudaEventSynchronize musaEventSynchronize
+
+/* device passes: the architecture tests of src/cuda/ (xte_dmma.cuh, which MUSA builds never
+ * include: XTE_GEMM_DMMA is 0 there, the tensor-core MMA being NVIDIA's) see MUSA's */
+#if defined(__MUSA_ARCH__) && !defined(__CUDA_ARCH__)
+#define __CUDA_ARCH__ __MUSA_ARCH__
+#endif
 
 #endif /* XTE_MUSA_COMPAT_H */

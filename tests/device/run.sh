@@ -201,7 +201,7 @@ else
 fi
 
 # ---------------------------------------------------------------- 6. exact GEMM
-# xte_device_bench gemm: the CUDA exact GEMM (stage 1) against the CPU backend byte for byte
+# xte_device_bench gemm: the CUDA exact GEMM (the DMMA kernel on sm_80+; 6b forces the SIMT one) against the CPU backend byte for byte
 # (dense on odd shapes, e4m3 x e4m3 / e5m2, C + bias, bf16 out; contiguous and masked grouped;
 # every GPU call twice), then the time of 4096 x 7168 x 16384, 1x128 x 128x128, in TFLOPS.
 if [ $have_gpu -eq 0 ]; then
@@ -212,6 +212,16 @@ else
   grep -E "^\||^\(|FAILED" "$logs/gemm.log" | tee -a "$summary"
   [ $s -eq 0 ] && note "gemm: PASSED (CUDA exact GEMM = CPU bytes, twice)" ||
     failed gemm "exit $s (see gemm.log)"
+fi
+# 6b. The same with the SIMT kernel forced (XTE_CUDA_GEMM_KERNEL=simt): on sm_80+ step 6 runs the
+# DMMA kernel (stage 2, src/cuda/gemm_mma_kernels.cuh), so 6 and 6b give both kernels' bytes
+# against the CPU and both rates of the same shape in one run (ratio DMMA / SIMT).
+if [ $have_gpu -eq 1 ]; then
+  step gemm_simt 90 env XTE_CUDA_GEMM_KERNEL=simt "$bdir/tests/xte_device_bench" gemm
+  s=$?
+  grep -E "^\||^\(|FAILED" "$logs/gemm_simt.log" | sed 's/^/simt kernel: /' | tee -a "$summary"
+  [ $s -eq 0 ] && note "gemm_simt: PASSED (SIMT kernel forced: CUDA exact GEMM = CPU bytes, twice)" ||
+    failed gemm_simt "exit $s (see gemm_simt.log)"
 fi
 
 # ---------------------------------------------------------------- 7. exact attention

@@ -27,11 +27,43 @@ namespace {
 
 const xte_core_services *g_svc;
 
+/* quantize.cu / xte_gpu.h: xte_gpu_stream. scratch: the quantize's scratch, growing into the
+ * handle's cached workspace (workspace() below); its 16 bytes at creation, as the CUDA plugin's
+ * XTE_GPU_SCRATCH_FLOATS floats. */
 struct handle {
-  float scratch[4] = {0, 0, 0, 0};
+  float *scratch = nullptr;
+  size_t scratch_bytes = 0;
   std::mutex lock;
+  ~handle() { std::free(scratch); }
 };
 handle g_default;
+
+/* quantize.cu: xte_gpu_workspace (the caller holds h->lock). A grown buffer starts as garbage, as
+ * cudaMalloc's memory may: the drivers set every workspace byte they read. */
+xte_status workspace(handle *h, size_t bytes, void **out) {
+  const size_t cap = h->scratch_bytes ? h->scratch_bytes : 4 * sizeof(float);
+  const size_t need = xte_ws_need(bytes);
+  if (!need) return g_svc->set_error(XTE_ERROR_OUT_OF_MEMORY, "simt: workspace size");
+  if (need > cap) {
+    const size_t grow = xte_ws_grow(cap, need);
+    void *p;
+    if (!grow || grow < need)
+      return g_svc->set_error(XTE_ERROR_OUT_OF_MEMORY, "simt: workspace size");
+    if (!(p = std::aligned_alloc(256, grow)))
+      return g_svc->set_error(XTE_ERROR_OUT_OF_MEMORY, "simt: out of memory");
+    std::memset(p, 0xA5, grow);
+    std::free(h->scratch);
+    h->scratch = (float *)p;
+    h->scratch_bytes = grow;
+  }
+  *out = (char *)h->scratch + XTE_WS_BASE;
+  return XTE_SUCCESS;
+}
+
+/* backend.cu: xte_gpu_resolve (the NULL stream's handle; its scratch allocated by init) */
+handle *resolve(void *hv) {
+  return hv ? static_cast<handle *>(hv) : &g_default;
+}
 
 xte_status launch_failed(const char *what) {
   return g_svc->set_error(XTE_ERROR_DEVICE, "simt: %s: invalid launch configuration", what);
@@ -47,6 +79,7 @@ xte_status init(const xte_core_services *svc, char *why, size_t why_size) {
   if (why_size) why[0] = '\0';
   /* the warp size of the runner's launches (test_simt_router --warp N): 32, 64 or 128 */
   if (const char *w = std::getenv("SIMT_WARP_SIZE")) simt::set_warp_size(std::atoi(w));
+  if (!g_default.scratch) g_default.scratch = (float *)std::aligned_alloc(256, 256);
   return XTE_SUCCESS;
 }
 int device_count() {
@@ -59,7 +92,9 @@ xte_status device_info(int, xte_gpu_info *info) {
   return XTE_SUCCESS;
 }
 xte_status stream_create(int, void *, void **out) {
-  *out = new handle;
+  handle *h = new handle;
+  h->scratch = (float *)std::aligned_alloc(256, 256);
+  *out = h;
   return XTE_SUCCESS;
 }
 xte_status stream_destroy(void *h) {
@@ -99,9 +134,13 @@ void zero_scales(const xte_scale_map *m) {
 }
 
 /* quantize.cu: xte_gpu_quantize / quantize_locked */
+xte_status quantize_locked(const xte_quant_args *a, handle *h);
 xte_status quantize(const xte_quant_args *a, void *hv) {
-  handle *h = hv ? static_cast<handle *>(hv) : &g_default;
+  handle *h = resolve(hv);
   std::lock_guard<std::mutex> g(h->lock);
+  return quantize_locked(a, h);
+}
+xte_status quantize_locked(const xte_quant_args *a, handle *h) {
   const int64_t ntr = xte_q_tiles(a->M), ntc = xte_q_tiles(a->K);
   const int empty = a->M <= 0 || a->K <= 0;
   if (!empty && ntr * ntc > INT_MAX)
@@ -112,8 +151,8 @@ xte_status quantize(const xte_quant_args *a, void *hv) {
     if (a->recipe == XTE_RECIPE_TE_CURRENT) {
       std::memset(&h->scratch[0], 0, sizeof h->scratch[0]); /* the amax accumulator */
       if (!empty)
-        SIMT_TRY(simt::launch(dim3((unsigned)xte_q_amax_grid(a->M)), dim3(NT), 0, amax_kernel, *a,
-                              (unsigned *)h->scratch),
+        SIMT_TRY(simt::launch(dim3((unsigned)xte_q_amax_grid(a->M, a->K, a->in_kind)), dim3(NT),
+                              0, amax_kernel, *a, (unsigned *)h->scratch),
                  "amax_kernel");
     }
     SIMT_TRY(simt::launch(dim3(1), dim3(1), 0, tensor_scale_kernel, *a, h->scratch + 0),
@@ -143,11 +182,29 @@ xte_status cast(const xte_cast_args *a, void *) {
 }
 
 /* moe.cu: cuda_rt, the runtime policy of moe_kernels.cuh's driver (the device is host memory,
- * cudaMemsetAsync / cudaMemcpyAsync are memset / memcpy, a launch is simt::launch) */
+ * cudaMemsetAsync / cudaMemcpyAsync are memset / memcpy, a launch is simt::launch); the
+ * workspace is the handle's cached one, the operation holds the handle's lock. */
 struct host_rt {
   const xte_core_services *svc;
-  xte_status alloc(void **p, size_t bytes) { return ::alloc(0, bytes ? bytes : 1, p); }
-  void release(void *p) { std::free(p); }
+  handle *h = nullptr;
+  void *cached = nullptr;
+  size_t cached_bytes = 0;
+  xte_status alloc(void **p, size_t bytes) {
+    if (!cached) {
+      xte_status st = workspace(h, bytes, p);
+      if (st == XTE_SUCCESS) cached = *p, cached_bytes = bytes;
+      return st;
+    }
+    return ::alloc(0, bytes ? bytes : 1, p);
+  }
+  void release(void *p) {
+    if (p == cached) { /* stays with the handle: garbage for the next operation */
+      if (p) std::memset(p, 0x5A, cached_bytes);
+      cached = nullptr;
+      return;
+    }
+    std::free(p);
+  }
   xte_status memset(void *p, int v, size_t bytes) {
     if (bytes) std::memset(p, v, bytes);
     return XTE_SUCCESS;
@@ -165,46 +222,66 @@ struct host_rt {
 };
 
 /* moe.cu: gpu_permute, gpu_unpermute, gpu_sort_chunks, gpu_dispatch_layout */
-xte_status moe_permute(const xte_permute_args *a, void *) {
-  host_rt rt{g_svc};
+xte_status moe_permute(const xte_permute_args *a,void *hv) {
+  handle *h = resolve(hv);
+  std::lock_guard<std::mutex> g(h->lock);
+  host_rt rt{g_svc, h};
   return xte_moe_permute_run(rt, a);
 }
-xte_status moe_unpermute(const xte_unpermute_args *a, int which, void *) {
-  host_rt rt{g_svc};
+xte_status moe_unpermute(const xte_unpermute_args *a, int which,void *hv) {
+  handle *h = resolve(hv);
+  std::lock_guard<std::mutex> g(h->lock);
+  host_rt rt{g_svc, h};
   return xte_moe_unpermute_run(rt, a, which);
 }
-xte_status moe_sort_chunks(const xte_sort_chunks_args *a, void *) {
-  host_rt rt{g_svc};
+xte_status moe_sort_chunks(const xte_sort_chunks_args *a,void *hv) {
+  handle *h = resolve(hv);
+  std::lock_guard<std::mutex> g(h->lock);
+  host_rt rt{g_svc, h};
   return xte_moe_sort_chunks_run(rt, a);
 }
-xte_status moe_dispatch_layout(const xte_dispatch_args *a, void *) {
-  host_rt rt{g_svc};
+xte_status moe_dispatch_layout(const xte_dispatch_args *a,void *hv) {
+  handle *h = resolve(hv);
+  std::lock_guard<std::mutex> g(h->lock);
+  host_rt rt{g_svc, h};
   return xte_moe_dispatch_run(rt, a);
 }
 /* moe.cu: gpu_router_forward, gpu_router_backward, gpu_aux_loss, gpu_swiglu */
-xte_status moe_router_forward(const xte_router_args *a, void *) {
-  host_rt rt{g_svc};
+xte_status moe_router_forward(const xte_router_args *a,void *hv) {
+  handle *h = resolve(hv);
+  std::lock_guard<std::mutex> g(h->lock);
+  host_rt rt{g_svc, h};
   return xte_rt_forward_run(rt, a);
 }
-xte_status moe_router_backward(const xte_router_bwd_args *a, void *) {
-  host_rt rt{g_svc};
+xte_status moe_router_backward(const xte_router_bwd_args *a,void *hv) {
+  handle *h = resolve(hv);
+  std::lock_guard<std::mutex> g(h->lock);
+  host_rt rt{g_svc, h};
   return xte_rt_backward_run(rt, a);
 }
-xte_status moe_aux_loss(const xte_aux_loss_args *a, int backward, void *) {
-  host_rt rt{g_svc};
+xte_status moe_aux_loss(const xte_aux_loss_args *a, int backward,void *hv) {
+  handle *h = resolve(hv);
+  std::lock_guard<std::mutex> g(h->lock);
+  host_rt rt{g_svc, h};
   return xte_aux_loss_run(rt, a, backward);
 }
 xte_status moe_swiglu(const xte_swiglu_args *a, void *hv) {
-  host_rt rt{g_svc};
-  return xte_swiglu_run(rt, a, [hv](const xte_quant_args *q) { return quantize(q, hv); });
+  handle *h = resolve(hv);
+  std::lock_guard<std::mutex> g(h->lock);
+  host_rt rt{g_svc, h};
+  return xte_swiglu_run(rt, a, [h](const xte_quant_args *q) { return quantize_locked(q, h); });
 }
 const xte_moe_ops g_moe_ops = {moe_router_forward, moe_router_backward, moe_aux_loss,
                                moe_permute,        moe_unpermute,       moe_sort_chunks,
                                moe_dispatch_layout, moe_swiglu};
 
+/* GEMM kernel launches: [0] the SIMT kernel (stage 1), [1] the DMMA kernel (stage 2) */
+std::atomic<long> g_gemm_launches[2];
+
 /* gemm.cu: cuda_gemm_rt, the runtime policy of gemm_kernels.cuh's driver (host memory) */
 struct host_gemm_rt {
   const xte_core_services *svc;
+  bool dmma; /* launch the DMMA kernel (stage 2): see gemm() */
   xte_status alloc(void **p, size_t bytes) { return ::alloc(0, bytes ? bytes : 1, p); }
   void release(void *p) { std::free(p); }
   void *host_alloc(size_t bytes) { return std::malloc(bytes); }
@@ -223,15 +300,33 @@ struct host_gemm_rt {
   }
   template <class... P, class... A>
   xte_status launch(int64_t grid, void (*k)(P...), A... args) {
+    count_launch(reinterpret_cast<void (*)(void)>(k));
     SIMT_TRY(simt::launch(dim3((unsigned)grid), dim3(XTE_GEMM_NT), 0, k, args...), "gemm kernel");
     return XTE_SUCCESS;
+  }
+  /* test_simt_gemm checks which GEMM kernel ran: simt_gemm_launches() */
+  static void count_launch(void (*k)(void)) {
+    using vf = void (*)(void);
+    if (k == reinterpret_cast<vf>(&xte_gemm_dmma_kernel<0>) ||
+        k == reinterpret_cast<vf>(&xte_gemm_dmma_kernel<1>) ||
+        k == reinterpret_cast<vf>(&xte_gemm_dmma_kernel<2>))
+      g_gemm_launches[1].fetch_add(1);
+    else if (k == reinterpret_cast<vf>(&xte_gemm_exact_kernel<0>) ||
+             k == reinterpret_cast<vf>(&xte_gemm_exact_kernel<1>) ||
+             k == reinterpret_cast<vf>(&xte_gemm_exact_kernel<2>))
+      g_gemm_launches[0].fetch_add(1);
   }
   xte_status finish() { return XTE_SUCCESS; }
 };
 
-/* gemm.cu: gpu_gemm */
+/* gemm.cu: gpu_gemm. The kernel: SIMT_GEMM_KERNEL=dmma asks for the DMMA kernel (stage 2), which
+ * runs only with 32-lane warps (as gemm.cu selects it only on NVIDIA devices of compute
+ * capability >= 8.0; with the runner's 64- / 128-lane warps, MUSA's, the SIMT kernel runs);
+ * SIMT_WARP_SIZE (32, 64, 128): the runner's warp size, read at every call. */
 xte_status gemm(const xte_gemm_args *a, void *) {
-  host_gemm_rt rt{g_svc};
+  if (const char *w = std::getenv("SIMT_WARP_SIZE")) simt::set_warp_size(std::atoi(w));
+  const char *k = std::getenv("SIMT_GEMM_KERNEL");
+  host_gemm_rt rt{g_svc, k && !std::strcmp(k, "dmma") && warpSize == 32};
   return xte_gemm_run(rt, a);
 }
 const xte_gemm_ops g_gemm_ops = {gemm};
@@ -297,6 +392,11 @@ void fill_ops() {
 }
 
 }  // namespace
+
+/* test_simt_gemm: launches of the SIMT (dmma = 0) or the DMMA (dmma = 1) GEMM kernel so far */
+extern "C" __attribute__((visibility("default"))) long simt_gemm_launches(int dmma) {
+  return g_gemm_launches[dmma ? 1 : 0].load();
+}
 
 extern "C" __attribute__((visibility("default"))) const xte_backend_ops *xte_plugin_get_ops(
     int abi) {

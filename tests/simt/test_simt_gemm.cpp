@@ -1,4 +1,6 @@
-/* The CUDA exact GEMM kernel (src/cuda/gemm_kernels.cuh, stage 1: SIMT fp64), run on the host by
+/* The CUDA exact GEMM kernels (src/cuda/gemm_kernels.cuh, stage 1: SIMT fp64; stage 2: the fp64
+ * tensor-core kernel of src/cuda/gemm_mma_kernels.cuh, its mma.sync m8n8k4 emulated by
+ * src/cuda/xte_dmma.cuh; every case runs through both), run on the host by
  * the SIMT runner (simt.h, through the stand-in plugin simt_plugin.cpp that libxte loads as its
  * CUDA backend), against the CPU backend, byte for byte: every byte of D (D starts as 0xCD on
  * both sides, so rows the call must not write, padding rows of a contiguous grouping and rows past
@@ -16,10 +18,14 @@
  * out of range is refused with the CPU's status and message and D is left as it was), K-grouped
  * (empty groups, a ragged last group, both transposes).
  *
+ * Also: xte_dmma_m8n8k4 alone (one warp, D = C + A B against a plain triple loop, fragments placed
+ * by the PTX ISA's documented layout written out as tables), and a few cases on 128-lane warps
+ * (MUSA's), where a DMMA request must run the SIMT kernel. The plugin's launch counters
+ * (simt_gemm_launches) say which kernel ran in every call.
+ *
  *   test_simt_gemm [--full] [--verbose]
  * default: a thinned case list (well under 40 s on 2 idle cores); --full: every case.
  * Exit status 1 on any mismatch, with one line per failing case. */
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -27,35 +33,18 @@
 #include <string>
 #include <vector>
 
+#include <dlfcn.h>
+
 #include "../test_gemm_oracle.h"
 #include "xte/xte.h"
+/* the DMMA wrapper's host emulation, unit-tested here on the runner (xte_dmma_unit) */
+#include "simt.h"
+#include "../../src/cuda/xte_dmma.cuh"
 
-#ifndef SIMT_PLUGIN_DIR
-#error "SIMT_PLUGIN_DIR: the folder of the SIMT runner's libxte_cuda.so"
-#endif
+#include "simt_test_common.h"
 
-static xte_stream gpu, cpu;
-static int failures, cases_run, refused, reduced = 1, verbose;
-static const int max_reported = 40;
-
-static void report(const std::string &desc, const char *what) {
-  failures++;
-  if (failures <= max_reported) std::fprintf(stderr, "MISMATCH %s: %s\n", desc.c_str(), what);
-}
-
-typedef std::vector<uint8_t> buf;
-
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd() {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
-}
-
-static size_t esz(int dt) {
-  return xte_dtype_size((xte_dtype)dt);
-}
+/* 1: the thinned default list (--reduced too); 0: every case (--full) */
+static int reduced = 1;
 
 /* n elements of dtype dt (fp32 / bf16): normal values of moderate range, now and then a special */
 static buf random_vals(size_t n, int dt) {
@@ -188,13 +177,25 @@ static void setup_outs(outs &o, int64_t rows, int64_t N, int d_dt, int c_dt, int
 typedef xte_status (*call_fn)(void *ctx, const xte_tensor *C, xte_tensor *D, const xte_tensor *bias,
                               xte_stream s);
 
+/* The GPU kernels a case runs through (SIMT_GEMM_KERNEL of the runner's plugin): bit 0 the SIMT
+ * kernel (stage 1), bit 1 the DMMA kernel (stage 2). With want_simt_for_dmma (the 128-lane pass)
+ * a DMMA request must run the SIMT kernel. */
+static int kernel_mask = 3, want_simt_for_dmma;
+static long (*plugin_launches)(int dmma); /* the plugin's simt_gemm_launches */
+
 static void run_both(const std::string &desc, outs &o, call_fn fn, void *ctx) {
   buf d[2];
   xte_status st[2];
   std::string msg[2];
   const size_t nd = (size_t)(o.rows * o.ld_d) * esz(o.d_dt);
+  long simt_launches = -1; /* the SIMT kernel's launches in this case (its pass runs first) */
   cases_run++;
-  for (int side_ = 0; side_ < 2; side_++) {
+  for (int pass = 0; pass < 3; pass++) {
+    /* pass 0: the CPU (side 1); pass 1: the SIMT kernel, pass 2: the DMMA kernel (side 0) */
+    const int side_ = pass == 0 ? 1 : 0, kern = pass - 1;
+    if (pass > 0 && !(kernel_mask & (1 << kern))) continue;
+    if (pass > 0) setenv("SIMT_GEMM_KERNEL", kern ? "dmma" : "simt", 1);
+    const long l0 = plugin_launches(0), l1 = plugin_launches(1);
     buf c = o.c;
     d[side_].assign(nd + 1, 0xCD);
     if (o.in_place) std::memcpy(d[side_].data(), c.data(), nd);
@@ -209,30 +210,44 @@ static void run_both(const std::string &desc, outs &o, call_fn fn, void *ctx) {
     st[side_] =
         fn(ctx, o.c_dt >= 0 ? &C : nullptr, &D, o.with_bias ? &B : nullptr, side_ ? cpu : gpu);
     msg[side_] = st[side_] == XTE_SUCCESS ? "" : xte_last_error();
-  }
-  if (st[0] != st[1] || msg[0] != msg[1]) {
-    char m[600];
-    std::snprintf(m, sizeof m, "status simt %d (%s), cpu %d (%s)", (int)st[0], msg[0].c_str(),
-                  (int)st[1], msg[1].c_str());
-    report(desc, m);
-    return;
-  }
-  if (st[0] != XTE_SUCCESS) {
-    refused++;
-    if (verbose) std::printf("refused alike: %s: %s\n", desc.c_str(), msg[0].c_str());
-  }
-  if (std::memcmp(d[0].data(), d[1].data(), nd + 1) != 0) {
-    size_t i = 0, diff = 0;
-    while (d[0][i] == d[1][i]) i++;
-    for (size_t j = 0; j <= nd; j++) diff += d[0][j] != d[1][j];
-    const size_t e = esz(o.d_dt), el = i / e;
-    char m[300];
-    std::snprintf(m, sizeof m,
-                  "D: %zu of %zu bytes differ, first in element (%lld, %lld) byte %zu: simt "
-                  "0x%02x, cpu 0x%02x%s",
-                  diff, nd, (long long)(el / (size_t)o.ld_d), (long long)(el % (size_t)o.ld_d),
-                  i % e, d[0][i], d[1][i], st[0] != XTE_SUCCESS ? " (refused call wrote)" : "");
-    report(desc, m);
+    if (pass == 0) continue;
+    const std::string kdesc = desc + (kern ? " [dmma kernel]" : " [simt kernel]");
+    /* which kernel ran: the requested one (the SIMT one for a DMMA request on 128-lane warps),
+     * as often as the SIMT pass launched its kernel */
+    const long n0 = plugin_launches(0) - l0, n1 = plugin_launches(1) - l1;
+    const int ran_dmma = kern == 1 && !want_simt_for_dmma;
+    if ((ran_dmma ? n0 : n1) != 0 ||
+        (simt_launches >= 0 && (ran_dmma ? n1 : n0) != simt_launches)) {
+      char m[200];
+      std::snprintf(m, sizeof m, "launches: %ld SIMT, %ld DMMA (expected %ld of the %s kernel)", n0,
+                    n1, simt_launches, ran_dmma ? "DMMA" : "SIMT");
+      report(kdesc, m);
+    }
+    if (kern == 0) simt_launches = n0;
+    if (st[0] != st[1] || msg[0] != msg[1]) {
+      char m[600];
+      std::snprintf(m, sizeof m, "status simt %d (%s), cpu %d (%s)", (int)st[0], msg[0].c_str(),
+                    (int)st[1], msg[1].c_str());
+      report(kdesc, m);
+      continue;
+    }
+    if (st[0] != XTE_SUCCESS && kern == 0) {
+      refused++;
+      if (verbose) std::printf("refused alike: %s: %s\n", desc.c_str(), msg[0].c_str());
+    }
+    if (std::memcmp(d[0].data(), d[1].data(), nd + 1) != 0) {
+      size_t i = 0, diff = 0;
+      while (d[0][i] == d[1][i]) i++;
+      for (size_t j = 0; j <= nd; j++) diff += d[0][j] != d[1][j];
+      const size_t e = esz(o.d_dt), el = i / e;
+      char m[300];
+      std::snprintf(m, sizeof m,
+                    "D: %zu of %zu bytes differ, first in element (%lld, %lld) byte %zu: simt "
+                    "0x%02x, cpu 0x%02x%s",
+                    diff, nd, (long long)(el / (size_t)o.ld_d), (long long)(el % (size_t)o.ld_d),
+                    i % e, d[0][i], d[1][i], st[0] != XTE_SUCCESS ? " (refused call wrote)" : "");
+      report(kdesc, m);
+    }
   }
 }
 
@@ -520,37 +535,108 @@ static void grouped_cases() {
       }
 }
 
+/* ---------------------------------------------------------------- the DMMA wrapper itself */
+
+/* The fragment layout of mma.m8n8k4 .f64 (PTX ISA 9.x, section 9.7.14.5.2 "Matrix Fragments for
+ * mma.m8n8k4 with .f64 floating point type"), written out per lane from its formulas:
+ * A: row = %laneid >> 2, col = %laneid % 4; B: row = %laneid % 4, col = %laneid >> 2;
+ * C / D: row = groupID, col = threadID_in_group * 2 + i for ci (i = 0, 1). */
+static const int DMMA_A_POS[32][2] = {
+    {0, 0}, {0, 1}, {0, 2}, {0, 3}, {1, 0}, {1, 1}, {1, 2}, {1, 3}, {2, 0}, {2, 1}, {2, 2},
+    {2, 3}, {3, 0}, {3, 1}, {3, 2}, {3, 3}, {4, 0}, {4, 1}, {4, 2}, {4, 3}, {5, 0}, {5, 1},
+    {5, 2}, {5, 3}, {6, 0}, {6, 1}, {6, 2}, {6, 3}, {7, 0}, {7, 1}, {7, 2}, {7, 3}};
+static const int DMMA_B_POS[32][2] = {
+    {0, 0}, {1, 0}, {2, 0}, {3, 0}, {0, 1}, {1, 1}, {2, 1}, {3, 1}, {0, 2}, {1, 2}, {2, 2},
+    {3, 2}, {0, 3}, {1, 3}, {2, 3}, {3, 3}, {0, 4}, {1, 4}, {2, 4}, {3, 4}, {0, 5}, {1, 5},
+    {2, 5}, {3, 5}, {0, 6}, {1, 6}, {2, 6}, {3, 6}, {0, 7}, {1, 7}, {2, 7}, {3, 7}};
+/* c0; c1 is the next column */
+static const int DMMA_C_POS[32][2] = {
+    {0, 0}, {0, 2}, {0, 4}, {0, 6}, {1, 0}, {1, 2}, {1, 4}, {1, 6}, {2, 0}, {2, 2}, {2, 4},
+    {2, 6}, {3, 0}, {3, 2}, {3, 4}, {3, 6}, {4, 0}, {4, 2}, {4, 4}, {4, 6}, {5, 0}, {5, 2},
+    {5, 4}, {5, 6}, {6, 0}, {6, 2}, {6, 4}, {6, 6}, {7, 0}, {7, 2}, {7, 4}, {7, 6}};
+
+static double uA[8][4], uB[4][8], uC[8][8], uD[8][8];
+
+/* one warp: each lane loads its fragments by the table, one MMA (in place: d is c), stores D */
+static void dmma_unit_kernel(int in_place) {
+  const int l = (int)threadIdx.x;
+  const double a = uA[DMMA_A_POS[l][0]][DMMA_A_POS[l][1]];
+  const double b = uB[DMMA_B_POS[l][0]][DMMA_B_POS[l][1]];
+  double c[2] = {uC[DMMA_C_POS[l][0]][DMMA_C_POS[l][1]],
+                 uC[DMMA_C_POS[l][0]][DMMA_C_POS[l][1] + 1]};
+  double d[2] = {-1.0, -1.0};
+  xte_dmma_m8n8k4(in_place ? c : d, a, b, c);
+  const double *r = in_place ? c : d;
+  uD[DMMA_C_POS[l][0]][DMMA_C_POS[l][1]] = r[0];
+  uD[DMMA_C_POS[l][0]][DMMA_C_POS[l][1] + 1] = r[1];
+}
+
+/* D = C + A B of random small integers (every product and sum exact, so the order of the
+ * instruction's sum does not matter), against a plain triple loop; twice in a row (the
+ * emulation's double buffer) and in place. */
+static void dmma_unit() {
+  int bad = 0;
+  for (int rep = 0; rep < 6; rep++) {
+    for (int i = 0; i < 8; i++)
+      for (int k = 0; k < 4; k++) uA[i][k] = (double)((int)(rnd() % 61) - 30);
+    for (int k = 0; k < 4; k++)
+      for (int j = 0; j < 8; j++) uB[k][j] = (double)((int)(rnd() % 61) - 30) * 64.0;
+    for (int i = 0; i < 8; i++)
+      for (int j = 0; j < 8; j++) {
+        uC[i][j] = (double)((int)(rnd() % 1001) - 500) / 8.0;
+        uD[i][j] = -12345.0;
+      }
+    if (simt::launch(dim3(1), dim3(32), 0, dmma_unit_kernel, rep % 2) != simt::ok) {
+      report("dmma unit", "launch refused");
+      return;
+    }
+    for (int i = 0; i < 8; i++)
+      for (int j = 0; j < 8; j++) {
+        double e = uC[i][j];
+        for (int k = 0; k < 4; k++) e += uA[i][k] * uB[k][j];
+        if (uD[i][j] != e && bad++ < 4) {
+          char m[200];
+          std::snprintf(m, sizeof m, "rep %d: D[%d][%d] = %g, expected %g", rep, i, j, uD[i][j], e);
+          report("dmma unit (xte_dmma_m8n8k4 against the documented layout)", m);
+        }
+      }
+  }
+  cases_run++;
+}
+
+/* With 128-lane warps (MUSA's) a DMMA request runs the SIMT kernel: a few cases. */
+static void warp128_cases() {
+  setenv("SIMT_WARP_SIZE", "128", 1);
+  kernel_mask = 2;
+  want_simt_for_dmma = 1;
+  tie_case(0, 9, 73, 100);
+  dense_case(0, XTE_DTYPE_E4M3, XTE_DTYPE_E5M2, 0, 1, 65, 67, 300, 1, 3, 101);
+  dense_case(3, XTE_DTYPE_E5M2, XTE_DTYPE_E4M3, 1, 0, 7, 9, 130, 2, 1, 102);
+  setenv("SIMT_WARP_SIZE", "32", 1);
+  kernel_mask = 3;
+  want_simt_for_dmma = 0;
+}
+
 int main(int argc, char **argv) {
-  for (int i = 1; i < argc; i++)
-    if (!std::strcmp(argv[i], "--full"))
-      reduced = 0;
-    else if (!std::strcmp(argv[i], "--reduced"))
-      reduced = 1;
-    else if (!std::strcmp(argv[i], "--verbose"))
-      verbose = 1;
-  setenv("XTE_PLUGIN_DIR", SIMT_PLUGIN_DIR, 1);
-  const auto t0 = std::chrono::steady_clock::now();
-  if (xte_stream_create(XTE_BACKEND_CPU, 0, nullptr, &cpu) != XTE_SUCCESS ||
-      xte_stream_create(XTE_BACKEND_CUDA, 0, nullptr, &gpu) != XTE_SUCCESS) {
-    std::fprintf(stderr, "FATAL: streams: %s\n", xte_last_error());
-    return 2;
+  const simt_args args = simt_parse_args(argc, argv);
+  if (args.full) reduced = 0;
+  if (!simt_open("simt gemm", 0)) return 2;
+  {
+    /* the plugin libxte loaded: its kernel launch counters */
+    const std::string so = std::string(SIMT_PLUGIN_DIR) + "/libxte_cuda.so";
+    void *h = dlopen(so.c_str(), RTLD_NOW | RTLD_NOLOAD);
+    if (h) plugin_launches = (long (*)(int))dlsym(h, "simt_gemm_launches");
+    if (!plugin_launches) {
+      std::fprintf(stderr, "FATAL simt gemm: simt_gemm_launches not found in %s\n", so.c_str());
+      return 2;
+    }
   }
-  xte_backend_info bi;
-  if (xte_get_backend_info(&bi) != XTE_SUCCESS || bi.num_cuda_gpus != 1 ||
-      std::strcmp(bi.cuda_gpus[0].name, "simt host runner") != 0) {
-    std::fprintf(stderr, "FATAL: libxte loaded another libxte_cuda.so than %s\n", SIMT_PLUGIN_DIR);
-    return 2;
-  }
-  std::printf("simt gemm: CPU ISA %s, %s list\n", xte_cpu_isa_name(xte_cpu_get_isa()),
-              reduced ? "default" : "full");
+  std::printf("simt gemm: CPU ISA %s, %s list, every case through the SIMT and the DMMA kernel\n",
+              simt_isa(), reduced ? "default" : "full");
+  dmma_unit();
   dense_cases();
   tie_cases();
   grouped_cases();
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (failures > max_reported) std::fprintf(stderr, "... %d more\n", failures - max_reported);
-  std::printf("simt gemm: %d cases (%d refused alike by both backends), %d mismatches, %.1f s\n",
-              cases_run, refused, failures, secs);
-  xte_stream_destroy(gpu);
-  xte_stream_destroy(cpu);
-  return failures ? 1 : 0;
+  warp128_cases();
+  return simt_close("simt gemm");
 }
