@@ -212,3 +212,58 @@ Test(attention_bwd, no_query_rows_many_heads) {
   }
   cr_expect(secs < 3.0, "%.1f s of CPU time for no query rows", secs);
 }
+
+/* THD with max_seqlen_q far beyond every sequence (2^40; the sequences hold 7 tokens each): the
+ * same bytes as with the tight bound, at once (the S store was sized by max_seqlen: 2^25 rounds,
+ * a fuzz timeout). */
+static xte_tensor thd3(void *data, int64_t t, int64_t h, int64_t d) {
+  xte_tensor x;
+  memset(&x, 0, sizeof x);
+  x.dtype = XTE_DTYPE_FP32;
+  x.rank = 3;
+  x.data = data;
+  x.shape[0] = t;
+  x.shape[1] = h;
+  x.shape[2] = d;
+  return x;
+}
+
+Test(attention_bwd, thd_max_seqlen_far_above) {
+  enum { TQ = 14, TK = 13, D = 24 };
+  static float q[TQ * D], k[TK * D], v[TK * D], o[2][TQ * D], g[TQ * D], l[2][TQ];
+  static float dq[2][TQ * D], dk[2][TK * D], dv[2][TK * D];
+  const int32_t cuq[3] = {0, 7, 14}, cuk[3] = {0, 6, 13};
+  int i, r;
+  clock_t t0;
+  double secs = 0.0;
+  for (i = 0; i < TQ * D; i++)
+    q[i] = (float)((i * 7) % 11) * 0.25f - 1.0f, g[i] = (float)(i % 5) - 2.0f;
+  for (i = 0; i < TK * D; i++)
+    k[i] = (float)((i * 3) % 13) * 0.125f - 0.75f, v[i] = (float)(i % 9) - 4.0f;
+  for (r = 0; r < 2; r++) { /* r 0: max_seqlen_q 7; r 1: 2^40 */
+    xte_attention_config cfg = xte_attention_config_default();
+    xte_tensor Q = thd3(q, TQ, 1, D), K = thd3(k, TK, 1, D), V = thd3(v, TK, 1, D);
+    xte_tensor O = thd3(o[r], TQ, 1, D), dO = thd3(g, TQ, 1, D), L = thd3(l[r], TQ, 1, 1);
+    xte_tensor dQ = thd3(dq[r], TQ, 1, D), dK = thd3(dk[r], TK, 1, D), dV = thd3(dv[r], TK, 1, D);
+    L.rank = 2;
+    cfg.layout = XTE_ATTN_LAYOUT_THD;
+    cfg.mask = XTE_ATTN_MASK_CAUSAL;
+    cfg.batch = 2;
+    cfg.cu_seqlens_q = cuq;
+    cfg.cu_seqlens_kv = cuk;
+    cfg.max_seqlen_q = r ? (int64_t)1 << 40 : 7;
+    cfg.max_seqlen_kv = 7;
+    t0 = clock();
+    cr_assert_eq(xte_attention_fwd(&Q, &K, &V, &O, &L, &cfg, NULL), XTE_SUCCESS, "%s",
+                 xte_last_error());
+    cr_assert_eq(xte_attention_bwd(&Q, &K, &V, &O, &dO, &L, &dQ, &dK, &dV, &cfg, NULL), XTE_SUCCESS,
+                 "%s", xte_last_error());
+    if (r) secs = (double)(clock() - t0) / CLOCKS_PER_SEC;
+  }
+  cr_expect(memcmp(o[0], o[1], sizeof o[0]) == 0, "O differs");
+  cr_expect(memcmp(l[0], l[1], sizeof l[0]) == 0, "LSE differs");
+  cr_expect(memcmp(dq[0], dq[1], sizeof dq[0]) == 0, "dQ differs");
+  cr_expect(memcmp(dk[0], dk[1], sizeof dk[0]) == 0, "dK differs");
+  cr_expect(memcmp(dv[0], dv[1], sizeof dv[0]) == 0, "dV differs");
+  cr_expect(secs < 3.0, "%.1f s of CPU time with max_seqlen 2^40", secs);
+}

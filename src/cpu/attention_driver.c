@@ -67,6 +67,8 @@ typedef struct actx {
   const xte_attn_kernels *K;
   const xte_cpu_kernels *ck;
   int64_t G;          /* query heads per KV head */
+  int64_t lq_max;     /* the longest query sequence (THD: from cu_seqlens, not max_seqlen) */
+  int64_t lkv_max;    /* the longest key sequence */
   int64_t dqp, dvp;   /* head dims rounded up to 16 */
   size_t esz;         /* input element size */
   float *Dbuf, *Cbuf; /* backward: D and the LSE correction log(l), indexed like lse */
@@ -652,6 +654,7 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
 }
 
 static void init_ctx(actx *c, const xte_attn_args *a) {
+  int64_t b, t0, len;
   memset(c, 0, sizeof *c);
   c->a = a;
   c->K = kernels_for(xte_cpu_get_isa());
@@ -660,6 +663,14 @@ static void init_ctx(actx *c, const xte_attn_args *a) {
   c->dqp = rup16(a->dqk);
   c->dvp = rup16(a->dv);
   c->esz = dt_size(a->dtype);
+  /* the sizes below follow the sequences' lengths, not the max_seqlen bounds (THD's may be far
+   * larger than any sequence: 2^40 once made 2^25 rounds of the S store) */
+  for (b = 0; b < a->batch; b++) {
+    seq(a, 0, b, &t0, &len);
+    c->lq_max = max64(c->lq_max, len);
+    seq(a, 1, b, &t0, &len);
+    c->lkv_max = max64(c->lkv_max, len);
+  }
 }
 
 static void free_ctx(actx *c) {
@@ -678,7 +689,7 @@ static xte_status cpu_attn_fwd(const xte_attn_args *a, void *handle) {
   XTE_TRY(check_args(a));
   if (a->no_output) return XTE_SUCCESS;
   init_ctx(&c, a);
-  plan_cache(&c, a->skv, c.dqp, c.dvp);
+  plan_cache(&c, c.lkv_max, c.dqp, c.dvp);
   c.cache_off = (fwd_ws_floats(&c) + 15) / 16 * 16;
   /* every allocation before the first output byte */
   st = make_q_tasks(&c);
@@ -1091,8 +1102,8 @@ static xte_status plan_store(actx *c) {
   const int64_t nt = xte_cpu_threads() > 0 ? xte_cpu_threads() : 1;
   size_t unit, maxu, budget = (size_t)(nt < 2 ? 2 : nt) << 23, bytes, accb = 0;
   if (budget > cache_limit) budget = cache_limit;
-  c->sT = (a->sq + BM - 1) / BM;
-  c->sNB = (a->skv + BN - 1) / BN;
+  c->sT = (c->lq_max + BM - 1) / BM;
+  c->sNB = (c->lkv_max + BN - 1) / BN;
   if (npairs <= 0 || c->sT <= 0 || c->sNB <= 0 || c->nq <= 0 ||
       __builtin_mul_overflow((size_t)c->sNB, (size_t)(2 * BN * BM) * sizeof(float), &unit) ||
       unit > budget)
@@ -1173,7 +1184,7 @@ static xte_status cpu_attn_bwd(const xte_attn_args *a, void *handle) {
   c.Cbuf = c.Dbuf ? c.Dbuf + nl : NULL; /* no offset from a NULL pointer */
   st = c.Dbuf ? XTE_SUCCESS
               : xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: out of host memory");
-  plan_cache(&c, max64(a->skv, c.G * a->sq), c.dqp, c.dvp);
+  plan_cache(&c, max64(c.lkv_max, c.G * c.lq_max), c.dqp, c.dvp);
   c.bygroup = c.cache || !(a->softcap > 0.0f);
   if (st == XTE_SUCCESS) st = make_q_tasks(&c);
   if (st == XTE_SUCCESS) st = make_kv_tasks(&c);
