@@ -87,15 +87,16 @@ __global__ void __launch_bounds__(XTE_GEMM_NT)
   }
 }
 
-/* The problem of tile t (uniform over the block): G == 1 and probs == NULL: p1; else probs[gi],
- * the last gi with tstart[gi] <= t, whose first tile is t0 = tstart[gi]. */
+/* The problem p of tile t (uniform over the block): G == 1 and probs == NULL: p1; else probs[gi],
+ * the last gi with tstart[gi] <= t, whose first tile is tstart[gi]. mv: the problem's rows to
+ * write (masked_m[gi] when masked_m is given); row0, col0: the tile's first output element. */
 __device__ __forceinline__ void xte_gemm_find_tile(int64_t t, const xte_gemm_problem &p1,
                                                    const xte_gemm_problem *probs,
                                                    const int64_t *tstart, int64_t G,
-                                                   xte_gemm_problem &p, int64_t &gi, int64_t &t0) {
+                                                   const int32_t *masked_m, xte_gemm_problem &p,
+                                                   int64_t &mv, int64_t &row0, int64_t &col0) {
+  int64_t gi = 0, t0 = 0;
   p = p1;
-  gi = 0;
-  t0 = 0;
   if (probs) {
     int64_t lo = 0, hi = G - 1;
     while (lo < hi) { /* last g with tstart[g] <= t */
@@ -109,6 +110,11 @@ __device__ __forceinline__ void xte_gemm_find_tile(int64_t t, const xte_gemm_pro
     p = probs[gi];
     t0 = tstart[gi];
   }
+  mv = masked_m ? (int64_t)masked_m[gi] : p.m;
+  const uint32_t ntn = (uint32_t)((p.n + XTE_GEMM_BN - 1) / XTE_GEMM_BN);
+  const uint32_t local = (uint32_t)(t - t0);
+  row0 = (int64_t)(local / ntn) * XTE_GEMM_BM;
+  col0 = (int64_t)(local % ntn) * XTE_GEMM_BN;
 }
 
 /* One staging step of both kernels (all XTE_GEMM_NT threads, between two barriers): with ks == 0
@@ -199,13 +205,8 @@ __global__ void __launch_bounds__(XTE_GEMM_NT)
   const int kblock = g.kblock;
   for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
     xte_gemm_problem p;
-    int64_t gi, t0;
-    xte_gemm_find_tile(t, p1, probs, tstart, G, p, gi, t0);
-    const int64_t mv = g.masked_m ? (int64_t)g.masked_m[gi] : p.m;
-    const uint32_t ntn = (uint32_t)((p.n + XTE_GEMM_BN - 1) / XTE_GEMM_BN);
-    const uint32_t local = (uint32_t)(t - t0);
-    const int64_t row0 = (int64_t)(local / ntn) * XTE_GEMM_BM;
-    const int64_t col0 = (int64_t)(local % ntn) * XTE_GEMM_BN;
+    int64_t mv, row0, col0;
+    xte_gemm_find_tile(t, p1, probs, tstart, G, g.masked_m, p, mv, row0, col0);
     if (row0 >= mv) continue; /* masked rows: nothing to write (uniform) */
     float acc[XTE_GEMM_TM][XTE_GEMM_TN];
     XTE_GEMM_UNROLL

@@ -54,13 +54,8 @@ __global__ void __launch_bounds__(XTE_GEMM_NT)
   const int kblock = g.kblock;
   for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
     xte_gemm_problem p;
-    int64_t gi, t0;
-    xte_gemm_find_tile(t, p1, probs, tstart, G, p, gi, t0);
-    const int64_t mv = g.masked_m ? (int64_t)g.masked_m[gi] : p.m;
-    const uint32_t ntn = (uint32_t)((p.n + XTE_GEMM_BN - 1) / XTE_GEMM_BN);
-    const uint32_t local = (uint32_t)(t - t0);
-    const int64_t row0 = (int64_t)(local / ntn) * XTE_GEMM_BM;
-    const int64_t col0 = (int64_t)(local % ntn) * XTE_GEMM_BN;
+    int64_t mv, row0, col0;
+    xte_gemm_find_tile(t, p1, probs, tstart, G, g.masked_m, p, mv, row0, col0);
     if (row0 >= mv) continue; /* masked rows: nothing to write (uniform) */
     /* the warp's MMA tiles that hold an output element: i < mlive, j < nlive (uniform over the
      * warp; the others are skipped, their outputs are not written) */
