@@ -63,25 +63,14 @@ def rank_step(g, r, topk, w, x, toff, ref, El):
     return rx
 
 
-@pytest.mark.parametrize("R", [1, 2, 3])
-def test_threads_bytes_equal_one_process(R):
-    El, K, H, align = 4, 4, 40, 8
-    T = [29, 0, 17][:R]
-    topk, w, x = problem(R, El, K, H, T, 7 + R)
-    toff = np.concatenate([[0], np.cumsum(T)]).astype(int)
-    ref = one_process(topk, w, x, El * R, align)
+def on_every_rank(R, body, timeout=120):
+    """Runs body(world, r) on R threads of one ThreadsWorld; fails on a hang or any rank's error."""
     world = xte.ThreadsWorld(R)
     errors = []
 
     def run(r):
         try:
-            g = xte.EPGroup.threads(world, r, experts_per_rank=El, hidden=H, topk=K,
-                                    max_tokens_per_rank=max(T), align=align)
-            assert (g.rank, g.num_ranks, g.transport) == (r, R, "threads")
-            rank_step(g, r, topk, w, x, toff, ref, El)
-            st = g.stats()
-            assert st["calls"] == 4
-            g.close()
+            body(world, r)
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append((r, e))
 
@@ -89,10 +78,30 @@ def test_threads_bytes_equal_one_process(R):
     for t in ths:
         t.start()
     for t in ths:
-        t.join(timeout=120)
+        t.join(timeout=timeout)
     assert not any(t.is_alive() for t in ths), "a rank hangs"
     assert not errors, errors
     world.close()
+
+
+@pytest.mark.parametrize("R", [1, 2, 3])
+def test_threads_bytes_equal_one_process(R):
+    El, K, H, align = 4, 4, 40, 8
+    T = [29, 0, 17][:R]
+    topk, w, x = problem(R, El, K, H, T, 7 + R)
+    toff = np.concatenate([[0], np.cumsum(T)]).astype(int)
+    ref = one_process(topk, w, x, El * R, align)
+
+    def body(world, r):
+        g = xte.EPGroup.threads(world, r, experts_per_rank=El, hidden=H, topk=K,
+                                max_tokens_per_rank=max(T), align=align)
+        assert (g.rank, g.num_ranks, g.transport) == (r, R, "threads")
+        rank_step(g, r, topk, w, x, toff, ref, El)
+        st = g.stats()
+        assert st["calls"] == 4
+        g.close()
+
+    on_every_rank(R, body)
 
 
 @pytest.mark.parametrize("R", [1, 3])
@@ -104,37 +113,25 @@ def test_threads_dispatch_tokens_then_permute(R):
     topk, w, x = problem(R, El, K, H, T, 11 + R)
     toff = np.concatenate([[0], np.cumsum(T)]).astype(int)
     ref = one_process(topk, w, x, El * R, align)
-    world = xte.ThreadsWorld(R)
-    errors = []
 
-    def run(r):
-        try:
-            g = xte.EPGroup.threads(world, r, experts_per_rank=El, hidden=H, topk=K,
-                                    max_tokens_per_rank=max(T), align=align)
-            lo, hi = int(ref["off"][r * El]), int(ref["off"][(r + 1) * El])
-            a, b = toff[r], toff[r + 1]
-            h = g.prepare(topk[a:b])
-            rx, rs, ri, rw = g.dispatch_tokens(h, x[a:b], None, w[a:b])
-            assert rs is None and rx.shape[0] == h.recv_tokens
-            assert ri.dtype == np.int32 and ((ri >= -1) & (ri < El)).all()
-            assert (rw[ri < 0] == 0).all()
-            px = xte.moe_permute(rx, ri, map_type="index", num_experts=El, align=align)[0]
-            assert px.shape[0] == hi - lo
-            np.testing.assert_array_equal(px.view(np.uint8), ref["px"][lo:hi].view(np.uint8))
-            out, _ = g.combine(h, ref["y"][lo:hi], w[a:b])
-            np.testing.assert_array_equal(out.view(np.uint8), ref["out"][a:b].view(np.uint8))
-            g.close()
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append((r, e))
+    def body(world, r):
+        g = xte.EPGroup.threads(world, r, experts_per_rank=El, hidden=H, topk=K,
+                                max_tokens_per_rank=max(T), align=align)
+        lo, hi = int(ref["off"][r * El]), int(ref["off"][(r + 1) * El])
+        a, b = toff[r], toff[r + 1]
+        h = g.prepare(topk[a:b])
+        rx, rs, ri, rw = g.dispatch_tokens(h, x[a:b], None, w[a:b])
+        assert rs is None and rx.shape[0] == h.recv_tokens
+        assert ri.dtype == np.int32 and ((ri >= -1) & (ri < El)).all()
+        assert (rw[ri < 0] == 0).all()
+        px = xte.moe_permute(rx, ri, map_type="index", num_experts=El, align=align)[0]
+        assert px.shape[0] == hi - lo
+        np.testing.assert_array_equal(px.view(np.uint8), ref["px"][lo:hi].view(np.uint8))
+        out, _ = g.combine(h, ref["y"][lo:hi], w[a:b])
+        np.testing.assert_array_equal(out.view(np.uint8), ref["out"][a:b].view(np.uint8))
+        g.close()
 
-    ths = [threading.Thread(target=run, args=(r,)) for r in range(R)]
-    for t in ths:
-        t.start()
-    for t in ths:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in ths), "a rank hangs"
-    assert not errors, errors
-    world.close()
+    on_every_rank(R, body)
 
 
 def test_error_on_one_rank_is_an_error_on_every_rank():
