@@ -122,14 +122,12 @@ static xte_status gpu_aux_loss(const xte_aux_loss_args *a, int backward, void *h
   return xte_aux_loss_run(rt, a, backward);
 }
 
-/* The fused forms quantize the activation workspace on the same handle (its lock already held). */
 static xte_status gpu_swiglu(const xte_swiglu_args *a, void *handle) {
   xte_gpu_stream *h;
   XTE_GPU_ENTER(handle, h);
   xte_gpu_lock g(h);
   cuda_rt rt{h, h->stream, xte_gpu_services(), cudaPeekAtLastError()};
-  return xte_swiglu_run(rt, a,
-                        [h](const xte_quant_args *q) { return xte_gpu_quantize_locked(q, h); });
+  return xte_swiglu_run(rt, a);
 }
 
 /* The operations not provided are NULL (the core reports XTE_ERROR_UNSUPPORTED). */

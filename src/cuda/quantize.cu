@@ -8,9 +8,9 @@
 #include "cuda/xte_gpu.h"
 
 static xte_status zero_scales(const xte_scale_map *m, cudaStream_t st) {
-  if (!m->data || m->total <= 0) return XTE_SUCCESS;
-  return xte_gpu_check(cudaMemsetAsync(m->data, 0, (size_t)m->total * (m->e8m0 ? 1u : 4u), st),
-                       "cudaMemsetAsync (scales)");
+  const size_t n = xte_q_scale_bytes(m);
+  if (!n) return XTE_SUCCESS;
+  return xte_gpu_check(cudaMemsetAsync(m->data, 0, n, st), "cudaMemsetAsync (scales)");
 }
 
 xte_status xte_gpu_workspace(xte_gpu_stream *h, size_t bytes, void **out) {
@@ -37,7 +37,7 @@ xte_status xte_gpu_workspace(xte_gpu_stream *h, size_t bytes, void **out) {
 }
 
 /* The enqueue of one quantize; the caller holds the handle's lock (the scratch is the handle's). */
-xte_status xte_gpu_quantize_locked(const xte_quant_args *a, xte_gpu_stream *h) {
+static xte_status quantize_locked(const xte_quant_args *a, xte_gpu_stream *h) {
   const cudaStream_t st = h->stream;
   const int64_t ntr = xte_q_tiles(a->M), ntc = xte_q_tiles(a->K);
   const int empty = a->M <= 0 || a->K <= 0;
@@ -70,7 +70,7 @@ xte_status xte_gpu_quantize(const xte_quant_args *a, void *handle) {
    * amax / scale scratch: the whole enqueue goes in under the handle's lock, and the stream runs
    * it in that order. */
   xte_gpu_lock g(h);
-  return xte_gpu_quantize_locked(a, h);
+  return quantize_locked(a, h);
 }
 
 xte_status xte_gpu_dequantize(const xte_dequant_args *a, void *handle) {

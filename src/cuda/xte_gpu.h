@@ -105,8 +105,6 @@ xte_status xte_gpu_workspace(xte_gpu_stream *h, size_t bytes, void **out);
 
 /* Kernels (src/cuda/quantize.cu). */
 xte_status xte_gpu_quantize(const xte_quant_args *a, void *handle);
-/* The same with the handle's lock already held (the fused SwiGLU + quantize forms). */
-xte_status xte_gpu_quantize_locked(const xte_quant_args *a, xte_gpu_stream *h);
 xte_status xte_gpu_dequantize(const xte_dequant_args *a, void *handle);
 xte_status xte_gpu_cast(const xte_cast_args *a, void *handle);
 

@@ -129,18 +129,13 @@ xte_status fill(void *, void *dst, int value, size_t bytes) {
 }
 
 void zero_scales(const xte_scale_map *m) {
-  if (!m->data || m->total <= 0) return;
-  std::memset(m->data, 0, (size_t)m->total * (m->e8m0 ? 1u : 4u));
+  if (const size_t n = xte_q_scale_bytes(m)) std::memset(m->data, 0, n);
 }
 
-/* quantize.cu: xte_gpu_quantize / quantize_locked */
-xte_status quantize_locked(const xte_quant_args *a, handle *h);
+/* quantize.cu: xte_gpu_quantize (the enqueue under the handle's lock) */
 xte_status quantize(const xte_quant_args *a, void *hv) {
   handle *h = resolve(hv);
   std::lock_guard<std::mutex> g(h->lock);
-  return quantize_locked(a, h);
-}
-xte_status quantize_locked(const xte_quant_args *a, handle *h) {
   const int64_t ntr = xte_q_tiles(a->M), ntc = xte_q_tiles(a->K);
   const int empty = a->M <= 0 || a->K <= 0;
   if (!empty && ntr * ntc > INT_MAX)
@@ -269,7 +264,7 @@ xte_status moe_swiglu(const xte_swiglu_args *a, void *hv) {
   handle *h = resolve(hv);
   std::lock_guard<std::mutex> g(h->lock);
   host_rt rt{g_svc, h};
-  return xte_swiglu_run(rt, a, [h](const xte_quant_args *q) { return quantize_locked(q, h); });
+  return xte_swiglu_run(rt, a);
 }
 const xte_moe_ops g_moe_ops = {moe_router_forward, moe_router_backward, moe_aux_loss,
                                moe_permute,        moe_unpermute,       moe_sort_chunks,

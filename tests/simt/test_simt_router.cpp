@@ -431,9 +431,11 @@ struct qbuf {
   buf rq, cq, rs, cs, amax;
 };
 
+/* ldx: x's row stride (>= 2F; 0: 2F) */
 static void fused_case(int64_t T, int64_t F, int dt, int act, int rec, int lay, int col,
-                       int backward, int kind) {
-  buf x = fill_mat(T, 2 * F, dt, kind), dy = fill_mat(T, F, dt, rnd() % 3 ? V_NORMAL : V_SPECIAL);
+                       int backward, int kind, int64_t ldx = 0) {
+  if (ldx < 2 * F) ldx = 2 * F;
+  buf x = fill_mat(T, ldx, dt, kind), dy = fill_mat(T, F, dt, rnd() % 3 ? V_NORMAL : V_SPECIAL);
   const int64_t M = T, K = backward ? 2 * F : F;
   int64_t rr = 0, rc = 0, cr = 0, cc = 0;
   xte_quantize_scale_shape(M, K, XTE_SCALING_BLOCK_1x128, (xte_recipe)rec, (xte_scale_layout)lay, 0,
@@ -471,13 +473,14 @@ static void fused_case(int64_t T, int64_t F, int dt, int act, int rec, int lay, 
   make(bg, qg);
   make(bc, qc);
   char d0[200];
-  std::snprintf(d0, sizeof d0, "%s T=%lld F=%lld in %s act %s recipe %d layout %d col %d kind=%d",
+  std::snprintf(d0, sizeof d0,
+                "%s T=%lld F=%lld ld=%lld in %s act %s recipe %d layout %d col %d kind=%d",
                 backward ? "dswiglu_quantize" : "swiglu_quantize", (long long)T, (long long)F,
-                dt == XTE_DTYPE_FP32 ? "fp32" : "bf16", act == XTE_DTYPE_FP32 ? "fp32" : "bf16",
-                rec, lay, col, kind);
+                (long long)ldx, dt == XTE_DTYPE_FP32 ? "fp32" : "bf16",
+                act == XTE_DTYPE_FP32 ? "fp32" : "bf16", rec, lay, col, kind);
   const std::string d = d0;
   if (!run_both(d, [&](xte_stream s) {
-        xte_tensor tx = t2(x, dt, T, 2 * F), tdy = t2(dy, dt, T, F);
+        xte_tensor tx = t2(x, dt, T, 2 * F, ldx), tdy = t2(dy, dt, T, F);
         xte_quant_config cfg = xte_quant_config_default();
         xte_qtensor *q = s == cpu ? &qc : &qg;
         return backward ? xte_dswiglu_quantize(&tdy, &tx, (xte_dtype)act, q, &cfg, s)
@@ -502,15 +505,20 @@ static void swiglu_cases() {
           }
   const int recs[] = {XTE_RECIPE_TE_BLOCK, XTE_RECIPE_DEEPGEMM, XTE_RECIPE_DEEPGEMM_UE8M0,
                       XTE_RECIPE_MTFP8};
-  for (int64_t T : {0, 1, 130})
-    for (int64_t F : {1, 100, 130})
+  /* F: odd, 16-byte multiples (bf16 and fp32 halves aligned: the 16-byte loads) and not (the
+   * up half misaligned), one and two 64-column slabs, a half boundary inside a chunk (backward,
+   * K = 2F); x's stride 2F, 2F + 8 (aligned) or 2F + 5 (every row misaligned). One keep() per
+   * case: the default list thins the whole product evenly. */
+  for (int64_t T : {0, 1, 130, 257})
+    for (int64_t F : {1, 7, 100, 130, 192})
       for (int backward = 0; backward < 2; backward++)
         for (int ri = 0; ri < 4; ri++)
           for (int lay = 0; lay < 3; lay++) {
-            if (!keep() || !keep()) continue;
+            if (!keep()) continue;
+            const int64_t pad[3] = {0, 8, 5};
             fused_case(T, F, rnd() % 2 ? XTE_DTYPE_FP32 : XTE_DTYPE_BF16,
                        rnd() % 2 ? XTE_DTYPE_FP32 : XTE_DTYPE_BF16, recs[ri], lay, (int)(rnd() % 2),
-                       backward, rnd() % 3 ? V_NORMAL : V_SPECIAL);
+                       backward, rnd() % 3 ? V_NORMAL : V_SPECIAL, 2 * F + pad[rnd() % 3]);
           }
 }
 
