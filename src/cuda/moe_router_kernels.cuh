@@ -13,8 +13,9 @@
  *    sequential loop in that order, as the CPU's;
  *  - the top-k is found by ranks: expert e's rank is the number of allowed experts that go
  *    before it in the rank order (xte_moe_before, a total order), so the k experts of rank < k
- *    land in their places whatever thread finds them; groups likewise (rank within the group,
- *    then the group scores ranked);
+ *    land in their places whatever thread finds them; the ranks are counted over per-strip
+ *    sorted lists of candidates, not all pairs (see xte_rt_forward); groups likewise (rank
+ *    within the group, then the group scores ranked);
  *  - the aux loss: fp64 column sums over fixed blocks of 1024 tokens (one thread per block and
  *    expert, tokens ascending), the block partials added in block order (one thread per expert),
  *    then one thread adds the experts in order; fp64 NaN steps through the shared numerics
@@ -30,6 +31,7 @@
 #define XTE_RT_MAXE 512 /* XTE_MOE_MAX_E (src/moe_api.c) */
 #define XTE_RT_MAXK 16  /* XTE_MOE_MAX_K */
 #define XTE_AUX_BLOCK 1024
+#define XTE_RT_STRIPS 32 /* the top-k's strips of experts (a count of lists, not of lanes) */
 
 /* One token's row in shared memory. */
 struct xte_rt_row {
@@ -38,6 +40,9 @@ struct xte_rt_row {
   int rank[XTE_RT_MAXE];   /* rank of an expert within its group */
   unsigned char keep[XTE_RT_MAXE], mark[XTE_RT_MAXE];
   int idx[XTE_RT_MAXK], asc[XTE_RT_MAXK];
+  /* the top-k's strip lists: each strip's first k allowed experts in rank order */
+  float cv[XTE_RT_STRIPS][XTE_RT_MAXK];
+  int ci[XTE_RT_STRIPS][XTE_RT_MAXK], nc[XTE_RT_STRIPS];
   float m, sum; /* one thread's reductions, read by all */
 };
 
@@ -134,20 +139,50 @@ __global__ void __launch_bounds__(XTE_MOE_NT) xte_rt_forward(xte_router_args a) 
       for (int e = threadIdx.x; e < E; e += blockDim.x) r.keep[e] = r.rank[e / gs] < a.group_topk;
       __syncthreads();
     }
-    /* top-k by ranks among the allowed experts (there are at least k: the core checks it) */
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-      int sel = 0;
-      if (r.keep[e]) {
-        const float v = r.sel[e];
+    /* top-k by ranks among the allowed experts (there are at least k: the core checks it).
+     * The experts are cut into XTE_RT_STRIPS strips; one thread per strip lists the strip's
+     * first k allowed experts in rank order (xte_moe_topk_insert). Every expert of rank < k is in
+     * its strip's list (fewer than k experts go before it at all). A listed expert's rank is its
+     * place in its own list plus, for every other list, the length of the prefix that goes
+     * before it (a binary search: the lists are sorted). That count is exact whenever the rank
+     * is below k (then fewer than k of that strip go before it, all of them listed), and at least
+     * k otherwise, so the experts of rank < k and their places are exactly those of the plain
+     * rank count. */
+    {
+      const int L = (E + XTE_RT_STRIPS - 1) / XTE_RT_STRIPS;
+      for (int e = threadIdx.x; e < E; e += blockDim.x) r.mark[e] = 0;
+      for (int i = threadIdx.x; i < XTE_RT_STRIPS; i += blockDim.x) {
+        const int e1 = (i + 1) * L < E ? (i + 1) * L : E;
         int n = 0;
         XTE_MOE_NO_UNROLL
-        for (int f = 0; f < E; f++) n += r.keep[f] && xte_moe_before(r.sel[f], f, v, e);
+        for (int e = i * L; e < e1; e++)
+          if (r.keep[e]) xte_moe_topk_insert(r.cv[i], r.ci[i], &n, k, r.sel[e], e);
+        r.nc[i] = n;
+      }
+      __syncthreads();
+      for (int q = threadIdx.x; q < XTE_RT_STRIPS * k; q += blockDim.x) {
+        const int i = q / k, p = q % k;
+        if (p >= r.nc[i]) continue;
+        const float v = r.cv[i][p];
+        const int e = r.ci[i][p];
+        int n = p;
+        XTE_MOE_NO_UNROLL
+        for (int j = 0; j < XTE_RT_STRIPS && n < k; j++) {
+          int lo = 0, hi = j == i ? 0 : r.nc[j];
+          while (lo < hi) {
+            const int mid = (lo + hi) >> 1;
+            if (xte_moe_before(r.cv[j][mid], r.ci[j][mid], v, e))
+              lo = mid + 1;
+            else
+              hi = mid;
+          }
+          n += lo;
+        }
         if (n < k) {
           r.idx[n] = e;
-          sel = 1;
+          r.mark[e] = 1;
         }
       }
-      r.mark[e] = (unsigned char)sel;
     }
     __syncthreads();
     if (threadIdx.x == 0) { /* the selected experts ascending */
