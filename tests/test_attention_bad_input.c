@@ -1,6 +1,7 @@
 /* Attention bad input: each invalid call returns a clear status with a message naming the
  * argument, and writes nothing (outputs keep a sentinel). */
 #include <criterion/criterion.h>
+#include <time.h>
 
 #include "test_attention_oracle.h"
 
@@ -323,4 +324,139 @@ Test(attention_bad_input, allocation_failures) {
   c = small(XTE_ATTN_LAYOUT_THD);
   oom_sweep(c, 0);
   oom_sweep(c, 1);
+}
+
+/* the test hook of src/xte_attention_ops.h: the head caches' and S store's byte limit */
+XTE_API size_t xte_internal_attention_cache_limit(size_t bytes);
+
+static xte_tensor thd(void *data, int64_t t, int64_t h, int64_t d) {
+  xte_tensor x;
+  memset(&x, 0, sizeof x);
+  x.dtype = XTE_DTYPE_FP32;
+  x.rank = 3;
+  x.data = data;
+  x.shape[0] = t;
+  x.shape[1] = h;
+  x.shape[2] = d;
+  return x;
+}
+
+/* One THD backward into dq, dk, dv: batch sequences of cu_q / cu_kv over TQ / TK tokens. */
+static xte_status thd_bwd(const float *q, const float *k, const float *v, const float *o,
+                          const float *g, const float *l, float *dq, float *dk, float *dv,
+                          int64_t tq, int64_t tk, int64_t hq, int64_t hkv, int64_t dim,
+                          const int32_t *cuq, const int32_t *cuk, int64_t batch, int64_t mq,
+                          int64_t mk) {
+  xte_attention_config cfg = xte_attention_config_default();
+  xte_tensor Q = thd((void *)q, tq, hq, dim), K = thd((void *)k, tk, hkv, dim),
+             V = thd((void *)v, tk, hkv, dim);
+  xte_tensor O = thd((void *)o, tq, hq, dim), dO = thd((void *)g, tq, hq, dim),
+             L = thd((void *)l, tq, hq, 1);
+  xte_tensor dQ = thd(dq, tq, hq, dim), dK = thd(dk, tk, hkv, dim), dV = thd(dv, tk, hkv, dim);
+  L.rank = 2;
+  cfg.layout = XTE_ATTN_LAYOUT_THD;
+  cfg.batch = batch;
+  cfg.cu_seqlens_q = cuq;
+  cfg.cu_seqlens_kv = cuk;
+  cfg.max_seqlen_q = mq;
+  cfg.max_seqlen_kv = mk;
+  return xte_attention_bwd(&Q, &K, &V, &O, &dO, &L, &dQ, &dK, &dV, &cfg, NULL);
+}
+
+/* THD backward, one sequence of 65536 query tokens (1024 tiles, more than one S store round per
+ * (sequence, KV head) pair on 2 threads) and 2^21 - 1 empty sequences after it: the rounds
+ * walked every pair, empty or not, and each round scanned the whole query task list (2^32 steps,
+ * tens of seconds); now they follow the tasks. The bytes are those of the same call with the
+ * one sequence alone. */
+Test(attention_bad_input, bwd_rounds_many_empty_sequences, .timeout = 60) {
+  enum { TQ = 65536, TK = 40 };
+  const int64_t nb = (int64_t)1 << 21;
+  float *q = malloc(TQ * 4), *o = malloc(TQ * 4), *g = malloc(TQ * 4), *l = malloc(TQ * 4);
+  float *dq[2] = {malloc(TQ * 4), malloc(TQ * 4)};
+  static float k[TK], v[TK], dk[2][TK], dv[2][TK];
+  int32_t *cuq = malloc((size_t)(nb + 1) * 4), *cuk = malloc((size_t)(nb + 1) * 4);
+  const int32_t one_q[2] = {0, TQ}, one_k[2] = {0, TK};
+  int64_t i;
+  clock_t t0;
+  double secs;
+  cr_assert(q && o && g && l && dq[0] && dq[1] && cuq && cuk);
+  for (i = 0; i < TQ; i++) {
+    q[i] = (float)((i * 7) % 13) * 0.25f - 1.5f;
+    o[i] = (float)(i % 5) * 0.5f - 1.0f;
+    g[i] = (float)((i * 3) % 7) - 3.0f;
+    l[i] = 2.0f + (float)(i % 3);
+  }
+  for (i = 0; i < TK; i++) k[i] = (float)(i % 9) * 0.125f - 0.5f, v[i] = (float)(i % 4) - 1.5f;
+  cuq[0] = cuk[0] = 0;
+  for (i = 1; i <= nb; i++) cuq[i] = TQ, cuk[i] = TK;
+  cr_assert_eq(xte_cpu_set_num_threads(2), XTE_SUCCESS); /* the S store's budget: 16 MiB */
+  memset(dq[0], 0xA5, TQ * 4);
+  cr_assert_eq(
+      thd_bwd(q, k, v, o, g, l, dq[0], dk[0], dv[0], TQ, TK, 1, 1, 1, one_q, one_k, 1, TQ, TK),
+      XTE_SUCCESS, "%s", xte_last_error());
+  memset(dq[1], 0xA5, TQ * 4);
+  t0 = clock();
+  cr_assert_eq(
+      thd_bwd(q, k, v, o, g, l, dq[1], dk[1], dv[1], TQ, TK, 1, 1, 1, cuq, cuk, nb, TQ, TK),
+      XTE_SUCCESS, "%s", xte_last_error());
+  secs = (double)(clock() - t0) / CLOCKS_PER_SEC;
+  xte_cpu_set_num_threads(0);
+  cr_expect(memcmp(dq[0], dq[1], TQ * 4) == 0, "dQ differs with the empty sequences");
+  cr_expect(memcmp(dk[0], dk[1], sizeof dk[0]) == 0, "dK differs with the empty sequences");
+  cr_expect(memcmp(dv[0], dv[1], sizeof dv[0]) == 0, "dV differs with the empty sequences");
+  cr_log_info("bwd_rounds_many_empty_sequences: %.3f s of CPU time", secs);
+  cr_expect(secs < 3.0, "%.2f s of CPU time for one sequence and 2^21 - 1 empty ones", secs);
+  free(q), free(o), free(g), free(l), free(dq[0]), free(dq[1]), free(cuq), free(cuk);
+}
+
+/* The S store in rounds of (query head, tile) units (a small byte limit) over sequences shorter
+ * than the longest (rounds whose units are all past a sequence's tiles are skipped), empty ones
+ * (query or key side) and GQA 4:2: the same bytes as without the store (limit 0: pass A
+ * computes S and dP again), on 1, 2 and 3 threads. */
+Test(attention_bad_input, bwd_rounds_skip_empty_units) {
+  enum { TQ = 331, TK = 234, HQ = 4, HKV = 2, D = 16 };
+  static const int32_t cuq[7] = {0, 200, 200, 270, 271, 271, 331};
+  static const int32_t cuk[7] = {0, 100, 105, 105, 169, 169, 234};
+  static float q[TQ * HQ * D], o[TQ * HQ * D], g[TQ * HQ * D], l[TQ * HQ];
+  static float k[TK * HKV * D], v[TK * HKV * D];
+  static float dq[2][TQ * HQ * D], dk[2][TK * HKV * D], dv[2][TK * HKV * D];
+  const size_t lim = xte_internal_attention_cache_limit(0);
+  const size_t limits[3] = {200000, 100000, 400000};
+  int i, t, m;
+  uint64_t s = 99;
+  for (i = 0; i < TQ * HQ * D; i++) {
+    q[i] = (float)(ta_rng(&s) % 17) * 0.125f - 1.0f;
+    o[i] = (float)(ta_rng(&s) % 9) * 0.25f - 1.0f;
+    g[i] = (float)(ta_rng(&s) % 11) * 0.5f - 2.5f;
+  }
+  for (i = 0; i < TQ * HQ; i++) l[i] = 1.0f + (float)(ta_rng(&s) % 5);
+  for (i = 0; i < TK * HKV * D; i++) {
+    k[i] = (float)(ta_rng(&s) % 13) * 0.125f - 0.75f;
+    v[i] = (float)(ta_rng(&s) % 7) - 3.0f;
+  }
+  cr_assert_eq(xte_cpu_set_num_threads(1), XTE_SUCCESS);
+  xte_internal_attention_cache_limit(0); /* no store, no caches: the reference */
+  cr_assert_eq(
+      thd_bwd(q, k, v, o, g, l, dq[0], dk[0], dv[0], TQ, TK, HQ, HKV, D, cuq, cuk, 6, 200, 100),
+      XTE_SUCCESS, "%s", xte_last_error());
+  for (m = 0; m < 3; m++) {
+    xte_internal_attention_cache_limit(limits[m]);
+    for (t = 1; t <= 3; t++) {
+      cr_assert_eq(xte_cpu_set_num_threads(t), XTE_SUCCESS);
+      memset(dq[1], 0xA5, sizeof dq[1]);
+      memset(dk[1], 0xA5, sizeof dk[1]);
+      memset(dv[1], 0xA5, sizeof dv[1]);
+      cr_assert_eq(
+          thd_bwd(q, k, v, o, g, l, dq[1], dk[1], dv[1], TQ, TK, HQ, HKV, D, cuq, cuk, 6, 200, 100),
+          XTE_SUCCESS, "%s", xte_last_error());
+      cr_expect(memcmp(dq[0], dq[1], sizeof dq[0]) == 0, "limit %zu, %d threads: dQ differs",
+                limits[m], t);
+      cr_expect(memcmp(dk[0], dk[1], sizeof dk[0]) == 0, "limit %zu, %d threads: dK differs",
+                limits[m], t);
+      cr_expect(memcmp(dv[0], dv[1], sizeof dv[0]) == 0, "limit %zu, %d threads: dV differs",
+                limits[m], t);
+    }
+  }
+  xte_internal_attention_cache_limit(lim);
+  xte_cpu_set_num_threads(0);
 }

@@ -9,6 +9,7 @@
  * with the right bytes. */
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "test_moe_util.h"
 
@@ -487,4 +488,52 @@ Test(moe_hostile, dispatch_layout_empty_rows, .timeout = 10) {
                xte_last_error());
   for (i = 0; i < 2; i++) cr_assert_eq(tpr[i], 0);
   for (i = 0; i < 6; i++) cr_assert_eq(tpe[i], 0);
+}
+
+/* Empty outputs with a huge row count (h4's sweep, the same pattern as the two above): a permute
+ * into an empty [2^40, 0] output (rows past R are valid and zeroed) walked its 2^40 rows of no
+ * bytes, as did the unpermute backward's zeroing of an empty [2^40, 0] grad_input; the unpermute
+ * and permute backward from an empty [2^40, 0] input zeroed a 256 MiB row bitmap for a two-entry
+ * row_map. Each returns at once with the row_map / offsets it must write. */
+Test(moe_hostile, empty_outputs_with_huge_row_count, .timeout = 30) {
+  static float buf[4], small_out[4];
+  static int64_t idx[2] = {0, 1}, offs[3] = {9, 9, 9};
+  static int32_t rm[2] = {-7, -7};
+  const int64_t big = (int64_t)1 << 40;
+  xte_tensor x = xte_tensor_2d(buf, XTE_DTYPE_FP32, 2, 0),
+             huge = xte_tensor_2d(buf, XTE_DTYPE_FP32, big, 0);
+  xte_tensor y = xte_tensor_2d(small_out, XTE_DTYPE_FP32, 2, 0);
+  xte_tensor it = xte_tensor_2d(idx, XTE_DTYPE_INT64, 2, 1),
+             rmt = xte_tensor_2d(rm, XTE_DTYPE_INT32, 2, 1);
+  xte_moe_routing r;
+  xte_permute_outputs ex;
+  clock_t t0;
+  double secs;
+  memset(&r, 0, sizeof r);
+  memset(&ex, 0, sizeof ex);
+  r.topk_idx = &it;
+  r.num_experts = 2;
+  ex.expert_offsets = xte_tensor_1d(offs, XTE_DTYPE_INT64, 3);
+  t0 = clock();
+  cr_assert_eq(xte_moe_permute(&x, NULL, &r, NULL, &huge, NULL, &rmt, &ex, NULL), XTE_SUCCESS, "%s",
+               xte_last_error());
+  cr_expect(rm[0] == 0 && rm[1] == 1, "row_map %d %d, want 0 1", rm[0], rm[1]);
+  cr_expect(offs[0] == 0 && offs[1] == 1 && offs[2] == 2, "expert_offsets %lld %lld %lld",
+            (long long)offs[0], (long long)offs[1], (long long)offs[2]);
+  cr_assert_eq(xte_moe_unpermute_backward(&x, NULL, &r, &rmt, NULL, &huge, NULL, NULL), XTE_SUCCESS,
+               "%s", xte_last_error());
+  cr_assert_eq(xte_moe_unpermute(&huge, &r, &rmt, NULL, &y, NULL), XTE_SUCCESS, "%s",
+               xte_last_error());
+  cr_assert_eq(xte_moe_permute_backward(&huge, &r, &rmt, &y, NULL), XTE_SUCCESS, "%s",
+               xte_last_error());
+  rm[1] = 5; /* the checks still run: a duplicate, then a row past the empty input's two */
+  rm[0] = 5;
+  cr_expect_eq(xte_moe_unpermute(&x, &r, &rmt, NULL, &y, NULL), XTE_ERROR_INVALID_ARGUMENT);
+  cr_expect_eq(xte_moe_unpermute(&huge, &r, &rmt, NULL, &y, NULL), XTE_ERROR_INVALID_ARGUMENT);
+  cr_expect(
+      strstr(xte_last_error(), "twice") != NULL || strstr(xte_last_error(), "earlier") != NULL,
+      "%s", xte_last_error());
+  secs = (double)(clock() - t0) / CLOCKS_PER_SEC;
+  cr_log_info("empty_outputs_with_huge_row_count: %.3f s of CPU time", secs);
+  cr_expect(secs < 1.0, "%.2f s of CPU time for outputs of no bytes", secs);
 }

@@ -94,8 +94,9 @@ typedef struct actx {
    * su < G sT). sbuf NULL: pass A recomputes S and dP. */
   float *sbuf, *sacc;
   int64_t spairs, spair0, sT, sNB, su, su0, su1;
-  int64_t *qsub; /* the round's pass B tasks [3][nq] */
-  int bygroup;   /* tasks listed pair by pair (the head caches, the S store) */
+  int64_t *qsub;     /* the round's pass B tasks [3][nq] */
+  int sfirst, slast; /* the round is its pair's first / last (sacc: zero / store the sums) */
+  int bygroup;       /* tasks listed pair by pair (the head caches, the S store) */
   void (*run)(struct actx *c, float *ws, int64_t t);
 } actx;
 
@@ -858,7 +859,7 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
     dKa = c->sacc + (j0 / BN) * BN * (dqp + dvp);
     dVa = dKa + BN * dqp;
   }
-  if (!c->sacc || c->su0 == 0) {
+  if (!c->sacc || c->sfirst) {
     memset(dKa, 0, sizeof(float) * (size_t)(BN * dqp));
     memset(dVa, 0, sizeof(float) * (size_t)(BN * dvp));
   }
@@ -926,7 +927,7 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
       }
     }
   }
-  if (c->sacc && c->su1 < c->G * c->sT) return; /* more rounds to come */
+  if (c->sacc && !c->slast) return; /* more rounds to come */
   for (j = 0; j < nb; j++) {
     if (j + PF_ROWS < nb) {
       prefetch_row(&a->dk, a->dtype, eoff(&a->dk, b, kt0 + j0 + j + PF_ROWS, hk), dq, 1);
@@ -1132,38 +1133,86 @@ static xte_status plan_store(actx *c) {
   return XTE_SUCCESS;
 }
 
-/* The backward's passes B and A in rounds over the S store (see s_slot, plan_store). */
+/* The (sequence, KV head) pair of query task k / KV task k (the lists go pair by pair). */
+static int64_t q_pair(const actx *c, int64_t k) {
+  return c->qlist[k] * c->a->hkv + c->qlist[c->nq + k] / c->G;
+}
+static int64_t kv_pair(const actx *c, int64_t k) {
+  return c->kvlist[k] * c->a->hkv + c->kvlist[c->nkv + k];
+}
+
+static void q_sub(actx *c, int64_t n, int64_t b, int64_t h, int64_t i0) {
+  c->qsub[n] = b;
+  c->qsub[c->nq + n] = h;
+  c->qsub[2 * c->nq + n] = i0;
+}
+
+/* One round: pass B over qsub's n tasks (a list of stride nq), then pass A over KV tasks
+ * [k0, k1). */
+static void run_round(actx *c, int64_t n, int64_t k0, int64_t k1) {
+  c->tb = c->qsub;
+  c->th = c->qsub + c->nq;
+  c->ti = c->qsub + 2 * c->nq;
+  c->ntasks = n;
+  c->run = bwd_q_task;
+  atomic_store(&c->next, 0);
+  if (n > 0) xte_parallel_threads(sched_thread, c);
+  run_range(c, c->kvlist, c->nkv, k0, k1, bwd_kv_task);
+}
+
+/* The backward's passes B and A in rounds over the S store (see s_slot, plan_store). The rounds
+ * follow the task lists, not the bounds: a round starts at the next pair that has a task (pairs
+ * of empty sequences cost nothing; THD may have 2^31 of them), a round's query tasks are
+ * gathered from its own pairs' part of the list, and a pair run in rounds of su units (spairs = 1)
+ * builds each round's tasks from its units and skips the rounds whose units are all past the
+ * sequence's tiles (sT is the longest sequence's). A round's work is the same as before: which
+ * rounds run and how its tasks are listed changes no byte (tasks are independent, pass A adds
+ * the units in the same order). */
 static void bwd_rounds(actx *c) {
   const xte_attn_args *a = c->a;
-  const int64_t npairs = a->batch * a->hkv, nu = c->G * c->sT;
-  int64_t kk = 0, ek, k, n;
-  for (c->spair0 = 0; c->spair0 < npairs; c->spair0 += c->spairs) {
-    const int64_t p1 = c->spair0 + c->spairs;
-    for (ek = kk; ek < c->nkv && c->kvlist[ek] * a->hkv + c->kvlist[c->nkv + ek] < p1; ek++) {
+  const int64_t nu = c->G * c->sT;
+  int64_t qk = 0, kk = 0, qe, ke, k, n;
+  while (qk < c->nq || kk < c->nkv) {
+    const int64_t pq = qk < c->nq ? q_pair(c, qk) : INT64_MAX;
+    const int64_t pk = kk < c->nkv ? kv_pair(c, kk) : INT64_MAX;
+    int64_t p1;
+    c->spair0 = pq < pk ? pq : pk;
+    p1 = c->spair0 + c->spairs;
+    for (qe = qk; qe < c->nq && q_pair(c, qe) < p1; qe++) {
     }
-    for (c->su0 = 0; c->su0 < nu; c->su0 += c->su) {
-      c->su1 = c->su0 + c->su < nu ? c->su0 + c->su : nu;
-      for (k = 0, n = 0; k < c->nq; k++) { /* the round's query tiles, in the list's order */
-        const int64_t b = c->qlist[k], h = c->qlist[c->nq + k], i0 = c->qlist[2 * c->nq + k];
-        const int64_t pair = b * a->hkv + h / c->G, u = (h % c->G) * c->sT + i0 / BM;
-        if (pair >= c->spair0 && pair < p1 && u >= c->su0 && u < c->su1) {
-          c->qsub[n] = b;
-          c->qsub[c->nq + n] = h;
-          c->qsub[2 * c->nq + n] = i0;
-          n++;
+    for (ke = kk; ke < c->nkv && kv_pair(c, ke) < p1; ke++) {
+    }
+    if (c->su >= nu || qe == qk) {
+      /* whole pairs in one round (or a pair with no query tile: pass A alone, zeros) */
+      c->su0 = 0;
+      c->su1 = nu;
+      c->sfirst = c->slast = 1;
+      for (k = qk, n = 0; k < qe; k++, n++)
+        q_sub(c, n, c->qlist[k], c->qlist[c->nq + k], c->qlist[2 * c->nq + k]);
+      run_round(c, n, kk, ke);
+    } else {
+      /* one pair in rounds of su units u = g sT + t (query head g of the group, tile t < nt) */
+      const int64_t b = c->qlist[qk], hk = c->qlist[c->nq + qk] / c->G;
+      int64_t t0, lq, nt, u = 0, g, t, tlo, thi;
+      seq(a, 0, b, &t0, &lq);
+      nt = (lq + BM - 1) / BM;
+      while (u < nu) {
+        c->su0 = u / c->su * c->su;
+        c->su1 = c->su0 + c->su < nu ? c->su0 + c->su : nu;
+        for (g = c->su0 / c->sT, n = 0; g <= (c->su1 - 1) / c->sT; g++) {
+          tlo = max64(0, c->su0 - g * c->sT);
+          thi = min64(nt, c->su1 - g * c->sT);
+          for (t = thi - 1; t >= tlo; t--) q_sub(c, n++, b, hk * c->G + g, t * BM); /* last first */
         }
+        u = c->su1; /* the next unit of a tile */
+        if (u % c->sT >= nt) u = (u / c->sT + 1) * c->sT;
+        c->sfirst = c->su0 == 0;
+        c->slast = u >= nu;
+        run_round(c, n, kk, ke);
       }
-      /* run_range over a list of stride nq holding n tasks */
-      c->tb = c->qsub;
-      c->th = c->qsub + c->nq;
-      c->ti = c->qsub + 2 * c->nq;
-      c->ntasks = n;
-      c->run = bwd_q_task;
-      atomic_store(&c->next, 0);
-      if (n > 0) xte_parallel_threads(sched_thread, c);
-      run_range(c, c->kvlist, c->nkv, kk, ek, bwd_kv_task);
     }
-    kk = ek;
+    qk = qe;
+    kk = ke;
   }
 }
 

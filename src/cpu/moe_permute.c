@@ -223,7 +223,9 @@ xte_status xte_cpu_moe_permute(const xte_permute_args *a, void *handle) {
   c.kept = kept;
   c.R = R;
   xte_parallel_for(T, move_rows, &c);
-  xte_parallel_for(E + 1, zero_rows, &c);
+  /* rows of no bytes (an empty [rows, 0] output, no scales) need no zeroing: else the tail
+   * [R, rows) alone is up to 2^40 iterations of nothing */
+  if (a->in.cols > 0 || (a->in_s.data && a->in_s.cols > 0)) xte_parallel_for(E + 1, zero_rows, &c);
   xte_aligned_free(count);
   xte_aligned_free(slots);
   return XTE_SUCCESS;
@@ -510,7 +512,15 @@ static xte_status check_row_map(const xte_unpermute_args *a, const int32_t *slot
   int64_t t, j;
   /* row_map entries are int32: no row past INT32_MAX can be named, so the bitmap never needs
    * more than 2^31 bits (256 MiB), whatever the rows of the tensor */
-  const int64_t nbits = rows < (int64_t)INT32_MAX + 1 ? rows : (int64_t)INT32_MAX + 1;
+  int64_t nbits = rows < (int64_t)INT32_MAX + 1 ? rows : (int64_t)INT32_MAX + 1, top = 0;
+  /* and none past the largest entry in range: a [2^40, 0] tensor of no bytes with a small
+   * row_map needs a small bitmap, not 256 MiB zeroed */
+  for (t = 0; t < T; t++) {
+    const int32_t *rm = (const int32_t *)a->row_map.data + t * a->row_map.ld;
+    for (j = 0; j < K; j++)
+      if (rm[j] >= top && rm[j] < nbits) top = (int64_t)rm[j] + 1;
+  }
+  nbits = top;
   if (xte_moe_ws_bytes((nbits + 7) / 8, 1, 0, &nb)) seen = (uint8_t *)xte_aligned_calloc(nb, 1);
   if (!seen) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "row_map check workspace");
   for (t = 0; t < T && st == XTE_SUCCESS; t++) {
@@ -570,7 +580,8 @@ xte_status XTE_MOE_NAME(xte_cpu_moe_unpermute)(const xte_unpermute_args *a, int 
   if (which == XTE_UNPERMUTE_FWD) {
     xte_parallel_for(a->out.rows, unpermute_range, &c);
   } else {
-    xte_parallel_for(a->grad_in.rows, zero_grad_in, &c);
+    /* an empty [rows, 0] grad_input has nothing to zero, however many rows it claims */
+    if (a->grad_in.cols > 0) xte_parallel_for(a->grad_in.rows, zero_grad_in, &c);
     xte_parallel_for(a->grad_out.rows, unpermute_bwd_range, &c);
   }
   xte_aligned_free(slots);

@@ -314,7 +314,10 @@ __global__ void __launch_bounds__(XTE_MOE_NT)
 __global__ void __launch_bounds__(XTE_MOE_NT)
     xte_moe_extra(xte_permute_args a, const int64_t *kept, const int64_t *poff) {
   const int64_t E = a.r.E, R = poff[E];
-  const int64_t n = E + 1 > a.out.rows ? E + 1 : a.out.rows;
+  /* past E + 1 only row_to_expert (data of out.rows entries) has work: an empty [2^40, 0]
+   * output with only the offsets asked for must not stride through its rows */
+  const int64_t rows = a.row_to_expert.data ? a.out.rows : 0;
+  const int64_t n = E + 1 > rows ? E + 1 : rows;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     if (a.offsets.data && i <= E) ((int64_t *)a.offsets.data)[i] = poff[i];
@@ -741,12 +744,16 @@ static xte_status xte_moe_permute_run(RT &rt, const xte_permute_args *a) {
                                   (const int64_t *)poff, a->row_map)) != XTE_SUCCESS)
       break;
     if (a->offsets.data || a->tpe.data || a->row_to_expert.data)
-      if ((st = rt.launch(xte_moe_grid_threads((E + 1 > a->out.rows ? E + 1 : a->out.rows)),
+      if ((st = rt.launch(xte_moe_grid_threads(
+                              a->row_to_expert.data && a->out.rows > E + 1 ? a->out.rows : E + 1),
                           xte_moe_extra, *a, (const int64_t *)kept, (const int64_t *)poff)) !=
           XTE_SUCCESS)
         break;
     if (T > 0 && (st = rt.launch(xte_moe_grid(T), xte_moe_move_rows, *a)) != XTE_SUCCESS) break;
-    if ((st = rt.launch(xte_moe_grid(E + (a->out.rows - R)), xte_moe_zero_rows, *a,
+    /* rows of no bytes (an empty [rows, 0] output, no scales) need no zeroing: else each block
+     * strides through up to 2^40 rows of nothing */
+    if ((a->in.cols > 0 || (a->in_s.data && a->in_s.cols > 0)) &&
+        (st = rt.launch(xte_moe_grid(E + (a->out.rows - R)), xte_moe_zero_rows, *a,
                         (const int64_t *)kept, (const int64_t *)poff, R)) != XTE_SUCCESS)
       break;
     st = rt.finish();
@@ -802,8 +809,10 @@ static xte_status xte_moe_unpermute_run(RT &rt, const xte_unpermute_args *a, int
                                              (const int32_t *)slots)) != XTE_SUCCESS)
         break;
     } else {
-      if (a->grad_in.rows > 0 && (st = rt.launch(xte_moe_grid(a->grad_in.rows), xte_moe_zero_view,
-                                                 a->grad_in)) != XTE_SUCCESS)
+      /* an empty [rows, 0] grad_input has nothing to zero, however many rows it claims */
+      if (a->grad_in.rows > 0 && a->grad_in.cols > 0 &&
+          (st = rt.launch(xte_moe_grid(a->grad_in.rows), xte_moe_zero_view, a->grad_in)) !=
+              XTE_SUCCESS)
         break;
       if (a->grad_out.rows > 0 &&
           (st = rt.launch(xte_moe_grid(a->grad_out.rows), xte_moe_unpermute_bwd, *a,

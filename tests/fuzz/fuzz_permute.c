@@ -111,8 +111,10 @@ static int64_t permute_rows(fz *f, route *rt, const xte_permute_config *c) {
 
 /* A row map for the backward ops: from a real permute of a scratch tensor when it succeeds,
  * else fuzz values; then hostile entries. Flags the descriptor impossible when an entry is
- * out of range, duplicated, or on an empty slot of a map (with probs). */
-static int32_t *make_row_map(fz *f, route *rt, const xte_permute_config *c, int64_t R,
+ * out of range (outside [-1, rows)), duplicated, or on an empty slot of a map (with probs). R:
+ * the rows the map is built for (R <= rows; rows > R: an empty [rows, 0] tensor of a huge row
+ * count, whose rows past R are valid but never named). */
+static int32_t *make_row_map(fz *f, route *rt, const xte_permute_config *c, int64_t R, int64_t rows,
                              xte_tensor *rm, int with_probs, int dup_bad) {
   int64_t T = rt->T, K = rt->K, t, j, i;
   int32_t *p;
@@ -165,7 +167,7 @@ static int32_t *make_row_map(fz *f, route *rt, const xte_permute_config *c, int6
     for (t = 0; t < T; t++)
       for (j = 0; j < K; j++) {
         int32_t v = p[t * K + j];
-        if (v < -1 || v >= R) fz_mark_impossible("row_map entry out of range");
+        if (v < -1 || v >= rows) fz_mark_impossible("row_map entry out of range");
         if (v >= 0 && with_probs && rt->r.routing_map && rt->counts && j >= rt->counts[t])
           fz_mark_impossible("row_map entry on an empty slot");
         if (v >= 0 && v < R && dup_bad) {
@@ -180,7 +182,7 @@ static int32_t *make_row_map(fz *f, route *rt, const xte_permute_config *c, int6
 static void do_token_ops(fz *f, int op) {
   route rt;
   xte_permute_config cfg;
-  int64_t R, H = fz_dim(f, 20), rows;
+  int64_t R, H = fz_dim(f, 20), rows, map_rows;
   xte_status st;
   int use_cfg;
   make_route(f, &rt);
@@ -189,6 +191,11 @@ static void do_token_ops(fz *f, int op) {
   if (fz_g.skip) return;
   R = permute_rows(f, &rt, use_cfg ? &cfg : NULL);
   rows = R >= 0 && R <= 4096 ? R + (fz_rare(f, 32) ? fz_u8(f) % 3 : 0) : fz_u8(f) % 8;
+  map_rows = rows;
+  /* an empty hidden dim: sometimes a huge row count of no bytes for the permute's output and the
+   * gathers' input / grad_input (the zeroing walked all 2^40 rows of nothing: h4's sweep) */
+  if (H == 0 && R >= 0 && R <= 4096 && fz_rare(f, 32))
+    rows = (fz_u8(f) & 1) ? (int64_t)1 << 40 : ((int64_t)1 << 32) + 1;
   if (op == 1) { /* permute */
     xte_tensor in, sc, out, osc, rm;
     xte_permute_outputs ex;
@@ -229,7 +236,7 @@ static void do_token_ops(fz *f, int op) {
     xte_tensor in, rm, probs, out;
     int with_probs = op == 2 && (fz_u8(f) & 1);
     if (!rt.valid) fz_mark_impossible("routing");
-    make_row_map(f, &rt, use_cfg ? &cfg : NULL, rows, &rm, with_probs, 0);
+    make_row_map(f, &rt, use_cfg ? &cfg : NULL, map_rows, rows, &rm, with_probs, 0);
     fz_tensor2(f, &in, fz_dtype(f, k_act, 2), rows, H, 0, 1, "input");
     if (with_probs)
       fz_tensor2(f, &probs, XTE_DTYPE_FP32, rt.T, rt.r.routing_map ? rt.map.shape[1] : rt.K, 0, 1,
@@ -246,7 +253,7 @@ static void do_token_ops(fz *f, int op) {
     int with_probs = fz_u8(f) & 1, with_gp = with_probs && (fz_u8(f) & 1);
     int64_t pc = rt.r.routing_map ? rt.map.shape[1] : rt.K;
     if (!rt.valid) fz_mark_impossible("routing");
-    make_row_map(f, &rt, use_cfg ? &cfg : NULL, rows, &rm, with_probs, 1);
+    make_row_map(f, &rt, use_cfg ? &cfg : NULL, map_rows, rows, &rm, with_probs, 1);
     fz_tensor2(f, &go, fz_dtype(f, k_act, 2), rt.T, H, 0, 1, "grad_out");
     fz_tensor2(f, &in, fz_dtype(f, k_act, 2), rows, H, 0, with_gp, "input");
     if (with_probs) fz_tensor2(f, &probs, XTE_DTYPE_FP32, rt.T, pc, 0, 1, "probs");
