@@ -145,7 +145,7 @@ __device__ __forceinline__ float xte_q_amax16(float m, uint4 v, int in_kind, int
 }
 
 /* Max over the block (every thread gets it); red holds NT floats. */
-__device__ float block_max(float v, float *red) {
+static __device__ float block_max(float v, float *red) {
   int s;
   red[threadIdx.x] = v;
   __syncthreads();
