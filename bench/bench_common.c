@@ -3,9 +3,11 @@
 #include "bench_common.h"
 
 #include "cpu/xte_spin.h"
+#ifndef XTE_BENCH_NO_OPENBLAS
 #include "openblas_coretype.h"
 
 #include <cblas.h>
+#endif
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -238,7 +240,7 @@ const char *xte_bench_register_copy(const char *label, size_t bytes) {
 
 /* ---------------------------------------------------------------- the machine record */
 
-#define MACHINE_MAX 48
+#define MACHINE_MAX 64
 
 static struct {
   int n, collected;
@@ -381,7 +383,9 @@ static char cpu_flags[8192];
 static void machine_collect(void) {
   const xte_backend_info *bi = binfo();
   char b[1024], fam[64], mod[64], step[64], ld[256];
+#ifndef XTE_BENCH_NO_OPENBLAS
   const char *ct = getenv("OPENBLAS_CORETYPE"), *mark = getenv("XTE_BENCH_OPENBLAS_REEXEC");
+#endif
   machine.collected = 1;
   cpuinfo_field("flags", cpu_flags, sizeof cpu_flags);
   cpuinfo_field("model name", b, sizeof b);
@@ -406,6 +410,7 @@ static void machine_collect(void) {
   machine_set("transparent_hugepage", *b ? b : "(unknown)");
   read_line("/proc/loadavg", ld, sizeof ld);
   machine_set("load_avg_1_5_15", ld);
+#ifndef XTE_BENCH_NO_OPENBLAS
   machine_set("openblas_corename", openblas_get_corename());
   machine_setf("openblas_num_threads", "%d", openblas_get_num_threads());
   snprintf(b, sizeof b, "%s", openblas_get_config());
@@ -418,6 +423,7 @@ static void machine_collect(void) {
   else
     machine_setf("openblas_coretype", "%s (set by the user)", ct);
   if (!xte_bench_machine_get("openblas_anchor")) machine_set("openblas_anchor", "trusted");
+#endif
 }
 
 static void machine_need(void) {
@@ -446,6 +452,11 @@ const char *xte_bench_machine_get(const char *key) {
   return NULL;
 }
 
+void xte_bench_machine_add(const char *key, const char *value) {
+  if (key) machine_set(key, value);
+}
+
+#ifndef XTE_BENCH_NO_OPENBLAS
 static void distrust_openblas(const char *why) {
   machine_setf("openblas_anchor", "REFUSED: %s", why);
   xte_bench_distrust("openblas", why);
@@ -500,3 +511,15 @@ void xte_bench_machine_setup(char **main_argv, FILE *f) {
   for (i = 0; i < machine.n; i++) fprintf(f, "  %-26s %s\n", machine.key[i], machine.val[i]);
   fflush(f);
 }
+#else
+/* Without OpenBLAS (the GPU-only xte): the record without its keys, no re-exec. */
+void xte_bench_machine_setup(char **main_argv, FILE *f) {
+  int i;
+  (void)main_argv;
+  machine_collect();
+  if (!f) return;
+  fprintf(f, "machine:\n");
+  for (i = 0; i < machine.n; i++) fprintf(f, "  %-26s %s\n", machine.key[i], machine.val[i]);
+  fflush(f);
+}
+#endif

@@ -72,6 +72,11 @@ const char *xte_bench_machine_key(int i);
 const char *xte_bench_machine_value(int i);
 /* The value of a key, or NULL. */
 const char *xte_bench_machine_get(const char *key);
+/* Adds (or replaces) a key of the record: the GPU's keys of `xte bench --backend cuda`
+ * (bench/bench_gpu.c: gpu_name, gpu_sm_count, gpu_l2_bytes, gpu_clock_khz, cuda_runtime, ...).
+ * Builds without OpenBLAS (the GPU-only xte of bench/CMakeLists.txt, XTE_BENCH_NO_OPENBLAS)
+ * record no openblas_* keys. */
+void xte_bench_machine_add(const char *key, const char *value);
 /* The last-level cache size in bytes (L3, else L2; 32 MiB when unknown), and the size a
  * memory-bound case uses to measure DRAM: 4 x that, at least 64 MiB, at most an eighth of the
  * available memory (MemAvailable), rounded down to a MiB. */

@@ -10,15 +10,20 @@
  * 2 * M * N * K. Large shapes take seconds per iteration: filter (xte bench gemm/.../128/).
  * The OpenBLAS cases are marked (xte_bench_uses): with OpenBLAS on a generic core, their ratios
  * are refused (bench_common.h, the machine record). */
+#define _POSIX_C_SOURCE 200809L /* setenv */
+#ifndef XTE_BENCH_NO_OPENBLAS
 #include <cblas.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench_common.h"
+#include "bench_gpu.h"
 #include "xte/xte.h"
 #include "xte_bench.h"
 
+#ifndef XTE_BENCH_NO_OPENBLAS /* the CPU cases (the GPU-only xte has no OpenBLAS: none) */
 enum { KIND_DGEMM = 0, KIND_SGEMM = 1, KIND_XTE = 2, KIND_GROUPED = 3 };
 
 typedef struct gcase {
@@ -179,5 +184,169 @@ void xte_bench_suite_gemm(void) {
     g->K = 7168;
     snprintf(g->name, sizeof g->name, "gemm/grouped_contiguous_fp8_exact/8x256/4096x7168");
     xte_bench_register(g->name, single_2048, "GFLOP/s", run_gemm, g);
+  }
+}
+#else
+void xte_bench_suite_gemm(void) {}
+#endif
+
+/* ---------------------------------------------------------------- CUDA (--backend cuda)
+ * xte_gemm on the CUDA backend (bench/bench_gpu.h): A [M, K] e4m3 1x128, B [N, K] e4m3 128x128
+ * (TE recipe, TE_GEMM scales, quantized on the device from bf16), bf16 D [M, N], at M = 4096
+ * and (N, K) = (4096, 7168) and (7168, 2048), the expert GEMMs of Kimi-K2 and DeepSeek-V3
+ * (hidden 7168, expert width 2048: gate + up, down), and (7168, 16384) (the shape of
+ * tests/device/gpu_bench.c). Per shape, the stages of the exact GEMM: "exact-simt" and
+ * "exact-dmma4" (XTE_CUDA_GEMM_KERNEL forced per call; a DMMA kernel the device cannot run gives
+ * the automatic choice), "exact" (the automatic choice: m16n8k16 DMMA on sm_80+), and "fast"
+ * (XTE_GEMM_FAST); each beside the anchor "gemm/cublas-bf16/<shape>": cuBLAS's bf16 GEMM of
+ * the same shape and the same values (cublasGemmEx, fp32 compute) in the same run. TFLOP/s of
+ * 2 M N K; CUDA events, the L2 flushed before every iteration. Without cuBLAS the cases run
+ * without an anchor (the note says why). --smoke: M, N, K = 96, 160, 384. */
+typedef struct ggshape {
+  int64_t M, N, K;
+  uint16_t *x, *w, *d; /* device: bf16 X [M, K], W [N, K], D [M, N] */
+  xte_qtensor qa, qb;
+  int ready, failed;
+} ggshape;
+
+typedef struct ggcase {
+  ggshape *sh;
+  const char *kernel; /* XTE_CUDA_GEMM_KERNEL for the call, or NULL */
+  int fast, cublas;
+} ggcase;
+
+#define GG_NSHAPES 3
+static ggshape gg_shapes[GG_NSHAPES], gg_smoke; /* shapes set at registration */
+static ggcase gg_cases[GG_NSHAPES * 5];
+
+/* q: the device quantization of bf16 x [R, C] (mode), buffers allocated here; 0 ok */
+static int gg_quantize(const void *x, int64_t R, int64_t C, xte_scaling_mode mode, xte_qtensor *q,
+                       char *why, size_t wn) {
+  xte_tensor in = xte_tensor_2d((void *)x, XTE_DTYPE_BF16, R, C);
+  int64_t sr, sc;
+  xte_status st;
+  memset(q, 0, sizeof *q);
+  if (xte_quantize_scale_shape(R, C, mode, XTE_RECIPE_TE_BLOCK, XTE_SCALE_LAYOUT_TE_GEMM, 0, &sr,
+                               &sc) != XTE_SUCCESS) {
+    snprintf(why, wn, "scale shape: %s", xte_last_error());
+    return -1;
+  }
+  q->scaling_mode = mode;
+  q->recipe = XTE_RECIPE_TE_BLOCK;
+  q->rowwise = xte_tensor_2d(xte_gpu_alloc((size_t)(R * C)), XTE_DTYPE_E4M3, R, C);
+  q->rowwise_scale_inv.data = xte_gpu_alloc((size_t)(sr * sc) * 4);
+  q->rowwise_scale_inv.dtype = XTE_DTYPE_FP32;
+  q->rowwise_scale_inv.rows = sr;
+  q->rowwise_scale_inv.cols = sc;
+  q->rowwise_scale_inv.layout = XTE_SCALE_LAYOUT_TE_GEMM;
+  if (!q->rowwise.data || !q->rowwise_scale_inv.data) {
+    snprintf(why, wn, "device buffers: %s", xte_last_error());
+    return -1;
+  }
+  st = xte_quantize(&in, q, NULL, xte_gpu_stream());
+  if (st != XTE_SUCCESS) {
+    snprintf(why, wn, "xte_quantize: %s: %s", xte_status_string(st), xte_last_error());
+    return -1;
+  }
+  return 0;
+}
+
+static int gg_put_bf16(void *dev, size_t n, uint64_t seed, char *why, size_t wn) {
+  void *h = xte_bench_alloc(2 * n);
+  int rc;
+  xte_bench_fill(h, XTE_DTYPE_BF16, n, seed);
+  rc = xte_gpu_upload(dev, h, 2 * n);
+  if (rc != 0) snprintf(why, wn, "upload: %s", xte_last_error());
+  xte_bench_free(h);
+  return rc;
+}
+
+static xte_status gg_run(void *arg) {
+  ggcase *c = (ggcase *)arg;
+  ggshape *s = c->sh;
+  xte_gemm_config cfg = xte_gemm_config_default();
+  xte_tensor D = xte_tensor_2d(s->d, XTE_DTYPE_BF16, s->M, s->N);
+  xte_status st;
+  if (c->cublas) return xte_gpu_cublas_bf16_gemm(s->M, s->N, s->K, s->x, s->w, s->d);
+  if (c->fast) cfg.mode = XTE_GEMM_FAST;
+  if (c->kernel && setenv("XTE_CUDA_GEMM_KERNEL", c->kernel, 1) != 0) return XTE_ERROR_INTERNAL;
+  st = xte_gemm(&s->qa, &s->qb, NULL, &D, &cfg, xte_gpu_stream());
+  if (c->kernel) (void)unsetenv("XTE_CUDA_GEMM_KERNEL");
+  return st;
+}
+
+static int gg_setup(void *arg, char *why, size_t wn) {
+  ggcase *c = (ggcase *)arg;
+  ggshape *s = c->sh;
+  xte_status st;
+  if (s->failed) {
+    snprintf(why, wn, "the shape's operands failed before");
+    return -1;
+  }
+  if (!s->ready) {
+    s->failed = 1;
+    s->x = (uint16_t *)xte_gpu_alloc((size_t)(s->M * s->K) * 2);
+    s->w = (uint16_t *)xte_gpu_alloc((size_t)(s->N * s->K) * 2);
+    s->d = (uint16_t *)xte_gpu_alloc((size_t)(s->M * s->N) * 2);
+    if (!s->x || !s->w || !s->d) {
+      snprintf(why, wn, "device buffers: %s", xte_last_error());
+      return -1;
+    }
+    if (gg_put_bf16(s->x, (size_t)(s->M * s->K), 1, why, wn) != 0 ||
+        gg_put_bf16(s->w, (size_t)(s->N * s->K), 2, why, wn) != 0 ||
+        gg_quantize(s->x, s->M, s->K, XTE_SCALING_BLOCK_1x128, &s->qa, why, wn) != 0 ||
+        gg_quantize(s->w, s->N, s->K, XTE_SCALING_BLOCK_128x128, &s->qb, why, wn) != 0)
+      return -1;
+    s->ready = 1;
+    s->failed = 0;
+  }
+  st = gg_run(c);
+  if (st == XTE_SUCCESS && xte_gpu_sync() != 0) st = XTE_ERROR_DEVICE;
+  if (st != XTE_SUCCESS) {
+    snprintf(why, wn, "%s: %s: %s", c->cublas ? "cublasGemmEx" : "xte_gemm", xte_status_string(st),
+             c->cublas ? "see stderr" : xte_last_error());
+    return -1;
+  }
+  return 0;
+}
+
+void xte_bench_gpu_suite_gemm(void) {
+  static const char *const stage[4] = {"exact-simt", "exact-dmma4", "exact", "fast"};
+  static const char *const kernel[4] = {"simt", "dmma4", NULL, NULL};
+  static int registered;
+  char why[512], name[128], anchor[128];
+  int n = 0, si, k, nshapes = xte_gpu_smoke() ? 1 : GG_NSHAPES;
+  const int have_cublas = xte_gpu_cublas_open(why, sizeof why) == 0;
+  static const int64_t shapes[GG_NSHAPES][3] = {
+      {4096, 4096, 7168}, {4096, 7168, 2048}, {4096, 7168, 16384}};
+  if (registered) return;
+  registered = 1;
+  for (si = 0; si < GG_NSHAPES; si++) {
+    gg_shapes[si].M = shapes[si][0];
+    gg_shapes[si].N = shapes[si][1];
+    gg_shapes[si].K = shapes[si][2];
+  }
+  gg_smoke.M = 96;
+  gg_smoke.N = 160;
+  gg_smoke.K = 384;
+  if (!have_cublas) printf("xte bench gemm: no cuBLAS anchor: %s\n", why);
+  for (si = 0; si < nshapes; si++) {
+    ggshape *s = xte_gpu_smoke() ? &gg_smoke : &gg_shapes[si];
+    const double flops = 2.0 * (double)s->M * (double)s->N * (double)s->K;
+    ggcase *a = &gg_cases[n++];
+    snprintf(anchor, sizeof anchor, "gemm/cublas-bf16/%lldx%lldx%lld", (long long)s->M,
+             (long long)s->N, (long long)s->K);
+    a->sh = s;
+    a->cublas = 1;
+    if (have_cublas) xte_gpu_register(anchor, NULL, "TFLOP/s", flops, gg_setup, gg_run, a);
+    for (k = 0; k < 4; k++) {
+      ggcase *c = &gg_cases[n++];
+      c->sh = s;
+      c->kernel = kernel[k];
+      c->fast = k == 3;
+      snprintf(name, sizeof name, "gemm/%s/%lldx%lldx%lld", stage[k], (long long)s->M,
+               (long long)s->N, (long long)s->K);
+      xte_gpu_register(name, have_cublas ? anchor : NULL, "TFLOP/s", flops, gg_setup, gg_run, c);
+    }
   }
 }

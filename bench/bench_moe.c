@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "bench_common.h"
+#include "bench_gpu.h"
 #include "xte/xte.h"
 #include "xte_bench.h"
 
@@ -171,5 +172,169 @@ void xte_bench_suite_moe(void) {
     snprintf(names[i], sizeof names[i], "moe/%s/bf16/H7168/top8%s",
              c->unperm ? "unpermute" : "permute", tag);
     xte_bench_register(names[i], pa, "GB/s", run_permute, c);
+  }
+}
+
+/* ---------------------------------------------------------------- CUDA (--backend cuda)
+ * The same operations on the CUDA backend (bench/bench_gpu.h): the router at Kimi-K2's shape
+ * (T = 16384, 384 experts, top-8, sigmoid + bias, scaling 2.827) and permute / unpermute (bf16,
+ * hidden 7168, top-8 over 64 experts) at T = 2048 and 16384, the same byte counts as above; each
+ * beside a device-to-device copy of its bytes, CUDA events, the L2 flushed before every
+ * iteration. Permute and unpermute check their routing on the device and read the verdict back
+ * before writing (src/cuda/moe.cu): that wait is inside the timed interval, as a caller sees it.
+ * --smoke: T = 40 (router: 64 experts), hidden 256. */
+typedef struct gmoe {
+  int64_t T, E, K, H; /* router: T, E, K; permute: T, H (E = PE, K = PK) */
+  int kind;           /* 0 router, 1 permute, 2 unpermute */
+  /* device buffers */
+  float *logits, *bias, *probs, *w;
+  uint8_t *map;
+  int32_t *idx32, *rm;
+  int64_t *idx;
+  uint16_t *x, *y, *back;
+  xte_tensor t_in, t_bias, t_out, t_idx, t_rm, t_w;
+  xte_router_config rc;
+  xte_router_outputs ro;
+  xte_moe_routing r;
+} gmoe;
+
+static gmoe gm_cases[5];
+
+/* n random fp32 / bf16 on the host, copied to dev; 0 ok */
+static int gm_put_random(void *dev, xte_dtype dt, size_t n, uint64_t seed, char *why, size_t wn) {
+  void *h = xte_bench_alloc(n * xte_dtype_size(dt));
+  int rc;
+  xte_bench_fill(h, dt, n, seed);
+  rc = xte_gpu_upload(dev, h, n * xte_dtype_size(dt));
+  if (rc != 0) snprintf(why, wn, "upload: %s", xte_last_error());
+  xte_bench_free(h);
+  return rc;
+}
+
+static xte_status gm_run(void *arg) {
+  gmoe *c = (gmoe *)arg;
+  xte_stream s = xte_gpu_stream();
+  if (c->kind == 0) return xte_router_forward(&c->t_in, &c->t_bias, &c->rc, &c->ro, s);
+  if (c->kind == 1)
+    return xte_moe_permute(&c->t_in, NULL, &c->r, NULL, &c->t_out, NULL, &c->t_rm, NULL, s);
+  return xte_moe_unpermute(&c->t_in, &c->r, &c->t_rm, &c->t_w, &c->t_out, s);
+}
+
+static int gm_setup(void *arg, char *why, size_t wn) {
+  gmoe *c = (gmoe *)arg;
+  const size_t T = (size_t)c->T;
+  xte_status st;
+  if (c->kind == 0) {
+    const size_t E = (size_t)c->E, K = (size_t)c->K;
+    c->logits = (float *)xte_gpu_alloc(4 * T * E);
+    c->bias = (float *)xte_gpu_alloc(4 * E);
+    c->probs = (float *)xte_gpu_alloc(4 * T * E);
+    c->map = (uint8_t *)xte_gpu_alloc(T * E);
+    c->idx32 = (int32_t *)xte_gpu_alloc(4 * T * K);
+    c->w = (float *)xte_gpu_alloc(4 * T * K);
+    if (!c->logits || !c->bias || !c->probs || !c->map || !c->idx32 || !c->w) {
+      snprintf(why, wn, "device buffers: %s", xte_last_error());
+      return -1;
+    }
+    if (gm_put_random(c->logits, XTE_DTYPE_FP32, T * E, 7, why, wn) != 0 ||
+        gm_put_random(c->bias, XTE_DTYPE_FP32, E, 8, why, wn) != 0)
+      return -1;
+    c->t_in = xte_tensor_2d(c->logits, XTE_DTYPE_FP32, c->T, c->E);
+    c->t_bias = xte_tensor_1d(c->bias, XTE_DTYPE_FP32, c->E);
+    c->rc = xte_router_config_default();
+    c->rc.topk = (int)c->K;
+    c->rc.score_function = XTE_ROUTER_SIGMOID;
+    c->rc.scaling_factor = 2.827f;
+    memset(&c->ro, 0, sizeof c->ro);
+    c->ro.probs = xte_tensor_2d(c->probs, XTE_DTYPE_FP32, c->T, c->E);
+    c->ro.routing_map = xte_tensor_2d(c->map, XTE_DTYPE_UINT8, c->T, c->E);
+    c->ro.topk_idx = xte_tensor_2d(c->idx32, XTE_DTYPE_INT32, c->T, c->K);
+    c->ro.topk_weights = xte_tensor_2d(c->w, XTE_DTYPE_FP32, c->T, c->K);
+  } else {
+    const size_t H = (size_t)c->H;
+    int64_t *hidx = (int64_t *)xte_bench_alloc(8 * T * PK);
+    float *hw = (float *)xte_bench_alloc(4 * T * PK);
+    size_t t, j;
+    int bad;
+    for (t = 0; t < T; t++)
+      for (j = 0; j < PK; j++) {
+        hidx[t * PK + j] = (int64_t)((t * 7 + j * 8) % PE); /* distinct within a token */
+        hw[t * PK + j] = 0.125f;
+      }
+    c->x = (uint16_t *)xte_gpu_alloc(2 * T * H);
+    c->y = (uint16_t *)xte_gpu_alloc(2 * T * PK * H);
+    c->back = (uint16_t *)xte_gpu_alloc(2 * T * H);
+    c->idx = (int64_t *)xte_gpu_alloc(8 * T * PK);
+    c->rm = (int32_t *)xte_gpu_alloc(4 * T * PK);
+    c->w = (float *)xte_gpu_alloc(4 * T * PK);
+    bad = !c->x || !c->y || !c->back || !c->idx || !c->rm || !c->w;
+    if (bad) snprintf(why, wn, "device buffers: %s", xte_last_error());
+    if (!bad && (xte_gpu_upload(c->idx, hidx, 8 * T * PK) != 0 ||
+                 xte_gpu_upload(c->w, hw, 4 * T * PK) != 0)) {
+      snprintf(why, wn, "upload: %s", xte_last_error());
+      bad = 1;
+    }
+    xte_bench_free(hidx);
+    xte_bench_free(hw);
+    if (bad || gm_put_random(c->x, XTE_DTYPE_BF16, T * H, 9, why, wn) != 0) return -1;
+    c->t_idx = xte_tensor_2d(c->idx, XTE_DTYPE_INT64, c->T, PK);
+    c->r.routing_map = NULL;
+    c->r.topk_idx = &c->t_idx;
+    c->r.num_experts = PE;
+    c->t_rm = xte_tensor_2d(c->rm, XTE_DTYPE_INT32, c->T, PK);
+    c->t_w = xte_tensor_2d(c->w, XTE_DTYPE_FP32, c->T, PK);
+    /* the permute first (the unpermute reads its output and row map) */
+    c->t_in = xte_tensor_2d(c->x, XTE_DTYPE_BF16, c->T, c->H);
+    c->t_out = xte_tensor_2d(c->y, XTE_DTYPE_BF16, c->T * PK, c->H);
+    st = xte_moe_permute(&c->t_in, NULL, &c->r, NULL, &c->t_out, NULL, &c->t_rm, NULL,
+                         xte_gpu_stream());
+    if (st != XTE_SUCCESS) {
+      snprintf(why, wn, "xte_moe_permute: %s: %s", xte_status_string(st), xte_last_error());
+      return -1;
+    }
+    if (c->kind == 2) {
+      c->t_in = xte_tensor_2d(c->y, XTE_DTYPE_BF16, c->T * PK, c->H);
+      c->t_out = xte_tensor_2d(c->back, XTE_DTYPE_BF16, c->T, c->H);
+    }
+  }
+  st = gm_run(c);
+  if (st == XTE_SUCCESS && xte_gpu_sync() != 0) st = XTE_ERROR_DEVICE;
+  if (st != XTE_SUCCESS) {
+    snprintf(why, wn, "%s: %s: %s", c->kind == 0 ? "xte_router_forward" : "token movement",
+             xte_status_string(st), xte_last_error());
+    return -1;
+  }
+  return 0;
+}
+
+void xte_bench_gpu_suite_moe(void) {
+  static int registered;
+  const int smoke = xte_gpu_smoke();
+  const int64_t H = smoke ? 256 : PH, Ts[2] = {smoke ? 40 : 2048, 16384};
+  int i, n = 0;
+  gmoe *c;
+  char name[128];
+  double bytes;
+  if (registered) return;
+  registered = 1;
+  c = &gm_cases[n++];
+  c->kind = 0;
+  c->T = smoke ? 40 : RT;
+  c->E = smoke ? 64 : RE;
+  c->K = RK;
+  bytes =
+      4.0 * (double)(c->T * c->E) * 2 + 1.0 * (double)(c->T * c->E) + 8.0 * (double)(c->T * c->K);
+  snprintf(name, sizeof name, "moe/router/%s/T%lld", smoke ? "E64-top8" : "kimi-k2",
+           (long long)c->T);
+  xte_gpu_register(name, xte_gpu_register_copy(bytes), "GB/s", bytes, gm_setup, gm_run, c);
+  for (i = 0; i < (smoke ? 2 : 4); i++) {
+    c = &gm_cases[n++];
+    c->kind = 1 + i % 2;
+    c->T = Ts[i / 2];
+    c->H = H;
+    bytes = 2.0 * (double)(c->T * H) + 2.0 * (double)(c->T * PK * H) + 12.0 * (double)(c->T * PK);
+    snprintf(name, sizeof name, "moe/%s/bf16/H%lld/top8/T%lld",
+             c->kind == 1 ? "permute" : "unpermute", (long long)H, (long long)c->T);
+    xte_gpu_register(name, xte_gpu_register_copy(bytes), "GB/s", bytes, gm_setup, gm_run, c);
   }
 }

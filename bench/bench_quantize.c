@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "bench_common.h"
+#include "bench_gpu.h"
 #include "xte/xte.h"
 #include "xte_bench.h"
 
@@ -203,6 +204,162 @@ void xte_bench_suite_quantize(void) {
           snprintf(c->name, sizeof c->name, "quantize/%s/%s/%s/%s%s", mode_names[mi],
                    xte_dtype_name(c->in_dtype), col ? "row+col" : "row", s->label, tag);
           xte_bench_register(c->name, cp->name, "GB/s", run_quantize, c);
+        }
+  }
+}
+
+/* ---------------------------------------------------------------- CUDA (--backend cuda)
+ * The same cases on the CUDA backend (bench/bench_gpu.h), at the shapes of a model's activations:
+ * [4096, 7168] and [16384, 7168] (Kimi-K2 / DeepSeek-V3 hidden size; 56 and 224 MiB of bf16), in
+ * 1x128 and 128x128 blocks, bf16 and fp32 input, rowwise and rowwise + columnwise, TE_GEMM scale
+ * layout. Each case beside a device-to-device copy of the same bytes (read + written), timed the
+ * same way in the same run (CUDA events, the L2 flushed before every iteration). --smoke: one
+ * [130, 256] shape (partial tiles). */
+typedef struct gqsize {
+  const char *label;
+  int64_t M, K;
+  void *in[2]; /* device: [0] bf16, [1] fp32, the same values */
+  void *row_q, *col_q, *row_s, *col_s;
+  size_t row_s_bytes, col_s_bytes;
+  int failed;
+} gqsize;
+
+typedef struct gqcase {
+  gqsize *sz;
+  xte_dtype in_dtype;
+  xte_scaling_mode mode;
+  int columnwise;
+  int64_t srr, src, scr, scc;
+  xte_tensor in;
+  xte_qtensor q;
+} gqcase;
+
+#define GQ_NSIZES 2
+static gqsize gq_sizes[GQ_NSIZES] = {{"4096x7168", 4096, 7168, {0, 0}, 0, 0, 0, 0, 0, 0, 0},
+                                     {"16384x7168", 16384, 7168, {0, 0}, 0, 0, 0, 0, 0, 0, 0}};
+static gqsize gq_smoke = {"130x256", 130, 256, {0, 0}, 0, 0, 0, 0, 0, 0, 0};
+static gqcase gq_cases[GQ_NSIZES * 8];
+
+/* Random input made on the host 64 MiB at a time (repeated beyond) and copied once. */
+static int gq_upload_input(void *dev, xte_dtype dt, size_t n, char *why, size_t wn) {
+  const size_t es = xte_dtype_size(dt), chunk = 64 * XTE_BENCH_MiB / es;
+  size_t m = n < chunk ? n : chunk, off;
+  void *h = xte_bench_alloc(m * es);
+  xte_bench_fill(h, dt, m, 42);
+  for (off = 0; off < n; off += m) {
+    size_t k = n - off < m ? n - off : m;
+    if (xte_gpu_upload((char *)dev + off * es, h, k * es) != 0) {
+      snprintf(why, wn, "input upload: %s", xte_last_error());
+      xte_bench_free(h);
+      return -1;
+    }
+  }
+  xte_bench_free(h);
+  return 0;
+}
+
+static int gq_size_alloc(gqsize *s, char *why, size_t wn) {
+  const size_t n = (size_t)(s->M * s->K);
+  if (s->failed) {
+    snprintf(why, wn, "buffers of %s: failed before", s->label);
+    return -1;
+  }
+  if (s->in[0]) return 0;
+  s->in[0] = xte_gpu_alloc(2 * n);
+  s->in[1] = xte_gpu_alloc(4 * n);
+  s->row_q = xte_gpu_alloc(n);
+  s->col_q = xte_gpu_alloc(n);
+  s->row_s = xte_gpu_alloc(s->row_s_bytes);
+  s->col_s = xte_gpu_alloc(s->col_s_bytes);
+  if (!s->in[0] || !s->in[1] || !s->row_q || !s->col_q || !s->row_s || !s->col_s) {
+    snprintf(why, wn, "device buffers of %s: %s", s->label, xte_last_error());
+    s->failed = 1;
+    return -1;
+  }
+  if (gq_upload_input(s->in[0], XTE_DTYPE_BF16, n, why, wn) != 0 ||
+      gq_upload_input(s->in[1], XTE_DTYPE_FP32, n, why, wn) != 0) {
+    s->failed = 1;
+    return -1;
+  }
+  return 0;
+}
+
+static xte_status gq_run(void *arg) {
+  gqcase *c = (gqcase *)arg;
+  xte_quant_config cfg = xte_quant_config_default();
+  return xte_quantize(&c->in, &c->q, &cfg, xte_gpu_stream());
+}
+
+static int gq_setup(void *arg, char *why, size_t wn) {
+  gqcase *c = (gqcase *)arg;
+  gqsize *s = c->sz;
+  xte_status rc;
+  if (gq_size_alloc(s, why, wn) != 0) return -1;
+  c->in = xte_tensor_2d(s->in[c->in_dtype == XTE_DTYPE_BF16 ? 0 : 1], c->in_dtype, s->M, s->K);
+  memset(&c->q, 0, sizeof c->q);
+  c->q.rowwise = xte_tensor_2d(s->row_q, XTE_DTYPE_E4M3, s->M, s->K);
+  c->q.rowwise_scale_inv.data = s->row_s;
+  c->q.rowwise_scale_inv.dtype = XTE_DTYPE_FP32;
+  c->q.rowwise_scale_inv.rows = c->srr;
+  c->q.rowwise_scale_inv.cols = c->src;
+  c->q.rowwise_scale_inv.layout = LAYOUT;
+  if (c->columnwise) {
+    c->q.columnwise = xte_tensor_2d(s->col_q, XTE_DTYPE_E4M3, s->K, s->M);
+    c->q.columnwise_scale_inv.data = s->col_s;
+    c->q.columnwise_scale_inv.dtype = XTE_DTYPE_FP32;
+    c->q.columnwise_scale_inv.rows = c->scr;
+    c->q.columnwise_scale_inv.cols = c->scc;
+    c->q.columnwise_scale_inv.layout = LAYOUT;
+  }
+  c->q.scaling_mode = c->mode;
+  c->q.recipe = RECIPE;
+  rc = gq_run(c);
+  if (rc == XTE_SUCCESS && xte_gpu_sync() != 0) rc = XTE_ERROR_DEVICE;
+  if (rc != XTE_SUCCESS) {
+    snprintf(why, wn, "xte_quantize: %s: %s", xte_status_string(rc), xte_last_error());
+    return -1;
+  }
+  return 0;
+}
+
+void xte_bench_gpu_suite_quantize(void) {
+  static const xte_scaling_mode modes[2] = {XTE_SCALING_BLOCK_1x128, XTE_SCALING_BLOCK_128x128};
+  static const char *const mode_names[2] = {"1x128", "128x128"};
+  static const xte_dtype dtypes[2] = {XTE_DTYPE_BF16, XTE_DTYPE_FP32};
+  static int registered;
+  int n = 0, si, mi, di, col, nsizes = xte_gpu_smoke() ? 1 : GQ_NSIZES;
+  if (registered) return;
+  registered = 1;
+  for (si = 0; si < nsizes; si++) {
+    gqsize *s = xte_gpu_smoke() ? &gq_smoke : &gq_sizes[si];
+    for (mi = 0; mi < 2; mi++)
+      for (di = 0; di < 2; di++)
+        for (col = 0; col <= 1; col++) {
+          gqcase *c = &gq_cases[n++];
+          char name[128];
+          double bytes;
+          size_t rb, cb;
+          c->sz = s;
+          c->in_dtype = dtypes[di];
+          c->mode = modes[mi];
+          c->columnwise = col;
+          if (xte_quantize_scale_shape(s->M, s->K, c->mode, RECIPE, LAYOUT, 0, &c->srr, &c->src) !=
+                  XTE_SUCCESS ||
+              xte_quantize_scale_shape(s->M, s->K, c->mode, RECIPE, LAYOUT, 1, &c->scr, &c->scc) !=
+                  XTE_SUCCESS) {
+            fprintf(stderr, "xte bench quantize: scale shape: %s\n", xte_last_error());
+            c->srr = c->src = c->scr = c->scc = 1;
+          }
+          rb = (size_t)(c->srr * c->src) * 4;
+          cb = (size_t)(c->scr * c->scc) * 4;
+          if (rb > s->row_s_bytes) s->row_s_bytes = rb;
+          if (cb > s->col_s_bytes) s->col_s_bytes = cb;
+          bytes = (double)s->M * (double)s->K * (double)xte_dtype_size(c->in_dtype) +
+                  (double)s->M * (double)s->K * (col ? 2.0 : 1.0) +
+                  4.0 * (double)(c->srr * c->src + (col ? c->scr * c->scc : 0));
+          snprintf(name, sizeof name, "quantize/%s/%s/%s/%s", mode_names[mi],
+                   xte_dtype_name(c->in_dtype), col ? "row+col" : "row", s->label);
+          xte_gpu_register(name, xte_gpu_register_copy(bytes), "GB/s", bytes, gq_setup, gq_run, c);
         }
   }
 }

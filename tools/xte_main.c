@@ -7,13 +7,19 @@
  *     const char xte_cmd_<name>_summary[];          one line for `xte help`
  * bench/CMakeLists.txt globs tools/cmd_*.c and generates "xte_commands.inc", one line
  * XTE_COMMAND(<name>) per file, which the table includes: nothing else is edited.
- * Benchmark suites are listed the same way (bench/suites.h). */
+ * Benchmark suites are listed the same way (bench/suites.h); `xte bench <suite> --backend cuda`
+ * runs a suite's CUDA cases (bench/bench_gpu.h), listed in "xte_bench_gpu_suites.inc".
+ *
+ * The GPU-only build (bench/CMakeLists.txt, XTE_BENCH_GPU_ONLY: no Google Benchmark, no OpenBLAS,
+ * for tests/device/run.sh) defines XTE_BENCH_GPU_ONLY: info, help and `bench --backend cuda`. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench_common.h"
+#include "bench_gpu.h"
 #include "suites.h"
 #include "xte/xte.h"
 #include "xte_bench.h"
@@ -39,6 +45,17 @@ typedef struct command {
   xte_cmd_fn fn;
   const char *summary;
 } command;
+
+/* The suites with CUDA cases (bench/bench_gpu.h), then a { NULL, NULL } terminator. */
+typedef struct gpu_suite {
+  const char *name;
+  void (*fn)(void);
+} gpu_suite;
+static const gpu_suite gpu_suites[] = {
+#define XTE_BENCH_GPU_SUITE(name) {#name, xte_bench_gpu_suite_##name},
+#include "xte_bench_gpu_suites.inc"
+#undef XTE_BENCH_GPU_SUITE
+    {0, 0}};
 
 static const command commands[] = {
     {"info", cmd_info, "print the backends, CPU ISA, threads, caches and GPUs xte sees"},
@@ -82,9 +99,11 @@ static int cmd_info(int argc, char **argv) {
 
 static void bench_usage(FILE *f) {
   const xte_bench_suite_entry *s;
+  const gpu_suite *g;
   fprintf(f,
           "usage: xte bench <suite|all> [--filter S] [--json FILE] [--min-time SECONDS]\n"
           "                 [--rounds N] [--threads N] [--isa ISA]\n"
+          "                 [--backend cpu|cuda] [--device N] [--smoke]\n"
           "       xte bench list\n"
           "       mpirun -np R xte bench ep [--tokens T] [--hidden H] [--experts E] [--topk K]\n"
           "                 [--dtype e4m3|bf16] [--iters N]   (expert-parallel dispatch /\n"
@@ -96,7 +115,15 @@ static void bench_usage(FILE *f) {
           "                      case's ratio is the median of the rounds' ratios (default 1):\n"
           "                      steadier ratios on a noisy machine\n"
           "  --threads N         threads of xte's CPU pool and of the anchors (default: cores)\n"
-          "  --isa ISA           CPU kernels: scalar, avx2, avx512, avx512_simde\n\n"
+          "  --isa ISA           CPU kernels: scalar, avx2, avx512, avx512_simde\n"
+          "  --backend B         cpu (default) or cuda (default: XTE_BACKEND when it is cpu or\n"
+          "                      cuda): the suite's CUDA cases on device --device N (default 0),\n"
+          "                      timed with CUDA events, the L2 flushed before every iteration,\n"
+          "                      each beside a device-to-device copy of the same bytes (or the\n"
+          "                      vendor library's kernel) of the same run; the CUDA runtime is\n"
+          "                      loaded at run time. No runtime, device or xte CUDA backend:\n"
+          "                      one line \"SKIPPED: <why>\" and exit status 77\n"
+          "  --smoke             (cuda) tiny shapes, two iterations: checks the path, not speed\n\n"
           "Every run first prints the machine: CPU model, family/model/stepping, SIMD flags, the\n"
           "ISA xte uses, cores and threads, L1d/L2/L3 sizes, the transparent huge page mode, the\n"
           "load, OpenBLAS's core name, threads and config; --json records the same keys in the\n"
@@ -109,6 +136,9 @@ static void bench_usage(FILE *f) {
           "the same size.\n\n"
           "suites:");
   for (s = xte_bench_suites; s->name; s++) fprintf(f, " %s", s->name);
+  fprintf(f, "\n");
+  fprintf(f, "suites with CUDA cases (--backend cuda):");
+  for (g = gpu_suites; g->name; g++) fprintf(f, " %s", g->name);
   fprintf(f, "\n");
 }
 
@@ -149,10 +179,51 @@ static int int_opt(int argc, char **argv, int *i, const char *opt, long lo, long
   return 1;
 }
 
+static const gpu_suite *find_gpu_suite(const char *name) {
+  const gpu_suite *g;
+  for (g = gpu_suites; g->name; g++)
+    if (strcmp(g->name, name) == 0) return g;
+  return NULL;
+}
+
+/* `xte bench <suite> --backend cuda` (bench/bench_gpu.h); suite NULL: every suite with CUDA
+ * cases. */
+static int bench_cuda(const char *suite, const char *filter, const char *json, double min_time,
+                      int rounds, int device, int smoke) {
+  const gpu_suite *g = NULL;
+  char why[1024];
+  int rc;
+  if (suite && !(g = find_gpu_suite(suite))) {
+    fprintf(stderr, "xte bench: suite '%s' has no CUDA cases; with --backend cuda:", suite);
+    for (g = gpu_suites; g->name; g++) fprintf(stderr, " %s", g->name);
+    fprintf(stderr, "\n");
+    return 2;
+  }
+  /* the host-side helpers (random inputs: xte_cast on a NULL stream) run on the CPU backend */
+  if (setenv("XTE_BACKEND", "cpu", 1) != 0) return 1;
+  rc = xte_gpu_bench_open(device, smoke, why, sizeof why);
+  if (rc == XTE_GPU_BENCH_SKIP) {
+    printf("SKIPPED: %s\n", why);
+    fflush(stdout);
+    return XTE_GPU_BENCH_SKIP;
+  }
+  if (rc != 0) {
+    fprintf(stderr, "xte bench: %s\n", why);
+    return 1;
+  }
+  xte_bench_machine_setup(NULL, stdout);
+  if (g) {
+    g->fn();
+  } else {
+    for (g = gpu_suites; g->name; g++) g->fn();
+  }
+  return xte_gpu_bench_run(filter, json, min_time, rounds);
+}
+
 static int cmd_bench(int argc, char **argv) {
-  const char *suite = NULL, *filter = NULL, *json = NULL;
+  const char *suite = NULL, *filter = NULL, *json = NULL, *backend = NULL;
   double min_time = 0;
-  int threads = -1, isa = -1, rounds = 1, i;
+  int threads = -1, isa = -1, rounds = 1, device = 0, smoke = 0, i;
   const xte_bench_suite_entry *s;
   xte_status rc;
 
@@ -177,6 +248,16 @@ static int cmd_bench(int argc, char **argv) {
       }
     } else if (is_opt(a, "--rounds")) {
       if (!int_opt(argc, argv, &i, "--rounds", 1, 100, &rounds)) return 2;
+    } else if (is_opt(a, "--backend")) {
+      if (!(backend = opt_value(argc, argv, &i, "--backend"))) return 2;
+      if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0) {
+        fprintf(stderr, "xte bench: --backend '%s': want cpu or cuda\n", backend);
+        return 2;
+      }
+    } else if (is_opt(a, "--device")) {
+      if (!int_opt(argc, argv, &i, "--device", 0, 1023, &device)) return 2;
+    } else if (strcmp(a, "--smoke") == 0) {
+      smoke = 1;
     } else if (is_opt(a, "--threads")) {
       if (!int_opt(argc, argv, &i, "--threads", 1, 256, &threads)) return 2;
     } else if (is_opt(a, "--isa")) {
@@ -207,6 +288,28 @@ static int cmd_bench(int argc, char **argv) {
     bench_usage(stderr);
     return 2;
   }
+  if (!backend) { /* the library's default backend, when the bench has it */
+    const char *e = getenv("XTE_BACKEND");
+    if (e && *e && strcmp(e, "cpu") != 0 && strcmp(e, "cuda") != 0) {
+      fprintf(stderr, "xte bench: XTE_BACKEND=%s: the benchmarks run on cpu or cuda (--backend)\n",
+              e);
+      return 2;
+    }
+    backend = e && *e ? e : "cpu";
+  }
+#ifdef XTE_BENCH_GPU_ONLY
+  if (strcmp(backend, "cuda") != 0 && strcmp(suite, "list") != 0) {
+    fprintf(stderr,
+            "xte bench: this xte is the GPU-only build (no Google Benchmark, no OpenBLAS): "
+            "only --backend cuda\n");
+    return 2;
+  }
+#endif
+  if (strcmp(suite, "list") == 0 && strcmp(backend, "cuda") == 0) {
+    const gpu_suite *g;
+    for (g = gpu_suites; g->name; g++) printf("%s\n", g->name);
+    return 0;
+  }
   if (strcmp(suite, "list") == 0) {
     for (s = xte_bench_suites; s->name; s++) printf("%s\n", s->name);
     return 0;
@@ -220,6 +323,23 @@ static int cmd_bench(int argc, char **argv) {
     return 2;
   }
 
+  if (strcmp(backend, "cuda") == 0) {
+    if (isa >= 0 && (rc = xte_cpu_set_isa((xte_cpu_isa)isa)) != XTE_SUCCESS) {
+      fprintf(stderr, "xte bench: --isa: %s\n", xte_last_error());
+      return 2;
+    }
+    if (threads > 0 && (rc = xte_cpu_set_num_threads(threads)) != XTE_SUCCESS) {
+      fprintf(stderr, "xte bench: --threads: %s\n", xte_last_error());
+      return 2;
+    }
+    return bench_cuda(s ? s->name : NULL, filter, json, min_time, rounds, device, smoke);
+  }
+  if (smoke || device != 0) {
+    fprintf(stderr, "xte bench: --smoke and --device are for --backend cuda\n");
+    return 2;
+  }
+  /* the CPU cases pass host memory on the NULL stream: the CPU backend, whatever XTE_BACKEND */
+  if (setenv("XTE_BACKEND", "cpu", 1) != 0) return 1;
   if (isa >= 0 && (rc = xte_cpu_set_isa((xte_cpu_isa)isa)) != XTE_SUCCESS) {
     fprintf(stderr, "xte bench: --isa %s: %s: %s\n", xte_cpu_isa_name((xte_cpu_isa)isa),
             xte_status_string(rc), xte_last_error());
