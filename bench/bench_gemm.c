@@ -197,10 +197,10 @@ void xte_bench_suite_gemm(void) {}
  * (hidden 7168, expert width 2048: gate + up, down), and (7168, 16384) (the shape of
  * tests/device/gpu_bench.c). Per shape, the stages of the exact GEMM: "exact-simt" and
  * "exact-dmma4" (XTE_CUDA_GEMM_KERNEL forced per call; a DMMA kernel the device cannot run gives
- * the automatic choice), "exact" (the automatic choice: m16n8k16 DMMA on sm_80+), and "fast"
- * (XTE_GEMM_FAST); each beside the anchor "gemm/cublas-bf16/<shape>": cuBLAS's bf16 GEMM of
- * the same shape and the same values (cublasGemmEx, fp32 compute) in the same run. TFLOP/s of
- * 2 M N K; CUDA events, the L2 flushed before every iteration. Without cuBLAS the cases run
+ * the automatic choice), "exact" (the automatic choice: m16n8k16 DMMA on sm_90, m8n8k4 on sm_80 /
+ * 89), and "fast" (XTE_GEMM_FAST); each beside the anchor "gemm/cublas-bf16/<shape>": cuBLAS's bf16
+ * GEMM of the same shape and the same values (cublasGemmEx, fp32 compute) in the same run. TFLOP/s
+ * of 2 M N K; CUDA events, the L2 flushed before every iteration. Without cuBLAS the cases run
  * without an anchor (the note says why). --smoke: M, N, K = 96, 160, 384. */
 typedef struct ggshape {
   int64_t M, N, K;

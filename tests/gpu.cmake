@@ -45,3 +45,29 @@ target_compile_options(xte_device_info PRIVATE ${XTE_C_FLAGS})
 add_executable(xte_device_bench ${CMAKE_CURRENT_SOURCE_DIR}/device/gpu_bench.c)
 target_link_libraries(xte_device_bench PRIVATE xte::xte)
 target_compile_options(xte_device_bench PRIVATE ${XTE_C_FLAGS})
+
+# test_gpu_fast_lt: the cuBLASLt FAST path's loader, applicability table and ABI values
+# (tests/test_gpu_fast_lt.c, host only). The cases that can skip (no libcublasLt installed, no
+# cublasLt.h at build time) run as separate entries with the SKIPPED rule, so that a skip never
+# hides a failure of the others.
+if(TARGET test_gpu_fast_lt)
+  target_include_directories(test_gpu_fast_lt PRIVATE ${PROJECT_SOURCE_DIR}/src
+                             ${PROJECT_SOURCE_DIR}/include ${PROJECT_BINARY_DIR}/include)
+  target_link_libraries(test_gpu_fast_lt PRIVATE ${CMAKE_DL_LIBS})
+  if(CMAKE_CUDA_COMPILER)
+    get_filename_component(XTE_FAST_LT_CUDA_BIN ${CMAKE_CUDA_COMPILER} DIRECTORY)
+    if(EXISTS ${XTE_FAST_LT_CUDA_BIN}/../include/cublasLt.h)
+      target_include_directories(test_gpu_fast_lt SYSTEM PRIVATE ${XTE_FAST_LT_CUDA_BIN}/../include)
+    endif()
+  endif()
+  if(TARGET xte_cuda)
+    add_dependencies(test_gpu_fast_lt xte_cuda)
+    target_compile_definitions(test_gpu_fast_lt PRIVATE XTE_TEST_HAVE_CUDA_PLUGIN=1)
+  endif()
+  set_tests_properties(test_gpu_fast_lt PROPERTIES LABELS "gpu" TIMEOUT 120)
+  foreach(c loader_real abi)
+    add_test(NAME test_gpu_fast_lt_${c} COMMAND test_gpu_fast_lt --jobs 1 --filter "fast_lt/${c}")
+    set_tests_properties(test_gpu_fast_lt_${c} PROPERTIES LABELS "gpu" TIMEOUT 120
+                         SKIP_REGULAR_EXPRESSION "SKIPPED: ")
+  endforeach()
+endif()

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/xte_fast.h"
 #include "cuda/xte_gpu.h"
 
 static const xte_core_services *g_svc;
@@ -53,6 +54,12 @@ static xte_status gpu_init(const xte_core_services *svc, char *why, size_t why_s
                cudaGetErrorString(e), cudaGetErrorName(e));
     if (drv) dlclose(drv);
     (void)cudaGetLastError();
+    {
+      char fast[96];
+      size_t n = strlen(why);
+      xte_gpu_fast_describe(-1, fast, sizeof fast);
+      if (n < why_size) snprintf(why + n, why_size - n, "; %s", fast);
+    }
     g_ndev = 0;
     return XTE_ERROR_BACKEND_UNAVAILABLE;
   }
@@ -73,7 +80,12 @@ static xte_status gpu_device_info(int device, xte_gpu_info *info) {
   cudaDeviceProp p;
   memset(info, 0, sizeof *info);
   XTE_GPU_TRY(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties");
-  snprintf(info->name, sizeof info->name, "%.127s", p.name);
+  {
+    /* the name, then which FAST GEMM this device runs (`xte info`, cublaslt.cu) */
+    char fast[96];
+    xte_gpu_fast_describe(device, fast, sizeof fast);
+    snprintf(info->name, sizeof info->name, "%.60s; %.65s", p.name, fast);
+  }
   snprintf(info->arch, sizeof info->arch, "%s%d%d", XTE_GPU_ARCH_PREFIX, p.major, p.minor);
   info->memory_bytes = (size_t)p.totalGlobalMem;
   return XTE_SUCCESS;

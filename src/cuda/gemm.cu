@@ -1,17 +1,19 @@
 /* GPU exact GEMM (XTE_GEMM_EXACT; XTE_GEMM_FAST runs it too): dense and grouped (contiguous,
- * masked, K-grouped). Stage 2, the fp64 tensor-core kernel (gemm_mma_kernels.cuh), on devices of
- * compute capability >= 8.0 whose code for it was built for sm_80 or later; stage 1, the SIMT fp64
- * kernel, elsewhere and on MUSA. Both give the same bytes. XTE_CUDA_GEMM_KERNEL=simt forces the
- * SIMT kernel (read at every call: the device script times both). The kernels and the host steps
- * live in gemm_kernels.cuh, written against a runtime policy; this file gives it the CUDA runtime.
- * tests/simt/simt_plugin.cpp gives the same driver the host SIMT runner: keep the two policies in
- * step (same operations, same order). */
+ * masked, K-grouped). Stage 2, the fp64 tensor-core kernel (gemm_mma_kernels.cuh): with
+ * mma m16n8k16 on devices of compute capability >= 9.0 whose code for it was built for sm_90 or
+ * later, with mma m8n8k4 on those of >= 8.0 built for sm_80 or later; stage 1, the SIMT fp64
+ * kernel, elsewhere and on MUSA. All give the same bytes. XTE_CUDA_GEMM_KERNEL=simt / dmma4 /
+ * dmma16 forces one (read at every call: the device script times each). The kernels and the host
+ * steps live in gemm_kernels.cuh, written against a runtime policy; this file gives it the CUDA
+ * runtime. tests/simt/simt_plugin.cpp gives the same driver the host SIMT runner: keep the two
+ * policies in step (same operations, same order). */
 #include <stdlib.h>
 #include <string.h>
 
 #include <atomic>
 
 #include "cuda/gemm_kernels.cuh"
+#include "cuda/xte_fast.h" /* XTE_GEMM_FAST through cuBLASLt (cublaslt.cu) */
 #include "cuda/xte_gpu.h"
 
 namespace {
@@ -21,7 +23,7 @@ struct cuda_gemm_rt {
   cudaStream_t st;
   const xte_core_services *svc;
   cudaError_t prior; /* the application's pending error, left alone */
-  bool dmma;         /* launch the DMMA kernel (stage 2) */
+  int dmma;          /* the kernel: XTE_GEMM_KERNEL_SIMT / DMMA4 / DMMA16 */
 
   xte_status alloc(void **p, size_t bytes) {
     return xte_gpu_check(cudaMalloc(p, bytes), "cudaMalloc (GEMM workspace)");
@@ -59,39 +61,58 @@ struct cuda_gemm_rt {
 };
 
 #if XTE_GEMM_DMMA
-/* Whether device dev runs the DMMA kernel: compute capability >= 8.0 and the kernel's code for it
- * (SASS or PTX JIT-compiled) built for sm_80 or later (a build for older architectures only has
- * a trapping stub there). Cached per device; a failing query means no (its error consumed unless
- * it was the application's). */
+/* The stage 2 kernels device dev runs: bit 0 the m8n8k4 one (compute capability >= 8.0 and its
+ * code for the device, SASS or PTX JIT-compiled, built for sm_80 or later), bit 1 the m16n8k16
+ * one (compute capability >= 9.0 and its code built for sm_90 or later); a build for older
+ * architectures has only trapping stubs there. Cached per device (the bits + 1; 0 unknown); a
+ * failing query means none (its error consumed unless it was the application's). */
 #define XTE_GEMM_MAX_DEVICES 64
-std::atomic<int> g_dmma_ok[XTE_GEMM_MAX_DEVICES]; /* 0 unknown, 1 no, 2 yes */
+std::atomic<int> g_dmma_ok[XTE_GEMM_MAX_DEVICES];
 
-bool dmma_query(int dev, cudaError_t prior) {
-  int major = 0;
+int dmma_query(int dev, cudaError_t prior) {
+  int major = 0, ok = 0;
   cudaFuncAttributes fa;
   cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  if (e == cudaSuccess && major >= 8) e = cudaFuncGetAttributes(&fa, xte_gemm_dmma_kernel<0>);
+  if (e == cudaSuccess && major >= 8) {
+    e = cudaFuncGetAttributes(&fa, xte_gemm_dmma_kernel<0, 4>);
+    if (e == cudaSuccess && fa.binaryVersion >= 80) ok |= 1;
+  }
+  if (e == cudaSuccess && major >= 9) {
+    e = cudaFuncGetAttributes(&fa, xte_gemm_dmma_kernel<0, 16>);
+    if (e == cudaSuccess && fa.binaryVersion >= 90) ok |= 2;
+  }
   if (e != cudaSuccess) {
     if (e != prior && cudaPeekAtLastError() == e) (void)cudaGetLastError();
-    return false;
+    return 0;
   }
-  return major >= 8 && fa.binaryVersion >= 80;
+  return ok;
 }
 
-bool dmma_selected(int dev, cudaError_t prior) {
+/* The kernel of this call (XTE_GEMM_KERNEL_*): m16n8k16 where the device runs it, else m8n8k4
+ * where it runs that, else SIMT. XTE_CUDA_GEMM_KERNEL=simt / dmma4 / dmma16 forces one (read at
+ * every call: the device script times each); a forced DMMA kernel the device cannot run gives the
+ * automatic choice. */
+int dmma_selected(int dev, cudaError_t prior) {
   const char *env = getenv("XTE_CUDA_GEMM_KERNEL");
-  if (env && strcmp(env, "simt") == 0) return false;
-  if (dev < 0 || dev >= XTE_GEMM_MAX_DEVICES) return dmma_query(dev, prior);
-  int v = g_dmma_ok[dev].load(std::memory_order_relaxed);
-  if (v == 0) {
-    v = dmma_query(dev, prior) ? 2 : 1;
-    g_dmma_ok[dev].store(v, std::memory_order_relaxed);
+  if (env && strcmp(env, "simt") == 0) return XTE_GEMM_KERNEL_SIMT;
+  int ok;
+  if (dev < 0 || dev >= XTE_GEMM_MAX_DEVICES) {
+    ok = dmma_query(dev, prior);
+  } else {
+    ok = g_dmma_ok[dev].load(std::memory_order_relaxed) - 1;
+    if (ok < 0) {
+      ok = dmma_query(dev, prior);
+      g_dmma_ok[dev].store(ok + 1, std::memory_order_relaxed);
+    }
   }
-  return v == 2;
+  if (env && strcmp(env, "dmma4") == 0 && (ok & 1)) return XTE_GEMM_KERNEL_DMMA4;
+  if (ok & 2) return XTE_GEMM_KERNEL_DMMA16;
+  if (ok & 1) return XTE_GEMM_KERNEL_DMMA4;
+  return XTE_GEMM_KERNEL_SIMT;
 }
 #else
-bool dmma_selected(int, cudaError_t) {
-  return false;
+int dmma_selected(int, cudaError_t) {
+  return XTE_GEMM_KERNEL_SIMT;
 }
 #endif
 
@@ -100,6 +121,8 @@ bool dmma_selected(int, cudaError_t) {
 static xte_status gpu_gemm(const xte_gemm_args *a, void *handle) {
   xte_gpu_stream *h;
   XTE_GPU_ENTER(handle, h);
+  xte_status fast_st;
+  if (xte_gpu_gemm_fast(a, h, &fast_st)) return fast_st; /* FAST: cuBLASLt where it applies */
   const cudaError_t prior = cudaPeekAtLastError();
   cuda_gemm_rt rt{h->stream, xte_gpu_services(), prior, dmma_selected(h->device, prior)};
   return xte_gemm_run(rt, a);

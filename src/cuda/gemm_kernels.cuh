@@ -23,8 +23,9 @@
  *    host reads the verdict back and refuses with the CPU's message before any output is written;
  *  - no atomics in the GEMM itself, no warp-size assumption (no warp intrinsics) in this SIMT
  *    kernel: it runs on every device and on MUSA. The DMMA kernel (stage 2) shares its tiles,
- *    staging, block update and epilogue and needs NVIDIA's 32-lane warps and sm_80: the runtime
- *    policy's `dmma` says which one the driver launches (XTE_GEMM_DMMA: compiled at all).
+ *    staging, block update and epilogue and needs NVIDIA's 32-lane warps and sm_80 (its m16n8k16
+ *    form sm_90): the runtime policy's `dmma` (XTE_GEMM_KERNEL_*) says which one the driver
+ *    launches (XTE_GEMM_DMMA: compiled at all).
  * Scale blocks are powers of two along both axes (1, 32, 128 or the per-tensor 2^50: see
  * src/gemm_api.c), so block coordinates are shifts, never a 64-bit division on the device. */
 #ifndef XTE_GEMM_KERNELS_CUH
@@ -272,6 +273,12 @@ __global__ void __launch_bounds__(XTE_GEMM_NT)
   }
 }
 
+/* The kernel a runtime policy's `dmma` picks: the SIMT one (stage 1), or stage 2 with
+ * mma m8n8k4 (sm_80+) or m16n8k16 (sm_90+) */
+#define XTE_GEMM_KERNEL_SIMT 0
+#define XTE_GEMM_KERNEL_DMMA4 1
+#define XTE_GEMM_KERNEL_DMMA16 2
+
 /* Stage 2, the fp64 tensor-core kernel: NVIDIA only (PTX mma), not in the MUSA build. */
 #if defined(XTE_MUSA) || defined(__MUSACC__)
 #define XTE_GEMM_DMMA 0
@@ -294,14 +301,20 @@ static inline int64_t xte_gemm_tiles(const xte_gemm_problem *p) {
   return ((p->m + XTE_GEMM_BM - 1) / XTE_GEMM_BM) * ((p->n + XTE_GEMM_BN - 1) / XTE_GEMM_BN);
 }
 
+#if XTE_GEMM_DMMA
+template <int SHAPE, class RT, class... A>
+static xte_status xte_gemm_launch_dmma(RT &rt, int split, int64_t grid, A... args) {
+  if (split == 1) return rt.launch(grid, xte_gemm_dmma_kernel<1, SHAPE>, args...);
+  if (split == 2) return rt.launch(grid, xte_gemm_dmma_kernel<2, SHAPE>, args...);
+  return rt.launch(grid, xte_gemm_dmma_kernel<0, SHAPE>, args...);
+}
+#endif
+
 template <class RT, class... A>
 static xte_status xte_gemm_launch_split(RT &rt, int split, int64_t grid, A... args) {
 #if XTE_GEMM_DMMA
-  if (rt.dmma) {
-    if (split == 1) return rt.launch(grid, xte_gemm_dmma_kernel<1>, args...);
-    if (split == 2) return rt.launch(grid, xte_gemm_dmma_kernel<2>, args...);
-    return rt.launch(grid, xte_gemm_dmma_kernel<0>, args...);
-  }
+  if (rt.dmma == XTE_GEMM_KERNEL_DMMA16) return xte_gemm_launch_dmma<16>(rt, split, grid, args...);
+  if (rt.dmma == XTE_GEMM_KERNEL_DMMA4) return xte_gemm_launch_dmma<4>(rt, split, grid, args...);
 #endif
   if (split == 1) return rt.launch(grid, xte_gemm_exact_kernel<1>, args...);
   if (split == 2) return rt.launch(grid, xte_gemm_exact_kernel<2>, args...);
@@ -309,11 +322,11 @@ static xte_status xte_gemm_launch_split(RT &rt, int split, int64_t grid, A... ar
 }
 
 /* The whole call: checks, workspace (grouped: the problem list and tile starts on the device),
- * the masked_m verdict, then the GEMM launch (the DMMA kernel when rt.dmma and XTE_GEMM_DMMA,
- * else the SIMT one). RT: dmma (bool), alloc(void **, bytes), release(p),
- * upload(dev, host, bytes), read(host, dev, bytes) (checks the launches before it first),
- * memset(p, v, bytes), launch(grid, kernel, args...), finish(), host_alloc(bytes) /
- * host_free(p) (host memory); svc->set_error. */
+ * the masked_m verdict, then the GEMM launch (the DMMA kernel of shape rt.dmma when that is
+ * XTE_GEMM_KERNEL_DMMA4 / DMMA16 and XTE_GEMM_DMMA, else the SIMT one). RT: dmma (int), alloc(void
+ * **, bytes), release(p), upload(dev, host, bytes), read(host, dev, bytes) (checks the launches
+ * before it first), memset(p, v, bytes), launch(grid, kernel, args...), finish(), host_alloc(bytes)
+ * / host_free(p) (host memory); svc->set_error. */
 template <class RT>
 static xte_status xte_gemm_run(RT &rt, const xte_gemm_args *g) {
   const int64_t G = g->num_problems;

@@ -7,9 +7,11 @@
  *   xte_device_bench [M K [iterations]]
  *   xte_device_bench gemm [M N K [iterations]]   (the exact GEMM: see gemm_main)
  *   xte_device_bench attention [s [iterations]]  (exact attention: see attn_main)
+ *   xte_device_bench fast [iterations]           (the FAST GEMM: see fast_main)
  * Exit 0 when the table was printed, 77 with "SKIPPED: ..." when there is no CUDA device,
  * 1 when an op failed. Built by tests/gpu.cmake. */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,9 +64,10 @@ static double g_unif(void) {
 }
 
 /* X [R, C] random (rows of varying magnitude), quantized rowwise on the CPU, copied to gpu */
+static xte_scale_layout g_dev_layout = XTE_SCALE_LAYOUT_COMPACT; /* of the device copy */
 static void gop_make(gop *o, xte_stream gpu, int64_t R, int64_t C, xte_scaling_mode mode,
                      xte_dtype dt) {
-  float *x = (float *)malloc(sizeof(float) * (size_t)(R * C > 0 ? R * C : 1));
+  float *x = (float *)malloc(sizeof(float) * (size_t)(R * C > 0 ? R * C : 1)), *x2;
   int64_t sr, sc, i;
   xte_tensor in;
   if (!x) exit(1);
@@ -87,14 +90,34 @@ static void gop_make(gop *o, xte_stream gpu, int64_t R, int64_t C, xte_scaling_m
   o->h.rowwise_scale_inv.layout = XTE_SCALE_LAYOUT_COMPACT;
   in = xte_tensor_2d(x, XTE_DTYPE_FP32, R, C);
   CHECK(xte_quantize(&in, &o->h, NULL, NULL));
-  free(x);
+  x2 = x; /* kept for a second layout of the device copy's scales (freed below) */
   o->d = o->h;
   CHECK(xte_malloc(gpu, o->code_bytes + 1, &o->d.rowwise.data));
-  CHECK(xte_malloc(gpu, o->scale_bytes + 4, &o->d.rowwise_scale_inv.data));
   CHECK(xte_memcpy(gpu, o->d.rowwise.data, o->h.rowwise.data, o->code_bytes,
                    XTE_MEMCPY_HOST_TO_DEVICE));
-  CHECK(xte_memcpy(gpu, o->d.rowwise_scale_inv.data, o->h.rowwise_scale_inv.data, o->scale_bytes,
-                   XTE_MEMCPY_HOST_TO_DEVICE));
+  if (g_dev_layout != XTE_SCALE_LAYOUT_COMPACT) { /* the same codes, scales in another layout */
+    xte_qtensor t = o->h;
+    int64_t tr, tc;
+    in = xte_tensor_2d(x2, XTE_DTYPE_FP32, R, C);
+    CHECK(xte_quantize_scale_shape(R, C, mode, XTE_RECIPE_TE_BLOCK, g_dev_layout, 0, &tr, &tc));
+    t.rowwise = xte_tensor_2d(malloc(o->code_bytes + 1), dt, R, C);
+    t.rowwise_scale_inv.data = calloc((size_t)(tr * tc) + 1, 4);
+    t.rowwise_scale_inv.rows = tr;
+    t.rowwise_scale_inv.cols = tc;
+    t.rowwise_scale_inv.layout = g_dev_layout;
+    CHECK(xte_quantize(&in, &t, NULL, NULL));
+    o->d.rowwise_scale_inv = t.rowwise_scale_inv;
+    CHECK(xte_malloc(gpu, (size_t)(tr * tc) * 4 + 4, &o->d.rowwise_scale_inv.data));
+    CHECK(xte_memcpy(gpu, o->d.rowwise_scale_inv.data, t.rowwise_scale_inv.data,
+                     (size_t)(tr * tc) * 4, XTE_MEMCPY_HOST_TO_DEVICE));
+    free(t.rowwise.data);
+    free(t.rowwise_scale_inv.data);
+  } else {
+    CHECK(xte_malloc(gpu, o->scale_bytes + 4, &o->d.rowwise_scale_inv.data));
+    CHECK(xte_memcpy(gpu, o->d.rowwise_scale_inv.data, o->h.rowwise_scale_inv.data, o->scale_bytes,
+                     XTE_MEMCPY_HOST_TO_DEVICE));
+  }
+  free(x2);
 }
 
 static void gop_free(gop *o, xte_stream gpu) {
@@ -314,6 +337,177 @@ static int gemm_main(int argc, char **argv) {
   xte_stream_destroy(cpu);
   xte_stream_destroy(gpu);
   if (failed) printf("FAILED: the CUDA exact GEMM differs from the CPU backend\n");
+  return failed ? 1 : 0;
+}
+
+/* ---------------------------------------------------------------- FAST GEMM
+ *   xte_device_bench fast [iterations]
+ * 1. XTE_GEMM_FAST (cuBLASLt on sm_90 with libcublasLt >= 12.9, else the exact kernel) against the
+ *    exact kernel on the same device: 1x128 x 128x128, 128x128 x 1x128, 1x128 x 1x128, e4m3 (and
+ *    e4m3 x e5m2), fp32 out, scales COMPACT (repacked) and TE_GEMM (read in place), K blocks a
+ *    multiple of 4 and not. Every output must satisfy the FAST bound of include/xte/gemm.h,
+ *      |D_fast - D_exact| <= (KB 2^-13 + (nb + 2) 2^-23) S   (S = sum_k |a_k sa b_k sb|; the
+ *    scales here are normal, so the subnormal terms vanish; fp32 out adds nothing),
+ *    S from the operands dequantized exactly on the CPU. Also printed: the worst ratio to S and
+ *    the share of outputs bit-identical to the exact kernel (a measurement, not a requirement).
+ * 2. TFLOPS of FAST and of the exact kernel at 4096 x 7168 x 16384, 1x128 x 128x128, bf16 out.
+ * Exit 0 when every output met the bound, 77 without a CUDA device, 1 otherwise. */
+static int fast_check(xte_stream gpu, xte_scaling_mode ma, xte_scaling_mode mb, xte_dtype db,
+                      int64_t m, int64_t n, int64_t k, xte_scale_layout lay) {
+  gop a, b;
+  const size_t nd = (size_t)(m * n);
+  float *fe = (float *)malloc(nd * 4 + 4), *ff = (float *)malloc(nd * 4 + 4);
+  float *xa = (float *)malloc((size_t)(m * k) * 4 + 4),
+        *xb = (float *)malloc((size_t)(n * k) * 4 + 4);
+  void *dd;
+  xte_tensor D, XA, XB;
+  xte_gemm_config cfg = xte_gemm_config_default();
+  const int64_t nb = (k + 127) / 128;
+  const double tol = ldexp(128.0, -13) + (double)(nb + 2) * ldexp(1.0, -23);
+  double worst = 0.0;
+  size_t i, bad = 0, same = 0;
+  int mode;
+  if (!fe || !ff || !xa || !xb) exit(1);
+  g_dev_layout = lay;
+  gop_make(&a, gpu, m, k, ma, XTE_DTYPE_E4M3);
+  gop_make(&b, gpu, n, k, mb, db);
+  g_dev_layout = XTE_SCALE_LAYOUT_COMPACT;
+  CHECK(xte_malloc(gpu, nd * 4 + 4, &dd));
+  D = xte_tensor_2d(dd, XTE_DTYPE_FP32, m, n);
+  for (mode = 0; mode < 2; mode++) {
+    cfg.mode = mode ? XTE_GEMM_FAST : XTE_GEMM_EXACT;
+    CHECK(xte_gemm(&a.d, &b.d, NULL, &D, &cfg, gpu));
+    CHECK(xte_stream_synchronize(gpu));
+    CHECK(xte_memcpy(gpu, mode ? ff : fe, dd, nd * 4, XTE_MEMCPY_DEVICE_TO_HOST));
+  }
+  XA = xte_tensor_2d(xa, XTE_DTYPE_FP32, m, k);
+  XB = xte_tensor_2d(xb, XTE_DTYPE_FP32, n, k);
+  CHECK(xte_dequantize(&a.h, 0, &XA, NULL)); /* code * scale_inv: exact in fp32 here */
+  CHECK(xte_dequantize(&b.h, 0, &XB, NULL));
+  for (i = 0; i < nd; i++) {
+    const int64_t r = (int64_t)i / n, c = (int64_t)i % n;
+    double S = 0.0, err;
+    int64_t kk;
+    for (kk = 0; kk < k; kk++) S += fabs((double)xa[r * k + kk] * (double)xb[c * k + kk]);
+    err = fabs((double)ff[i] - (double)fe[i]);
+    if (!(err <= tol * S)) bad++; /* NaN counts as bad */
+    if (S > 0 && err / S > worst) worst = err / S;
+    same += memcmp(&ff[i], &fe[i], 4) == 0;
+  }
+  printf("| %s x %s, e4m3 x %s, %lld x %lld x %lld, %s scales | %.3g | %.3g | %.1f%% | %zu |\n",
+         ma == XTE_SCALING_BLOCK_1x128 ? "1x128" : "128x128",
+         mb == XTE_SCALING_BLOCK_1x128 ? "1x128" : "128x128",
+         db == XTE_DTYPE_E5M2 ? "e5m2" : "e4m3", (long long)m, (long long)n, (long long)k,
+         lay == XTE_SCALE_LAYOUT_TE_GEMM ? "TE_GEMM" : "COMPACT", worst, tol,
+         100.0 * (double)same / (double)(nd ? nd : 1), bad);
+  CHECK(xte_free(gpu, dd));
+  gop_free(&a, gpu);
+  gop_free(&b, gpu);
+  free(fe);
+  free(ff);
+  free(xa);
+  free(xb);
+  return bad != 0;
+}
+
+static int fast_main(int argc, char **argv) {
+  const int64_t M = 4096, N = 7168, K = 16384;
+  const int iters = argc > 1 ? atoi(argv[1]) : 10;
+  xte_stream gpu;
+  xte_status st = xte_stream_create(XTE_BACKEND_CUDA, 0, NULL, &gpu);
+  int failed = 0, c, mode;
+  static char info[8192];
+  if (st == XTE_ERROR_BACKEND_UNAVAILABLE) {
+    printf("SKIPPED: no usable CUDA device: %s\n", xte_last_error());
+    return 77;
+  }
+  CHECK(st);
+  CHECK(xte_backend_info_string(info, sizeof info));
+  {
+    const char *f = strstr(info, "FAST: ");
+    printf("fast path: %.*s\n", f ? (int)strcspn(f, "\n") : 4, f ? f : "none");
+  }
+  printf(
+      "| FAST vs exact (same device) | worst \\|D_fast - D_exact\\| / S | bound / S | "
+      "bit-identical "
+      "| outside the bound |\n|---|---:|---:|---:|---:|\n");
+  {
+    static const int64_t shapes[][3] = {{256, 512, 1024}, {512, 384, 1152}, {128, 256, 4096}};
+    for (c = 0; c < 3; c++) {
+      const int64_t m = shapes[c][0], n = shapes[c][1], k = shapes[c][2];
+      failed |= fast_check(gpu, XTE_SCALING_BLOCK_1x128, XTE_SCALING_BLOCK_128x128, XTE_DTYPE_E4M3,
+                           m, n, k, c == 1 ? XTE_SCALE_LAYOUT_COMPACT : XTE_SCALE_LAYOUT_TE_GEMM);
+      failed |= fast_check(gpu, XTE_SCALING_BLOCK_128x128, XTE_SCALING_BLOCK_1x128, XTE_DTYPE_E4M3,
+                           m, n, k, XTE_SCALE_LAYOUT_TE_GEMM);
+      failed |= fast_check(gpu, XTE_SCALING_BLOCK_1x128, XTE_SCALING_BLOCK_1x128,
+                           c == 2 ? XTE_DTYPE_E5M2 : XTE_DTYPE_E4M3, m, n, k,
+                           c == 0 ? XTE_SCALE_LAYOUT_COMPACT : XTE_SCALE_LAYOUT_TE_GEMM);
+    }
+  }
+  /* 2. rates at M x N x K: A 1x128, B 128x128, TE_GEMM scales, quantized on the device */
+  {
+    void *d_x, *d_a, *d_sa, *d_b, *d_sb, *d_d;
+    int64_t sar, sac, sbr, sbc, i;
+    xte_qtensor qa, qb;
+    xte_tensor x, D;
+    xte_gemm_config cfg = xte_gemm_config_default();
+    uint16_t *h = (uint16_t *)malloc((size_t)N * (size_t)K * 2);
+    if (!h) return 1;
+    CHECK(xte_quantize_scale_shape(M, K, XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK,
+                                   XTE_SCALE_LAYOUT_TE_GEMM, 0, &sar, &sac));
+    CHECK(xte_quantize_scale_shape(N, K, XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK,
+                                   XTE_SCALE_LAYOUT_TE_GEMM, 0, &sbr, &sbc));
+    CHECK(xte_malloc(gpu, (size_t)N * (size_t)K * 2, &d_x));
+    CHECK(xte_malloc(gpu, (size_t)(M * K), &d_a));
+    CHECK(xte_malloc(gpu, (size_t)(N * K), &d_b));
+    CHECK(xte_malloc(gpu, (size_t)(sar * sac) * 4, &d_sa));
+    CHECK(xte_malloc(gpu, (size_t)(sbr * sbc) * 4, &d_sb));
+    CHECK(xte_malloc(gpu, (size_t)(M * N) * 2, &d_d));
+    for (i = 0; i < N * K; i++) h[i] = (uint16_t)(((uint32_t)i * 2654435761u) >> 16) & 0xBFFFu;
+    CHECK(xte_memcpy(gpu, d_x, h, (size_t)N * (size_t)K * 2, XTE_MEMCPY_HOST_TO_DEVICE));
+    free(h);
+    memset(&qa, 0, sizeof qa);
+    qa.scaling_mode = XTE_SCALING_BLOCK_1x128;
+    qa.recipe = XTE_RECIPE_TE_BLOCK;
+    qa.rowwise = xte_tensor_2d(d_a, XTE_DTYPE_E4M3, M, K);
+    qa.rowwise_scale_inv =
+        (xte_scale_tensor){d_sa, XTE_DTYPE_FP32, sar, sac, XTE_SCALE_LAYOUT_TE_GEMM};
+    qb = qa;
+    qb.scaling_mode = XTE_SCALING_BLOCK_128x128;
+    qb.rowwise = xte_tensor_2d(d_b, XTE_DTYPE_E4M3, N, K);
+    qb.rowwise_scale_inv =
+        (xte_scale_tensor){d_sb, XTE_DTYPE_FP32, sbr, sbc, XTE_SCALE_LAYOUT_TE_GEMM};
+    x = xte_tensor_2d(d_x, XTE_DTYPE_BF16, M, K);
+    CHECK(xte_quantize(&x, &qa, NULL, gpu));
+    x = xte_tensor_2d(d_x, XTE_DTYPE_BF16, N, K);
+    CHECK(xte_quantize(&x, &qb, NULL, gpu));
+    D = xte_tensor_2d(d_d, XTE_DTYPE_BF16, M, N);
+    for (mode = 1; mode >= 0; mode--) { /* FAST first: the exact kernel takes seconds a call */
+      const int n_it = mode ? iters : 1;
+      double t0, ms;
+      cfg.mode = mode ? XTE_GEMM_FAST : XTE_GEMM_EXACT;
+      if (mode) CHECK(xte_gemm(&qa, &qb, NULL, &D, &cfg, gpu)); /* warm-up */
+      CHECK(xte_stream_synchronize(gpu));
+      t0 = now();
+      for (i = 0; i < n_it; i++) CHECK(xte_gemm(&qa, &qb, NULL, &D, &cfg, gpu));
+      CHECK(xte_stream_synchronize(gpu));
+      ms = (now() - t0) / n_it * 1e3;
+      printf(
+          "| %s GEMM 1x128 x 128x128 e4m3, %lld x %lld x %lld -> bf16 | %.3f ms | %.1f TFLOPS |\n",
+          mode ? "FAST" : "exact", (long long)M, (long long)N, (long long)K, ms,
+          2.0 * (double)M * (double)N * (double)K / (ms * 1e-3) / 1e12);
+    }
+    printf("(host timing: FAST %d calls after a warm-up, exact 1 call; one synchronize each)\n",
+           iters);
+    CHECK(xte_free(gpu, d_x));
+    CHECK(xte_free(gpu, d_a));
+    CHECK(xte_free(gpu, d_b));
+    CHECK(xte_free(gpu, d_sa));
+    CHECK(xte_free(gpu, d_sb));
+    CHECK(xte_free(gpu, d_d));
+  }
+  xte_stream_destroy(gpu);
+  if (failed) printf("FAILED: a FAST output is outside the bound of include/xte/gemm.h\n");
   return failed ? 1 : 0;
 }
 
@@ -630,6 +824,7 @@ int main(int argc, char **argv) {
   xte_status st;
   if (argc > 1 && strcmp(argv[1], "gemm") == 0) return gemm_main(argc - 1, argv + 1);
   if (argc > 1 && strcmp(argv[1], "attention") == 0) return attn_main(argc - 1, argv + 1);
+  if (argc > 1 && strcmp(argv[1], "fast") == 0) return fast_main(argc - 1, argv + 1);
   st = xte_stream_create(XTE_BACKEND_CUDA, 0, NULL, &gpu);
   void *d_in, *d_copy, *d_rq, *d_rs, *d_cq, *d_cs, *d_out, *d_amax;
   int64_t rsr, rsc, csr, csc;

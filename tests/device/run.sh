@@ -104,7 +104,7 @@ if ! step configure 60 cmake -S . -B "$bdir" "${cfg[@]}"; then
   exit 1
 fi
 note "configure: done ($(elapsed)s)"
-targets=(xte xte_cuda test_gpu_quantize xte_device_info xte_device_bench)
+targets=(xte xte_cuda test_gpu_quantize test_gpu_fast_lt xte_device_info xte_device_bench)
 if ! step build "${XTE_DEVICE_BUILD_LIMIT:-180}" cmake --build "$bdir" -j"$(nproc)" --target "${targets[@]}"; then
   tail -40 "$logs/build.log"
   failed build "${targets[*]} (see build.log)"
@@ -224,6 +224,20 @@ if [ $have_gpu -eq 1 ]; then
     failed gemm_simt "exit $s (see gemm_simt.log)"
 fi
 
+# 6c. The same with the m8n8k4 DMMA kernel forced (XTE_CUDA_GEMM_KERNEL=dmma4): on sm_90 step 6
+# runs the m16n8k16 one (src/cuda/xte_dmma.cuh), so 6, 6b and 6c time the three kernels
+# (m16n8k16, SIMT, m8n8k4) on the same shape and check each one's bytes against the CPU.
+if [ $have_gpu -eq 1 ]; then
+  step gemm_dmma4 90 env XTE_CUDA_GEMM_KERNEL=dmma4 "$bdir/tests/xte_device_bench" gemm
+  s=$?
+  grep -E "^\||^\(|FAILED" "$logs/gemm_dmma4.log" | sed 's/^/dmma m8n8k4 kernel: /' |
+    tee -a "$summary"
+  [ $s -eq 0 ] && note "gemm_dmma4: PASSED (m8n8k4 kernel forced: CUDA exact GEMM = CPU bytes, twice)" ||
+    failed gemm_dmma4 "exit $s (see gemm_dmma4.log)"
+else
+  note "gemm_dmma4: SKIPPED: no CUDA device"
+fi
+
 # ---------------------------------------------------------------- 7. exact attention
 # xte_device_bench attention: the CUDA exact attention against the CPU backend byte for byte
 # (bf16 / fp32, BSHD causal + GQA, THD varlen + window, softcap + ALiBi; O, LSE, dQ, dK, dV;
@@ -237,6 +251,55 @@ else
   grep -E "^\||^attention|FAILED" "$logs/attention.log" | tee -a "$summary"
   [ $s -eq 0 ] && note "attention: PASSED (CUDA exact attention = CPU bytes, twice)" ||
     failed attention "exit $s (see attention.log)"
+fi
+
+# ---------------------------------------------------------------- 8. FAST GEMM (cuBLASLt)
+# xte_device_bench fast: XTE_GEMM_FAST (cuBLASLt block scaling on sm_90, else the exact kernel;
+# the "fast path" line says which) against the exact kernel on the same device, every output
+# within the FAST bound of include/xte/gemm.h (1x128 x 128x128, 128x128 x 1x128, 1x128 x 1x128;
+# COMPACT and TE_GEMM scales), then FAST and exact TFLOPS at 4096 x 7168 x 16384.
+if [ $have_gpu -eq 0 ]; then
+  note "fast: SKIPPED: no CUDA device"
+else
+  step fast 60 "$bdir/tests/xte_device_bench" fast
+  s=$?
+  grep -E "^\||^fast path|^\(|FAILED" "$logs/fast.log" | tee -a "$summary"
+  [ $s -eq 0 ] && note "fast: PASSED (FAST GEMM within the bound of gemm.h)" ||
+    failed fast "exit $s (see fast.log)"
+fi
+
+# ---------------------------------------------------------------- 9. xte bench --backend cuda
+# `xte bench quantize|moe --backend cuda` (bench/bench_gpu.h): each case on the CUDA backend, CUDA
+# events on the bench's stream, the L2 flushed (memset of 2 x L2) before every iteration outside
+# the timed interval, beside a device-to-device copy of the same bytes from the same run. The
+# xte program is the GPU-only build (bench/CMakeLists.txt XTE_BENCH_GPU_ONLY: no Google Benchmark,
+# no OpenBLAS), configured and built here, last, so that a problem in it costs no other step.
+# Without a GPU it runs too and must print one line "SKIPPED: <why>" (exit 77). Under 60 s left:
+# not run, not a failure (the steps above come first; raise XTE_DEVICE_DEADLINE).
+if [ "$(left)" -lt 60 ]; then
+  note "bench-cuda: NOT RUN ($(left)s left of ${deadline}s; XTE_DEVICE_DEADLINE=400 leaves it time)"
+elif step bench-cuda-build 90 bash -c 'cmake -S . -B "$1" -DXTE_BUILD_BENCH=ON -DXTE_BENCH_GPU_ONLY=ON &&
+  cmake --build "$1" -j"$(nproc)" --target xte_cli' _ "$bdir"; then
+  for suite in quantize moe; do
+    step "bench-cuda-$suite" 25 "$bdir/xte" bench "$suite" --backend cuda --min-time 0.05 \
+      --json "$logs/bench-cuda-$suite.json"
+    s=$?
+    if [ $s -eq 77 ] && [ $have_gpu -eq 0 ]; then
+      note "bench-cuda-$suite: $(grep -m1 '^SKIPPED: ' "$logs/bench-cuda-$suite.log")"
+    elif [ $s -eq 0 ]; then
+      grep -E '^  (gpu_name|gpu_sm_count|gpu_l2_bytes|gpu_clock_khz) ' "$logs/bench-cuda-$suite.log" |
+        sed 's/^ */   /' | tee -a "$summary"
+      sed -n '/^case  /,$p' "$logs/bench-cuda-$suite.log" | tee -a "$summary"
+      note "bench-cuda-$suite: done (ratios to a d2d copy of the same bytes)"
+    else
+      grep -m3 -E 'SKIPPED|FAILED|xte bench' "$logs/bench-cuda-$suite.log" | sed 's/^/   /' |
+        tee -a "$summary"
+      failed "bench-cuda-$suite" "exit $s (see bench-cuda-$suite.log)"
+    fi
+  done
+else
+  tail -20 "$logs/bench-cuda-build.log"
+  failed bench-cuda-build "the GPU-only xte program (see bench-cuda-build.log)"
 fi
 
 note "total: $(elapsed)s of ${deadline}s, exit $rc ($([ $rc -eq 0 ] && echo 'nothing failed' || echo FAILED))"

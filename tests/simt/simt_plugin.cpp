@@ -270,13 +270,14 @@ const xte_moe_ops g_moe_ops = {moe_router_forward, moe_router_backward, moe_aux_
                                moe_permute,        moe_unpermute,       moe_sort_chunks,
                                moe_dispatch_layout, moe_swiglu};
 
-/* GEMM kernel launches: [0] the SIMT kernel (stage 1), [1] the DMMA kernel (stage 2) */
-std::atomic<long> g_gemm_launches[2];
+/* GEMM kernel launches: [0] the SIMT kernel (stage 1), [1] the DMMA kernel (stage 2) with mma
+ * m8n8k4, [2] with mma m16n8k16 */
+std::atomic<long> g_gemm_launches[3];
 
 /* gemm.cu: cuda_gemm_rt, the runtime policy of gemm_kernels.cuh's driver (host memory) */
 struct host_gemm_rt {
   const xte_core_services *svc;
-  bool dmma; /* launch the DMMA kernel (stage 2): see gemm() */
+  int dmma; /* the kernel, XTE_GEMM_KERNEL_SIMT / DMMA4 / DMMA16: see gemm() */
   xte_status alloc(void **p, size_t bytes) { return ::alloc(0, bytes ? bytes : 1, p); }
   void release(void *p) { std::free(p); }
   void *host_alloc(size_t bytes) { return std::malloc(bytes); }
@@ -302,10 +303,14 @@ struct host_gemm_rt {
   /* test_simt_gemm checks which GEMM kernel ran: simt_gemm_launches() */
   static void count_launch(void (*k)(void)) {
     using vf = void (*)(void);
-    if (k == reinterpret_cast<vf>(&xte_gemm_dmma_kernel<0>) ||
-        k == reinterpret_cast<vf>(&xte_gemm_dmma_kernel<1>) ||
-        k == reinterpret_cast<vf>(&xte_gemm_dmma_kernel<2>))
+    if (k == reinterpret_cast<vf>(&xte_gemm_dmma_kernel<0, 4>) ||
+        k == reinterpret_cast<vf>(&xte_gemm_dmma_kernel<1, 4>) ||
+        k == reinterpret_cast<vf>(&xte_gemm_dmma_kernel<2, 4>))
       g_gemm_launches[1].fetch_add(1);
+    else if (k == reinterpret_cast<vf>(&xte_gemm_dmma_kernel<0, 16>) ||
+             k == reinterpret_cast<vf>(&xte_gemm_dmma_kernel<1, 16>) ||
+             k == reinterpret_cast<vf>(&xte_gemm_dmma_kernel<2, 16>))
+      g_gemm_launches[2].fetch_add(1);
     else if (k == reinterpret_cast<vf>(&xte_gemm_exact_kernel<0>) ||
              k == reinterpret_cast<vf>(&xte_gemm_exact_kernel<1>) ||
              k == reinterpret_cast<vf>(&xte_gemm_exact_kernel<2>))
@@ -314,14 +319,18 @@ struct host_gemm_rt {
   xte_status finish() { return XTE_SUCCESS; }
 };
 
-/* gemm.cu: gpu_gemm. The kernel: SIMT_GEMM_KERNEL=dmma asks for the DMMA kernel (stage 2), which
- * runs only with 32-lane warps (as gemm.cu selects it only on NVIDIA devices of compute
- * capability >= 8.0; with the runner's 64- / 128-lane warps, MUSA's, the SIMT kernel runs);
+/* gemm.cu: gpu_gemm. The kernel: SIMT_GEMM_KERNEL=dmma asks for the DMMA kernel (stage 2) with mma
+ * m8n8k4, SIMT_GEMM_KERNEL=dmma16 for the one with mma m16n8k16; they run only with 32-lane warps
+ * (as gemm.cu selects them only on NVIDIA devices of compute capability >= 8.0 / 9.0; with the
+ * runner's 64- / 128-lane warps, MUSA's, the SIMT kernel runs);
  * SIMT_WARP_SIZE (32, 64, 128): the runner's warp size, read at every call. */
 xte_status gemm(const xte_gemm_args *a, void *) {
   if (const char *w = std::getenv("SIMT_WARP_SIZE")) simt::set_warp_size(std::atoi(w));
   const char *k = std::getenv("SIMT_GEMM_KERNEL");
-  host_gemm_rt rt{g_svc, k && !std::strcmp(k, "dmma") && warpSize == 32};
+  int kern = XTE_GEMM_KERNEL_SIMT;
+  if (k && warpSize == 32 && !std::strcmp(k, "dmma")) kern = XTE_GEMM_KERNEL_DMMA4;
+  if (k && warpSize == 32 && !std::strcmp(k, "dmma16")) kern = XTE_GEMM_KERNEL_DMMA16;
+  host_gemm_rt rt{g_svc, kern};
   return xte_gemm_run(rt, a);
 }
 const xte_gemm_ops g_gemm_ops = {gemm};
@@ -388,9 +397,10 @@ void fill_ops() {
 
 }  // namespace
 
-/* test_simt_gemm: launches of the SIMT (dmma = 0) or the DMMA (dmma = 1) GEMM kernel so far */
+/* test_simt_gemm: launches of the SIMT (dmma = 0) or the DMMA GEMM kernel, m8n8k4 (dmma = 1) or
+ * m16n8k16 (dmma = 2), so far */
 extern "C" __attribute__((visibility("default"))) long simt_gemm_launches(int dmma) {
-  return g_gemm_launches[dmma ? 1 : 0].load();
+  return g_gemm_launches[dmma == 2 ? 2 : (dmma ? 1 : 0)].load();
 }
 
 extern "C" __attribute__((visibility("default"))) const xte_backend_ops *xte_plugin_get_ops(

@@ -1,8 +1,8 @@
 /* The CUDA exact GEMM kernels (src/cuda/gemm_kernels.cuh, stage 1: SIMT fp64; stage 2: the fp64
- * tensor-core kernel of src/cuda/gemm_mma_kernels.cuh, its mma.sync m8n8k4 emulated by
- * src/cuda/xte_dmma.cuh; every case runs through both), run on the host by
- * the SIMT runner (simt.h, through the stand-in plugin simt_plugin.cpp that libxte loads as its
- * CUDA backend), against the CPU backend, byte for byte: every byte of D (D starts as 0xCD on
+ * tensor-core kernel of src/cuda/gemm_mma_kernels.cuh, once with mma.sync m8n8k4 and once with
+ * m16n8k16, both emulated by src/cuda/xte_dmma.cuh; every case runs through all three), run on the
+ * host by the SIMT runner (simt.h, through the stand-in plugin simt_plugin.cpp that libxte loads as
+ * its CUDA backend), against the CPU backend, byte for byte: every byte of D (D starts as 0xCD on
  * both sides, so rows the call must not write, padding rows of a contiguous grouping and rows past
  * masked_m, are compared too).
  *
@@ -18,10 +18,10 @@
  * out of range is refused with the CPU's status and message and D is left as it was), K-grouped
  * (empty groups, a ragged last group, both transposes).
  *
- * Also: xte_dmma_m8n8k4 alone (one warp, D = C + A B against a plain triple loop, fragments placed
- * by the PTX ISA's documented layout written out as tables), and a few cases on 128-lane warps
- * (MUSA's), where a DMMA request must run the SIMT kernel. The plugin's launch counters
- * (simt_gemm_launches) say which kernel ran in every call.
+ * Also: xte_dmma_m8n8k4 and xte_dmma_m16n8k16 alone (one warp, D = C + A B against a plain triple
+ * loop, fragments placed by the PTX ISA's documented layouts written out as tables), and a few
+ * cases on 128-lane warps (MUSA's), where a DMMA request must run the SIMT kernel. The plugin's
+ * launch counters (simt_gemm_launches) say which kernel ran in every call.
  *
  *   test_simt_gemm [--full] [--verbose]
  * default: a thinned case list (well under 40 s on 2 idle cores); --full: every case.
@@ -178,13 +178,15 @@ typedef xte_status (*call_fn)(void *ctx, const xte_tensor *C, xte_tensor *D, con
                               xte_stream s);
 
 /* The GPU kernels a case runs through (SIMT_GEMM_KERNEL of the runner's plugin): bit 0 the SIMT
- * kernel (stage 1), bit 1 the DMMA kernel (stage 2). With want_simt_for_dmma (the 128-lane pass)
- * a DMMA request must run the SIMT kernel. */
-static int kernel_mask = 3, want_simt_for_dmma;
+ * kernel (stage 1), bit 1 the DMMA kernel (stage 2) with mma m8n8k4, bit 2 with mma m16n8k16.
+ * With want_simt_for_dmma (the 128-lane pass) a DMMA request must run the SIMT kernel. */
+static int kernel_mask = 7, want_simt_for_dmma;
 /* --reduced (the sanitized builds: the OS-thread engine, where every emulated MMA waits at a warp
- * barrier): the DMMA pass on every 4th case only */
+ * barrier): the two DMMA passes on every 4th case only */
 static int thin_dmma;
-static long (*plugin_launches)(int dmma); /* the plugin's simt_gemm_launches */
+static long (*plugin_launches)(int dmma); /* the plugin's simt_gemm_launches (0, 1, 2) */
+static const char *const KERNEL_ENV[3] = {"simt", "dmma", "dmma16"}; /* SIMT_GEMM_KERNEL */
+static const char *const KERNEL_NAME[3] = {"SIMT", "DMMA m8n8k4", "DMMA m16n8k16"};
 
 static void run_both(const std::string &desc, outs &o, call_fn fn, void *ctx) {
   buf d[2];
@@ -193,13 +195,15 @@ static void run_both(const std::string &desc, outs &o, call_fn fn, void *ctx) {
   const size_t nd = (size_t)(o.rows * o.ld_d) * esz(o.d_dt);
   long simt_launches = -1; /* the SIMT kernel's launches in this case (its pass runs first) */
   cases_run++;
-  for (int pass = 0; pass < 3; pass++) {
-    /* pass 0: the CPU (side 1); pass 1: the SIMT kernel, pass 2: the DMMA kernel (side 0) */
+  for (int pass = 0; pass < 4; pass++) {
+    /* pass 0: the CPU (side 1); pass 1: the SIMT kernel, pass 2: the DMMA kernel with m8n8k4,
+     * pass 3: with m16n8k16 (side 0) */
     const int side_ = pass == 0 ? 1 : 0, kern = pass - 1;
     if (pass > 0 && !(kernel_mask & (1 << kern))) continue;
-    if (kern == 1 && thin_dmma && !want_simt_for_dmma && cases_run % 4 != 0) continue;
-    if (pass > 0) setenv("SIMT_GEMM_KERNEL", kern ? "dmma" : "simt", 1);
-    const long l0 = plugin_launches(0), l1 = plugin_launches(1);
+    if (kern >= 1 && thin_dmma && !want_simt_for_dmma && cases_run % 4 != 0) continue;
+    if (pass > 0) setenv("SIMT_GEMM_KERNEL", KERNEL_ENV[kern], 1);
+    long l[3];
+    for (int q = 0; q < 3; q++) l[q] = plugin_launches(q);
     buf c = o.c;
     d[side_].assign(nd + 1, 0xCD);
     if (o.in_place) std::memcpy(d[side_].data(), c.data(), nd);
@@ -215,19 +219,22 @@ static void run_both(const std::string &desc, outs &o, call_fn fn, void *ctx) {
         fn(ctx, o.c_dt >= 0 ? &C : nullptr, &D, o.with_bias ? &B : nullptr, side_ ? cpu : gpu);
     msg[side_] = st[side_] == XTE_SUCCESS ? "" : xte_last_error();
     if (pass == 0) continue;
-    const std::string kdesc = desc + (kern ? " [dmma kernel]" : " [simt kernel]");
+    const std::string kdesc = desc + " [" + KERNEL_NAME[kern] + " kernel]";
     /* which kernel ran: the requested one (the SIMT one for a DMMA request on 128-lane warps),
-     * as often as the SIMT pass launched its kernel */
-    const long n0 = plugin_launches(0) - l0, n1 = plugin_launches(1) - l1;
-    const int ran_dmma = kern == 1 && !want_simt_for_dmma;
-    if ((ran_dmma ? n0 : n1) != 0 ||
-        (simt_launches >= 0 && (ran_dmma ? n1 : n0) != simt_launches)) {
-      char m[200];
-      std::snprintf(m, sizeof m, "launches: %ld SIMT, %ld DMMA (expected %ld of the %s kernel)", n0,
-                    n1, simt_launches, ran_dmma ? "DMMA" : "SIMT");
+     * as often as the SIMT pass launched its kernel, and no other */
+    long n[3];
+    for (int q = 0; q < 3; q++) n[q] = plugin_launches(q) - l[q];
+    const int ran = want_simt_for_dmma ? 0 : kern;
+    if (n[(ran + 1) % 3] != 0 || n[(ran + 2) % 3] != 0 ||
+        (simt_launches >= 0 && n[ran] != simt_launches)) {
+      char m[300];
+      std::snprintf(m, sizeof m,
+                    "launches: %ld SIMT, %ld DMMA m8n8k4, %ld DMMA m16n8k16 (expected %ld of the "
+                    "%s kernel)",
+                    n[0], n[1], n[2], simt_launches, KERNEL_NAME[ran]);
       report(kdesc, m);
     }
-    if (kern == 0) simt_launches = n0;
+    if (kern == 0) simt_launches = n[0];
     if (st[0] != st[1] || msg[0] != msg[1]) {
       char m[600];
       std::snprintf(m, sizeof m, "status simt %d (%s), cpu %d (%s)", (int)st[0], msg[0].c_str(),
@@ -608,16 +615,184 @@ static void dmma_unit() {
   cases_run++;
 }
 
+/* The fragment layouts of mma.m16n8k16 .f64 (PTX ISA 9.x, section 9.7.14.5.8 "Matrix Fragments for
+ * mma.m16n8k16 with floating point type", Figures 80, 82, 83), written out per lane {row, col}
+ * from its formulas (g = %laneid >> 2, t = %laneid % 4):
+ * A, ai: row = g for i even, g + 8 for i odd; col = i * 2 + t for i even, i * 2 - 2 + t for i odd;
+ * B, bi: row = t + 4 i, col = g;
+ * C / D, ci: row = g for i < 2, g + 8 for i >= 2; col = t * 2 + (i & 1). */
+static const int DMMA16_A_POS[32][8][2] = {
+    {{0, 0}, {8, 0}, {0, 4}, {8, 4}, {0, 8}, {8, 8}, {0, 12}, {8, 12}},       /* lane 0 */
+    {{0, 1}, {8, 1}, {0, 5}, {8, 5}, {0, 9}, {8, 9}, {0, 13}, {8, 13}},       /* lane 1 */
+    {{0, 2}, {8, 2}, {0, 6}, {8, 6}, {0, 10}, {8, 10}, {0, 14}, {8, 14}},     /* lane 2 */
+    {{0, 3}, {8, 3}, {0, 7}, {8, 7}, {0, 11}, {8, 11}, {0, 15}, {8, 15}},     /* lane 3 */
+    {{1, 0}, {9, 0}, {1, 4}, {9, 4}, {1, 8}, {9, 8}, {1, 12}, {9, 12}},       /* lane 4 */
+    {{1, 1}, {9, 1}, {1, 5}, {9, 5}, {1, 9}, {9, 9}, {1, 13}, {9, 13}},       /* lane 5 */
+    {{1, 2}, {9, 2}, {1, 6}, {9, 6}, {1, 10}, {9, 10}, {1, 14}, {9, 14}},     /* lane 6 */
+    {{1, 3}, {9, 3}, {1, 7}, {9, 7}, {1, 11}, {9, 11}, {1, 15}, {9, 15}},     /* lane 7 */
+    {{2, 0}, {10, 0}, {2, 4}, {10, 4}, {2, 8}, {10, 8}, {2, 12}, {10, 12}},   /* lane 8 */
+    {{2, 1}, {10, 1}, {2, 5}, {10, 5}, {2, 9}, {10, 9}, {2, 13}, {10, 13}},   /* lane 9 */
+    {{2, 2}, {10, 2}, {2, 6}, {10, 6}, {2, 10}, {10, 10}, {2, 14}, {10, 14}}, /* lane 10 */
+    {{2, 3}, {10, 3}, {2, 7}, {10, 7}, {2, 11}, {10, 11}, {2, 15}, {10, 15}}, /* lane 11 */
+    {{3, 0}, {11, 0}, {3, 4}, {11, 4}, {3, 8}, {11, 8}, {3, 12}, {11, 12}},   /* lane 12 */
+    {{3, 1}, {11, 1}, {3, 5}, {11, 5}, {3, 9}, {11, 9}, {3, 13}, {11, 13}},   /* lane 13 */
+    {{3, 2}, {11, 2}, {3, 6}, {11, 6}, {3, 10}, {11, 10}, {3, 14}, {11, 14}}, /* lane 14 */
+    {{3, 3}, {11, 3}, {3, 7}, {11, 7}, {3, 11}, {11, 11}, {3, 15}, {11, 15}}, /* lane 15 */
+    {{4, 0}, {12, 0}, {4, 4}, {12, 4}, {4, 8}, {12, 8}, {4, 12}, {12, 12}},   /* lane 16 */
+    {{4, 1}, {12, 1}, {4, 5}, {12, 5}, {4, 9}, {12, 9}, {4, 13}, {12, 13}},   /* lane 17 */
+    {{4, 2}, {12, 2}, {4, 6}, {12, 6}, {4, 10}, {12, 10}, {4, 14}, {12, 14}}, /* lane 18 */
+    {{4, 3}, {12, 3}, {4, 7}, {12, 7}, {4, 11}, {12, 11}, {4, 15}, {12, 15}}, /* lane 19 */
+    {{5, 0}, {13, 0}, {5, 4}, {13, 4}, {5, 8}, {13, 8}, {5, 12}, {13, 12}},   /* lane 20 */
+    {{5, 1}, {13, 1}, {5, 5}, {13, 5}, {5, 9}, {13, 9}, {5, 13}, {13, 13}},   /* lane 21 */
+    {{5, 2}, {13, 2}, {5, 6}, {13, 6}, {5, 10}, {13, 10}, {5, 14}, {13, 14}}, /* lane 22 */
+    {{5, 3}, {13, 3}, {5, 7}, {13, 7}, {5, 11}, {13, 11}, {5, 15}, {13, 15}}, /* lane 23 */
+    {{6, 0}, {14, 0}, {6, 4}, {14, 4}, {6, 8}, {14, 8}, {6, 12}, {14, 12}},   /* lane 24 */
+    {{6, 1}, {14, 1}, {6, 5}, {14, 5}, {6, 9}, {14, 9}, {6, 13}, {14, 13}},   /* lane 25 */
+    {{6, 2}, {14, 2}, {6, 6}, {14, 6}, {6, 10}, {14, 10}, {6, 14}, {14, 14}}, /* lane 26 */
+    {{6, 3}, {14, 3}, {6, 7}, {14, 7}, {6, 11}, {14, 11}, {6, 15}, {14, 15}}, /* lane 27 */
+    {{7, 0}, {15, 0}, {7, 4}, {15, 4}, {7, 8}, {15, 8}, {7, 12}, {15, 12}},   /* lane 28 */
+    {{7, 1}, {15, 1}, {7, 5}, {15, 5}, {7, 9}, {15, 9}, {7, 13}, {15, 13}},   /* lane 29 */
+    {{7, 2}, {15, 2}, {7, 6}, {15, 6}, {7, 10}, {15, 10}, {7, 14}, {15, 14}}, /* lane 30 */
+    {{7, 3}, {15, 3}, {7, 7}, {15, 7}, {7, 11}, {15, 11}, {7, 15}, {15, 15}}, /* lane 31 */
+};
+static const int DMMA16_B_POS[32][4][2] = {
+    {{0, 0}, {4, 0}, {8, 0}, {12, 0}},  /* lane 0 */
+    {{1, 0}, {5, 0}, {9, 0}, {13, 0}},  /* lane 1 */
+    {{2, 0}, {6, 0}, {10, 0}, {14, 0}}, /* lane 2 */
+    {{3, 0}, {7, 0}, {11, 0}, {15, 0}}, /* lane 3 */
+    {{0, 1}, {4, 1}, {8, 1}, {12, 1}},  /* lane 4 */
+    {{1, 1}, {5, 1}, {9, 1}, {13, 1}},  /* lane 5 */
+    {{2, 1}, {6, 1}, {10, 1}, {14, 1}}, /* lane 6 */
+    {{3, 1}, {7, 1}, {11, 1}, {15, 1}}, /* lane 7 */
+    {{0, 2}, {4, 2}, {8, 2}, {12, 2}},  /* lane 8 */
+    {{1, 2}, {5, 2}, {9, 2}, {13, 2}},  /* lane 9 */
+    {{2, 2}, {6, 2}, {10, 2}, {14, 2}}, /* lane 10 */
+    {{3, 2}, {7, 2}, {11, 2}, {15, 2}}, /* lane 11 */
+    {{0, 3}, {4, 3}, {8, 3}, {12, 3}},  /* lane 12 */
+    {{1, 3}, {5, 3}, {9, 3}, {13, 3}},  /* lane 13 */
+    {{2, 3}, {6, 3}, {10, 3}, {14, 3}}, /* lane 14 */
+    {{3, 3}, {7, 3}, {11, 3}, {15, 3}}, /* lane 15 */
+    {{0, 4}, {4, 4}, {8, 4}, {12, 4}},  /* lane 16 */
+    {{1, 4}, {5, 4}, {9, 4}, {13, 4}},  /* lane 17 */
+    {{2, 4}, {6, 4}, {10, 4}, {14, 4}}, /* lane 18 */
+    {{3, 4}, {7, 4}, {11, 4}, {15, 4}}, /* lane 19 */
+    {{0, 5}, {4, 5}, {8, 5}, {12, 5}},  /* lane 20 */
+    {{1, 5}, {5, 5}, {9, 5}, {13, 5}},  /* lane 21 */
+    {{2, 5}, {6, 5}, {10, 5}, {14, 5}}, /* lane 22 */
+    {{3, 5}, {7, 5}, {11, 5}, {15, 5}}, /* lane 23 */
+    {{0, 6}, {4, 6}, {8, 6}, {12, 6}},  /* lane 24 */
+    {{1, 6}, {5, 6}, {9, 6}, {13, 6}},  /* lane 25 */
+    {{2, 6}, {6, 6}, {10, 6}, {14, 6}}, /* lane 26 */
+    {{3, 6}, {7, 6}, {11, 6}, {15, 6}}, /* lane 27 */
+    {{0, 7}, {4, 7}, {8, 7}, {12, 7}},  /* lane 28 */
+    {{1, 7}, {5, 7}, {9, 7}, {13, 7}},  /* lane 29 */
+    {{2, 7}, {6, 7}, {10, 7}, {14, 7}}, /* lane 30 */
+    {{3, 7}, {7, 7}, {11, 7}, {15, 7}}, /* lane 31 */
+};
+static const int DMMA16_C_POS[32][4][2] = {
+    {{0, 0}, {0, 1}, {8, 0}, {8, 1}},   /* lane 0 */
+    {{0, 2}, {0, 3}, {8, 2}, {8, 3}},   /* lane 1 */
+    {{0, 4}, {0, 5}, {8, 4}, {8, 5}},   /* lane 2 */
+    {{0, 6}, {0, 7}, {8, 6}, {8, 7}},   /* lane 3 */
+    {{1, 0}, {1, 1}, {9, 0}, {9, 1}},   /* lane 4 */
+    {{1, 2}, {1, 3}, {9, 2}, {9, 3}},   /* lane 5 */
+    {{1, 4}, {1, 5}, {9, 4}, {9, 5}},   /* lane 6 */
+    {{1, 6}, {1, 7}, {9, 6}, {9, 7}},   /* lane 7 */
+    {{2, 0}, {2, 1}, {10, 0}, {10, 1}}, /* lane 8 */
+    {{2, 2}, {2, 3}, {10, 2}, {10, 3}}, /* lane 9 */
+    {{2, 4}, {2, 5}, {10, 4}, {10, 5}}, /* lane 10 */
+    {{2, 6}, {2, 7}, {10, 6}, {10, 7}}, /* lane 11 */
+    {{3, 0}, {3, 1}, {11, 0}, {11, 1}}, /* lane 12 */
+    {{3, 2}, {3, 3}, {11, 2}, {11, 3}}, /* lane 13 */
+    {{3, 4}, {3, 5}, {11, 4}, {11, 5}}, /* lane 14 */
+    {{3, 6}, {3, 7}, {11, 6}, {11, 7}}, /* lane 15 */
+    {{4, 0}, {4, 1}, {12, 0}, {12, 1}}, /* lane 16 */
+    {{4, 2}, {4, 3}, {12, 2}, {12, 3}}, /* lane 17 */
+    {{4, 4}, {4, 5}, {12, 4}, {12, 5}}, /* lane 18 */
+    {{4, 6}, {4, 7}, {12, 6}, {12, 7}}, /* lane 19 */
+    {{5, 0}, {5, 1}, {13, 0}, {13, 1}}, /* lane 20 */
+    {{5, 2}, {5, 3}, {13, 2}, {13, 3}}, /* lane 21 */
+    {{5, 4}, {5, 5}, {13, 4}, {13, 5}}, /* lane 22 */
+    {{5, 6}, {5, 7}, {13, 6}, {13, 7}}, /* lane 23 */
+    {{6, 0}, {6, 1}, {14, 0}, {14, 1}}, /* lane 24 */
+    {{6, 2}, {6, 3}, {14, 2}, {14, 3}}, /* lane 25 */
+    {{6, 4}, {6, 5}, {14, 4}, {14, 5}}, /* lane 26 */
+    {{6, 6}, {6, 7}, {14, 6}, {14, 7}}, /* lane 27 */
+    {{7, 0}, {7, 1}, {15, 0}, {15, 1}}, /* lane 28 */
+    {{7, 2}, {7, 3}, {15, 2}, {15, 3}}, /* lane 29 */
+    {{7, 4}, {7, 5}, {15, 4}, {15, 5}}, /* lane 30 */
+    {{7, 6}, {7, 7}, {15, 6}, {15, 7}}, /* lane 31 */
+};
+
+static double vA[16][16], vB[16][8], vC[16][8], vD[16][8];
+
+/* one warp: each lane loads its fragments by the tables, one MMA (in place: d is c), stores D */
+static void dmma16_unit_kernel(int in_place) {
+  const int l = (int)threadIdx.x;
+  double a[8], b[4], c[4], d[4] = {-1.0, -1.0, -1.0, -1.0};
+  for (int i = 0; i < 8; i++) a[i] = vA[DMMA16_A_POS[l][i][0]][DMMA16_A_POS[l][i][1]];
+  for (int i = 0; i < 4; i++) b[i] = vB[DMMA16_B_POS[l][i][0]][DMMA16_B_POS[l][i][1]];
+  for (int i = 0; i < 4; i++) c[i] = vC[DMMA16_C_POS[l][i][0]][DMMA16_C_POS[l][i][1]];
+  xte_dmma_m16n8k16(in_place ? c : d, a, b, c);
+  const double *r = in_place ? c : d;
+  for (int i = 0; i < 4; i++) vD[DMMA16_C_POS[l][i][0]][DMMA16_C_POS[l][i][1]] = r[i];
+}
+
+/* xte_dmma_m16n8k16 as dmma_unit: D = C + A B of random small integers (every product and sum
+ * exact) against a plain triple loop, six times (the double buffer; in place every other time);
+ * first the tables themselves: each covers its matrix exactly once. */
+static void dmma16_unit() {
+  int bad = 0;
+  {
+    int seen_a[16][16] = {}, seen_b[16][8] = {}, seen_c[16][8] = {};
+    for (int l = 0; l < 32; l++) {
+      for (int i = 0; i < 8; i++) seen_a[DMMA16_A_POS[l][i][0]][DMMA16_A_POS[l][i][1]]++;
+      for (int i = 0; i < 4; i++) seen_b[DMMA16_B_POS[l][i][0]][DMMA16_B_POS[l][i][1]]++;
+      for (int i = 0; i < 4; i++) seen_c[DMMA16_C_POS[l][i][0]][DMMA16_C_POS[l][i][1]]++;
+    }
+    for (int r = 0; r < 16; r++)
+      for (int c = 0; c < 16; c++)
+        if (seen_a[r][c] != 1 || (c < 8 && (seen_b[r][c] != 1 || seen_c[r][c] != 1))) bad++;
+    if (bad) report("dmma16 unit", "a lane table does not cover its matrix exactly once");
+  }
+  for (int rep = 0; rep < 6 && !bad; rep++) {
+    for (int i = 0; i < 16; i++)
+      for (int k = 0; k < 16; k++) vA[i][k] = (double)((int)(rnd() % 61) - 30);
+    for (int k = 0; k < 16; k++)
+      for (int j = 0; j < 8; j++) vB[k][j] = (double)((int)(rnd() % 61) - 30) * 64.0;
+    for (int i = 0; i < 16; i++)
+      for (int j = 0; j < 8; j++) {
+        vC[i][j] = (double)((int)(rnd() % 1001) - 500) / 8.0;
+        vD[i][j] = -12345.0;
+      }
+    if (simt::launch(dim3(1), dim3(32), 0, dmma16_unit_kernel, rep % 2) != simt::ok) {
+      report("dmma16 unit", "launch refused");
+      return;
+    }
+    for (int i = 0; i < 16; i++)
+      for (int j = 0; j < 8; j++) {
+        double e = vC[i][j];
+        for (int k = 0; k < 16; k++) e += vA[i][k] * vB[k][j];
+        if (vD[i][j] != e && bad++ < 4) {
+          char m[200];
+          std::snprintf(m, sizeof m, "rep %d: D[%d][%d] = %g, expected %g", rep, i, j, vD[i][j], e);
+          report("dmma16 unit (xte_dmma_m16n8k16 against the documented layout)", m);
+        }
+      }
+  }
+  cases_run++;
+}
+
 /* With 128-lane warps (MUSA's) a DMMA request runs the SIMT kernel: a few cases. */
 static void warp128_cases() {
   setenv("SIMT_WARP_SIZE", "128", 1);
-  kernel_mask = 2;
+  kernel_mask = 6;
   want_simt_for_dmma = 1;
   tie_case(0, 9, 73, 100);
   dense_case(0, XTE_DTYPE_E4M3, XTE_DTYPE_E5M2, 0, 1, 65, 67, 300, 1, 3, 101);
   dense_case(3, XTE_DTYPE_E5M2, XTE_DTYPE_E4M3, 1, 0, 7, 9, 130, 2, 1, 102);
   setenv("SIMT_WARP_SIZE", "32", 1);
-  kernel_mask = 3;
+  kernel_mask = 7;
   want_simt_for_dmma = 0;
 }
 
@@ -636,9 +811,10 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  std::printf("simt gemm: CPU ISA %s, %s list, every case through the SIMT and the DMMA kernel\n",
+  std::printf("simt gemm: CPU ISA %s, %s list, every case through the SIMT and both DMMA kernels\n",
               simt_isa(), reduced ? "default" : "full");
   dmma_unit();
+  dmma16_unit();
   dense_cases();
   tie_cases();
   grouped_cases();
