@@ -81,10 +81,16 @@ static void load_plugin(plugin_slot *s) {
     return;
   }
   s->ndev = ops->device_count();
-  if (s->ndev <= 0)
-    snprintf(s->why, sizeof s->why, "%s loaded, no device found", s->lib);
-  else
-    snprintf(s->why, sizeof s->why, "%s loaded, %d device(s)", s->lib, s->ndev);
+  {
+    /* a note the plugin's init left on success (the CUDA plugin: which FAST GEMM it runs) */
+    char note[sizeof s->why];
+    snprintf(note, sizeof note, "%s", s->why);
+    if (s->ndev <= 0)
+      snprintf(s->why, sizeof s->why, "%s loaded, no device found", s->lib);
+    else
+      snprintf(s->why, sizeof s->why, "%s loaded, %d device(s)%s%.100s", s->lib, s->ndev,
+               note[0] ? "; " : "", note);
+  }
   s->ops = ops;
 }
 

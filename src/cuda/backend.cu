@@ -69,6 +69,8 @@ static xte_status gpu_init(const xte_core_services *svc, char *why, size_t why_s
     return XTE_ERROR_BACKEND_UNAVAILABLE;
   }
   g_ndev = n;
+  /* which FAST GEMM device 0 runs (`xte info` appends it to the plugin's status; cublaslt.cu) */
+  xte_gpu_fast_describe(0, why, why_size);
   return XTE_SUCCESS;
 }
 
@@ -80,12 +82,7 @@ static xte_status gpu_device_info(int device, xte_gpu_info *info) {
   cudaDeviceProp p;
   memset(info, 0, sizeof *info);
   XTE_GPU_TRY(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties");
-  {
-    /* the name, then which FAST GEMM this device runs (`xte info`, cublaslt.cu) */
-    char fast[96];
-    xte_gpu_fast_describe(device, fast, sizeof fast);
-    snprintf(info->name, sizeof info->name, "%.60s; %.65s", p.name, fast);
-  }
+  snprintf(info->name, sizeof info->name, "%.127s", p.name);
   snprintf(info->arch, sizeof info->arch, "%s%d%d", XTE_GPU_ARCH_PREFIX, p.major, p.minor);
   info->memory_bytes = (size_t)p.totalGlobalMem;
   return XTE_SUCCESS;
