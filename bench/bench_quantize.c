@@ -62,8 +62,25 @@ typedef struct qcopy {
 } qcopy;
 static qcopy copies[NSIZES + 1];
 
-static const xte_scale_layout LAYOUT = XTE_SCALE_LAYOUT_TE_GEMM;
 static const xte_recipe RECIPE = XTE_RECIPE_TE_BLOCK;
+static const xte_scale_layout LAYOUT = XTE_SCALE_LAYOUT_TE_GEMM;
+
+/* The scale shapes of an [M, K] quantize in `mode` (rowwise [*srr, *src], columnwise [*scr,
+ * *scc]; 1 x 1 with a message if the library refuses), and the largest fp32 scale buffers so far
+ * raised to fit them. */
+static void scale_shapes(int64_t M, int64_t K, xte_scaling_mode mode, int64_t *srr, int64_t *src,
+                         int64_t *scr, int64_t *scc, size_t *row_max, size_t *col_max) {
+  size_t rb, cb;
+  if (xte_quantize_scale_shape(M, K, mode, RECIPE, LAYOUT, 0, srr, src) != XTE_SUCCESS ||
+      xte_quantize_scale_shape(M, K, mode, RECIPE, LAYOUT, 1, scr, scc) != XTE_SUCCESS) {
+    fprintf(stderr, "xte bench quantize: scale shape: %s\n", xte_last_error());
+    *srr = *src = *scr = *scc = 1;
+  }
+  rb = (size_t)(*srr * *src) * 4;
+  cb = (size_t)(*scr * *scc) * 4;
+  if (rb > *row_max) *row_max = rb;
+  if (cb > *col_max) *col_max = cb;
+}
 
 /* Runs the rest of a case on one thread (xte's pool and the copy's team); returns the pool size
  * to restore. */
@@ -182,7 +199,6 @@ void xte_bench_suite_quantize(void) {
       for (di = 0; di < 2; di++)
         for (col = 0; col <= 1; col++) {
           qcase *c = &cases[n++];
-          size_t rb, cb;
           c->sz = s;
           c->one_thread = one;
           c->in_dtype = dtypes[di];
@@ -190,17 +206,8 @@ void xte_bench_suite_quantize(void) {
           c->columnwise = col;
           c->K = s->K;
           c->M = (int64_t)(s->in_bytes / xte_dtype_size(c->in_dtype)) / s->K;
-          if (xte_quantize_scale_shape(c->M, c->K, c->mode, RECIPE, LAYOUT, 0, &c->srr, &c->src) !=
-                  XTE_SUCCESS ||
-              xte_quantize_scale_shape(c->M, c->K, c->mode, RECIPE, LAYOUT, 1, &c->scr, &c->scc) !=
-                  XTE_SUCCESS) {
-            fprintf(stderr, "xte bench quantize: scale shape: %s\n", xte_last_error());
-            c->srr = c->src = c->scr = c->scc = 1;
-          }
-          rb = (size_t)(c->srr * c->src) * 4;
-          cb = (size_t)(c->scr * c->scc) * 4;
-          if (rb > s->row_s_bytes) s->row_s_bytes = rb;
-          if (cb > s->col_s_bytes) s->col_s_bytes = cb;
+          scale_shapes(c->M, c->K, c->mode, &c->srr, &c->src, &c->scr, &c->scc, &s->row_s_bytes,
+                       &s->col_s_bytes);
           snprintf(c->name, sizeof c->name, "quantize/%s/%s/%s/%s%s", mode_names[mi],
                    xte_dtype_name(c->in_dtype), col ? "row+col" : "row", s->label, tag);
           xte_bench_register(c->name, cp->name, "GB/s", run_quantize, c);
@@ -338,22 +345,12 @@ void xte_bench_gpu_suite_quantize(void) {
           gqcase *c = &gq_cases[n++];
           char name[128];
           double bytes;
-          size_t rb, cb;
           c->sz = s;
           c->in_dtype = dtypes[di];
           c->mode = modes[mi];
           c->columnwise = col;
-          if (xte_quantize_scale_shape(s->M, s->K, c->mode, RECIPE, LAYOUT, 0, &c->srr, &c->src) !=
-                  XTE_SUCCESS ||
-              xte_quantize_scale_shape(s->M, s->K, c->mode, RECIPE, LAYOUT, 1, &c->scr, &c->scc) !=
-                  XTE_SUCCESS) {
-            fprintf(stderr, "xte bench quantize: scale shape: %s\n", xte_last_error());
-            c->srr = c->src = c->scr = c->scc = 1;
-          }
-          rb = (size_t)(c->srr * c->src) * 4;
-          cb = (size_t)(c->scr * c->scc) * 4;
-          if (rb > s->row_s_bytes) s->row_s_bytes = rb;
-          if (cb > s->col_s_bytes) s->col_s_bytes = cb;
+          scale_shapes(s->M, s->K, c->mode, &c->srr, &c->src, &c->scr, &c->scc, &s->row_s_bytes,
+                       &s->col_s_bytes);
           bytes = (double)s->M * (double)s->K * (double)xte_dtype_size(c->in_dtype) +
                   (double)s->M * (double)s->K * (col ? 2.0 : 1.0) +
                   4.0 * (double)(c->srr * c->src + (col ? c->scr * c->scc : 0));
