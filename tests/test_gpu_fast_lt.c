@@ -13,7 +13,11 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#ifdef XTE_TEST_CR_SHIM
+#include "cr_shim.h"
+#else
 #include <criterion/criterion.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,28 +209,30 @@ Test(fast_lt, plan_table) {
 
 Test(fast_lt, abi) {
 #ifdef XTE_TEST_HAVE_LT_HEADER
-  cr_expect_eq(XTE_LT_DESC_TRANSA, CUBLASLT_MATMUL_DESC_TRANSA);
-  cr_expect_eq(XTE_LT_DESC_TRANSB, CUBLASLT_MATMUL_DESC_TRANSB);
-  cr_expect_eq(XTE_LT_DESC_EPILOGUE, CUBLASLT_MATMUL_DESC_EPILOGUE);
-  cr_expect_eq(XTE_LT_DESC_BIAS_POINTER, CUBLASLT_MATMUL_DESC_BIAS_POINTER);
-  cr_expect_eq(XTE_LT_DESC_A_SCALE_POINTER, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER);
-  cr_expect_eq(XTE_LT_DESC_B_SCALE_POINTER, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER);
-  cr_expect_eq(XTE_LT_DESC_FAST_ACCUM, CUBLASLT_MATMUL_DESC_FAST_ACCUM);
-  cr_expect_eq(XTE_LT_DESC_BIAS_DATA_TYPE, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE);
-  cr_expect_eq(XTE_LT_DESC_A_SCALE_MODE, CUBLASLT_MATMUL_DESC_A_SCALE_MODE);
-  cr_expect_eq(XTE_LT_DESC_B_SCALE_MODE, CUBLASLT_MATMUL_DESC_B_SCALE_MODE);
-  cr_expect_eq(XTE_LT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_DEFAULT);
-  cr_expect_eq(XTE_LT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_BIAS);
-  cr_expect_eq(XTE_LT_SCALE_VEC128_32F, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F);
-  cr_expect_eq(XTE_LT_SCALE_BLK128x128_32F, CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F);
-  cr_expect_eq(XTE_LT_PREF_MAX_WORKSPACE_BYTES, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES);
-  cr_expect_eq(XTE_LT_ALGO_CONFIG_SPLITK_NUM, CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
-  cr_expect_eq(XTE_LT_COMPUTE_32F, CUBLAS_COMPUTE_32F);
-  cr_expect_eq(XTE_LT_OP_T, CUBLAS_OP_T);
-  cr_expect_eq(XTE_LT_R_32F, CUDA_R_32F);
-  cr_expect_eq(XTE_LT_R_16BF, CUDA_R_16BF);
-  cr_expect_eq(XTE_LT_R_8F_E4M3, CUDA_R_8F_E4M3);
-  cr_expect_eq(XTE_LT_R_8F_E5M2, CUDA_R_8F_E5M2);
+  cr_expect_eq((long)XTE_LT_DESC_TRANSA, (long)CUBLASLT_MATMUL_DESC_TRANSA);
+  cr_expect_eq((long)XTE_LT_DESC_TRANSB, (long)CUBLASLT_MATMUL_DESC_TRANSB);
+  cr_expect_eq((long)XTE_LT_DESC_EPILOGUE, (long)CUBLASLT_MATMUL_DESC_EPILOGUE);
+  cr_expect_eq((long)XTE_LT_DESC_BIAS_POINTER, (long)CUBLASLT_MATMUL_DESC_BIAS_POINTER);
+  cr_expect_eq((long)XTE_LT_DESC_A_SCALE_POINTER, (long)CUBLASLT_MATMUL_DESC_A_SCALE_POINTER);
+  cr_expect_eq((long)XTE_LT_DESC_B_SCALE_POINTER, (long)CUBLASLT_MATMUL_DESC_B_SCALE_POINTER);
+  cr_expect_eq((long)XTE_LT_DESC_FAST_ACCUM, (long)CUBLASLT_MATMUL_DESC_FAST_ACCUM);
+  cr_expect_eq((long)XTE_LT_DESC_BIAS_DATA_TYPE, (long)CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE);
+  cr_expect_eq((long)XTE_LT_DESC_A_SCALE_MODE, (long)CUBLASLT_MATMUL_DESC_A_SCALE_MODE);
+  cr_expect_eq((long)XTE_LT_DESC_B_SCALE_MODE, (long)CUBLASLT_MATMUL_DESC_B_SCALE_MODE);
+  cr_expect_eq((long)XTE_LT_EPILOGUE_DEFAULT, (long)CUBLASLT_EPILOGUE_DEFAULT);
+  cr_expect_eq((long)XTE_LT_EPILOGUE_BIAS, (long)CUBLASLT_EPILOGUE_BIAS);
+  cr_expect_eq((long)XTE_LT_SCALE_VEC128_32F, (long)CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F);
+  cr_expect_eq((long)XTE_LT_SCALE_BLK128x128_32F,
+               (long)CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F);
+  cr_expect_eq((long)XTE_LT_PREF_MAX_WORKSPACE_BYTES,
+               (long)CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES);
+  cr_expect_eq((long)XTE_LT_ALGO_CONFIG_SPLITK_NUM, (long)CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
+  cr_expect_eq((long)XTE_LT_COMPUTE_32F, (long)CUBLAS_COMPUTE_32F);
+  cr_expect_eq((long)XTE_LT_OP_T, (long)CUBLAS_OP_T);
+  cr_expect_eq((long)XTE_LT_R_32F, (long)CUDA_R_32F);
+  cr_expect_eq((long)XTE_LT_R_16BF, (long)CUDA_R_16BF);
+  cr_expect_eq((long)XTE_LT_R_8F_E4M3, (long)CUDA_R_8F_E4M3);
+  cr_expect_eq((long)XTE_LT_R_8F_E5M2, (long)CUDA_R_8F_E5M2);
   cr_expect_eq(sizeof(xte_lt_algo), sizeof(cublasLtMatmulAlgo_t));
   cr_expect_eq(sizeof(xte_lt_heuristic), sizeof(cublasLtMatmulHeuristicResult_t));
   cr_expect_eq(offsetof(xte_lt_heuristic, state), offsetof(cublasLtMatmulHeuristicResult_t, state));
