@@ -12,7 +12,7 @@
 #  bench_machine_after_reexec      as after a re-exec whose target did not take (the marker set,
 #                                  OpenBLAS still on Prescott): recorded as xte bench's, refused
 # Each takes a few seconds (more on a loaded machine).
-if(TARGET xte_cli)
+if(TARGET xte_cli AND NOT XTE_BENCH_GPU_ONLY) # (the GPU-only xte has no CPU suites, no `moe`)
   set(XTE_BENCH_MACHINE_VARIANTS json user_coretype after_reexec)
   foreach(variant ${XTE_BENCH_MACHINE_VARIANTS})
     set(env "")

@@ -15,7 +15,7 @@
 #                        ee814c837b0882e0 when the weights stopped being fp32 values quantized by
 #                        xte_quantize (issue 16: the Kimi-K2 preset's setup)
 # Each takes about a second (the checksum ones: a few).
-if(TARGET xte_cli)
+if(TARGET xte_cli AND NOT XTE_BENCH_GPU_ONLY) # (the GPU-only xte has no CPU suites, no `moe`)
   set(XTE_MOE_SMALL --hidden 256 --ffn 128 --experts 8 --topk 2 --tokens 64 --check-tokens 64
                     --quiet)
   add_test(NAME moe_layer_small COMMAND xte_cli moe ${XTE_MOE_SMALL})
@@ -60,7 +60,7 @@ endif()
 #  moe_layer_ep_fault_*    a planted bug (XTE_MOE_EP_FAULT: combine without the top-k weights;
 #                          each rank holding the next experts' weights): the check must say FAIL
 # Each takes about a second.
-if(TARGET xte_cli AND XTE_HAVE_MPI)
+if(TARGET xte_cli AND XTE_HAVE_MPI AND NOT XTE_BENCH_GPU_ONLY)
   set(XTE_MOE_EP_SMALL --hidden 256 --ffn 256 --experts 12 --topk 3 --tokens 50 --quiet)
   set(XTE_MOE_EP_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
   foreach(n 1 2 3 4)
