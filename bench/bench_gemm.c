@@ -196,12 +196,13 @@ void xte_bench_suite_gemm(void) {}
  * and (N, K) = (4096, 7168) and (7168, 2048), the expert GEMMs of Kimi-K2 and DeepSeek-V3
  * (hidden 7168, expert width 2048: gate + up, down), and (7168, 16384) (the shape of
  * tests/device/gpu_bench.c). Per shape, the stages of the exact GEMM: "exact-simt" and
- * "exact-dmma4" (XTE_CUDA_GEMM_KERNEL forced per call; a DMMA kernel the device cannot run gives
- * the automatic choice), "exact" (the automatic choice: m16n8k16 DMMA on sm_90, m8n8k4 on sm_80 /
- * 89), and "fast" (XTE_GEMM_FAST); each beside the anchor "gemm/cublas-bf16/<shape>": cuBLAS's bf16
- * GEMM of the same shape and the same values (cublasGemmEx, fp32 compute) in the same run. TFLOP/s
- * of 2 M N K; CUDA events, the L2 flushed before every iteration. Without cuBLAS the cases run
- * without an anchor (the note says why). --smoke: M, N, K = 96, 160, 384. */
+ * "exact-dmma4", "exact-imma" (int8 digit products; XTE_CUDA_GEMM_KERNEL forced per call; a DMMA
+ * kernel the device cannot run gives the automatic choice), "exact" (the automatic choice: m16n8k16
+ * DMMA on sm_90, m8n8k4 on sm_80 / 89), and "fast" (XTE_GEMM_FAST); each beside the anchor
+ * "gemm/cublas-bf16/<shape>": cuBLAS's bf16 GEMM of the same shape and the same values
+ * (cublasGemmEx, fp32 compute) in the same run. TFLOP/s of 2 M N K; CUDA events, the L2 flushed
+ * before every iteration. Without cuBLAS the cases run without an anchor (the note says why).
+ * --smoke: M, N, K = 96, 160, 384. */
 typedef struct ggshape {
   int64_t M, N, K;
   uint16_t *x, *w, *d; /* device: bf16 X [M, K], W [N, K], D [M, N] */
@@ -217,7 +218,7 @@ typedef struct ggcase {
 
 #define GG_NSHAPES 3
 static ggshape gg_shapes[GG_NSHAPES], gg_smoke; /* shapes set at registration */
-static ggcase gg_cases[GG_NSHAPES * 5];
+static ggcase gg_cases[GG_NSHAPES * 6];
 
 /* q: the device quantization of bf16 x [R, C] (mode), buffers allocated here; 0 ok */
 static int gg_quantize(const void *x, int64_t R, int64_t C, xte_scaling_mode mode, xte_qtensor *q,
@@ -311,8 +312,8 @@ static int gg_setup(void *arg, char *why, size_t wn) {
 }
 
 void xte_bench_gpu_suite_gemm(void) {
-  static const char *const stage[4] = {"exact-simt", "exact-dmma4", "exact", "fast"};
-  static const char *const kernel[4] = {"simt", "dmma4", NULL, NULL};
+  static const char *const stage[5] = {"exact-simt", "exact-dmma4", "exact-imma", "exact", "fast"};
+  static const char *const kernel[5] = {"simt", "dmma4", "imma", NULL, NULL};
   static int registered;
   char why[512], name[128], anchor[128];
   int n = 0, si, k, nshapes = xte_gpu_smoke() ? 1 : GG_NSHAPES;
@@ -339,11 +340,11 @@ void xte_bench_gpu_suite_gemm(void) {
     a->sh = s;
     a->cublas = 1;
     if (have_cublas) xte_gpu_register(anchor, NULL, "TFLOP/s", flops, gg_setup, gg_run, a);
-    for (k = 0; k < 4; k++) {
+    for (k = 0; k < 5; k++) {
       ggcase *c = &gg_cases[n++];
       c->sh = s;
       c->kernel = kernel[k];
-      c->fast = k == 3;
+      c->fast = k == 4;
       snprintf(name, sizeof name, "gemm/%s/%lldx%lldx%lld", stage[k], (long long)s->M,
                (long long)s->N, (long long)s->K);
       xte_gpu_register(name, have_cublas ? anchor : NULL, "TFLOP/s", flops, gg_setup, gg_run, c);

@@ -2,8 +2,10 @@
  * masked, K-grouped). Stage 2, the fp64 tensor-core kernel (gemm_mma_kernels.cuh): with
  * mma m16n8k16 on devices of compute capability >= 9.0 whose code for it was built for sm_90 or
  * later, with mma m8n8k4 on those of >= 8.0 built for sm_80 or later; stage 1, the SIMT fp64
- * kernel, elsewhere and on MUSA. All give the same bytes. XTE_CUDA_GEMM_KERNEL=simt / dmma4 /
- * dmma16 forces one (read at every call: the device script times each). The kernels and the host
+ * kernel, elsewhere and on MUSA. Stage 3, the int8 digit kernel (gemm_imma_kernels.cuh, e4m3 x
+ * e4m3 only, sm_80+), runs only on request for now. All give the same bytes.
+ * XTE_CUDA_GEMM_KERNEL=simt / dmma4 / dmma16 / imma forces one (read at every call: the device
+ * script times each). The kernels and the host
  * steps live in gemm_kernels.cuh, written against a runtime policy; this file gives it the CUDA
  * runtime. tests/simt/simt_plugin.cpp gives the same driver the host SIMT runner: keep the two
  * policies in step (same operations, same order). */
@@ -23,7 +25,7 @@ struct cuda_gemm_rt {
   cudaStream_t st;
   const xte_core_services *svc;
   cudaError_t prior; /* the application's pending error, left alone */
-  int dmma;          /* the kernel: XTE_GEMM_KERNEL_SIMT / DMMA4 / DMMA16 */
+  int dmma;          /* the kernel: XTE_GEMM_KERNEL_SIMT / DMMA4 / DMMA16 / IMMA */
 
   xte_status alloc(void **p, size_t bytes) {
     return xte_gpu_check(cudaMalloc(p, bytes), "cudaMalloc (GEMM workspace)");
@@ -61,11 +63,12 @@ struct cuda_gemm_rt {
 };
 
 #if XTE_GEMM_DMMA
-/* The stage 2 kernels device dev runs: bit 0 the m8n8k4 one (compute capability >= 8.0 and its
- * code for the device, SASS or PTX JIT-compiled, built for sm_80 or later), bit 1 the m16n8k16
- * one (compute capability >= 9.0 and its code built for sm_90 or later); a build for older
- * architectures has only trapping stubs there. Cached per device (the bits + 1; 0 unknown); a
- * failing query means none (its error consumed unless it was the application's). */
+/* The stage 2 and 3 kernels device dev runs: bit 0 the m8n8k4 one (compute capability >= 8.0 and
+ * its code for the device, SASS or PTX JIT-compiled, built for sm_80 or later), bit 1 the
+ * m16n8k16 one (compute capability >= 9.0 and its code built for sm_90 or later), bit 2 the int8
+ * digit kernel (as bit 0, its own code); a build for older architectures has only trapping stubs
+ * there. Cached per device (the bits + 1; 0 unknown); a failing query means none (its error
+ * consumed unless it was the application's). */
 #define XTE_GEMM_MAX_DEVICES 64
 std::atomic<int> g_dmma_ok[XTE_GEMM_MAX_DEVICES];
 
@@ -76,6 +79,8 @@ int dmma_query(int dev, cudaError_t prior) {
   if (e == cudaSuccess && major >= 8) {
     e = cudaFuncGetAttributes(&fa, xte_gemm_dmma_kernel<0, 4>);
     if (e == cudaSuccess && fa.binaryVersion >= 80) ok |= 1;
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, xte_gemm_imma_kernel);
+    if (e == cudaSuccess && fa.binaryVersion >= 80) ok |= 4;
   }
   if (e == cudaSuccess && major >= 9) {
     e = cudaFuncGetAttributes(&fa, xte_gemm_dmma_kernel<0, 16>);
@@ -89,10 +94,11 @@ int dmma_query(int dev, cudaError_t prior) {
 }
 
 /* The kernel of this call (XTE_GEMM_KERNEL_*): m16n8k16 where the device runs it, else m8n8k4
- * where it runs that, else SIMT. XTE_CUDA_GEMM_KERNEL=simt / dmma4 / dmma16 forces one (read at
- * every call: the device script times each); a forced DMMA kernel the device cannot run gives the
- * automatic choice. */
-int dmma_selected(int dev, cudaError_t prior) {
+ * where it runs that, else SIMT. XTE_CUDA_GEMM_KERNEL=simt / dmma4 / dmma16 / imma forces one
+ * (read at every call: the device script times each); a forced MMA kernel the device cannot run,
+ * and imma with an operand that is not e4m3, give the automatic choice. The int8 digit kernel is
+ * not an automatic choice yet (never timed on a GPU). */
+int dmma_selected(int dev, cudaError_t prior, const xte_gemm_args *a) {
   const char *env = getenv("XTE_CUDA_GEMM_KERNEL");
   if (env && strcmp(env, "simt") == 0) return XTE_GEMM_KERNEL_SIMT;
   int ok;
@@ -106,12 +112,15 @@ int dmma_selected(int dev, cudaError_t prior) {
     }
   }
   if (env && strcmp(env, "dmma4") == 0 && (ok & 1)) return XTE_GEMM_KERNEL_DMMA4;
+  if (env && strcmp(env, "imma") == 0 && (ok & 4) && a->a.fmt == XTE_FP8_E4M3 &&
+      a->b.fmt == XTE_FP8_E4M3)
+    return XTE_GEMM_KERNEL_IMMA;
   if (ok & 2) return XTE_GEMM_KERNEL_DMMA16;
   if (ok & 1) return XTE_GEMM_KERNEL_DMMA4;
   return XTE_GEMM_KERNEL_SIMT;
 }
 #else
-int dmma_selected(int, cudaError_t) {
+int dmma_selected(int, cudaError_t, const xte_gemm_args *) {
   return XTE_GEMM_KERNEL_SIMT;
 }
 #endif
@@ -124,7 +133,7 @@ static xte_status gpu_gemm(const xte_gemm_args *a, void *handle) {
   xte_status fast_st;
   if (xte_gpu_gemm_fast(a, h, &fast_st)) return fast_st; /* FAST: cuBLASLt where it applies */
   const cudaError_t prior = cudaPeekAtLastError();
-  cuda_gemm_rt rt{h->stream, xte_gpu_services(), prior, dmma_selected(h->device, prior)};
+  cuda_gemm_rt rt{h->stream, xte_gpu_services(), prior, dmma_selected(h->device, prior, a)};
   return xte_gemm_run(rt, a);
 }
 

@@ -118,19 +118,18 @@ __device__ __forceinline__ void xte_gemm_find_tile(int64_t t, const xte_gemm_pro
   col0 = (int64_t)(local % ntn) * XTE_GEMM_BN;
 }
 
-/* One staging step of both kernels (all XTE_GEMM_NT threads, between two barriers): with ks == 0
- * the scales of the tile's rows and columns for K block k0 into s_sa / s_sb, and the codes
- * [row][k0 + ks + kk], kk < KS, decoded to fp64 (exact) into s_a[kk][row] / s_b[kk][col], zero
- * outside the problem and past kn; with SPLIT the e5m2 operand's two classes go to its array
- * (class |v| >= 1, NaN, inf) and s_lo (class |v| < 1). The walk follows the operand's contiguous
- * axis. LD: the row length of the shared arrays (the kernels pad it differently). */
-template <int SPLIT, int KS, int LD>
-__device__ __forceinline__ void xte_gemm_stage(const xte_gemm_args &g, const xte_gemm_problem &p,
-                                               const xte_gemm_shifts &sh, int64_t mv, int64_t row0,
-                                               int64_t col0, int64_t k0, int ks, int kn, int tid,
-                                               double (*s_a)[LD], double (*s_b)[LD],
-                                               double (*s_lo)[SPLIT ? LD : 1], float *s_sa,
-                                               float *s_sb) {
+/* The staging walk of every kernel (all XTE_GEMM_NT threads, between two barriers): with ks == 0
+ * the scales of the tile's rows and columns for K block k0 into s_sa / s_sb; then every code
+ * [row][k0 + ks + kk], kk < KS, of the tile's A rows goes to put_a(kk, row, live, code) and of its
+ * B rows (the output's columns) to put_b(kk, col, live, code); live: inside the problem and
+ * kk < kn (code 0 otherwise). The walk follows the operand's contiguous axis. */
+template <int KS, class PA, class PB>
+__device__ __forceinline__ void xte_gemm_stage_walk(const xte_gemm_args &g,
+                                                    const xte_gemm_problem &p,
+                                                    const xte_gemm_shifts &sh, int64_t mv,
+                                                    int64_t row0, int64_t col0, int64_t k0, int ks,
+                                                    int kn, int tid, float *s_sa, float *s_sb,
+                                                    const PA &put_a, const PB &put_b) {
   if (ks == 0) {
     if (tid < XTE_GEMM_BM) {
       const int64_t r = row0 + tid;
@@ -144,31 +143,53 @@ __device__ __forceinline__ void xte_gemm_stage(const xte_gemm_args &g, const xte
   for (int idx = tid; idx < KS * XTE_GEMM_BM; idx += XTE_GEMM_NT) {
     const int kk = g.a.ks == 1 ? idx % KS : idx / XTE_GEMM_BM;
     const int r = g.a.ks == 1 ? idx / KS : idx % XTE_GEMM_BM;
-    double v = 0.0;
-    if (row0 + r < mv && kk < kn)
-      v = xte_fp8_to_f64(g.a.data[(p.a_i0 + row0 + r) * g.a.rs + (p.a_k0 + k0 + ks + kk) * g.a.ks],
-                         g.a.fmt);
-    if (SPLIT == 1) {
-      s_a[kk][r] = xte_gemm_class_hi(v);
-      s_lo[kk][r] = xte_gemm_class_lo(v);
-    } else {
-      s_a[kk][r] = v;
-    }
+    const bool live = row0 + r < mv && kk < kn;
+    const uint8_t code =
+        live ? g.a.data[(p.a_i0 + row0 + r) * g.a.rs + (p.a_k0 + k0 + ks + kk) * g.a.ks] : 0;
+    put_a(kk, r, live, code);
   }
   for (int idx = tid; idx < KS * XTE_GEMM_BN; idx += XTE_GEMM_NT) {
     const int kk = g.b.ks == 1 ? idx % KS : idx / XTE_GEMM_BN;
     const int c = g.b.ks == 1 ? idx / KS : idx % XTE_GEMM_BN;
-    double v = 0.0;
-    if (col0 + c < p.n && kk < kn)
-      v = xte_fp8_to_f64(g.b.data[(p.b_i0 + col0 + c) * g.b.rs + (p.b_k0 + k0 + ks + kk) * g.b.ks],
-                         g.b.fmt);
-    if (SPLIT == 2) {
-      s_b[kk][c] = xte_gemm_class_hi(v);
-      s_lo[kk][c] = xte_gemm_class_lo(v);
+    const bool live = col0 + c < p.n && kk < kn;
+    const uint8_t code =
+        live ? g.b.data[(p.b_i0 + col0 + c) * g.b.rs + (p.b_k0 + k0 + ks + kk) * g.b.ks] : 0;
+    put_b(kk, c, live, code);
+  }
+}
+
+/* The fp64 staging of the SIMT and DMMA kernels: a code decoded to fp64 (exact) into s[kk][i],
+ * zero when not live; operand WHICH (1 A, 2 B) == SPLIT is the e5m2 one, whose classes go to s
+ * (|v| >= 1, NaN, inf) and lo (|v| < 1). */
+template <int SPLIT, int WHICH, int LD>
+struct xte_gemm_put_f64 {
+  double (*s)[LD];
+  double (*lo)[SPLIT ? LD : 1];
+  int fmt;
+  __device__ __forceinline__ void operator()(int kk, int i, bool live, uint8_t code) const {
+    const double v = live ? xte_fp8_to_f64(code, fmt) : 0.0;
+    if (SPLIT == WHICH) {
+      s[kk][i] = xte_gemm_class_hi(v);
+      lo[kk][i] = xte_gemm_class_lo(v);
     } else {
-      s_b[kk][c] = v;
+      s[kk][i] = v;
     }
   }
+};
+
+/* One staging step of the SIMT and DMMA kernels: xte_gemm_stage_walk with the codes decoded to
+ * fp64 into s_a[kk][row] / s_b[kk][col] (and with SPLIT the e5m2 operand's low class into s_lo).
+ * LD: the row length of the shared arrays (the kernels pad it differently). */
+template <int SPLIT, int KS, int LD>
+__device__ __forceinline__ void xte_gemm_stage(const xte_gemm_args &g, const xte_gemm_problem &p,
+                                               const xte_gemm_shifts &sh, int64_t mv, int64_t row0,
+                                               int64_t col0, int64_t k0, int ks, int kn, int tid,
+                                               double (*s_a)[LD], double (*s_b)[LD],
+                                               double (*s_lo)[SPLIT ? LD : 1], float *s_sa,
+                                               float *s_sb) {
+  const xte_gemm_put_f64<SPLIT, 1, LD> put_a = {s_a, s_lo, g.a.fmt};
+  const xte_gemm_put_f64<SPLIT, 2, LD> put_b = {s_b, s_lo, g.b.fmt};
+  xte_gemm_stage_walk<KS>(g, p, sh, mv, row0, col0, k0, ks, kn, tid, s_sa, s_sb, put_a, put_b);
 }
 
 /* One output element of D through the epilogue, the CPU's store_d (row r < mv, column c < p.n of
@@ -274,10 +295,12 @@ __global__ void __launch_bounds__(XTE_GEMM_NT)
 }
 
 /* The kernel a runtime policy's `dmma` picks: the SIMT one (stage 1), or stage 2 with
- * mma m8n8k4 (sm_80+) or m16n8k16 (sm_90+) */
+ * mma m8n8k4 (sm_80+) or m16n8k16 (sm_90+), or stage 3, the int8 digit kernel (sm_80+; e4m3 x
+ * e4m3 only: with an e5m2 operand the driver runs the SIMT kernel instead) */
 #define XTE_GEMM_KERNEL_SIMT 0
 #define XTE_GEMM_KERNEL_DMMA4 1
 #define XTE_GEMM_KERNEL_DMMA16 2
+#define XTE_GEMM_KERNEL_IMMA 3
 
 /* Stage 2, the fp64 tensor-core kernel: NVIDIA only (PTX mma), not in the MUSA build. */
 #if defined(XTE_MUSA) || defined(__MUSACC__)
@@ -285,6 +308,7 @@ __global__ void __launch_bounds__(XTE_GEMM_NT)
 #else
 #define XTE_GEMM_DMMA 1
 #include "cuda/gemm_mma_kernels.cuh"
+#include "cuda/gemm_imma_kernels.cuh"
 #endif
 
 /* ---------------------------------------------------------------- host steps */
@@ -313,6 +337,8 @@ static xte_status xte_gemm_launch_dmma(RT &rt, int split, int64_t grid, A... arg
 template <class RT, class... A>
 static xte_status xte_gemm_launch_split(RT &rt, int split, int64_t grid, A... args) {
 #if XTE_GEMM_DMMA
+  if (rt.dmma == XTE_GEMM_KERNEL_IMMA && split == 0)
+    return rt.launch(grid, xte_gemm_imma_kernel, args...);
   if (rt.dmma == XTE_GEMM_KERNEL_DMMA16) return xte_gemm_launch_dmma<16>(rt, split, grid, args...);
   if (rt.dmma == XTE_GEMM_KERNEL_DMMA4) return xte_gemm_launch_dmma<4>(rt, split, grid, args...);
 #endif
@@ -323,7 +349,9 @@ static xte_status xte_gemm_launch_split(RT &rt, int split, int64_t grid, A... ar
 
 /* The whole call: checks, workspace (grouped: the problem list and tile starts on the device),
  * the masked_m verdict, then the GEMM launch (the DMMA kernel of shape rt.dmma when that is
- * XTE_GEMM_KERNEL_DMMA4 / DMMA16 and XTE_GEMM_DMMA, else the SIMT one). RT: dmma (int), alloc(void
+ * XTE_GEMM_KERNEL_DMMA4 / DMMA16 and XTE_GEMM_DMMA, the int8 digit kernel when it is
+ * XTE_GEMM_KERNEL_IMMA, XTE_GEMM_DMMA and no operand is e5m2, else the SIMT one). RT: dmma (int),
+ * alloc(void
  * **, bytes), release(p), upload(dev, host, bytes), read(host, dev, bytes) (checks the launches
  * before it first), memset(p, v, bytes), launch(grid, kernel, args...), finish(), host_alloc(bytes)
  * / host_free(p) (host memory); svc->set_error. */

@@ -78,6 +78,37 @@ struct xte_gemm_dmma_shape<16> { /* m16n8k16 */
   }
 };
 
+/* The MMA tiles of a warp's MI x NI grid (F::M x F::N each) that hold an output element, given
+ * the rows (mrest) and columns (nrest) of the problem from the warp tile's first on: i < mlive,
+ * j < nlive (uniform over the warp; the others are skipped, their outputs are not written). */
+template <class F, int MI, int NI>
+__device__ __forceinline__ void xte_gemm_warp_live(int64_t mrest, int64_t nrest, int &mlive,
+                                                   int &nlive) {
+  mlive = mrest <= 0 ? 0 : (mrest >= F::M * MI ? MI : (int)((mrest + F::M - 1) / F::M));
+  nlive = nrest <= 0 ? 0 : (nrest >= F::N * NI ? NI : (int)((nrest + F::N - 1) / F::N));
+}
+
+/* The epilogue of a warp's accumulators (the CPU's store_d): acc[i][j][e] is element
+ * (r0 + F::M i + F::c_row(lg, e), c0 + F::N j + F::c_col(lt, e)) of D (r0, c0: the warp tile's
+ * first row and column in the problem); only rows < mv and columns < p.n are written. */
+template <class F, int MI, int NI>
+__device__ __forceinline__ void xte_gemm_warp_store(const xte_gemm_args &g,
+                                                    const xte_gemm_problem &p, int64_t mv,
+                                                    int64_t r0, int64_t c0, int lg, int lt,
+                                                    const float (&acc)[MI][NI][F::NC]) {
+  XTE_GEMM_UNROLL
+  for (int i = 0; i < MI; i++) XTE_GEMM_UNROLL
+  for (int e = 0; e < F::NC; e++) {
+    const int64_t r = r0 + F::M * i + F::c_row(lg, e);
+    if (r >= mv) continue;
+    XTE_GEMM_UNROLL
+    for (int j = 0; j < NI; j++) {
+      const int64_t c = c0 + F::N * j + F::c_col(lt, e);
+      if (c < p.n) xte_gemm_store(g, p, r, c, acc[i][j][e]);
+    }
+  }
+}
+
 /* m16n8k16 without SPLIT: at most 128 registers, 2 blocks per SM (as the m8n8k4 kernel without
  * SPLIT, 121 registers unbounded); the others take 1 block per SM (about 160 - 190 registers) */
 template <int SPLIT, int SHAPE>
@@ -105,9 +136,8 @@ __global__ void __launch_bounds__(XTE_GEMM_NT, (SHAPE == 16 && SPLIT == 0) ? 2 :
     if (row0 >= mv) continue; /* masked rows: nothing to write (uniform) */
     /* the warp's MMA tiles that hold an output element: i < mlive, j < nlive (uniform over the
      * warp; the others are skipped, their outputs are not written) */
-    const int64_t mrest = mv - row0 - wr, nrest = p.n - col0 - wc;
-    const int mlive = mrest <= 0 ? 0 : (mrest >= F::M * MI ? MI : (int)((mrest + F::M - 1) / F::M));
-    const int nlive = nrest <= 0 ? 0 : (nrest >= F::N * NI ? NI : (int)((nrest + F::N - 1) / F::N));
+    int mlive, nlive;
+    xte_gemm_warp_live<F, MI, NI>(mv - row0 - wr, p.n - col0 - wc, mlive, nlive);
     float acc[MI][NI][NC];
     XTE_GEMM_UNROLL
     for (int i = 0; i < MI; i++) XTE_GEMM_UNROLL
@@ -175,18 +205,7 @@ __global__ void __launch_bounds__(XTE_GEMM_NT, (SHAPE == 16 && SPLIT == 0) ? 2 :
                                   s_sb[wc + F::N * j + F::c_col(lt, e)]);
       }
     }
-    /* the epilogue, the CPU's store_d */
-    XTE_GEMM_UNROLL
-    for (int i = 0; i < MI; i++) XTE_GEMM_UNROLL
-    for (int e = 0; e < NC; e++) {
-      const int64_t r = row0 + wr + F::M * i + F::c_row(lg, e);
-      if (r >= mv) continue;
-      XTE_GEMM_UNROLL
-      for (int j = 0; j < NI; j++) {
-        const int64_t c = col0 + wc + F::N * j + F::c_col(lt, e);
-        if (c < p.n) xte_gemm_store(g, p, r, c, acc[i][j][e]);
-      }
-    }
+    xte_gemm_warp_store<F, MI, NI>(g, p, mv, row0 + wr, col0 + wc, lg, lt, acc);
   }
 }
 

@@ -238,6 +238,21 @@ else
   note "gemm_dmma4: SKIPPED: no CUDA device"
 fi
 
+# 6d. The same with the int8 digit kernel forced (XTE_CUDA_GEMM_KERNEL=imma, stage 3,
+# src/cuda/gemm_imma_kernels.cuh; sm_80+, e4m3 x e4m3: the e5m2 cases of the check fall back to
+# the automatic choice): its bytes against the CPU and its rate on the timed e4m3 shape, next to
+# 6, 6b and 6c. Not an automatic choice yet: this step measures it.
+if [ $have_gpu -eq 1 ]; then
+  step gemm_imma 90 env XTE_CUDA_GEMM_KERNEL=imma "$bdir/tests/xte_device_bench" gemm
+  s=$?
+  grep -E "^\||^\(|FAILED" "$logs/gemm_imma.log" | sed 's/^/imma int8 digit kernel: /' |
+    tee -a "$summary"
+  [ $s -eq 0 ] && note "gemm_imma: PASSED (int8 digit kernel forced: CUDA exact GEMM = CPU bytes, twice)" ||
+    failed gemm_imma "exit $s (see gemm_imma.log)"
+else
+  note "gemm_imma: SKIPPED: no CUDA device"
+fi
+
 # ---------------------------------------------------------------- 7. exact attention
 # xte_device_bench attention: the CUDA exact attention against the CPU backend byte for byte
 # (bf16 / fp32, BSHD causal + GQA, THD varlen + window, softcap + ALiBi; O, LSE, dQ, dK, dV;

@@ -271,13 +271,13 @@ const xte_moe_ops g_moe_ops = {moe_router_forward, moe_router_backward, moe_aux_
                                moe_dispatch_layout, moe_swiglu};
 
 /* GEMM kernel launches: [0] the SIMT kernel (stage 1), [1] the DMMA kernel (stage 2) with mma
- * m8n8k4, [2] with mma m16n8k16 */
-std::atomic<long> g_gemm_launches[3];
+ * m8n8k4, [2] with mma m16n8k16, [3] the int8 digit kernel (stage 3) */
+std::atomic<long> g_gemm_launches[4];
 
 /* gemm.cu: cuda_gemm_rt, the runtime policy of gemm_kernels.cuh's driver (host memory) */
 struct host_gemm_rt {
   const xte_core_services *svc;
-  int dmma; /* the kernel, XTE_GEMM_KERNEL_SIMT / DMMA4 / DMMA16: see gemm() */
+  int dmma; /* the kernel, XTE_GEMM_KERNEL_SIMT / DMMA4 / DMMA16 / IMMA: see gemm() */
   xte_status alloc(void **p, size_t bytes) { return ::alloc(0, bytes ? bytes : 1, p); }
   void release(void *p) { std::free(p); }
   void *host_alloc(size_t bytes) { return std::malloc(bytes); }
@@ -315,12 +315,16 @@ struct host_gemm_rt {
              k == reinterpret_cast<vf>(&xte_gemm_exact_kernel<1>) ||
              k == reinterpret_cast<vf>(&xte_gemm_exact_kernel<2>))
       g_gemm_launches[0].fetch_add(1);
+    else if (k == reinterpret_cast<vf>(&xte_gemm_imma_kernel))
+      g_gemm_launches[3].fetch_add(1);
   }
   xte_status finish() { return XTE_SUCCESS; }
 };
 
 /* gemm.cu: gpu_gemm. The kernel: SIMT_GEMM_KERNEL=dmma asks for the DMMA kernel (stage 2) with mma
- * m8n8k4, SIMT_GEMM_KERNEL=dmma16 for the one with mma m16n8k16; they run only with 32-lane warps
+ * m8n8k4, SIMT_GEMM_KERNEL=dmma16 for the one with mma m16n8k16, SIMT_GEMM_KERNEL=imma for the int8
+ * digit kernel (stage 3; e4m3 x e4m3 only, else the driver runs the SIMT kernel, as gemm.cu falls
+ * back to its automatic choice); they run only with 32-lane warps
  * (as gemm.cu selects them only on NVIDIA devices of compute capability >= 8.0 / 9.0; with the
  * runner's 64- / 128-lane warps, MUSA's, the SIMT kernel runs);
  * SIMT_WARP_SIZE (32, 64, 128): the runner's warp size, read at every call. */
@@ -330,6 +334,7 @@ xte_status gemm(const xte_gemm_args *a, void *) {
   int kern = XTE_GEMM_KERNEL_SIMT;
   if (k && warpSize == 32 && !std::strcmp(k, "dmma")) kern = XTE_GEMM_KERNEL_DMMA4;
   if (k && warpSize == 32 && !std::strcmp(k, "dmma16")) kern = XTE_GEMM_KERNEL_DMMA16;
+  if (k && warpSize == 32 && !std::strcmp(k, "imma")) kern = XTE_GEMM_KERNEL_IMMA;
   host_gemm_rt rt{g_svc, kern};
   return xte_gemm_run(rt, a);
 }
@@ -398,9 +403,9 @@ void fill_ops() {
 }  // namespace
 
 /* test_simt_gemm: launches of the SIMT (dmma = 0) or the DMMA GEMM kernel, m8n8k4 (dmma = 1) or
- * m16n8k16 (dmma = 2), so far */
+ * m16n8k16 (dmma = 2), or of the int8 digit kernel (dmma = 3), so far */
 extern "C" __attribute__((visibility("default"))) long simt_gemm_launches(int dmma) {
-  return g_gemm_launches[dmma == 2 ? 2 : (dmma ? 1 : 0)].load();
+  return g_gemm_launches[dmma >= 0 && dmma <= 3 ? dmma : 0].load();
 }
 
 extern "C" __attribute__((visibility("default"))) const xte_backend_ops *xte_plugin_get_ops(

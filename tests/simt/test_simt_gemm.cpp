@@ -1,8 +1,10 @@
 /* The CUDA exact GEMM kernels (src/cuda/gemm_kernels.cuh, stage 1: SIMT fp64; stage 2: the fp64
  * tensor-core kernel of src/cuda/gemm_mma_kernels.cuh, once with mma.sync m8n8k4 and once with
- * m16n8k16, both emulated by src/cuda/xte_dmma.cuh; every case runs through all three), run on the
- * host by the SIMT runner (simt.h, through the stand-in plugin simt_plugin.cpp that libxte loads as
- * its CUDA backend), against the CPU backend, byte for byte: every byte of D (D starts as 0xCD on
+ * m16n8k16, both emulated by src/cuda/xte_dmma.cuh; every case runs through all three; stage 3:
+ * the int8 digit kernel of src/cuda/gemm_imma_kernels.cuh, mma m16n8k32 .s8 emulated by
+ * src/cuda/xte_imma.cuh, every e4m3 x e4m3 case), run on the host by the SIMT runner (simt.h,
+ * through the stand-in plugin simt_plugin.cpp that libxte loads as its CUDA backend), against the
+ * CPU backend, byte for byte: every byte of D (D starts as 0xCD on
  * both sides, so rows the call must not write, padding rows of a contiguous grouping and rows past
  * masked_m, are compared too).
  *
@@ -18,14 +20,17 @@
  * out of range is refused with the CPU's status and message and D is left as it was), K-grouped
  * (empty groups, a ragged last group, both transposes).
  *
- * Also: xte_dmma_m8n8k4 and xte_dmma_m16n8k16 alone (one warp, D = C + A B against a plain triple
- * loop, fragments placed by the PTX ISA's documented layouts written out as tables), and a few
- * cases on 128-lane warps (MUSA's), where a DMMA request must run the SIMT kernel. The plugin's
- * launch counters (simt_gemm_launches) say which kernel ran in every call.
+ * Also: xte_dmma_m8n8k4, xte_dmma_m16n8k16 and xte_imma_m16n8k32 alone (one warp, D = C + A B
+ * against a plain triple loop, fragments placed by the PTX ISA's documented layouts written out as
+ * tables), the e4m3 digit split over all 256 codes and the digit partial against __int128
+ * arithmetic (src/numerics/xte_gemm_digits.h), and a few cases on 128-lane warps (MUSA's), where
+ * an MMA request must run the SIMT kernel. The plugin's launch counters (simt_gemm_launches) say
+ * which kernel ran in every call.
  *
  *   test_simt_gemm [--full] [--verbose]
  * default: a thinned case list (well under 40 s on 2 idle cores); --full: every case.
  * Exit status 1 on any mismatch, with one line per failing case. */
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -40,6 +45,8 @@
 /* the DMMA wrapper's host emulation, unit-tested here on the runner (xte_dmma_unit) */
 #include "simt.h"
 #include "../../src/cuda/xte_dmma.cuh"
+#include "../../src/cuda/xte_imma.cuh"
+#include "../../src/numerics/xte_gemm_digits.h"
 
 #include "simt_test_common.h"
 
@@ -178,32 +185,39 @@ typedef xte_status (*call_fn)(void *ctx, const xte_tensor *C, xte_tensor *D, con
                               xte_stream s);
 
 /* The GPU kernels a case runs through (SIMT_GEMM_KERNEL of the runner's plugin): bit 0 the SIMT
- * kernel (stage 1), bit 1 the DMMA kernel (stage 2) with mma m8n8k4, bit 2 with mma m16n8k16.
- * With want_simt_for_dmma (the 128-lane pass) a DMMA request must run the SIMT kernel. */
-static int kernel_mask = 7, want_simt_for_dmma;
+ * kernel (stage 1), bit 1 the DMMA kernel (stage 2) with mma m8n8k4, bit 2 with mma m16n8k16,
+ * bit 3 the int8 digit kernel (stage 3: e4m3 x e4m3 cases; a request for it with an e5m2 operand,
+ * tried on every 8th such case, must run the SIMT kernel). With want_simt_for_dmma (the 128-lane
+ * pass) an MMA request must run the SIMT kernel. */
+static int kernel_mask = 15, want_simt_for_dmma;
 /* --reduced (the sanitized builds: the OS-thread engine, where every emulated MMA waits at a warp
- * barrier): the two DMMA passes on every 4th case only */
+ * barrier): the MMA passes on every 4th case only */
 static int thin_dmma;
-static long (*plugin_launches)(int dmma); /* the plugin's simt_gemm_launches (0, 1, 2) */
-static const char *const KERNEL_ENV[3] = {"simt", "dmma", "dmma16"}; /* SIMT_GEMM_KERNEL */
-static const char *const KERNEL_NAME[3] = {"SIMT", "DMMA m8n8k4", "DMMA m16n8k16"};
+static long (*plugin_launches)(int dmma); /* the plugin's simt_gemm_launches (0 .. 3) */
+static const char *const KERNEL_ENV[4] = {"simt", "dmma", "dmma16", "imma"}; /* SIMT_GEMM_KERNEL */
+static const char *const KERNEL_NAME[4] = {"SIMT", "DMMA m8n8k4", "DMMA m16n8k16",
+                                           "IMMA m16n8k32 (int8 digits)"};
 
-static void run_both(const std::string &desc, outs &o, call_fn fn, void *ctx) {
+static int imma_cases; /* cases the int8 digit kernel ran */
+
+/* e4m3: both operands are e4m3 (the int8 digit kernel applies) */
+static void run_both(const std::string &desc, outs &o, call_fn fn, void *ctx, int e4m3) {
   buf d[2];
   xte_status st[2];
   std::string msg[2];
   const size_t nd = (size_t)(o.rows * o.ld_d) * esz(o.d_dt);
   long simt_launches = -1; /* the SIMT kernel's launches in this case (its pass runs first) */
   cases_run++;
-  for (int pass = 0; pass < 4; pass++) {
+  for (int pass = 0; pass < 5; pass++) {
     /* pass 0: the CPU (side 1); pass 1: the SIMT kernel, pass 2: the DMMA kernel with m8n8k4,
-     * pass 3: with m16n8k16 (side 0) */
+     * pass 3: with m16n8k16, pass 4: the int8 digit kernel (side 0) */
     const int side_ = pass == 0 ? 1 : 0, kern = pass - 1;
     if (pass > 0 && !(kernel_mask & (1 << kern))) continue;
     if (kern >= 1 && thin_dmma && !want_simt_for_dmma && cases_run % 4 != 0) continue;
+    if (kern == 3 && !e4m3 && cases_run % 8 != 0) continue;
     if (pass > 0) setenv("SIMT_GEMM_KERNEL", KERNEL_ENV[kern], 1);
-    long l[3];
-    for (int q = 0; q < 3; q++) l[q] = plugin_launches(q);
+    long l[4];
+    for (int q = 0; q < 4; q++) l[q] = plugin_launches(q);
     buf c = o.c;
     d[side_].assign(nd + 1, 0xCD);
     if (o.in_place) std::memcpy(d[side_].data(), c.data(), nd);
@@ -220,20 +234,22 @@ static void run_both(const std::string &desc, outs &o, call_fn fn, void *ctx) {
     msg[side_] = st[side_] == XTE_SUCCESS ? "" : xte_last_error();
     if (pass == 0) continue;
     const std::string kdesc = desc + " [" + KERNEL_NAME[kern] + " kernel]";
-    /* which kernel ran: the requested one (the SIMT one for a DMMA request on 128-lane warps),
-     * as often as the SIMT pass launched its kernel, and no other */
-    long n[3];
-    for (int q = 0; q < 3; q++) n[q] = plugin_launches(q) - l[q];
-    const int ran = want_simt_for_dmma ? 0 : kern;
-    if (n[(ran + 1) % 3] != 0 || n[(ran + 2) % 3] != 0 ||
+    /* which kernel ran: the requested one (the SIMT one for an MMA request on 128-lane warps
+     * and for an int8 digit request with an e5m2 operand), as often as the SIMT pass launched
+     * its kernel, and no other */
+    long n[4];
+    for (int q = 0; q < 4; q++) n[q] = plugin_launches(q) - l[q];
+    const int ran = want_simt_for_dmma || (kern == 3 && !e4m3) ? 0 : kern;
+    if (n[(ran + 1) % 4] != 0 || n[(ran + 2) % 4] != 0 || n[(ran + 3) % 4] != 0 ||
         (simt_launches >= 0 && n[ran] != simt_launches)) {
       char m[300];
       std::snprintf(m, sizeof m,
-                    "launches: %ld SIMT, %ld DMMA m8n8k4, %ld DMMA m16n8k16 (expected %ld of the "
-                    "%s kernel)",
-                    n[0], n[1], n[2], simt_launches, KERNEL_NAME[ran]);
+                    "launches: %ld SIMT, %ld DMMA m8n8k4, %ld DMMA m16n8k16, %ld IMMA (expected "
+                    "%ld of the %s kernel)",
+                    n[0], n[1], n[2], n[3], simt_launches, KERNEL_NAME[ran]);
       report(kdesc, m);
     }
+    if (ran == 3) imma_cases++;
     if (kern == 0) simt_launches = n[0];
     if (st[0] != st[1] || msg[0] != msg[1]) {
       char m[600];
@@ -305,7 +321,7 @@ static void dense_case(int pi, xte_dtype da, xte_dtype db, int ta, int tb, int64
                 pi, (int)da, (int)db, ta, tb, (long long)M, (long long)N, (long long)K, li, how,
                 c_dt, o.in_place ? " in place" : "", o.with_bias, o.d_dt,
                 c.cfg.mode == XTE_GEMM_FAST ? "FAST" : "EXACT");
-  run_both(d, o, dense_call, &c);
+  run_both(d, o, dense_call, &c, da == XTE_DTYPE_E4M3 && db == XTE_DTYPE_E4M3);
 }
 
 static void dense_cases() {
@@ -377,7 +393,7 @@ static void tie_case(int swap, int64_t M, int64_t N, int n) {
   char d[120];
   std::snprintf(d, sizeof d, "split ties %s M %lld N %lld #%d",
                 swap ? "e5m2 x e4m3" : "e4m3 x e5m2", (long long)o.rows, (long long)o.N, n);
-  run_both(d, o, dense_call, &c);
+  run_both(d, o, dense_call, &c, 0);
 }
 
 static void tie_cases() {
@@ -451,7 +467,7 @@ static void contiguous_case(int pi, int G, int64_t N, int64_t K, int64_t align, 
   std::snprintf(d, sizeof d,
                 "contiguous pair %d G %d N %lld K %lld align %lld trans_b %d e5 %d #%d", pi, G,
                 (long long)N, (long long)K, (long long)align, tb, e5, n);
-  run_both(d, o, grouped_call, &c);
+  run_both(d, o, grouped_call, &c, da == XTE_DTYPE_E4M3 && db == XTE_DTYPE_E4M3);
 }
 
 static void masked_case(int pi, int G, int64_t m_max, int64_t N, int64_t K, int tb, int bad,
@@ -488,7 +504,7 @@ static void masked_case(int pi, int G, int64_t m_max, int64_t N, int64_t K, int 
   char d[200];
   std::snprintf(d, sizeof d, "masked pair %d G %d m_max %lld N %lld K %lld trans_b %d bad %d #%d",
                 pi, G, (long long)m_max, (long long)N, (long long)K, tb, bad, n);
-  run_both(d, o, grouped_call, &c);
+  run_both(d, o, grouped_call, &c, n % 3 != 0);
 }
 
 static void kgrouped_case(int pi, int G, int64_t M, int64_t N, int ta, int tb, int n) {
@@ -525,7 +541,7 @@ static void kgrouped_case(int pi, int G, int64_t M, int64_t N, int ta, int tb, i
   char d[200];
   std::snprintf(d, sizeof d, "k-grouped pair %d G %d M %lld N %lld K %lld trans %d/%d #%d", pi, G,
                 (long long)M, (long long)N, (long long)K, ta, tb, n);
-  run_both(d, o, grouped_call, &c);
+  run_both(d, o, grouped_call, &c, n % 3 != 1);
 }
 
 static void grouped_cases() {
@@ -783,16 +799,251 @@ static void dmma16_unit() {
   cases_run++;
 }
 
-/* With 128-lane warps (MUSA's) a DMMA request runs the SIMT kernel: a few cases. */
+/* ---------------------------------------------------------------- the int8 digit kernel's parts */
+
+/* xte_gemm_e4m3_digits (src/numerics/xte_gemm_digits.h) over all 256 codes: the digits' value
+ * d0 + 2^7 d1 + 2^14 d2 against the fp32 decode times 2^9 (xte_e4m3_to_f32, exact), the digit
+ * ranges (d0, d1 in [-64, 63], |d2| <= 14), NaN exactly for 0x7F and 0xFF; then
+ * xte_gemm_digits_fold and xte_gemm_digits_partial on random weight sums (up to their proven
+ * bounds) against __int128 arithmetic and an int -> fp32 conversion (the one rounding) scaled by
+ * 2^-18, and on the extreme sums of 128 products (+-448 x +-448). */
+static void digits_unit() {
+  int bad = 0;
+  for (int c = 0; c < 256; c++) {
+    int8_t d[3] = {99, 99, 99};
+    const int nan = xte_gemm_e4m3_digits((uint8_t)c, d);
+    const float v = xte_e4m3_to_f32((uint8_t)c);
+    const int want_nan = (c & 0x7F) == 0x7F;
+    const long long n = (long long)d[0] + 128LL * d[1] + 16384LL * d[2];
+    if (nan != want_nan || (nan && (d[0] | d[1] | d[2])) ||
+        (!nan && ((double)n != (double)v * 512.0 || d[0] < -64 || d[0] > 63 || d[1] < -64 ||
+                  d[1] > 63 || d[2] < -14 || d[2] > 14))) {
+      char m[200];
+      std::snprintf(m, sizeof m, "code 0x%02X: digits %d %d %d (nan %d), value %g", c, d[0], d[1],
+                    d[2], nan, (double)v);
+      if (bad++ < 4) report("digit split (xte_gemm_e4m3_digits)", m);
+    }
+  }
+  for (int rep = 0; rep < 20000 && bad < 4; rep++) {
+    int32_t acc[5];
+    /* random sums within the proven bounds (|acc_w| <= 128 x 4096, 8192, 5888, 1792, 196), now
+     * and then up to the bounds */
+    static const int bound[5] = {128 * 4096, 128 * 8192, 128 * 5888, 128 * 1792, 128 * 196};
+    for (int w = 0; w < 5; w++) {
+      const int lim = rep % 7 == 0 ? bound[w] : (1 << (rnd() % 21)) % (bound[w] + 1);
+      acc[w] = (int32_t)((int64_t)(rnd() % (2 * (uint64_t)lim + 1)) - lim);
+    }
+    if (rep == 0) /* 128 products 448 x 448: n = 14 2^14 each side, d2 d2 = 196 */
+      acc[0] = acc[1] = acc[2] = acc[3] = 0, acc[4] = 128 * 196;
+    if (rep == 1) acc[0] = acc[1] = acc[2] = acc[3] = 0, acc[4] = -128 * 196;
+    __int128 s = 0;
+    for (int w = 4; w >= 0; w--) s = s * 128 + acc[w];
+    const float want = std::ldexp((float)(long long)s, -18); /* (float) of an integer: RNE */
+    int32_t lo = 0, hi = 0;
+    lo = xte_gemm_digits_fold(lo, acc[0], 0);
+    lo = xte_gemm_digits_fold(lo, acc[1], 1);
+    for (int w = 2; w < 5; w++) hi = xte_gemm_digits_fold(hi, acc[w], w);
+    const float got = xte_gemm_digits_partial(lo, hi, 0);
+    uint32_t gb, wb;
+    std::memcpy(&gb, &got, 4);
+    std::memcpy(&wb, &want, 4);
+    if (gb != wb) {
+      char m[200];
+      std::snprintf(m, sizeof m, "sums %d %d %d %d %d: 0x%08X, expected 0x%08X", acc[0], acc[1],
+                    acc[2], acc[3], acc[4], gb, wb);
+      if (bad++ < 4) report("digit partial (xte_gemm_digits_partial)", m);
+    }
+    const float nanp = xte_gemm_digits_partial(lo, hi, 1);
+    std::memcpy(&gb, &nanp, 4);
+    if (gb != 0x7FC00000u && bad++ < 4) report("digit partial", "NaN flag: not the quiet NaN");
+  }
+  cases_run++;
+}
+
+/* The fragment layout of mma.m16n8k32 .s8 (PTX ISA 9.x, section 9.7.14.5.10 "Matrix Fragments for
+ * mma.m16n8k32", Figures 88, 90, 91), written out per lane from its formulas (g = %laneid >> 2,
+ * t = %laneid % 4): A, ai (element i = byte i % 4 of register i / 4): row = g for 0 <= i < 4 or
+ * 8 <= i < 12, g + 8 otherwise; col = 4 t + (i & 3), + 16 for i >= 8. B, bi: row = 4 t + (i & 3),
+ * + 16 for i >= 4; col = g. C / D: as m16n8k16's (Figure 92): DMMA16_C_POS. */
+/* clang-format off */
+static const int IMMA_A_POS[32][16][2] = {
+    {{0, 0}, {0, 1}, {0, 2}, {0, 3}, {8, 0}, {8, 1}, {8, 2}, {8, 3},  /* lane 0 */
+     {0, 16}, {0, 17}, {0, 18}, {0, 19}, {8, 16}, {8, 17}, {8, 18}, {8, 19}},
+    {{0, 4}, {0, 5}, {0, 6}, {0, 7}, {8, 4}, {8, 5}, {8, 6}, {8, 7},  /* lane 1 */
+     {0, 20}, {0, 21}, {0, 22}, {0, 23}, {8, 20}, {8, 21}, {8, 22}, {8, 23}},
+    {{0, 8}, {0, 9}, {0, 10}, {0, 11}, {8, 8}, {8, 9}, {8, 10}, {8, 11},  /* lane 2 */
+     {0, 24}, {0, 25}, {0, 26}, {0, 27}, {8, 24}, {8, 25}, {8, 26}, {8, 27}},
+    {{0, 12}, {0, 13}, {0, 14}, {0, 15}, {8, 12}, {8, 13}, {8, 14}, {8, 15},  /* lane 3 */
+     {0, 28}, {0, 29}, {0, 30}, {0, 31}, {8, 28}, {8, 29}, {8, 30}, {8, 31}},
+    {{1, 0}, {1, 1}, {1, 2}, {1, 3}, {9, 0}, {9, 1}, {9, 2}, {9, 3},  /* lane 4 */
+     {1, 16}, {1, 17}, {1, 18}, {1, 19}, {9, 16}, {9, 17}, {9, 18}, {9, 19}},
+    {{1, 4}, {1, 5}, {1, 6}, {1, 7}, {9, 4}, {9, 5}, {9, 6}, {9, 7},  /* lane 5 */
+     {1, 20}, {1, 21}, {1, 22}, {1, 23}, {9, 20}, {9, 21}, {9, 22}, {9, 23}},
+    {{1, 8}, {1, 9}, {1, 10}, {1, 11}, {9, 8}, {9, 9}, {9, 10}, {9, 11},  /* lane 6 */
+     {1, 24}, {1, 25}, {1, 26}, {1, 27}, {9, 24}, {9, 25}, {9, 26}, {9, 27}},
+    {{1, 12}, {1, 13}, {1, 14}, {1, 15}, {9, 12}, {9, 13}, {9, 14}, {9, 15},  /* lane 7 */
+     {1, 28}, {1, 29}, {1, 30}, {1, 31}, {9, 28}, {9, 29}, {9, 30}, {9, 31}},
+    {{2, 0}, {2, 1}, {2, 2}, {2, 3}, {10, 0}, {10, 1}, {10, 2}, {10, 3},  /* lane 8 */
+     {2, 16}, {2, 17}, {2, 18}, {2, 19}, {10, 16}, {10, 17}, {10, 18}, {10, 19}},
+    {{2, 4}, {2, 5}, {2, 6}, {2, 7}, {10, 4}, {10, 5}, {10, 6}, {10, 7},  /* lane 9 */
+     {2, 20}, {2, 21}, {2, 22}, {2, 23}, {10, 20}, {10, 21}, {10, 22}, {10, 23}},
+    {{2, 8}, {2, 9}, {2, 10}, {2, 11}, {10, 8}, {10, 9}, {10, 10}, {10, 11},  /* lane 10 */
+     {2, 24}, {2, 25}, {2, 26}, {2, 27}, {10, 24}, {10, 25}, {10, 26}, {10, 27}},
+    {{2, 12}, {2, 13}, {2, 14}, {2, 15}, {10, 12}, {10, 13}, {10, 14}, {10, 15},  /* lane 11 */
+     {2, 28}, {2, 29}, {2, 30}, {2, 31}, {10, 28}, {10, 29}, {10, 30}, {10, 31}},
+    {{3, 0}, {3, 1}, {3, 2}, {3, 3}, {11, 0}, {11, 1}, {11, 2}, {11, 3},  /* lane 12 */
+     {3, 16}, {3, 17}, {3, 18}, {3, 19}, {11, 16}, {11, 17}, {11, 18}, {11, 19}},
+    {{3, 4}, {3, 5}, {3, 6}, {3, 7}, {11, 4}, {11, 5}, {11, 6}, {11, 7},  /* lane 13 */
+     {3, 20}, {3, 21}, {3, 22}, {3, 23}, {11, 20}, {11, 21}, {11, 22}, {11, 23}},
+    {{3, 8}, {3, 9}, {3, 10}, {3, 11}, {11, 8}, {11, 9}, {11, 10}, {11, 11},  /* lane 14 */
+     {3, 24}, {3, 25}, {3, 26}, {3, 27}, {11, 24}, {11, 25}, {11, 26}, {11, 27}},
+    {{3, 12}, {3, 13}, {3, 14}, {3, 15}, {11, 12}, {11, 13}, {11, 14}, {11, 15},  /* lane 15 */
+     {3, 28}, {3, 29}, {3, 30}, {3, 31}, {11, 28}, {11, 29}, {11, 30}, {11, 31}},
+    {{4, 0}, {4, 1}, {4, 2}, {4, 3}, {12, 0}, {12, 1}, {12, 2}, {12, 3},  /* lane 16 */
+     {4, 16}, {4, 17}, {4, 18}, {4, 19}, {12, 16}, {12, 17}, {12, 18}, {12, 19}},
+    {{4, 4}, {4, 5}, {4, 6}, {4, 7}, {12, 4}, {12, 5}, {12, 6}, {12, 7},  /* lane 17 */
+     {4, 20}, {4, 21}, {4, 22}, {4, 23}, {12, 20}, {12, 21}, {12, 22}, {12, 23}},
+    {{4, 8}, {4, 9}, {4, 10}, {4, 11}, {12, 8}, {12, 9}, {12, 10}, {12, 11},  /* lane 18 */
+     {4, 24}, {4, 25}, {4, 26}, {4, 27}, {12, 24}, {12, 25}, {12, 26}, {12, 27}},
+    {{4, 12}, {4, 13}, {4, 14}, {4, 15}, {12, 12}, {12, 13}, {12, 14}, {12, 15},  /* lane 19 */
+     {4, 28}, {4, 29}, {4, 30}, {4, 31}, {12, 28}, {12, 29}, {12, 30}, {12, 31}},
+    {{5, 0}, {5, 1}, {5, 2}, {5, 3}, {13, 0}, {13, 1}, {13, 2}, {13, 3},  /* lane 20 */
+     {5, 16}, {5, 17}, {5, 18}, {5, 19}, {13, 16}, {13, 17}, {13, 18}, {13, 19}},
+    {{5, 4}, {5, 5}, {5, 6}, {5, 7}, {13, 4}, {13, 5}, {13, 6}, {13, 7},  /* lane 21 */
+     {5, 20}, {5, 21}, {5, 22}, {5, 23}, {13, 20}, {13, 21}, {13, 22}, {13, 23}},
+    {{5, 8}, {5, 9}, {5, 10}, {5, 11}, {13, 8}, {13, 9}, {13, 10}, {13, 11},  /* lane 22 */
+     {5, 24}, {5, 25}, {5, 26}, {5, 27}, {13, 24}, {13, 25}, {13, 26}, {13, 27}},
+    {{5, 12}, {5, 13}, {5, 14}, {5, 15}, {13, 12}, {13, 13}, {13, 14}, {13, 15},  /* lane 23 */
+     {5, 28}, {5, 29}, {5, 30}, {5, 31}, {13, 28}, {13, 29}, {13, 30}, {13, 31}},
+    {{6, 0}, {6, 1}, {6, 2}, {6, 3}, {14, 0}, {14, 1}, {14, 2}, {14, 3},  /* lane 24 */
+     {6, 16}, {6, 17}, {6, 18}, {6, 19}, {14, 16}, {14, 17}, {14, 18}, {14, 19}},
+    {{6, 4}, {6, 5}, {6, 6}, {6, 7}, {14, 4}, {14, 5}, {14, 6}, {14, 7},  /* lane 25 */
+     {6, 20}, {6, 21}, {6, 22}, {6, 23}, {14, 20}, {14, 21}, {14, 22}, {14, 23}},
+    {{6, 8}, {6, 9}, {6, 10}, {6, 11}, {14, 8}, {14, 9}, {14, 10}, {14, 11},  /* lane 26 */
+     {6, 24}, {6, 25}, {6, 26}, {6, 27}, {14, 24}, {14, 25}, {14, 26}, {14, 27}},
+    {{6, 12}, {6, 13}, {6, 14}, {6, 15}, {14, 12}, {14, 13}, {14, 14}, {14, 15},  /* lane 27 */
+     {6, 28}, {6, 29}, {6, 30}, {6, 31}, {14, 28}, {14, 29}, {14, 30}, {14, 31}},
+    {{7, 0}, {7, 1}, {7, 2}, {7, 3}, {15, 0}, {15, 1}, {15, 2}, {15, 3},  /* lane 28 */
+     {7, 16}, {7, 17}, {7, 18}, {7, 19}, {15, 16}, {15, 17}, {15, 18}, {15, 19}},
+    {{7, 4}, {7, 5}, {7, 6}, {7, 7}, {15, 4}, {15, 5}, {15, 6}, {15, 7},  /* lane 29 */
+     {7, 20}, {7, 21}, {7, 22}, {7, 23}, {15, 20}, {15, 21}, {15, 22}, {15, 23}},
+    {{7, 8}, {7, 9}, {7, 10}, {7, 11}, {15, 8}, {15, 9}, {15, 10}, {15, 11},  /* lane 30 */
+     {7, 24}, {7, 25}, {7, 26}, {7, 27}, {15, 24}, {15, 25}, {15, 26}, {15, 27}},
+    {{7, 12}, {7, 13}, {7, 14}, {7, 15}, {15, 12}, {15, 13}, {15, 14}, {15, 15},  /* lane 31 */
+     {7, 28}, {7, 29}, {7, 30}, {7, 31}, {15, 28}, {15, 29}, {15, 30}, {15, 31}},
+};
+static const int IMMA_B_POS[32][8][2] = {
+    {{0, 0}, {1, 0}, {2, 0}, {3, 0}, {16, 0}, {17, 0}, {18, 0}, {19, 0}}, /* lane 0 */
+    {{4, 0}, {5, 0}, {6, 0}, {7, 0}, {20, 0}, {21, 0}, {22, 0}, {23, 0}}, /* lane 1 */
+    {{8, 0}, {9, 0}, {10, 0}, {11, 0}, {24, 0}, {25, 0}, {26, 0}, {27, 0}}, /* lane 2 */
+    {{12, 0}, {13, 0}, {14, 0}, {15, 0}, {28, 0}, {29, 0}, {30, 0}, {31, 0}}, /* lane 3 */
+    {{0, 1}, {1, 1}, {2, 1}, {3, 1}, {16, 1}, {17, 1}, {18, 1}, {19, 1}}, /* lane 4 */
+    {{4, 1}, {5, 1}, {6, 1}, {7, 1}, {20, 1}, {21, 1}, {22, 1}, {23, 1}}, /* lane 5 */
+    {{8, 1}, {9, 1}, {10, 1}, {11, 1}, {24, 1}, {25, 1}, {26, 1}, {27, 1}}, /* lane 6 */
+    {{12, 1}, {13, 1}, {14, 1}, {15, 1}, {28, 1}, {29, 1}, {30, 1}, {31, 1}}, /* lane 7 */
+    {{0, 2}, {1, 2}, {2, 2}, {3, 2}, {16, 2}, {17, 2}, {18, 2}, {19, 2}}, /* lane 8 */
+    {{4, 2}, {5, 2}, {6, 2}, {7, 2}, {20, 2}, {21, 2}, {22, 2}, {23, 2}}, /* lane 9 */
+    {{8, 2}, {9, 2}, {10, 2}, {11, 2}, {24, 2}, {25, 2}, {26, 2}, {27, 2}}, /* lane 10 */
+    {{12, 2}, {13, 2}, {14, 2}, {15, 2}, {28, 2}, {29, 2}, {30, 2}, {31, 2}}, /* lane 11 */
+    {{0, 3}, {1, 3}, {2, 3}, {3, 3}, {16, 3}, {17, 3}, {18, 3}, {19, 3}}, /* lane 12 */
+    {{4, 3}, {5, 3}, {6, 3}, {7, 3}, {20, 3}, {21, 3}, {22, 3}, {23, 3}}, /* lane 13 */
+    {{8, 3}, {9, 3}, {10, 3}, {11, 3}, {24, 3}, {25, 3}, {26, 3}, {27, 3}}, /* lane 14 */
+    {{12, 3}, {13, 3}, {14, 3}, {15, 3}, {28, 3}, {29, 3}, {30, 3}, {31, 3}}, /* lane 15 */
+    {{0, 4}, {1, 4}, {2, 4}, {3, 4}, {16, 4}, {17, 4}, {18, 4}, {19, 4}}, /* lane 16 */
+    {{4, 4}, {5, 4}, {6, 4}, {7, 4}, {20, 4}, {21, 4}, {22, 4}, {23, 4}}, /* lane 17 */
+    {{8, 4}, {9, 4}, {10, 4}, {11, 4}, {24, 4}, {25, 4}, {26, 4}, {27, 4}}, /* lane 18 */
+    {{12, 4}, {13, 4}, {14, 4}, {15, 4}, {28, 4}, {29, 4}, {30, 4}, {31, 4}}, /* lane 19 */
+    {{0, 5}, {1, 5}, {2, 5}, {3, 5}, {16, 5}, {17, 5}, {18, 5}, {19, 5}}, /* lane 20 */
+    {{4, 5}, {5, 5}, {6, 5}, {7, 5}, {20, 5}, {21, 5}, {22, 5}, {23, 5}}, /* lane 21 */
+    {{8, 5}, {9, 5}, {10, 5}, {11, 5}, {24, 5}, {25, 5}, {26, 5}, {27, 5}}, /* lane 22 */
+    {{12, 5}, {13, 5}, {14, 5}, {15, 5}, {28, 5}, {29, 5}, {30, 5}, {31, 5}}, /* lane 23 */
+    {{0, 6}, {1, 6}, {2, 6}, {3, 6}, {16, 6}, {17, 6}, {18, 6}, {19, 6}}, /* lane 24 */
+    {{4, 6}, {5, 6}, {6, 6}, {7, 6}, {20, 6}, {21, 6}, {22, 6}, {23, 6}}, /* lane 25 */
+    {{8, 6}, {9, 6}, {10, 6}, {11, 6}, {24, 6}, {25, 6}, {26, 6}, {27, 6}}, /* lane 26 */
+    {{12, 6}, {13, 6}, {14, 6}, {15, 6}, {28, 6}, {29, 6}, {30, 6}, {31, 6}}, /* lane 27 */
+    {{0, 7}, {1, 7}, {2, 7}, {3, 7}, {16, 7}, {17, 7}, {18, 7}, {19, 7}}, /* lane 28 */
+    {{4, 7}, {5, 7}, {6, 7}, {7, 7}, {20, 7}, {21, 7}, {22, 7}, {23, 7}}, /* lane 29 */
+    {{8, 7}, {9, 7}, {10, 7}, {11, 7}, {24, 7}, {25, 7}, {26, 7}, {27, 7}}, /* lane 30 */
+    {{12, 7}, {13, 7}, {14, 7}, {15, 7}, {28, 7}, {29, 7}, {30, 7}, {31, 7}}, /* lane 31 */
+};
+/* clang-format on */
+static int8_t iA[16][32], iB[32][8];
+static int32_t iC[16][8], iD[16][8];
+
+/* one warp: each lane packs its fragments by the tables, one MMA (in place: d is c), stores D */
+static void imma_unit_kernel(int in_place) {
+  const int l = (int)threadIdx.x;
+  uint32_t a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+  int32_t c[4], d[4] = {-1, -1, -1, -1};
+  for (int i = 0; i < 16; i++)
+    a[i / 4] |= (uint32_t)(uint8_t)iA[IMMA_A_POS[l][i][0]][IMMA_A_POS[l][i][1]] << (8 * (i % 4));
+  for (int i = 0; i < 8; i++)
+    b[i / 4] |= (uint32_t)(uint8_t)iB[IMMA_B_POS[l][i][0]][IMMA_B_POS[l][i][1]] << (8 * (i % 4));
+  for (int i = 0; i < 4; i++) c[i] = iC[DMMA16_C_POS[l][i][0]][DMMA16_C_POS[l][i][1]];
+  xte_imma_m16n8k32(in_place ? c : d, a, b, c);
+  const int32_t *r = in_place ? c : d;
+  for (int i = 0; i < 4; i++) iD[DMMA16_C_POS[l][i][0]][DMMA16_C_POS[l][i][1]] = r[i];
+}
+
+/* xte_imma_m16n8k32 as dmma16_unit: D = C + A B of random int8 (the full range) against a plain
+ * triple loop, six times (the double buffer; in place every other time); first the tables: each
+ * covers its matrix exactly once. */
+static void imma_unit() {
+  int bad = 0;
+  {
+    int seen_a[16][32] = {}, seen_b[32][8] = {};
+    for (int l = 0; l < 32; l++) {
+      for (int i = 0; i < 16; i++) seen_a[IMMA_A_POS[l][i][0]][IMMA_A_POS[l][i][1]]++;
+      for (int i = 0; i < 8; i++) seen_b[IMMA_B_POS[l][i][0]][IMMA_B_POS[l][i][1]]++;
+    }
+    for (int r = 0; r < 16; r++)
+      for (int k = 0; k < 32; k++)
+        if (seen_a[r][k] != 1) bad++;
+    for (int k = 0; k < 32; k++)
+      for (int n = 0; n < 8; n++)
+        if (seen_b[k][n] != 1) bad++;
+    if (bad) report("imma unit", "a lane table does not cover its matrix exactly once");
+  }
+  for (int rep = 0; rep < 6 && !bad; rep++) {
+    for (int i = 0; i < 16; i++)
+      for (int k = 0; k < 32; k++) iA[i][k] = (int8_t)(rep == 0 ? -128 : (int)(rnd() % 256) - 128);
+    for (int k = 0; k < 32; k++)
+      for (int j = 0; j < 8; j++) iB[k][j] = (int8_t)(rep == 0 ? -128 : (int)(rnd() % 256) - 128);
+    for (int i = 0; i < 16; i++)
+      for (int j = 0; j < 8; j++) {
+        iC[i][j] = (int32_t)(rnd() % 2000001) - 1000000;
+        iD[i][j] = -12345;
+      }
+    if (simt::launch(dim3(1), dim3(32), 0, imma_unit_kernel, rep % 2) != simt::ok) {
+      report("imma unit", "launch refused");
+      return;
+    }
+    for (int i = 0; i < 16; i++)
+      for (int j = 0; j < 8; j++) {
+        long long e = iC[i][j];
+        for (int k = 0; k < 32; k++) e += (long long)iA[i][k] * iB[k][j];
+        if (iD[i][j] != e && bad++ < 4) {
+          char m[200];
+          std::snprintf(m, sizeof m, "rep %d: D[%d][%d] = %d, expected %lld", rep, i, j, iD[i][j],
+                        e);
+          report("imma unit (xte_imma_m16n8k32 against the documented layout)", m);
+        }
+      }
+  }
+  cases_run++;
+}
+
+/* With 128-lane warps (MUSA's) an MMA request runs the SIMT kernel: a few cases. */
 static void warp128_cases() {
   setenv("SIMT_WARP_SIZE", "128", 1);
-  kernel_mask = 6;
+  kernel_mask = 14;
   want_simt_for_dmma = 1;
   tie_case(0, 9, 73, 100);
   dense_case(0, XTE_DTYPE_E4M3, XTE_DTYPE_E5M2, 0, 1, 65, 67, 300, 1, 3, 101);
   dense_case(3, XTE_DTYPE_E5M2, XTE_DTYPE_E4M3, 1, 0, 7, 9, 130, 2, 1, 102);
+  dense_case(1, XTE_DTYPE_E4M3, XTE_DTYPE_E4M3, 0, 0, 65, 67, 300, 1, 3, 103);
   setenv("SIMT_WARP_SIZE", "32", 1);
-  kernel_mask = 7;
+  kernel_mask = 15;
   want_simt_for_dmma = 0;
 }
 
@@ -811,13 +1062,19 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  std::printf("simt gemm: CPU ISA %s, %s list, every case through the SIMT and both DMMA kernels\n",
-              simt_isa(), reduced ? "default" : "full");
+  std::printf(
+      "simt gemm: CPU ISA %s, %s list, every case through the SIMT and both DMMA kernels, the "
+      "e4m3 x e4m3 ones through the int8 digit kernel too\n",
+      simt_isa(), reduced ? "default" : "full");
   dmma_unit();
   dmma16_unit();
+  digits_unit();
+  imma_unit();
   dense_cases();
   tie_cases();
   grouped_cases();
   warp128_cases();
+  std::printf("simt gemm: %d cases through the int8 digit kernel\n", imma_cases);
+  if (imma_cases == 0) report("int8 digit kernel", "no case ran through it");
   return simt_close("simt gemm");
 }
