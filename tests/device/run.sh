@@ -201,57 +201,32 @@ else
 fi
 
 # ---------------------------------------------------------------- 6. exact GEMM
-# xte_device_bench gemm: the CUDA exact GEMM (the DMMA kernel on sm_80+; 6b forces the SIMT one) against the CPU backend byte for byte
-# (dense on odd shapes, e4m3 x e4m3 / e5m2, C + bias, bf16 out; contiguous and masked grouped;
-# every GPU call twice), then the time of 4096 x 7168 x 16384, 1x128 x 128x128, in TFLOPS.
-if [ $have_gpu -eq 0 ]; then
-  note "gemm: SKIPPED: no CUDA device"
-else
-  step gemm 90 "$bdir/tests/xte_device_bench" gemm
+# xte_device_bench gemm: the CUDA exact GEMM against the CPU backend byte for byte (dense on odd
+# shapes, e4m3 x e4m3 / e5m2, C + bias, bf16 out; contiguous and masked grouped; every GPU call
+# twice), then the time of 4096 x 7168 x 16384, 1x128 x 128x128, in TFLOPS. Once per kernel, so
+# that one run gives every kernel's bytes against the CPU and every rate of the same shape:
+#   6  the automatic choice (m16n8k16 DMMA on sm_90, m8n8k4 on sm_80 / 89; stage 2)
+#   6b XTE_CUDA_GEMM_KERNEL=simt   the SIMT fp64 kernel (stage 1)
+#   6c XTE_CUDA_GEMM_KERNEL=dmma4  the m8n8k4 DMMA kernel
+#   6d XTE_CUDA_GEMM_KERNEL=imma   the int8 digit kernel (stage 3, e4m3 x e4m3: the e5m2 cases of
+#                                  the check fall back to the automatic choice; not automatic yet)
+# gemm_step NAME KERNEL LABEL (KERNEL empty: the automatic choice)
+gemm_step() {
+  local name=$1 kernel=$2 label=$3 s
+  if [ $have_gpu -eq 0 ]; then
+    note "$name: SKIPPED: no CUDA device"
+    return
+  fi
+  step "$name" 90 env ${kernel:+XTE_CUDA_GEMM_KERNEL=$kernel} "$bdir/tests/xte_device_bench" gemm
   s=$?
-  grep -E "^\||^\(|FAILED" "$logs/gemm.log" | tee -a "$summary"
-  [ $s -eq 0 ] && note "gemm: PASSED (CUDA exact GEMM = CPU bytes, twice)" ||
-    failed gemm "exit $s (see gemm.log)"
-fi
-# 6b. The same with the SIMT kernel forced (XTE_CUDA_GEMM_KERNEL=simt): on sm_80+ step 6 runs the
-# DMMA kernel (stage 2, src/cuda/gemm_mma_kernels.cuh), so 6 and 6b give both kernels' bytes
-# against the CPU and both rates of the same shape in one run (ratio DMMA / SIMT).
-if [ $have_gpu -eq 1 ]; then
-  step gemm_simt 90 env XTE_CUDA_GEMM_KERNEL=simt "$bdir/tests/xte_device_bench" gemm
-  s=$?
-  grep -E "^\||^\(|FAILED" "$logs/gemm_simt.log" | sed 's/^/simt kernel: /' | tee -a "$summary"
-  [ $s -eq 0 ] && note "gemm_simt: PASSED (SIMT kernel forced: CUDA exact GEMM = CPU bytes, twice)" ||
-    failed gemm_simt "exit $s (see gemm_simt.log)"
-fi
-
-# 6c. The same with the m8n8k4 DMMA kernel forced (XTE_CUDA_GEMM_KERNEL=dmma4): on sm_90 step 6
-# runs the m16n8k16 one (src/cuda/xte_dmma.cuh), so 6, 6b and 6c time the three kernels
-# (m16n8k16, SIMT, m8n8k4) on the same shape and check each one's bytes against the CPU.
-if [ $have_gpu -eq 1 ]; then
-  step gemm_dmma4 90 env XTE_CUDA_GEMM_KERNEL=dmma4 "$bdir/tests/xte_device_bench" gemm
-  s=$?
-  grep -E "^\||^\(|FAILED" "$logs/gemm_dmma4.log" | sed 's/^/dmma m8n8k4 kernel: /' |
-    tee -a "$summary"
-  [ $s -eq 0 ] && note "gemm_dmma4: PASSED (m8n8k4 kernel forced: CUDA exact GEMM = CPU bytes, twice)" ||
-    failed gemm_dmma4 "exit $s (see gemm_dmma4.log)"
-else
-  note "gemm_dmma4: SKIPPED: no CUDA device"
-fi
-
-# 6d. The same with the int8 digit kernel forced (XTE_CUDA_GEMM_KERNEL=imma, stage 3,
-# src/cuda/gemm_imma_kernels.cuh; sm_80+, e4m3 x e4m3: the e5m2 cases of the check fall back to
-# the automatic choice): its bytes against the CPU and its rate on the timed e4m3 shape, next to
-# 6, 6b and 6c. Not an automatic choice yet: this step measures it.
-if [ $have_gpu -eq 1 ]; then
-  step gemm_imma 90 env XTE_CUDA_GEMM_KERNEL=imma "$bdir/tests/xte_device_bench" gemm
-  s=$?
-  grep -E "^\||^\(|FAILED" "$logs/gemm_imma.log" | sed 's/^/imma int8 digit kernel: /' |
-    tee -a "$summary"
-  [ $s -eq 0 ] && note "gemm_imma: PASSED (int8 digit kernel forced: CUDA exact GEMM = CPU bytes, twice)" ||
-    failed gemm_imma "exit $s (see gemm_imma.log)"
-else
-  note "gemm_imma: SKIPPED: no CUDA device"
-fi
+  grep -E "^\||^\(|FAILED" "$logs/$name.log" | sed "s/^/$label/" | tee -a "$summary"
+  [ $s -eq 0 ] && note "$name: PASSED (${label:-automatic kernel: }CUDA exact GEMM = CPU bytes, twice)" ||
+    failed "$name" "exit $s (see $name.log)"
+}
+gemm_step gemm "" ""
+gemm_step gemm_simt simt "simt kernel: "
+gemm_step gemm_dmma4 dmma4 "dmma m8n8k4 kernel: "
+gemm_step gemm_imma imma "imma int8 digit kernel: "
 
 # ---------------------------------------------------------------- 7. exact attention
 # xte_device_bench attention: the CUDA exact attention against the CPU backend byte for byte
