@@ -329,18 +329,6 @@ Test(attention_bad_input, allocation_failures) {
 /* the test hook of src/xte_attention_ops.h: the head caches' and S store's byte limit */
 XTE_API size_t xte_internal_attention_cache_limit(size_t bytes);
 
-static xte_tensor thd(void *data, int64_t t, int64_t h, int64_t d) {
-  xte_tensor x;
-  memset(&x, 0, sizeof x);
-  x.dtype = XTE_DTYPE_FP32;
-  x.rank = 3;
-  x.data = data;
-  x.shape[0] = t;
-  x.shape[1] = h;
-  x.shape[2] = d;
-  return x;
-}
-
 /* One THD backward into dq, dk, dv: batch sequences of cu_q / cu_kv over TQ / TK tokens. */
 static xte_status thd_bwd(const float *q, const float *k, const float *v, const float *o,
                           const float *g, const float *l, float *dq, float *dk, float *dv,
@@ -348,11 +336,12 @@ static xte_status thd_bwd(const float *q, const float *k, const float *v, const 
                           const int32_t *cuq, const int32_t *cuk, int64_t batch, int64_t mq,
                           int64_t mk) {
   xte_attention_config cfg = xte_attention_config_default();
-  xte_tensor Q = thd((void *)q, tq, hq, dim), K = thd((void *)k, tk, hkv, dim),
-             V = thd((void *)v, tk, hkv, dim);
-  xte_tensor O = thd((void *)o, tq, hq, dim), dO = thd((void *)g, tq, hq, dim),
-             L = thd((void *)l, tq, hq, 1);
-  xte_tensor dQ = thd(dq, tq, hq, dim), dK = thd(dk, tk, hkv, dim), dV = thd(dv, tk, hkv, dim);
+  xte_tensor Q = ta_thd_f32((void *)q, tq, hq, dim), K = ta_thd_f32((void *)k, tk, hkv, dim),
+             V = ta_thd_f32((void *)v, tk, hkv, dim);
+  xte_tensor O = ta_thd_f32((void *)o, tq, hq, dim), dO = ta_thd_f32((void *)g, tq, hq, dim),
+             L = ta_thd_f32((void *)l, tq, hq, 1);
+  xte_tensor dQ = ta_thd_f32(dq, tq, hq, dim), dK = ta_thd_f32(dk, tk, hkv, dim),
+             dV = ta_thd_f32(dv, tk, hkv, dim);
   L.rank = 2;
   cfg.layout = XTE_ATTN_LAYOUT_THD;
   cfg.batch = batch;

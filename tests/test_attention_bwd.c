@@ -216,18 +216,6 @@ Test(attention_bwd, no_query_rows_many_heads) {
 /* THD with max_seqlen_q far beyond every sequence (2^40; the sequences hold 7 tokens each): the
  * same bytes as with the tight bound, at once (the S store was sized by max_seqlen: 2^25 rounds,
  * a fuzz timeout). */
-static xte_tensor thd3(void *data, int64_t t, int64_t h, int64_t d) {
-  xte_tensor x;
-  memset(&x, 0, sizeof x);
-  x.dtype = XTE_DTYPE_FP32;
-  x.rank = 3;
-  x.data = data;
-  x.shape[0] = t;
-  x.shape[1] = h;
-  x.shape[2] = d;
-  return x;
-}
-
 Test(attention_bwd, thd_max_seqlen_far_above) {
   enum { TQ = 14, TK = 13, D = 24 };
   static float q[TQ * D], k[TK * D], v[TK * D], o[2][TQ * D], g[TQ * D], l[2][TQ];
@@ -242,9 +230,12 @@ Test(attention_bwd, thd_max_seqlen_far_above) {
     k[i] = (float)((i * 3) % 13) * 0.125f - 0.75f, v[i] = (float)(i % 9) - 4.0f;
   for (r = 0; r < 2; r++) { /* r 0: max_seqlen_q 7; r 1: 2^40 */
     xte_attention_config cfg = xte_attention_config_default();
-    xte_tensor Q = thd3(q, TQ, 1, D), K = thd3(k, TK, 1, D), V = thd3(v, TK, 1, D);
-    xte_tensor O = thd3(o[r], TQ, 1, D), dO = thd3(g, TQ, 1, D), L = thd3(l[r], TQ, 1, 1);
-    xte_tensor dQ = thd3(dq[r], TQ, 1, D), dK = thd3(dk[r], TK, 1, D), dV = thd3(dv[r], TK, 1, D);
+    xte_tensor Q = ta_thd_f32(q, TQ, 1, D), K = ta_thd_f32(k, TK, 1, D),
+               V = ta_thd_f32(v, TK, 1, D);
+    xte_tensor O = ta_thd_f32(o[r], TQ, 1, D), dO = ta_thd_f32(g, TQ, 1, D),
+               L = ta_thd_f32(l[r], TQ, 1, 1);
+    xte_tensor dQ = ta_thd_f32(dq[r], TQ, 1, D), dK = ta_thd_f32(dk[r], TK, 1, D),
+               dV = ta_thd_f32(dv[r], TK, 1, D);
     L.rank = 2;
     cfg.layout = XTE_ATTN_LAYOUT_THD;
     cfg.mask = XTE_ATTN_MASK_CAUSAL;

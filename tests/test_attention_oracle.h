@@ -178,6 +178,19 @@ static inline xte_tensor ta_tensor(const adata *d, void *data, xte_dtype dt, int
   return t;
 }
 
+/* A rank-3 fp32 THD tensor [t, h, d] over data (dense). */
+static inline xte_tensor ta_thd_f32(void *data, int64_t t, int64_t h, int64_t d) {
+  xte_tensor x;
+  memset(&x, 0, sizeof x);
+  x.dtype = XTE_DTYPE_FP32;
+  x.rank = 3;
+  x.data = data;
+  x.shape[0] = t;
+  x.shape[1] = h;
+  x.shape[2] = d;
+  return x;
+}
+
 static inline double ta_value(uint64_t *s) { /* k / 64, k in [-127, 127]: exact in bf16 and fp16 */
   return (double)((int)(ta_rng(s) % 255) - 127) / 64.0;
 }
