@@ -451,20 +451,22 @@ static int fast_main(int argc, char **argv) {
     xte_qtensor qa, qb;
     xte_tensor x, D;
     xte_gemm_config cfg = xte_gemm_config_default();
-    uint16_t *h = (uint16_t *)malloc((size_t)N * (size_t)K * 2);
+    /* the bf16 source of both operands: max(M, N) rows (A reads M of them, B N) */
+    const int64_t xr = M > N ? M : N;
+    uint16_t *h = (uint16_t *)malloc((size_t)xr * (size_t)K * 2);
     if (!h) return 1;
     CHECK(xte_quantize_scale_shape(M, K, XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK,
                                    XTE_SCALE_LAYOUT_TE_GEMM, 0, &sar, &sac));
     CHECK(xte_quantize_scale_shape(N, K, XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK,
                                    XTE_SCALE_LAYOUT_TE_GEMM, 0, &sbr, &sbc));
-    CHECK(xte_malloc(gpu, (size_t)N * (size_t)K * 2, &d_x));
+    CHECK(xte_malloc(gpu, (size_t)xr * (size_t)K * 2, &d_x));
     CHECK(xte_malloc(gpu, (size_t)(M * K), &d_a));
     CHECK(xte_malloc(gpu, (size_t)(N * K), &d_b));
     CHECK(xte_malloc(gpu, (size_t)(sar * sac) * 4, &d_sa));
     CHECK(xte_malloc(gpu, (size_t)(sbr * sbc) * 4, &d_sb));
     CHECK(xte_malloc(gpu, (size_t)(M * N) * 2, &d_d));
-    for (i = 0; i < N * K; i++) h[i] = (uint16_t)(((uint32_t)i * 2654435761u) >> 16) & 0xBFFFu;
-    CHECK(xte_memcpy(gpu, d_x, h, (size_t)N * (size_t)K * 2, XTE_MEMCPY_HOST_TO_DEVICE));
+    for (i = 0; i < xr * K; i++) h[i] = (uint16_t)(((uint32_t)i * 2654435761u) >> 16) & 0xBFFFu;
+    CHECK(xte_memcpy(gpu, d_x, h, (size_t)xr * (size_t)K * 2, XTE_MEMCPY_HOST_TO_DEVICE));
     free(h);
     memset(&qa, 0, sizeof qa);
     qa.scaling_mode = XTE_SCALING_BLOCK_1x128;
