@@ -210,18 +210,25 @@ fi
 #   6c XTE_CUDA_GEMM_KERNEL=dmma4  the m8n8k4 DMMA kernel
 #   6d XTE_CUDA_GEMM_KERNEL=imma   the int8 digit kernel (stage 3, e4m3 x e4m3: the e5m2 cases of
 #                                  the check fall back to the automatic choice; not automatic yet)
-# gemm_step NAME KERNEL LABEL (KERNEL empty: the automatic choice)
-gemm_step() {
-  local name=$1 kernel=$2 label=$3 s
+# gpu_step NAME SECONDS LINES LABEL PASSED CMD...: CMD under `step` when there is a GPU (else
+# "NAME: SKIPPED"); the log lines matching LINES go to the summary prefixed with LABEL, then
+# "NAME: PASSED (PASSED)" or a failure.
+gpu_step() {
+  local name=$1 secs=$2 lines=$3 label=$4 passed=$5 s
+  shift 5
   if [ $have_gpu -eq 0 ]; then
     note "$name: SKIPPED: no CUDA device"
     return
   fi
-  step "$name" 90 env ${kernel:+XTE_CUDA_GEMM_KERNEL=$kernel} "$bdir/tests/xte_device_bench" gemm
+  step "$name" "$secs" "$@"
   s=$?
-  grep -E "^\||^\(|FAILED" "$logs/$name.log" | sed "s/^/$label/" | tee -a "$summary"
-  [ $s -eq 0 ] && note "$name: PASSED (${label:-automatic kernel: }CUDA exact GEMM = CPU bytes, twice)" ||
-    failed "$name" "exit $s (see $name.log)"
+  grep -E "$lines" "$logs/$name.log" | sed "s/^/$label/" | tee -a "$summary"
+  [ $s -eq 0 ] && note "$name: PASSED ($passed)" || failed "$name" "exit $s (see $name.log)"
+}
+# gemm_step NAME KERNEL LABEL (KERNEL empty: the automatic choice)
+gemm_step() {
+  gpu_step "$1" 90 "^\||^\(|FAILED" "$3" "${3:-automatic kernel: }CUDA exact GEMM = CPU bytes, twice" \
+    env ${2:+XTE_CUDA_GEMM_KERNEL=$2} "$bdir/tests/xte_device_bench" gemm
 }
 gemm_step gemm "" ""
 gemm_step gemm_simt simt "simt kernel: "
@@ -233,30 +240,16 @@ gemm_step gemm_imma imma "imma int8 digit kernel: "
 # (bf16 / fp32, BSHD causal + GQA, THD varlen + window, softcap + ALiBi; O, LSE, dQ, dK, dV;
 # every GPU call twice), then forward and backward at head dim 128, seqlen 4096, causal and not,
 # in TFLOPS and as a fraction of the fp32 CUDA-core peak.
-if [ $have_gpu -eq 0 ]; then
-  note "attention: SKIPPED: no CUDA device"
-else
-  step attention 120 "$bdir/tests/xte_device_bench" attention
-  s=$?
-  grep -E "^\||^attention|FAILED" "$logs/attention.log" | tee -a "$summary"
-  [ $s -eq 0 ] && note "attention: PASSED (CUDA exact attention = CPU bytes, twice)" ||
-    failed attention "exit $s (see attention.log)"
-fi
+gpu_step attention 120 "^\||^attention|FAILED" "" "CUDA exact attention = CPU bytes, twice" \
+  "$bdir/tests/xte_device_bench" attention
 
 # ---------------------------------------------------------------- 8. FAST GEMM (cuBLASLt)
 # xte_device_bench fast: XTE_GEMM_FAST (cuBLASLt block scaling on sm_90, else the exact kernel;
 # the "fast path" line says which) against the exact kernel on the same device, every output
 # within the FAST bound of include/xte/gemm.h (1x128 x 128x128, 128x128 x 1x128, 1x128 x 1x128;
 # COMPACT and TE_GEMM scales), then FAST and exact TFLOPS at 4096 x 7168 x 16384.
-if [ $have_gpu -eq 0 ]; then
-  note "fast: SKIPPED: no CUDA device"
-else
-  step fast 60 "$bdir/tests/xte_device_bench" fast
-  s=$?
-  grep -E "^\||^fast path|^\(|FAILED" "$logs/fast.log" | tee -a "$summary"
-  [ $s -eq 0 ] && note "fast: PASSED (FAST GEMM within the bound of gemm.h)" ||
-    failed fast "exit $s (see fast.log)"
-fi
+gpu_step fast 60 "^\||^fast path|^\(|FAILED" "" "FAST GEMM within the bound of gemm.h" \
+  "$bdir/tests/xte_device_bench" fast
 
 # ---------------------------------------------------------------- 9. xte bench --backend cuda
 # `xte bench quantize|moe --backend cuda` (bench/bench_gpu.h): each case on the CUDA backend, CUDA
