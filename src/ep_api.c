@@ -60,7 +60,29 @@ struct xte_ep_group_s {
   xte_ep_stats stats;
   void *ws[2]; /* send / receive workspace, kept and grown across calls (no page faults per call) */
   size_t ws_bytes[2];
+  /* GPU groups (NCCL / MCCL): tensor memory is device memory of `device`, which the core never
+   * dereferences: every byte move of tensor data goes through the backend's block move (gops->ep),
+   * reads the host needs are copies. The routing handle stays in host memory. */
+  int gpu;
+  xte_backend backend;
+  int device;
+  const xte_backend_ops *gops;
+  void *h0;     /* the stream handle given at creation (agreements of a call whose stream failed) */
+  void *dws[4]; /* device workspace: receive rows, send rows, send records, uploads */
+  size_t dws_bytes[4];
+  xte_ep_block *mv; /* the host move list of a call, flushed when full */
 };
+
+#define EP_MV_CAP 4096
+
+/* A collective call's execution: the stream handle of a GPU group's call and its pending moves. */
+typedef struct ep_call {
+  struct xte_ep_group_s *g;
+  int gpu;
+  void *h;
+  int64_t n;     /* pending moves in g->mv */
+  xte_status st; /* the first failed flush */
+} ep_call;
 
 static int64_t now_ns(void) {
   struct timespec ts;
@@ -269,9 +291,19 @@ static xte_status check_config(const xte_ep_config *c, int R, struct xte_ep_grou
   return XTE_SUCCESS;
 }
 
-/* Finishes a group over transport tr (owned from here on): config checks, agreement. */
+static void group_free(struct xte_ep_group_s *g) {
+  int i;
+  for (i = 0; i < 4; i++)
+    if (g->dws[i]) (void)g->gops->dealloc(g->device, g->dws[i]);
+  xte_aligned_free(g->mv);
+  xte_aligned_free(g->agree);
+  xte_aligned_free(g);
+}
+
+/* Finishes a group over transport tr (owned from here on): config checks, agreement. ex: the
+ * stream of a GPU group's creation (NULL: a CPU group). */
 static xte_status group_finish(xte_ep_transport *tr, const xte_ep_config *config,
-                               xte_ep_group *group) {
+                               xte_ep_group *group, const xte_exec *ex) {
   static const char *const names[NSIG] = {"config->experts_per_rank",
                                           "config->hidden",
                                           "config->topk",
@@ -283,13 +315,25 @@ static xte_status group_finish(xte_ep_transport *tr, const xte_ep_config *config
   int64_t sig[NSIG] = {0};
   g = (struct xte_ep_group_s *)xte_aligned_calloc(1, sizeof *g);
   if (g) g->agree = (agree_msg *)xte_aligned_calloc((size_t)tr->size, sizeof(agree_msg));
-  if (!g || !g->agree) {
+  if (g && ex) g->mv = (xte_ep_block *)xte_aligned_calloc(EP_MV_CAP, sizeof(xte_ep_block));
+  if (!g || !g->agree || (ex && !g->mv)) {
     /* no agreement without its buffer: the other ranks may wait for this one (documented) */
-    if (g) xte_aligned_free(g);
+    if (g) {
+      xte_aligned_free(g->mv);
+      xte_aligned_free(g->agree);
+      xte_aligned_free(g);
+    }
     tr->destroy(tr->ctx);
     return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "group: out of memory");
   }
   g->tr = *tr;
+  if (ex) {
+    g->gpu = 1;
+    g->backend = ex->backend;
+    g->device = ex->device;
+    g->gops = ex->ops;
+    g->h0 = ex->handle;
+  }
   st = check_config(config, tr->size, g);
   if (st == XTE_SUCCESS) {
     sig[0] = g->El;
@@ -301,8 +345,7 @@ static xte_status group_finish(xte_ep_transport *tr, const xte_ep_config *config
   st = agree(g, st, sig, names);
   if (st != XTE_SUCCESS) {
     g->tr.destroy(g->tr.ctx);
-    xte_aligned_free(g->agree);
-    xte_aligned_free(g);
+    group_free(g);
     return st;
   }
   *group = g;
@@ -315,7 +358,7 @@ xte_status xte_ep_group_create_mpi(const void *mpi_comm, const xte_ep_config *co
   xte_ep_transport tr;
   XTE_CHECK_PTR(group, "group");
   XTE_TRY(xte_ep_mpi_transport(mpi_comm, &tr));
-  return group_finish(&tr, config, group);
+  return group_finish(&tr, config, group, NULL);
 }
 
 xte_status xte_ep_group_create_threads(xte_ep_threads_world world, int rank,
@@ -323,7 +366,39 @@ xte_status xte_ep_group_create_threads(xte_ep_threads_world world, int rank,
   xte_ep_transport tr;
   XTE_CHECK_PTR(group, "group");
   XTE_TRY(xte_ep_threads_transport(world, rank, &tr));
-  return group_finish(&tr, config, group);
+  return group_finish(&tr, config, group, NULL);
+}
+
+/* A group over a GPU plugin's collective library: stream on backend (CUDA: NCCL, MUSA: MCCL). */
+static xte_status group_create_gpu(const void *comm, const xte_ep_config *config, xte_stream stream,
+                                   xte_ep_group *group, xte_backend backend, const char *ccl) {
+  xte_ep_transport tr;
+  xte_exec ex;
+  XTE_CHECK_PTR(group, "group");
+  XTE_CHECK_PTR(comm, "comm");
+  XTE_TRY(xte_resolve_stream(stream, &ex));
+  if (ex.backend != backend)
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                         "stream: a %s stream; the %s transport wants a %s stream (its device is "
+                         "the communicator's)",
+                         xte_backend_name(ex.backend), ccl, xte_backend_name(backend));
+  if (!ex.ops || !ex.ops->ep || !ex.ops->ep->transport_create || !ex.ops->ep->blocks)
+    return xte_set_error(XTE_ERROR_UNSUPPORTED,
+                         "the %s plugin has no expert-parallelism table (an older plugin): no %s "
+                         "transport",
+                         xte_backend_name(backend), ccl);
+  XTE_TRY(ex.ops->ep->transport_create(comm, ex.handle, &tr));
+  return group_finish(&tr, config, group, &ex);
+}
+
+xte_status xte_ep_group_create_nccl(const void *nccl_comm, const xte_ep_config *config,
+                                    xte_stream stream, xte_ep_group *group) {
+  return group_create_gpu(nccl_comm, config, stream, group, XTE_BACKEND_CUDA, "nccl");
+}
+
+xte_status xte_ep_group_create_mccl(const void *mccl_comm, const xte_ep_config *config,
+                                    xte_stream stream, xte_ep_group *group) {
+  return group_create_gpu(mccl_comm, config, stream, group, XTE_BACKEND_MUSA, "mccl");
 }
 
 xte_status xte_ep_group_destroy(xte_ep_group group) {
@@ -331,8 +406,7 @@ xte_status xte_ep_group_destroy(xte_ep_group group) {
     xte_aligned_free(group->ws[0]);
     xte_aligned_free(group->ws[1]);
     group->tr.destroy(group->tr.ctx);
-    xte_aligned_free(group->agree);
-    xte_aligned_free(group);
+    group_free(group);
   }
   xte_clear_error();
   return XTE_SUCCESS;
@@ -373,14 +447,96 @@ xte_status xte_ep_handle_size(xte_ep_group group, size_t *bytes) {
 
 /* ------------------------------------------------------------------ helpers */
 
-static xte_status cpu_stream(xte_stream stream) {
+/* The call's stream: a CPU stream (NULL or the CPU backend) for a CPU group; a stream of the
+ * group's backend and device for a GPU group, bound to its transport (on failure the group's
+ * creation stream is bound, so that the agreement still runs). */
+static xte_status call_stream(struct xte_ep_group_s *g, xte_stream stream, ep_call *c) {
   xte_exec ex;
-  XTE_TRY(xte_resolve_stream(stream, &ex));
-  if (ex.backend != XTE_BACKEND_CPU)
-    return xte_set_error(XTE_ERROR_UNSUPPORTED,
-                         "stream: expert parallelism runs on the CPU backend in this build (the "
-                         "NCCL / MCCL transports are not built yet)");
+  xte_status st;
+  memset(c, 0, sizeof *c);
+  c->g = g;
+  c->gpu = g->gpu;
+  c->h = g->h0;
+  if (g->gpu && g->tr.bind) g->tr.bind(g->tr.ctx, g->h0);
+  st = xte_resolve_stream(stream, &ex);
+  if (st != XTE_SUCCESS) return st;
+  if (!g->gpu) {
+    if (ex.backend != XTE_BACKEND_CPU)
+      return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                           "stream: a %s stream, but this group's transport (%s) runs on the CPU "
+                           "backend (want NULL or a CPU stream)",
+                           xte_backend_name(ex.backend), g->tr.name);
+    return XTE_SUCCESS;
+  }
+  if (ex.backend != g->backend || ex.device != g->device)
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                         "stream: a %s stream of device %d; this %s group wants a %s stream of "
+                         "device %d",
+                         xte_backend_name(ex.backend), ex.device, g->tr.name,
+                         xte_backend_name(g->backend), g->device);
+  c->h = ex.handle;
+  if (g->tr.bind) g->tr.bind(g->tr.ctx, ex.handle);
   return XTE_SUCCESS;
+}
+
+/* Enqueues the pending moves of a GPU call (one launch). */
+static xte_status mv_flush(ep_call *c) {
+  if (c->gpu && c->n) {
+    xte_status st = c->g->gops->ep->blocks(c->h, c->g->mv, c->n);
+    if (st != XTE_SUCCESS && c->st == XTE_SUCCESS) c->st = st;
+    c->n = 0;
+  }
+  return c->st;
+}
+
+static void mv_add(ep_call *c, const void *src, void *dst, size_t len) {
+  xte_ep_block *last = c->n ? &c->g->mv[c->n - 1] : NULL;
+  if (!len) return;
+  /* the continuation of the last move (rows back to back on both sides) extends it */
+  if (last && (char *)last->dst + last->len == (char *)dst &&
+      ((!src && !last->src) ||
+       (src && last->src && (const char *)last->src + last->len == (const char *)src))) {
+    last->len += (int64_t)len;
+    return;
+  }
+  if (c->n == EP_MV_CAP) (void)mv_flush(c);
+  c->g->mv[c->n].src = src;
+  c->g->mv[c->n].dst = dst;
+  c->g->mv[c->n].len = (int64_t)len;
+  c->n++;
+}
+
+/* Tensor bytes moved: in place on the host, queued for the device block move of a GPU group. */
+static inline void mv_copy(ep_call *c, void *dst, const void *src, size_t len) {
+  if (!c->gpu)
+    memcpy(dst, src, len);
+  else
+    mv_add(c, src, dst, len);
+}
+
+static inline void mv_zero(ep_call *c, void *dst, size_t len) {
+  if (!c->gpu)
+    memset(dst, 0, len);
+  else
+    mv_add(c, NULL, dst, len);
+}
+
+/* The end of a GPU call: pending moves enqueued, the stream finished (the group's workspace is
+ * reused by the next call, which may come on another stream). */
+static xte_status call_end(ep_call *c, xte_status st) {
+  xte_status fs;
+  if (!c->gpu) return st;
+  fs = mv_flush(c);
+  if (st == XTE_SUCCESS) st = fs;
+  fs = c->g->gops->synchronize(c->h);
+  return st == XTE_SUCCESS ? fs : st;
+}
+
+/* Host bytes to device memory of a GPU call (synchronized). */
+static xte_status to_device(ep_call *c, void *dst, const void *src, size_t bytes) {
+  if (!bytes) return XTE_SUCCESS;
+  XTE_TRY(mv_flush(c));
+  return c->g->gops->copy(c->h, dst, src, bytes, 0);
 }
 
 /* A 2-D view of t with dtype in mask, rows (when >= 0, else at least min_rows) and cols. */
@@ -469,7 +625,40 @@ static xte_status ws_alloc(struct xte_ep_group_s *g, int slot, int64_t n_rows, s
 static void ws_free(struct xte_ep_group_s *g, void *p) {
   if (!p || p == (void *)g_empty_row) return;
   if (g && (p == g->ws[0] || p == g->ws[1])) return;
+  if (g && g->gpu) return; /* device workspace: the group's, kept */
   xte_aligned_free(p);
+}
+
+/* Workspace for tensor rows of a call: host memory (ws_alloc's buffer `slot`, 0 or 1) for a CPU
+ * group, else the group's device buffer dslot (grown when too small, after the stream finished
+ * what may still use the old one). */
+static xte_status ws_data(ep_call *c, int slot, int dslot, int64_t n_rows, size_t row_bytes,
+                          void **p) {
+  struct xte_ep_group_s *g = c->g;
+  size_t b;
+  void *q = NULL;
+  if (!c->gpu) return ws_alloc(g, slot, n_rows, row_bytes, p);
+  if (n_rows < 0 || __builtin_mul_overflow((size_t)n_rows, row_bytes, &b))
+    return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "workspace size overflows");
+  if (b == 0) {
+    *p = g_empty_row; /* never dereferenced: no rows */
+    return XTE_SUCCESS;
+  }
+  if (g->dws_bytes[dslot] >= b) {
+    *p = g->dws[dslot];
+    return XTE_SUCCESS;
+  }
+  b = (b + 255) & ~(size_t)255;
+  if (g->dws[dslot]) {
+    XTE_TRY(mv_flush(c));
+    XTE_TRY(g->gops->synchronize(c->h));
+  }
+  XTE_TRY(g->gops->alloc(g->device, b, &q));
+  if (g->dws[dslot]) (void)g->gops->dealloc(g->device, g->dws[dslot]);
+  g->dws[dslot] = q;
+  g->dws_bytes[dslot] = b;
+  *p = q;
+  return XTE_SUCCESS;
 }
 
 /* agree() that also releases the call's two workspaces when the ranks do not go ahead. */
@@ -561,13 +750,13 @@ static xte_status exchange_w(struct xte_ep_group_s *g, blist *s, blist *r, int m
 
 /* Zeroes recv rows that no (token, slot) fills: each expert's padding and rows [recv_rows,
  * nrows) of data (row_bytes per row, ld bytes apart). */
-static void zero_unrouted(const ep_handle *eh, int64_t El, char *data, size_t ld, size_t row_bytes,
-                          int64_t nrows) {
+static void zero_unrouted(ep_call *c, const ep_handle *eh, int64_t El, char *data, size_t ld,
+                          size_t row_bytes, int64_t nrows) {
   int64_t e, row;
   for (e = 0; e <= El; e++) {
     int64_t r0 = e < El ? eh->poff[e] + eh->tpe[e] : eh->h->recv_rows;
     int64_t r1 = e < El ? eh->poff[e + 1] : nrows;
-    for (row = r0; row < r1; row++) memset(data + (size_t)row * ld, 0, row_bytes);
+    for (row = r0; row < r1; row++) mv_zero(c, data + (size_t)row * ld, row_bytes);
   }
 }
 
@@ -587,15 +776,29 @@ xte_status xte_ep_prepare(xte_ep_group group, const xte_tensor *topk_idx, void *
   size_t bytes;
   int tpe_i64 = 0;
   int64_t tpe_ld = 1;
+  ep_call c;
+  const void *tdata = NULL; /* topk_idx's values in host memory */
+  void *tcopy = NULL;       /* their copy (GPU group) */
   XTE_CHECK_PTR(g, "group");
   R = g->R;
   K = g->K;
   El = g->El;
   memset(&eh, 0, sizeof eh);
   /* local checks: nothing written yet */
-  st = cpu_stream(stream);
+  st = call_stream(g, stream, &c);
   if (st == XTE_SUCCESS)
     st = tview(topk_idx, "topk_idx", DT(XTE_DTYPE_INT32) | DT(XTE_DTYPE_INT64), -1, 0, K, &T, &ld);
+  if (st == XTE_SUCCESS) tdata = topk_idx->data;
+  if (st == XTE_SUCCESS && c.gpu && T > 0 && T <= g->Tmax) {
+    /* the host reads the routing (DeepEP's normal mode synchronizes for its counts too) */
+    size_t b = ((size_t)(T - 1) * (size_t)ld + (size_t)K) * xte_dtype_size(topk_idx->dtype);
+    tcopy = xte_aligned_alloc(b);
+    if (!tcopy)
+      st = xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "out of memory for %zu bytes", b);
+    else
+      st = g->gops->copy(c.h, tcopy, topk_idx->data, b, 1);
+    tdata = tcopy;
+  }
   if (st == XTE_SUCCESS && T > g->Tmax)
     st = xte_set_error(XTE_ERROR_SHAPE,
                        "topk_idx has %lld tokens: more than "
@@ -604,9 +807,8 @@ xte_status xte_ep_prepare(xte_ep_group group, const xte_tensor *topk_idx, void *
   if (st == XTE_SUCCESS) {
     for (t = 0; t < T && st == XTE_SUCCESS; t++)
       for (j = 0; j < K; j++) {
-        int64_t e = topk_idx->dtype == XTE_DTYPE_INT32
-                        ? ((const int32_t *)topk_idx->data)[t * ld + j]
-                        : ((const int64_t *)topk_idx->data)[t * ld + j];
+        int64_t e = topk_idx->dtype == XTE_DTYPE_INT32 ? ((const int32_t *)tdata)[t * ld + j]
+                                                       : ((const int64_t *)tdata)[t * ld + j];
         if (e < -1 || e >= g->E) {
           st = xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
                              "topk_idx[%lld, %lld] = %lld: want -1 or an expert in [0, %lld)",
@@ -616,9 +818,8 @@ xte_status xte_ep_prepare(xte_ep_group group, const xte_tensor *topk_idx, void *
         /* a token lists an expert at most once (as xte_moe_permute wants): refused here, on
          * every rank, before any row moves */
         for (i = 0; i < j && e >= 0; i++) {
-          int64_t f = topk_idx->dtype == XTE_DTYPE_INT32
-                          ? ((const int32_t *)topk_idx->data)[t * ld + i]
-                          : ((const int64_t *)topk_idx->data)[t * ld + i];
+          int64_t f = topk_idx->dtype == XTE_DTYPE_INT32 ? ((const int32_t *)tdata)[t * ld + i]
+                                                         : ((const int64_t *)tdata)[t * ld + i];
           if (f == e) {
             st = xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
                                "topk_idx row %lld lists expert %lld twice", (long long)t,
@@ -661,9 +862,15 @@ xte_status xte_ep_prepare(xte_ep_group group, const xte_tensor *topk_idx, void *
     int64_t kr = K < R ? K : R;
     st = ws_alloc(NULL, 0, T * kr, (size_t)K * 4, (void **)&sendrec);
     if (st == XTE_SUCCESS) st = ws_alloc(NULL, 0, 4 * (int64_t)R + g->E, 8, (void **)&cnt1);
+    /* a GPU transport stages the exchanges below through device memory */
+    if (st == XTE_SUCCESS && c.gpu)
+      st = tr_reserve(g, 0, T * kr * K * 4 + 8 * (int64_t)R, g->Tmax * R * K * 4 + 8 * (int64_t)R);
   }
   st = agree_or_free(g, st, NULL, NULL, sendrec, cnt1);
-  if (st != XTE_SUCCESS) return st;
+  if (st != XTE_SUCCESS) {
+    xte_aligned_free(tcopy);
+    return call_end(&c, st);
+  }
 
   /* the handle */
   handle_layout(g, (char *)handle, &eh, &bytes);
@@ -673,9 +880,10 @@ xte_status xte_ep_prepare(xte_ep_group group, const xte_tensor *topk_idx, void *
   eh.h->T = T;
   for (t = 0; t < T; t++)
     for (j = 0; j < K; j++)
-      eh.topk[t * K + j] = (int32_t)(topk_idx->dtype == XTE_DTYPE_INT32
-                                         ? ((const int32_t *)topk_idx->data)[t * ld + j]
-                                         : ((const int64_t *)topk_idx->data)[t * ld + j]);
+      eh.topk[t * K + j] =
+          (int32_t)(topk_idx->dtype == XTE_DTYPE_INT32 ? ((const int32_t *)tdata)[t * ld + j]
+                                                       : ((const int64_t *)tdata)[t * ld + j]);
+  xte_aligned_free(tcopy);
   /* send lists: rank-major, tokens ascending; my slots per rank, (token, slot) ascending */
   for (r = 0; r < R; r++) eh.send_cnt[r] = eh.slot_cnt[r] = 0;
   for (t = 0; t < T; t++) {
@@ -764,7 +972,7 @@ xte_status xte_ep_prepare(xte_ep_group group, const xte_tensor *topk_idx, void *
   ws_free(NULL, sendrec);
   if (st != XTE_SUCCESS) {
     ws_free(NULL, cnt1);
-    return st;
+    return call_end(&c, st);
   }
   /* the receive side: rows back to each rank, rows per local expert, padded rows */
   {
@@ -780,8 +988,8 @@ xte_status xte_ep_prepare(xte_ep_group group, const xte_tensor *topk_idx, void *
           if (l < 0) continue;
           if (l >= El) {
             ws_free(NULL, cnt1);
-            return xte_set_error(XTE_ERROR_INTERNAL, "rank %lld sent local expert %d", (long long)r,
-                                 l);
+            return call_end(&c, xte_set_error(XTE_ERROR_INTERNAL, "rank %lld sent local expert %d",
+                                              (long long)r, l));
           }
           n++;
           eh.tpe[l]++;
@@ -816,7 +1024,6 @@ xte_status xte_ep_prepare(xte_ep_group group, const xte_tensor *topk_idx, void *
         }
     }
   }
-  ws_free(NULL, cnt1);
   eh.h->prepared = 1;
   if (counts) {
     counts->recv_rows = eh.h->recv_rows;
@@ -825,13 +1032,19 @@ xte_status xte_ep_prepare(xte_ep_group group, const xte_tensor *topk_idx, void *
   }
   if (tokens_per_expert && tokens_per_expert->data) {
     int64_t e;
+    /* a GPU group's: built on the host (in the handle's scratch count array), then copied */
+    void *dst = c.gpu ? (void *)cnt1 : tokens_per_expert->data;
     for (e = 0; e < El; e++) {
       if (tpe_i64)
-        ((int64_t *)tokens_per_expert->data)[e] = eh.tpe[e];
+        ((int64_t *)dst)[e] = eh.tpe[e];
       else
-        ((int32_t *)tokens_per_expert->data)[e] = (int32_t)eh.tpe[e];
+        ((int32_t *)dst)[e] = (int32_t)eh.tpe[e];
     }
+    if (c.gpu) st = to_device(&c, tokens_per_expert->data, dst, (size_t)El * (tpe_i64 ? 8 : 4));
   }
+  ws_free(NULL, cnt1);
+  st = call_end(&c, st);
+  if (st != XTE_SUCCESS) return st;
   xte_clear_error();
   return XTE_SUCCESS;
 }
@@ -855,13 +1068,14 @@ static xte_status dispatch_impl(xte_ep_group group, void *handle, const xte_tens
   int64_t ldti = 0, ldtw = 0;
   int fp8 = 0, has_w = 0;
   size_t es = 0, ss = 0, xb, sb, wb;
-  char *blk = NULL, *wbuf = NULL;
+  char *blk = NULL, *wbuf = NULL, *dmeta = NULL;
   int64_t sig[NSIG] = {0}, t_pack = 0, t_local = 0;
+  ep_call c;
   XTE_CHECK_PTR(g, "group");
   H = g->H;
   K = g->K;
   memset(&eh, 0, sizeof eh);
-  st = cpu_stream(stream);
+  st = call_stream(g, stream, &c);
   if (st == XTE_SUCCESS) st = get_handle(g, handle, 0, &eh);
   if (st == XTE_SUCCESS) {
     T = eh.h->T;
@@ -878,9 +1092,9 @@ static xte_status dispatch_impl(xte_ep_group group, void *handle, const xte_tens
       st = xte_set_error(XTE_ERROR_NULL_POINTER, "%s is NULL: an fp8 x moves its scales along",
                          (!x_scales || !x_scales->data) ? "x_scales" : "recv_scales");
     if (st == XTE_SUCCESS) {
-      int64_t c, rr, ld2;
-      st = xte_tensor_view2d(x_scales, "x_scales", &rr, &c, &ld2);
-      S = c;
+      int64_t cols, rr, ld2;
+      st = xte_tensor_view2d(x_scales, "x_scales", &rr, &cols, &ld2);
+      S = cols;
       if (st == XTE_SUCCESS)
         st = tview(x_scales, "x_scales", F32 | DT(XTE_DTYPE_E8M0), T, 0, -1, NULL, &lds);
       if (st == XTE_SUCCESS && S < 1)
@@ -947,7 +1161,9 @@ static xte_status dispatch_impl(xte_ep_group group, void *handle, const xte_tens
         __builtin_mul_overflow((size_t)eh.h->nrecv, xb + mb, &rall))
       st = xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "workspace size overflows");
     if (st == XTE_SUCCESS) st = ws_alloc(g, 0, 1, lb, (void **)&blk);
-    if (st == XTE_SUCCESS) st = ws_alloc(g, 1, eh.h->nrecv, rec, (void **)&wbuf);
+    if (st == XTE_SUCCESS) st = ws_data(&c, 1, 0, eh.h->nrecv, rec, (void **)&wbuf);
+    /* a GPU group's send records: device memory (a CPU group's follow the block lists) */
+    if (st == XTE_SUCCESS && c.gpu) st = ws_data(&c, 0, 2, eh.h->nsend, mb, (void **)&dmeta);
     if (st == XTE_SUCCESS)
       st = tr_reserve(g, (eh.h->nsend > eh.h->nrecv ? eh.h->nsend : eh.h->nrecv) + g->R,
                       (int64_t)sall, (int64_t)rall);
@@ -961,7 +1177,7 @@ static xte_status dispatch_impl(xte_ep_group group, void *handle, const xte_tens
     xb = sb = wb = 0;
   }
   st = agree_or_free(g, st, sig, names, blk, wbuf);
-  if (st != XTE_SUCCESS) return st;
+  if (st != XTE_SUCCESS) return call_end(&c, st);
   /* Each (token, rank) once, in one exchange: per peer the x rows read in place, then the
    * small records of scale rows and weights. Both sides cut a pair's stream alike: a block per
    * run of consecutive tokens (one per token unless the sender's x and the receiver's rows
@@ -979,12 +1195,13 @@ static xte_status dispatch_impl(xte_ep_group group, void *handle, const xte_tens
     char *ox = (char *)recv_x->data, *smeta, *xw = wbuf + (size_t)eh.h->nrecv * mb;
     const int64_t me_bits = g->agree[g->tr.rank].sig[5];
     blist_bytes(eh.h->nsend + g->R, eh.h->nrecv + g->R, g->R, &lb);
-    smeta = blk + lb;
+    smeta = c.gpu ? dmeta : blk + lb;
     for (i = 0; i < eh.h->nsend && mb; i++) {
       int64_t t = eh.send_tok[i];
-      if (sb) memcpy(smeta + (size_t)i * mb, sd + (size_t)(t * lds) * ss, sb);
-      if (wb) memcpy(smeta + (size_t)i * mb + sb, wd + (size_t)(t * ldw) * 4, wb);
+      if (sb) mv_copy(&c, smeta + (size_t)i * mb, sd + (size_t)(t * lds) * ss, sb);
+      if (wb) mv_copy(&c, smeta + (size_t)i * mb + sb, wd + (size_t)(t * ldw) * 4, wb);
     }
+    st = mv_flush(&c);
     blist_init(blk, eh.h->nsend + g->R, eh.h->nrecv + g->R, g->R, &bs, &br);
     for (r = 0; r < g->R; r++) {
       int64_t b0 = eh.send_off[r], b1 = eh.send_off[r + 1];
@@ -1006,7 +1223,7 @@ static xte_status dispatch_impl(xte_ep_group group, void *handle, const xte_tens
     blist_peer(&bs, g->R);
     blist_peer(&br, g->R);
     g->stats.pack_ns += now_ns() - t_pack;
-    st = exchange_w(g, &bs, &br, 1);
+    if (st == XTE_SUCCESS) st = exchange_w(g, &bs, &br, 1);
   }
   t_local = now_ns();
   if (st == XTE_SUCCESS && tm) {
@@ -1017,24 +1234,37 @@ static xte_status dispatch_impl(xte_ep_group group, void *handle, const xte_tens
     int32_t *ti = recv_topk_idx && recv_topk_idx->data ? (int32_t *)recv_topk_idx->data : NULL;
     float *tw =
         recv_topk_weights && recv_topk_weights->data ? (float *)recv_topk_weights->data : NULL;
-    for (i = 0; i < nrows; i++) {
+    int32_t *hti = ti, *uti = NULL; /* a GPU group's recv_topk_idx: built here, then uploaded */
+    if (ti && c.gpu) {
+      hti = (int32_t *)xte_aligned_alloc((size_t)(nrows ? nrows : 1) * (size_t)K * 4);
+      if (!hti) st = xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "out of memory (recv_topk_idx)");
+      if (st == XTE_SUCCESS) st = ws_data(&c, 0, 3, nrows, (size_t)K * 4, (void **)&uti);
+    }
+    for (i = 0; i < nrows && st == XTE_SUCCESS; i++) {
       const char *meta = i < nrecv ? wbuf + (size_t)i * mb : wbuf;
       if (i >= nrecv) {
-        memset(ox + (size_t)(i * ldo) * es, 0, xb);
-        if (sb) memset(os + (size_t)(i * ldrs) * ss, 0, sb);
+        mv_zero(&c, ox + (size_t)(i * ldo) * es, xb);
+        if (sb) mv_zero(&c, os + (size_t)(i * ldrs) * ss, sb);
       } else if (sb) {
-        memcpy(os + (size_t)(i * ldrs) * ss, meta, sb);
+        mv_copy(&c, os + (size_t)(i * ldrs) * ss, meta, sb);
       }
       for (j = 0; j < K; j++) {
         int32_t l = i < nrecv ? eh.recv_topk[i * K + j] : -1;
-        if (ti) ti[i * ldti + j] = l;
+        if (ti) hti[c.gpu ? i * K + j : i * ldti + j] = l;
         if (tw) {
-          float v = 0.0f;
-          if (l >= 0) memcpy(&v, meta + sb + (size_t)j * 4, 4);
-          tw[i * ldtw + j] = v;
+          if (l >= 0)
+            mv_copy(&c, &tw[i * ldtw + j], meta + sb + (size_t)j * 4, 4);
+          else
+            mv_zero(&c, &tw[i * ldtw + j], 4);
         }
       }
     }
+    if (ti && c.gpu && st == XTE_SUCCESS) {
+      st = to_device(&c, uti, hti, (size_t)nrows * (size_t)K * 4);
+      for (i = 0; i < nrows && st == XTE_SUCCESS; i++)
+        mv_copy(&c, ti + i * ldti, uti + i * K, (size_t)K * 4);
+    }
+    if (c.gpu) xte_aligned_free(hti);
   } else if (st == XTE_SUCCESS) {
     /* the expert-major expansion: each received row to the recv_x row of each local slot */
     const size_t mb = sb + wb;
@@ -1042,21 +1272,25 @@ static xte_status dispatch_impl(xte_ep_group group, void *handle, const xte_tens
     char *ox = (char *)recv_x->data, *os = fp8 ? (char *)recv_scales->data : NULL;
     const char *xw = wbuf + (size_t)nrecv * mb;
     float *w = recv_weights && recv_weights->data ? (float *)recv_weights->data : NULL;
-    if (w) memset(w, 0, (size_t)nrows * sizeof(float));
+    /* (a GPU group's moves of one launch must not write a byte twice: its weights of the
+     * unrouted rows are zeroed below instead) */
+    if (w && !c.gpu) memset(w, 0, (size_t)nrows * sizeof(float));
     for (i = 0; i < nrecv; i++) {
       const int32_t *rm = eh.row_map + i * K;
       const char *meta = wbuf + (size_t)i * mb, *xr = xw + (size_t)i * xb;
       for (j = 0; j < K; j++) {
         int64_t row = rm[j];
         if (row < 0) continue;
-        if (w) memcpy(&w[row], meta + sb + (size_t)j * 4, 4);
-        if (sb) memcpy(os + (size_t)(row * ldrs) * ss, meta, sb);
-        memcpy(ox + (size_t)(row * ldo) * es, xr, xb);
+        if (w) mv_copy(&c, &w[row], meta + sb + (size_t)j * 4, 4);
+        if (sb) mv_copy(&c, os + (size_t)(row * ldrs) * ss, meta, sb);
+        mv_copy(&c, ox + (size_t)(row * ldo) * es, xr, xb);
       }
     }
-    zero_unrouted(&eh, g->El, ox, (size_t)ldo * es, xb, nrows);
-    if (sb) zero_unrouted(&eh, g->El, os, (size_t)ldrs * ss, sb, nrows);
+    zero_unrouted(&c, &eh, g->El, ox, (size_t)ldo * es, xb, nrows);
+    if (sb) zero_unrouted(&c, &eh, g->El, os, (size_t)ldrs * ss, sb, nrows);
+    if (w && c.gpu) zero_unrouted(&c, &eh, g->El, (char *)w, 4, 4, nrows);
   }
+  st = call_end(&c, st);
   ws_free(g, blk);
   ws_free(g, wbuf);
   g->stats.local_ns += now_ns() - t_local;
@@ -1123,14 +1357,28 @@ static void slot_blocks(const struct xte_ep_group_s *g, const ep_handle *eh, cha
 }
 
 /* The routing of this rank's own tokens (the handle's int32 copy) and src_row_map as tensors. */
-static void own_routing(const struct xte_ep_group_s *g, const ep_handle *eh, xte_tensor *idx,
-                        xte_tensor *rm, xte_moe_routing *routing) {
+static xte_status own_routing(ep_call *c, const ep_handle *eh, xte_tensor *idx, xte_tensor *rm,
+                              xte_moe_routing *routing) {
+  const struct xte_ep_group_s *g = c->g;
   int64_t T = eh->h->T;
-  *idx = mk2d(T ? (void *)eh->topk : (void *)g_empty_row, XTE_DTYPE_INT32, T, g->K, g->K);
-  *rm = mk2d(T ? (void *)eh->src_row_map : (void *)g_empty_row, XTE_DTYPE_INT32, T, g->K, g->K);
+  void *pi = T ? (void *)eh->topk : (void *)g_empty_row;
+  void *pr = T ? (void *)eh->src_row_map : (void *)g_empty_row;
+  if (c->gpu && T) {
+    /* the token movement kernels read them from device memory: uploaded */
+    size_t b = (size_t)T * (size_t)g->K * 4;
+    char *d = NULL;
+    XTE_TRY(ws_data(c, 0, 3, 2, b, (void **)&d));
+    XTE_TRY(to_device(c, d, eh->topk, b));
+    XTE_TRY(to_device(c, d + b, eh->src_row_map, b));
+    pi = d;
+    pr = d + b;
+  }
+  *idx = mk2d(pi, XTE_DTYPE_INT32, T, g->K, g->K);
+  *rm = mk2d(pr, XTE_DTYPE_INT32, T, g->K, g->K);
   routing->routing_map = NULL;
   routing->topk_idx = idx;
   routing->num_experts = g->E;
+  return XTE_SUCCESS;
 }
 
 /* combine and dispatch_backward: rows of the received slots back to the tokens' ranks, then the
@@ -1147,8 +1395,9 @@ static xte_status return_and_sum(struct xte_ep_group_s *g, void *handle, const x
   char *sendbuf = NULL, *recvbuf = NULL;
   int want_slots = 0;
   int64_t sig[NSIG] = {0}, t0;
+  ep_call c;
   memset(&eh, 0, sizeof eh);
-  st = cpu_stream(stream);
+  st = call_stream(g, stream, &c);
   if (st == XTE_SUCCESS) st = get_handle(g, handle, 1, &eh);
   if (st == XTE_SUCCESS) {
     T = eh.h->T;
@@ -1175,7 +1424,7 @@ static xte_status return_and_sum(struct xte_ep_group_s *g, void *handle, const x
     if (st == XTE_SUCCESS) st = ws_alloc(g, 0, 1, lb, (void **)&sendbuf);
     /* received into workspace even when slot_rows is given: slot_rows is written only after the
      * local sum succeeded (nothing written on error) */
-    if (st == XTE_SUCCESS) st = ws_alloc(g, 1, eh.h->nslot, rb, (void **)&recvbuf);
+    if (st == XTE_SUCCESS) st = ws_data(&c, 1, 0, eh.h->nslot, rb, (void **)&recvbuf);
     if (st == XTE_SUCCESS)
       st = tr_reserve(g, (eh.h->nret > eh.h->nslot ? eh.h->nret : eh.h->nslot) + g->R,
                       eh.h->nret * (int64_t)rb, eh.h->nslot * (int64_t)rb);
@@ -1183,7 +1432,7 @@ static xte_status return_and_sum(struct xte_ep_group_s *g, void *handle, const x
     sig[5] = ld == H; /* not compared: this rank's expert rows are dense */
   }
   st = agree_or_free(g, st, sig, names, sendbuf, recvbuf);
-  if (st != XTE_SUCCESS) return st;
+  if (st != XTE_SUCCESS) return call_end(&c, st);
   t0 = now_ns();
   {
     /* the expert rows are sent in place (no staging copy) */
@@ -1198,15 +1447,16 @@ static xte_status return_and_sum(struct xte_ep_group_s *g, void *handle, const x
   if (st == XTE_SUCCESS) {
     xte_tensor idx, rm, in = mk2d(recvbuf, rows->dtype, eh.h->nslot, H, H);
     xte_moe_routing routing;
-    own_routing(g, &eh, &idx, &rm, &routing);
-    if (backward)
+    st = own_routing(&c, &eh, &idx, &rm, &routing);
+    if (st == XTE_SUCCESS && backward)
       st = xte_moe_permute_backward(&in, &routing, &rm, out, stream);
-    else
+    else if (st == XTE_SUCCESS)
       st = xte_moe_unpermute(&in, &routing, &rm, weights && weights->data ? weights : NULL, out,
                              stream);
   }
   if (st == XTE_SUCCESS && want_slots && eh.h->nslot)
-    memcpy(slot_rows->data, recvbuf, (size_t)eh.h->nslot * rb);
+    mv_copy(&c, slot_rows->data, recvbuf, (size_t)eh.h->nslot * rb);
+  st = call_end(&c, st);
   ws_free(g, recvbuf);
   g->stats.local_ns += now_ns() - t0;
   g->stats.calls++;
@@ -1242,11 +1492,12 @@ xte_status xte_ep_combine_backward(xte_ep_group group, void *handle, const xte_t
   char *sendbuf = NULL, *recvbuf = NULL;
   int want_gw = 0;
   int64_t sig[NSIG] = {0}, t0;
+  ep_call c;
   XTE_CHECK_PTR(g, "group");
   H = g->H;
   K = g->K;
   memset(&eh, 0, sizeof eh);
-  st = cpu_stream(stream);
+  st = call_stream(g, stream, &c);
   if (st == XTE_SUCCESS) st = get_handle(g, handle, 1, &eh);
   if (st == XTE_SUCCESS) {
     T = eh.h->T;
@@ -1275,7 +1526,7 @@ xte_status xte_ep_combine_backward(xte_ep_group group, void *handle, const xte_t
     size_t lb = 0;
     es = xte_dtype_size(grad_expert_out->dtype);
     rb = (size_t)H * es;
-    st = ws_alloc(g, 0, eh.h->nslot, rb, (void **)&sendbuf);
+    st = ws_data(&c, 0, 1, eh.h->nslot, rb, (void **)&sendbuf);
     if (st == XTE_SUCCESS && !blist_bytes(eh.h->nslot + g->R, eh.h->nret + g->R, g->R, &lb))
       st = xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "workspace size overflows");
     if (st == XTE_SUCCESS) st = ws_alloc(g, 1, 1, lb, (void **)&recvbuf);
@@ -1286,15 +1537,16 @@ xte_status xte_ep_combine_backward(xte_ep_group group, void *handle, const xte_t
     sig[5] = ldg == H; /* not compared: this rank's expert rows are dense */
   }
   st = agree_or_free(g, st, sig, names, sendbuf, recvbuf);
-  if (st != XTE_SUCCESS) return st;
+  if (st != XTE_SUCCESS) return call_end(&c, st);
   t0 = now_ns();
   {
     xte_tensor idx, rm, gi = mk2d(sendbuf, grad_expert_out->dtype, eh.h->nslot, H, H);
     xte_moe_routing routing;
-    own_routing(g, &eh, &idx, &rm, &routing);
-    st = xte_moe_unpermute_backward(grad_out, want_gw ? slot_rows : NULL, &routing, &rm,
-                                    topk_weights && topk_weights->data ? topk_weights : NULL, &gi,
-                                    want_gw ? grad_weights : NULL, stream);
+    st = own_routing(&c, &eh, &idx, &rm, &routing);
+    if (st == XTE_SUCCESS)
+      st = xte_moe_unpermute_backward(grad_out, want_gw ? slot_rows : NULL, &routing, &rm,
+                                      topk_weights && topk_weights->data ? topk_weights : NULL, &gi,
+                                      want_gw ? grad_weights : NULL, stream);
   }
   g->stats.local_ns += now_ns() - t0;
   if (st == XTE_SUCCESS) {
@@ -1309,7 +1561,8 @@ xte_status xte_ep_combine_backward(xte_ep_group group, void *handle, const xte_t
   ws_free(g, sendbuf);
   t0 = now_ns();
   if (st == XTE_SUCCESS)
-    zero_unrouted(&eh, g->El, (char *)grad_expert_out->data, (size_t)ldg * es, rb, nrows);
+    zero_unrouted(&c, &eh, g->El, (char *)grad_expert_out->data, (size_t)ldg * es, rb, nrows);
+  st = call_end(&c, st);
   g->stats.local_ns += now_ns() - t0;
   g->stats.calls++;
   ws_free(g, recvbuf);

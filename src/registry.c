@@ -315,7 +315,18 @@ xte_status xte_backend_info_string(char *buf, size_t size) {
   for (i = 0; i < in.num_musa_gpus; i++)
     XTE_PUT("  gpu %d: %s (%s, %zu MiB)\n", i, in.musa_gpus[i].name, in.musa_gpus[i].arch,
             in.musa_gpus[i].memory_bytes >> 20);
-  XTE_PUT("expert parallelism: threads%s\n", xte_ep_have_mpi() ? ", mpi" : " (built without MPI)");
+  XTE_PUT("expert parallelism: threads%s", xte_ep_have_mpi() ? ", mpi" : " (built without MPI)");
+  {
+    /* a GPU plugin's collective library is opened only when a group is made: its name here */
+    static const xte_backend gb[2] = {XTE_BACKEND_CUDA, XTE_BACKEND_MUSA};
+    for (i = 0; i < 2; i++) {
+      const plugin_slot *s = get_plugin(gb[i]);
+      if (s->ops && s->ops->ep && s->ops->ep->ccl_name)
+        XTE_PUT(", %s (%s plugin, loaded at group creation)", s->ops->ep->ccl_name,
+                xte_backend_name(gb[i]));
+    }
+  }
+  XTE_PUT("\n");
 #undef XTE_PUT
   return XTE_SUCCESS;
 }

@@ -39,7 +39,10 @@ typedef struct xte_backend_ops {
   const struct xte_gemm_ops *gemm;
   const struct xte_attention_ops *attention;
   const struct xte_moe_ops *moe;
-  void *reserved[16];
+  /* Expert parallelism on this backend's memory (src/xte_ep_ops.h): the collective library's
+   * transport and the device block moves. NULL: not provided. */
+  const struct xte_ep_ops *ep;
+  void *reserved[15];
 } xte_backend_ops;
 
 typedef const xte_backend_ops *(*xte_plugin_get_ops_fn)(int abi);

@@ -1,6 +1,7 @@
 /* xte expert parallelism: tokens moved to the ranks that hold their experts and back (DeepEP's
  * dispatch and combine), over an existing communication engine (MPI on the CPU; a
- * threads-in-one-process transport for tests). Never a transport of xte's own.
+ * threads-in-one-process transport for tests; NCCL in the CUDA plugin, MCCL in the MUSA plugin).
+ * Never a transport of xte's own.
  *
  * Experts are split over the R ranks of a group in contiguous blocks: global expert e lives on
  * rank e / experts_per_rank as local expert e % experts_per_rank (DeepEP's convention, as in
@@ -35,8 +36,16 @@
  * never a hang. The failing rank's xte_last_error() names its argument; the others name the
  * rank and repeat its message. A rank with zero tokens takes part normally.
  *
- * Streams: the CPU backend (stream NULL or a CPU stream); GPU transports (NCCL, MCCL) are not
- * built yet and return XTE_ERROR_UNSUPPORTED.
+ * Streams: an MPI or threads group runs on the CPU backend (stream NULL or a CPU stream). An NCCL
+ * (MCCL) group runs on device memory: every tensor of its calls is device memory of the group's
+ * device, and each call takes a CUDA (MUSA) stream of that device (the creation stream or another
+ * one). The core never dereferences a GPU group's tensors: rows, scale rows and weights move by
+ * the plugin's block-move kernel and the library's grouped send / receive; the host reads
+ * topk_idx in prepare (a device-to-host copy, synchronized, as DeepEP's normal mode does for its
+ * counts) and writes the small host-made results (tokens_per_expert, recv_topk_idx) by copies;
+ * the routing handle stays in host memory. Each GPU call returns when its stream has finished its
+ * work. The sums run in xte_moe_unpermute / the backwards on the same stream (the CUDA plugin's
+ * kernels give the CPU's bytes), so the byte identity above holds on GPUs too.
  */
 #ifndef XTE_EP_H
 #define XTE_EP_H
@@ -82,9 +91,23 @@ XTE_API xte_status xte_ep_threads_world_destroy(xte_ep_threads_world world);
 XTE_API xte_status xte_ep_group_create_threads(xte_ep_threads_world world, int rank,
                                                const xte_ep_config *config, xte_ep_group *group);
 
+/* An EP group over the CUDA plugin's NCCL (loaded with dlopen: libnccl.so.2, or the path in
+ * $XTE_NCCL_LIBRARY; NCCL >= 2.7). nccl_comm points to an ncclComm_t the caller made (borrowed:
+ * never destroyed by xte; it outlives the group); stream: a CUDA stream (xte_stream_create) of the
+ * communicator's device, which must outlive the group; the group's tensors are device memory of
+ * that device. Collective. XTE_ERROR_UNSUPPORTED (with the reason in xte_last_error()) when the
+ * CUDA plugin has no EP table or NCCL cannot be loaded. */
+XTE_API xte_status xte_ep_group_create_nccl(const void *nccl_comm, const xte_ep_config *config,
+                                            xte_stream stream, xte_ep_group *group);
+/* The same over the MUSA plugin's MCCL (libmccl.so, or $XTE_MCCL_LIBRARY): mccl_comm points to an
+ * mcclComm_t, stream is a MUSA stream. */
+XTE_API xte_status xte_ep_group_create_mccl(const void *mccl_comm, const xte_ep_config *config,
+                                            xte_stream stream, xte_ep_group *group);
+
 /* Not collective. Frees the group (NULL: nothing). */
 XTE_API xte_status xte_ep_group_destroy(xte_ep_group group);
-/* rank / num_ranks / the transport's name ("mpi", "threads"); each output may be NULL. */
+/* rank / num_ranks / the transport's name ("mpi", "threads", "nccl", "mccl"); each output may be
+ * NULL. */
 XTE_API xte_status xte_ep_group_info(xte_ep_group group, int *rank, int *num_ranks,
                                      const char **transport);
 

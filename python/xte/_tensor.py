@@ -18,7 +18,8 @@ import threading
 from . import _lib
 from ._lib import DType, Status, Tensor, XteValueError, lib
 
-__all__ = ["View", "view", "view_opt", "empty", "stream_of", "XteLayoutError", "dtype_of"]
+__all__ = ["View", "view", "view_opt", "empty", "stream_of", "cuda_stream", "XteLayoutError",
+           "dtype_of"]
 
 
 class XteLayoutError(XteValueError):
@@ -441,6 +442,24 @@ def _make_stream(backend, device, native):
     _lib.check(lib.xte_stream_create(int(backend), device, native, ctypes.byref(s)),
                "xte_stream_create")
     return s.value
+
+
+def cuda_stream(device):
+    """The xte stream over torch's current stream of CUDA device `device` (cached, as stream_of's;
+    without a CUDA-capable torch: the plugin's own stream of that device)."""
+    t = _torch()
+    native = None
+    if t is not None and hasattr(t, "cuda") and t.cuda.is_available():
+        native = t.cuda.current_stream(device).cuda_stream
+    key = ("cuda", int(device), native or 0)
+    s = _streams.get(key)
+    if s is None:
+        with _streams_lock:
+            s = _streams.get(key)
+            if s is None:
+                s = _make_stream(_lib.Backend.CUDA, key[1], key[2] or None)
+                _streams[key] = s
+    return s
 
 
 def stream_of(*views):

@@ -217,6 +217,8 @@ static xte_status gpu_fill(void *handle, void *dst, int value, size_t bytes) {
 
 /* Exact attention (src/cuda/attention.cu). */
 extern const struct xte_attention_ops xte_gpu_attention_ops;
+/* Expert parallelism: the NCCL (MUSA: MCCL) transport and the block move (src/cuda/ep_nccl.cu). */
+extern const struct xte_ep_ops xte_gpu_ep_ops;
 
 static xte_backend_ops g_ops;
 static pthread_once_t g_ops_once = PTHREAD_ONCE_INIT;
@@ -241,6 +243,7 @@ static void fill_ops(void) {
   g_ops.moe = &xte_gpu_moe_ops;
   g_ops.attention = &xte_gpu_attention_ops;
   g_ops.gemm = &xte_gpu_gemm_ops;
+  g_ops.ep = &xte_gpu_ep_ops;
 }
 
 /* The one exported symbol. */

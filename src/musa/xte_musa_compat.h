@@ -67,6 +67,14 @@
 #define cudaEventRecord musaEventRecord
 #define cudaEventSynchronize musaEventSynchronize
 
+/* the collective library of expert parallelism (src/cuda/ep_ccl.h, loaded with dlopen): MCCL,
+ * whose mccl* functions take NCCL's arguments (an int result, the communicator and the stream as
+ * pointers, uint8 = 1). Its version numbering is its own (1.x), so no minimum is checked. */
+#define XTE_CCL_NAME "mccl"
+#define XTE_CCL_LIB "libmccl.so"
+#define XTE_CCL_ENV "XTE_MCCL_LIBRARY"
+#define XTE_CCL_MIN_VERSION 0
+
 /* device passes: the architecture tests of src/cuda/ (xte_dmma.cuh, which MUSA builds never
  * include: XTE_GEMM_DMMA is 0 there, the tensor-core MMA being NVIDIA's) see MUSA's */
 #if defined(__MUSA_ARCH__) && !defined(__CUDA_ARCH__)

@@ -251,6 +251,18 @@ gpu_step attention 120 "^\||^attention|FAILED" "" "CUDA exact attention = CPU by
 gpu_step fast 60 "^\||^fast path|^\(|FAILED" "" "FAST GEMM within the bound of gemm.h" \
   "$bdir/tests/xte_device_bench" fast
 
+# ---------------------------------------------------------------- 8b. expert parallelism over NCCL
+# test_ep_nccl_device (tests/simt/test_simt_ep.c built for the GPU): xte_ep_group_create_nccl over
+# the real libnccl.so.2 (the CUDA toolkit's, or $XTE_NCCL_LIBRARY), one rank on GPU 0 (more ranks
+# need one process per GPU): prepare, dispatch, dispatch_tokens, combine and both backwards on
+# device memory, byte for byte against the one-process CPU calls; a bad argument refused. Built
+# here, so that a problem in it costs no other step; "SKIPPED" without a libnccl.
+gpu_step ep_nccl 90 "^test_simt_ep|^FAIL|^SKIPPED" "" "NCCL EP on device memory = CPU bytes, 1 rank" \
+  bash -c 'if [ -z "${XTE_NCCL_LIBRARY:-}" ] && ! ldconfig -p | grep -q "libnccl.so.2 "; then
+    echo "SKIPPED: no libnccl.so.2 (ldconfig) and no XTE_NCCL_LIBRARY"; exit 0; fi
+    cmake --build "$1" -j"$(nproc)" --target test_ep_nccl_device &&
+    "$1/tests/simt/test_ep_nccl_device"' _ "$bdir"
+
 # ---------------------------------------------------------------- 9. xte bench --backend cuda
 # `xte bench quantize|moe --backend cuda` (bench/bench_gpu.h): each case on the CUDA backend, CUDA
 # events on the bench's stream, the L2 flushed (memset of 2 x L2) before every iteration outside

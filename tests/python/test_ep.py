@@ -191,3 +191,24 @@ def test_mpi4py_ranks():
                            capture_output=True, text=True, timeout=240)
         assert p.returncode == 0, p.stdout + p.stderr
         assert p.stdout.count("ok") == n, p.stdout
+
+
+def test_nccl_argument_errors():
+    kw = dict(experts_per_rank=2, hidden=16, topk=2, max_tokens_per_rank=4, device=0)
+    for bad in (object(), "0x1000", 1.5, True):
+        with pytest.raises(xte.XteDTypeError, match="comm"):
+            xte.EPGroup.nccl(bad, **kw)
+    for bad in (0, -8, 1 << 64):
+        with pytest.raises(xte.XteValueError, match="comm"):
+            xte.EPGroup.nccl(bad, **kw)
+
+
+def test_nccl_without_a_gpu_is_an_error():
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: a made-up communicator would reach NCCL")
+    # no device here: the group's stream cannot be made, so no NCCL call sees the made-up value
+    with pytest.raises(xte.XteError) as e:
+        xte.EPGroup.nccl(0x1000, experts_per_rank=2, hidden=16, topk=2, max_tokens_per_rank=4,
+                         device=0)
+    assert e.value.message

@@ -16,6 +16,8 @@
 #include <mutex>
 
 #include "cuda/attention_kernels.cuh"
+#include "cuda/ep_ccl.h"
+#include "cuda/ep_kernels.cuh"
 #include "cuda/gemm_kernels.cuh"
 #include "cuda/moe_kernels.cuh"
 #include "cuda/moe_router_kernels.cuh"
@@ -375,6 +377,39 @@ xte_status attn_bwd(const xte_attn_args *a, void *) {
 }
 const xte_attention_ops g_attn_ops = {attn_fwd, attn_bwd};
 
+/* ep_nccl.cu: ep_blocks (the list staged into "device" memory, one launch of the block-move
+ * kernel) and cuda_ep_rt, the runtime policy of the NCCL transport of cuda/ep_ccl.h, here over
+ * host memory; the library is the one XTE_NCCL_LIBRARY names (tests/simt/fake_nccl.c). */
+xte_status ep_blocks(void *, const xte_ep_block *b, int64_t n) {
+  void *dev = nullptr;
+  xte_status st;
+  if (n <= 0) return XTE_SUCCESS;
+  if ((st = alloc(0, (size_t)n * sizeof *b, &dev)) != XTE_SUCCESS) return st;
+  std::memcpy(dev, b, (size_t)n * sizeof *b);
+  const auto r = simt::launch(dim3(xte_ep_grid(n)), dim3(XTE_EP_NT), 0, xte_ep_blocks_kernel,
+                              (const xte_ep_block *)dev, (long long)n);
+  std::free(dev);
+  if (r != simt::ok) return launch_failed("EP block move kernel");
+  return XTE_SUCCESS;
+}
+struct host_ep_rt {
+  static const xte_core_services *svc() { return g_svc; }
+  static xte_status dalloc(void *, size_t bytes, void **p) { return alloc(0, bytes, p); }
+  static void dfree(void *, void *p) { std::free(p); }
+  static xte_status copy(void *, void *dst, const void *src, size_t n, int) {
+    if (n) std::memcpy(dst, src, n);
+    return XTE_SUCCESS;
+  }
+  static xte_status sync(void *) { return XTE_SUCCESS; }
+  static xte_status blocks(void *h, const xte_ep_block *b, int64_t n) { return ep_blocks(h, b, n); }
+  static void *native(void *h) { return h; }
+  static int device(void *) { return 0; }
+};
+xte_status ep_transport_create(const void *comm, void *stream, xte_ep_transport *t) {
+  return xte_ep_ccl<host_ep_rt>::create(comm, stream, t);
+}
+const xte_ep_ops g_ep_ops = {XTE_CCL_NAME, ep_transport_create, ep_blocks};
+
 xte_backend_ops g_ops;
 std::once_flag g_once;
 
@@ -398,6 +433,7 @@ void fill_ops() {
   g_ops.moe = &g_moe_ops;
   g_ops.attention = &g_attn_ops;
   g_ops.gemm = &g_gemm_ops;
+  g_ops.ep = &g_ep_ops;
 }
 
 }  // namespace

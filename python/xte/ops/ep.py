@@ -1,5 +1,6 @@
-"""Expert parallelism (include/xte/ep.h): dispatch and combine over MPI (an mpi4py communicator)
-or the threads-in-one-process transport (tests). See docs/ep.md.
+"""Expert parallelism (include/xte/ep.h): dispatch and combine over MPI (an mpi4py communicator),
+NCCL (a torch.distributed NCCL process group, CUDA tensors) or the threads-in-one-process
+transport (tests). See docs/ep.md.
 
     g = xte.EPGroup.mpi(MPI.COMM_WORLD, experts_per_rank=96, hidden=7168, topk=8, align=128,
                         max_tokens_per_rank=4096)
@@ -12,14 +13,14 @@ or the threads-in-one-process transport (tests). See docs/ep.md.
 
 Every call but close() is collective (every rank of the group, in the same order). Results are
 the one-process token movement's bytes (xte_moe_permute / unpermute and their backwards) for any
-number of ranks. Outputs are allocated in x's framework (torch or NumPy), on the CPU.
+number of ranks. Outputs are allocated in x's framework (torch or NumPy), on x's device.
 """
 
 import ctypes
 
 from .. import _lib
 from .._lib import DType, EpCounts, EpStats, Status, call, lib
-from .._tensor import empty, stream_of, view, view_opt, zeros
+from .._tensor import _torch, cuda_stream, empty, stream_of, view, view_opt, zeros
 from .moe import _dtype
 
 _ROWS = (DType.FP32, DType.BF16)
@@ -67,7 +68,8 @@ class EPHandle:
 
 
 class EPGroup:
-    """An expert-parallel group (xte_ep_group). Build it with EPGroup.mpi or EPGroup.threads."""
+    """An expert-parallel group (xte_ep_group). Build it with EPGroup.mpi, EPGroup.nccl or
+    EPGroup.threads."""
 
     def __init__(self, handle, cfg, world=None):
         self._g = handle
@@ -106,6 +108,51 @@ class EPGroup:
         g = ctypes.c_void_p()
         call("xte_ep_group_create_mpi", ctypes.c_void_p(MPI._addressof(comm)), ctypes.byref(cfg),
              ctypes.byref(g))
+        return cls(g, cfg)
+
+    @classmethod
+    def nccl(cls, comm, *, experts_per_rank, hidden, topk, max_tokens_per_rank, align=1,
+             device=None):
+        """A group over NCCL on a CUDA device (collective; the CUDA plugin loads libnccl.so.2 with
+        dlopen). comm: a torch.distributed process group with the NCCL backend (its communicator,
+        ``pg._get_backend(torch.device("cuda"))._comm_ptr()``: create the group with
+        ``device_id=`` or run one collective first, as ProcessGroupNCCL makes its communicator
+        lazily), or an int, an ncclComm_t's value. Borrowed: the communicator must outlive the
+        group, and must come from the NCCL library xte loads (in a torch process, torch's own
+        libnccl.so.2, found by its soname). device: the communicator's CUDA device (default
+        torch's current device, else 0). Tensors passed to the group are CUDA tensors of that
+        device; calls run on torch's current stream."""
+        torch = _torch()
+        if device is None:
+            device = torch.cuda.current_device() if torch is not None and \
+                torch.cuda.is_available() else 0
+        if isinstance(comm, bool) or not isinstance(comm, int):
+            get = None
+            if torch is not None and hasattr(comm, "_get_backend"):
+                try:
+                    get = getattr(comm._get_backend(torch.device("cuda", int(device))),
+                                  "_comm_ptr", None)
+                except (RuntimeError, ValueError) as e:
+                    raise _lib.XteUnsupportedError(
+                        Status.UNSUPPORTED, f"comm: the process group has no NCCL backend "
+                        f"({e})") from None
+                if get is None:
+                    raise _lib.XteUnsupportedError(
+                        Status.UNSUPPORTED, "comm: this torch's NCCL process group does not "
+                        "expose its communicator (_comm_ptr)")
+            else:
+                raise _lib.XteDTypeError(Status.DTYPE, f"comm: {type(comm).__name__} is neither "
+                                         "a torch.distributed process group nor an int")
+            comm = int(get())
+        if comm <= 0 or comm >= 1 << 64:
+            raise _lib.XteValueError(Status.INVALID_ARGUMENT, f"comm: {comm:#x} is not an "
+                                     "ncclComm_t (a null communicator: has the process group "
+                                     "made it yet?)")
+        cfg = cls._config(experts_per_rank, hidden, topk, align, max_tokens_per_rank)
+        c = ctypes.c_void_p(comm)
+        g = ctypes.c_void_p()
+        call("xte_ep_group_create_nccl", ctypes.byref(c), ctypes.byref(cfg),
+             cuda_stream(int(device)), ctypes.byref(g))
         return cls(g, cfg)
 
     @classmethod
