@@ -71,3 +71,17 @@ if(TARGET test_gpu_fast_lt)
                          SKIP_REGULAR_EXPRESSION "SKIPPED: ")
   endforeach()
 endif()
+
+# test_ep_nccl_device: tests/simt/test_simt_ep.c on a real GPU (the build's CUDA plugin and the real
+# libnccl.so.2 or $XTE_NCCL_LIBRARY), one rank on GPU 0; tests/device/run.sh step ep_nccl, not a
+# ctest test. Here rather than in tests/simt/, so that the device build (no Criterion) has it.
+if(TARGET xte_cuda)
+  add_executable(test_ep_nccl_device ${CMAKE_CURRENT_SOURCE_DIR}/simt/test_simt_ep.c)
+  target_link_libraries(test_ep_nccl_device PRIVATE xte::xte Threads::Threads ${CMAKE_DL_LIBS})
+  target_compile_options(test_ep_nccl_device PRIVATE -ffp-contract=off -Wall -Wextra
+    -Wno-unused-function $<$<BOOL:${XTE_WERROR}>:-Werror>)
+  target_compile_definitions(test_ep_nccl_device PRIVATE XTE_EP_TEST_REAL_ONLY SIMT_PLUGIN_DIR=""
+    FAKE_NCCL_PATH="")
+  set_target_properties(test_ep_nccl_device PROPERTIES C_STANDARD 11)
+  add_dependencies(test_ep_nccl_device xte_cuda)
+endif()

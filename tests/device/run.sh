@@ -259,9 +259,13 @@ gpu_step fast 60 "^\||^fast path|^\(|FAILED" "" "FAST GEMM within the bound of g
 # here, so that a problem in it costs no other step; "SKIPPED" without a libnccl.
 gpu_step ep_nccl 90 "^test_simt_ep|^FAIL|^SKIPPED" "" "NCCL EP on device memory = CPU bytes, 1 rank" \
   bash -c 'if [ -z "${XTE_NCCL_LIBRARY:-}" ] && ! ldconfig -p | grep -q "libnccl.so.2 "; then
-    echo "SKIPPED: no libnccl.so.2 (ldconfig) and no XTE_NCCL_LIBRARY"; exit 0; fi
+    for f in /usr/local/cuda*/lib*/libnccl.so.2 /usr/local/cuda*/targets/*/lib/libnccl.so.2; do
+      [ -e "$f" ] && export XTE_NCCL_LIBRARY="$f" && break; done
+    [ -n "${XTE_NCCL_LIBRARY:-}" ] ||
+      { echo "SKIPPED: no libnccl.so.2 (ldconfig, /usr/local/cuda*) and no XTE_NCCL_LIBRARY"; exit 0; }
+    fi
     cmake --build "$1" -j"$(nproc)" --target test_ep_nccl_device &&
-    "$1/tests/simt/test_ep_nccl_device"' _ "$bdir"
+    "$1/tests/test_ep_nccl_device"' _ "$bdir"
 
 # ---------------------------------------------------------------- 9. xte bench --backend cuda
 # `xte bench quantize|moe --backend cuda` (bench/bench_gpu.h): each case on the CUDA backend, CUDA
