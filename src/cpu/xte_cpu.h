@@ -91,6 +91,18 @@ typedef struct xte_cpu_kernels {
   int (*load_quant_dup)(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
                         float scale, int fmt, int sat, uint8_t *q, int64_t ldq, int nt, uint8_t *q2,
                         int64_t ldq2, float *amax);
+  /* Optional (NULL: none). 128 x 128 blocks, a run of g <= 16 full 128-column tiles side by side
+   * (bf16 or fp32), software-pipelined with the next runs: row r of the run (r < nr) converted,
+   * tile i under the scale s[i], to q + r ldq + 128 i (streaming stores when nt) and, when q2 (64-
+   * byte aligned), to q2 + 16384 i + 128 r (cached); then row r of the next run (r < nrn, gn tiles
+   * from nsrc, row stride lds) read for its tiles' max |x|: nam[i] as load_amax gives it, -1 for a
+   * tile with a NaN; then pf_bytes of row r of pf (r < pf_rows) prefetched into L2. The run must
+   * be NaN-free. Returns 0, having written nothing, for an input kind or a scale its sequences
+   * do not take; else load_quant's bytes. */
+  int (*quant_sq_run)(const void *src, int64_t lds, int in_kind, int64_t nr, int64_t g,
+                      const float *s, int fmt, int sat, uint8_t *q, int64_t ldq, int nt,
+                      uint8_t *q2, const void *nsrc, int64_t nrn, int64_t gn, float *nam,
+                      const void *pf, int64_t pf_rows, int64_t pf_bytes);
 } xte_cpu_kernels;
 
 extern const xte_cpu_kernels xte_cpu_kernels_scalar;

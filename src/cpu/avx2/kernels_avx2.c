@@ -1410,6 +1410,105 @@ static int quant_rc(const void *src, int64_t lds, int64_t nr, const xte_quant_ar
   return 1;
 }
 
+/* ---------------------------------------------------------------- 128x128 runs (quant_sq_run)
+ * As the AVX-512 kernel: row r of the run converted (load_quant_p2w's sequence, bf16 words or
+ * fp32 words rounded to odd), row r of the next run read for its tiles' amaxes, row r of the
+ * run after prefetched into L2. */
+#define SQ_GMAX 16
+
+XTE_AI void sq_amax_row(const char *p, int64_t gn, int f32, V8 *acc) {
+  int64_t i;
+  int j;
+  if (f32) {
+    const V8 m = _mm256_set1_epi32(0x7FFFFFFF);
+    for (i = 0; i < gn; i++) {
+      const __m256i *x = (const __m256i *)(p + i * 512);
+      V8 u0 = _mm256_setzero_si256(), u1 = _mm256_setzero_si256();
+      for (j = 0; j < 16; j += 2) {
+        u0 = _mm256_max_epu32(u0, _mm256_and_si256(_mm256_loadu_si256(x + j), m));
+        u1 = _mm256_max_epu32(u1, _mm256_and_si256(_mm256_loadu_si256(x + j + 1), m));
+      }
+      acc[i] = _mm256_max_epu32(acc[i], _mm256_max_epu32(u0, u1));
+    }
+  } else {
+    for (i = 0; i < gn; i++) {
+      const uint16_t *x = (const uint16_t *)(p + i * 256);
+      V8 u0 = _mm256_setzero_si256(), u1 = _mm256_setzero_si256();
+      for (j = 0; j < 128; j += 32) {
+        u0 = _mm256_max_epu16(u0, absw(ldw(x + j)));
+        u1 = _mm256_max_epu16(u1, absw(ldw(x + j + 16)));
+      }
+      acc[i] = _mm256_max_epu16(acc[i], _mm256_max_epu16(u0, u1));
+    }
+  }
+}
+
+XTE_AI void quant_sq_run_body(const void *src, int64_t lds, int64_t nr, int64_t g, const float *s,
+                              int fmt, int sat, uint8_t *q, int64_t ldq, int nt, uint8_t *q2,
+                              const void *nsrc, int64_t nrn, int64_t gn, float *nam, const void *pf,
+                              int64_t pf_rows, int64_t pf_bytes, int f32) {
+  const size_t es = f32 ? 4 : 2;
+  const p2wk w = p2wk_make(fmt, sat);
+  const V8 perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  V8 acc[SQ_GMAX];
+  _Alignas(32) uint16_t pd[SQ_GMAX], pt[SQ_GMAX];
+  int64_t r, i, rows = nr > nrn ? nr : nrn;
+  for (i = 0; i < g; i++) {
+    pd[i] = p2w_d(s[i], fmt);
+    pt[i] = p2w_t(s[i], fmt);
+  }
+  for (i = 0; i < gn; i++) acc[i] = _mm256_setzero_si256();
+  for (r = 0; r < rows; r++) {
+    if (r < nr) {
+      const char *p = ROW(src, r, lds, es);
+      uint8_t *d = q + r * ldq;
+      for (i = 0; i < g; i++) {
+        const V8 dv = _mm256_set1_epi16((short)pd[i]), tv = _mm256_set1_epi16((short)pt[i]);
+        const __m256 sv = _mm256_set1_ps(s[i]);
+        int j;
+        for (j = 0; j < 4; j++) { /* 32 elements */
+          V8 z0, z1, b;
+          ldw32(p + (size_t)i * 128 * es, 2 * j, f32, &z0, &z1);
+          b = p2w_codes1(&w, z0, z1, dv, tv, sv, 1, P2W_SUB_ALWAYS);
+          b = f32 ? _mm256_permutevar8x32_epi32(b, perm) : _mm256_permute4x64_epi64(b, 0xD8);
+          p2w_st(d + i * 128 + 32 * j, b, nt);
+          if (q2) _mm256_store_si256((__m256i *)(q2 + i * 16384 + r * 128 + 32 * j), b);
+        }
+      }
+    }
+    if (r < nrn) sq_amax_row(ROW(nsrc, r, lds, es), gn, f32, acc);
+    if (r < pf_rows) {
+      const char *x = ROW(pf, r, lds, es);
+      int64_t o;
+      for (o = 0; o < pf_bytes; o += 64) _mm_prefetch(x + o, _MM_HINT_T1);
+    }
+  }
+  for (i = 0; i < gn; i++) {
+    const uint32_t mb = f32 ? hmax_u32(acc[i]) : hmax_u16(acc[i]) << 16;
+    nam[i] = mb > 0x7F800000u ? -1.0f : xte_bits_f32(mb);
+  }
+}
+
+static int quant_sq_run(const void *src, int64_t lds, int in_kind, int64_t nr, int64_t g,
+                        const float *s, int fmt, int sat, uint8_t *q, int64_t ldq, int nt,
+                        uint8_t *q2, const void *nsrc, int64_t nrn, int64_t gn, float *nam,
+                        const void *pf, int64_t pf_rows, int64_t pf_bytes) {
+  int64_t i;
+  if ((in_kind != XTE_NUM_IN_BF16 && in_kind != XTE_NUM_IN_F32) || g > SQ_GMAX || gn > SQ_GMAX ||
+      ((uintptr_t)q2 & 31))
+    return 0;
+  for (i = 0; i < g; i++)
+    if (!p2w_ok(s[i])) return 0;
+  nt = nt && !(ldq & 31) && !((uintptr_t)q & 31);
+  if (in_kind == XTE_NUM_IN_F32)
+    quant_sq_run_body(src, lds, nr, g, s, fmt, sat, q, ldq, nt, q2, nsrc, nrn, gn, nam, pf, pf_rows,
+                      pf_bytes, 1);
+  else
+    quant_sq_run_body(src, lds, nr, g, s, fmt, sat, q, ldq, nt, q2, nsrc, nrn, gn, nam, pf, pf_rows,
+                      pf_bytes, 0);
+  return 1;
+}
+
 static void copy_u8(uint8_t *dst, const uint8_t *src, int64_t n, int nt) {
   int64_t i = 0;
   if (nt && !((uintptr_t)dst & 31))
@@ -1423,6 +1522,7 @@ static void store_fence(void) {
 }
 
 const xte_cpu_kernels xte_cpu_kernels_avx2 = {
-    XTE_CPU_ISA_AVX2, load_f32,  amax,         amax_cols, quant,        quant_vs,      cast_fp8,
-    cast_bf16,        cast_fp16, transpose_u8, load_amax, load_quant,   load_quant_vs, quant_blocks,
-    block_scales,     copy_u8,   store_fence,  quant_rc,  transpose_nt, load_quant_dup};
+    XTE_CPU_ISA_AVX2, load_f32,       amax,         amax_cols,    quant,       quant_vs,
+    cast_fp8,         cast_bf16,      cast_fp16,    transpose_u8, load_amax,   load_quant,
+    load_quant_vs,    quant_blocks,   block_scales, copy_u8,      store_fence, quant_rc,
+    transpose_nt,     load_quant_dup, quant_sq_run};

@@ -1492,6 +1492,124 @@ static int quant_rc(const void *src, int64_t lds, int64_t nr, const xte_quant_ar
   return 0;
 }
 
+/* ---------------------------------------------------------------- 128x128 runs (quant_sq_run)
+ * Row r of the run converted (load_quant's sequences: bf16 words under a power-of-two scale,
+ * fp32 by cvt_scaled), then row r of the next run read for its tiles' amaxes, then row r of the
+ * run after it prefetched into L2: the memory streams while the run converts from L2. */
+
+/* The max |x| bits of the 128 elements of each of the gn tiles of row p into acc[i] */
+XTE_AI void sq_amax_row(const char *p, int64_t gn, int f32, V16 *acc) {
+  int64_t i;
+  if (f32) {
+    const V16 m = S1(0x7FFFFFFF);
+    for (i = 0; i < gn; i++) {
+      const char *x = p + i * 512;
+      V16 u[8];
+      int j;
+      for (j = 0; j < 8; j++)
+        u[j] = _mm512_and_si512(_mm512_loadu_si512((const void *)(x + 64 * j)), m);
+      u[0] = _mm512_max_epu32(_mm512_max_epu32(u[0], u[1]), _mm512_max_epu32(u[2], u[3]));
+      u[4] = _mm512_max_epu32(_mm512_max_epu32(u[4], u[5]), _mm512_max_epu32(u[6], u[7]));
+      acc[i] = _mm512_max_epu32(acc[i], _mm512_max_epu32(u[0], u[4]));
+    }
+  } else {
+    for (i = 0; i < gn; i++) {
+      const char *x = p + i * 256;
+      V16 u0 = _mm512_max_epu16(absw(_mm512_loadu_si512((const void *)x)),
+                                absw(_mm512_loadu_si512((const void *)(x + 64))));
+      V16 u1 = _mm512_max_epu16(absw(_mm512_loadu_si512((const void *)(x + 128))),
+                                absw(_mm512_loadu_si512((const void *)(x + 192))));
+      acc[i] = _mm512_max_epu16(acc[i], _mm512_max_epu16(u0, u1));
+    }
+  }
+}
+
+#define SQ_GMAX 16
+
+XTE_AI void quant_sq_run_body(const void *src, int64_t lds, int64_t nr, int64_t g, const float *s,
+                              int fmt, int sat, uint8_t *q, int64_t ldq, int nt, uint8_t *q2,
+                              const void *nsrc, int64_t nrn, int64_t gn, float *nam, const void *pf,
+                              int64_t pf_rows, int64_t pf_bytes, int f32) {
+  const size_t es = f32 ? 4 : 2;
+  const fp8k k = fp8k_make(fmt, sat);
+  const p2wk w = p2wk_make(fmt, sat);
+  V16 acc[SQ_GMAX], dv[SQ_GMAX], tv[SQ_GMAX];
+  __m512 sv[SQ_GMAX];
+  int64_t r, i, rows = nr > nrn ? nr : nrn;
+  for (i = 0; i < g; i++) {
+    sv[i] = _mm512_set1_ps(s[i]);
+    if (!f32) {
+      dv[i] = _mm512_set1_epi16((short)p2w_d(s[i], fmt));
+      tv[i] = _mm512_set1_epi16((short)p2w_t(s[i], fmt));
+    }
+  }
+  for (i = 0; i < gn; i++) acc[i] = _mm512_setzero_si512();
+  for (r = 0; r < rows; r++) {
+    if (r < nr) {
+      const char *p = ROW(src, r, lds, es);
+      uint8_t *d = q + r * ldq;
+      for (i = 0; i < g; i++) {
+        V16 b0, b1;
+        if (f32) {
+          const float *x = (const float *)p + i * 128;
+          __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+          __m512 x2 = _mm512_loadu_ps(x + 32), x3 = _mm512_loadu_ps(x + 48);
+          b0 = pack4(cvt_scaled(&k, x0, abs16(x0), sv[i]), cvt_scaled(&k, x1, abs16(x1), sv[i]),
+                     cvt_scaled(&k, x2, abs16(x2), sv[i]), cvt_scaled(&k, x3, abs16(x3), sv[i]));
+          x0 = _mm512_loadu_ps(x + 64);
+          x1 = _mm512_loadu_ps(x + 80);
+          x2 = _mm512_loadu_ps(x + 96);
+          x3 = _mm512_loadu_ps(x + 112);
+          b1 = pack4(cvt_scaled(&k, x0, abs16(x0), sv[i]), cvt_scaled(&k, x1, abs16(x1), sv[i]),
+                     cvt_scaled(&k, x2, abs16(x2), sv[i]), cvt_scaled(&k, x3, abs16(x3), sv[i]));
+        } else {
+          const uint16_t *x = (const uint16_t *)p + i * 128;
+          b0 = p2w_pack(p2w_code(&w, ldw(x), dv[i], tv[i], sv[i], sv[i], P2W_SUB_ALWAYS),
+                        p2w_code(&w, ldw(x + 32), dv[i], tv[i], sv[i], sv[i], P2W_SUB_ALWAYS));
+          b1 = p2w_pack(p2w_code(&w, ldw(x + 64), dv[i], tv[i], sv[i], sv[i], P2W_SUB_ALWAYS),
+                        p2w_code(&w, ldw(x + 96), dv[i], tv[i], sv[i], sv[i], P2W_SUB_ALWAYS));
+        }
+        store64(d + i * 128, b0, nt);
+        store64(d + i * 128 + 64, b1, nt);
+        if (q2) {
+          _mm512_store_si512((void *)(q2 + i * 16384 + r * 128), b0);
+          _mm512_store_si512((void *)(q2 + i * 16384 + r * 128 + 64), b1);
+        }
+      }
+    }
+    if (r < nrn) sq_amax_row(ROW(nsrc, r, lds, es), gn, f32, acc);
+    if (r < pf_rows) {
+      const char *x = ROW(pf, r, lds, es);
+      int64_t o;
+      for (o = 0; o < pf_bytes; o += 64) _mm_prefetch(x + o, _MM_HINT_T1);
+    }
+  }
+  for (i = 0; i < gn; i++) {
+    const uint32_t mb = f32 ? hmax_u32(acc[i]) : hmax_u16(acc[i]) << 16;
+    nam[i] = mb > 0x7F800000u ? -1.0f : xte_bits_f32(mb);
+  }
+}
+
+static int quant_sq_run(const void *src, int64_t lds, int in_kind, int64_t nr, int64_t g,
+                        const float *s, int fmt, int sat, uint8_t *q, int64_t ldq, int nt,
+                        uint8_t *q2, const void *nsrc, int64_t nrn, int64_t gn, float *nam,
+                        const void *pf, int64_t pf_rows, int64_t pf_bytes) {
+  int64_t i;
+  if ((in_kind != XTE_NUM_IN_BF16 && in_kind != XTE_NUM_IN_F32) || g > SQ_GMAX || gn > SQ_GMAX ||
+      ((uintptr_t)q2 & 63))
+    return 0;
+  for (i = 0; i < g; i++)
+    if (in_kind == XTE_NUM_IN_BF16 ? !p2w_ok(s[i]) : !pos_finite(s[i])) return 0;
+  nt = nt && !((uintptr_t)q & 63) && !(ldq & 63);
+  if (in_kind == XTE_NUM_IN_F32)
+    quant_sq_run_body(src, lds, nr, g, s, fmt, sat, q, ldq, nt, q2, nsrc, nrn, gn, nam, pf, pf_rows,
+                      pf_bytes, 1);
+  else
+    quant_sq_run_body(src, lds, nr, g, s, fmt, sat, q, ldq, nt, q2, nsrc, nrn, gn, nam, pf, pf_rows,
+                      pf_bytes, 0);
+  return 1;
+}
+
 static void copy_u8(uint8_t *dst, const uint8_t *src, int64_t n, int nt) {
   int64_t i = 0;
   if (nt && !((uintptr_t)dst & 63))
@@ -1505,6 +1623,6 @@ static void store_fence(void) {
 }
 
 const xte_cpu_kernels XTE_AVX512_TABLE = {
-    XTE_AVX512_ISA, load_f32,  amax,         amax_cols, quant,        quant_vs,      cast_fp8,
-    cast_bf16,      cast_fp16, transpose_u8, load_amax, load_quant,   load_quant_vs, quant_blocks,
-    block_scales,   copy_u8,   store_fence,  quant_rc,  transpose_nt, load_quant_dup};
+    XTE_AVX512_ISA, load_f32,  amax,         amax_cols, quant,        quant_vs,       cast_fp8,
+    cast_bf16,      cast_fp16, transpose_u8, load_amax, load_quant,   load_quant_vs,  quant_blocks,
+    block_scales,   copy_u8,   store_fence,  quant_rc,  transpose_nt, load_quant_dup, quant_sq_run};

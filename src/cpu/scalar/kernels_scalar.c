@@ -146,4 +146,4 @@ static void store_fence(void) {}
 const xte_cpu_kernels xte_cpu_kernels_scalar = {
     XTE_CPU_ISA_SCALAR, load_f32,  amax,         amax_cols, quant,      quant_vs,      cast_fp8,
     cast_bf16,          cast_fp16, transpose_u8, load_amax, load_quant, load_quant_vs, quant_blocks,
-    block_scales,       copy_u8,   store_fence,  NULL,      NULL,       NULL};
+    block_scales,       copy_u8,   store_fence,  NULL,      NULL,       NULL,          NULL};
