@@ -370,6 +370,7 @@ _PROTOTYPES = {
     "xte_ep_config_default": (EpConfig, []),
     "xte_ep_group_create_mpi": (_st, [ctypes.c_void_p, _P(EpConfig), _P(ctypes.c_void_p)]),
     "xte_ep_group_create_nccl": (_st, [ctypes.c_void_p, _P(EpConfig), _S, _P(ctypes.c_void_p)]),
+    "xte_ep_group_create_mccl": (_st, [ctypes.c_void_p, _P(EpConfig), _S, _P(ctypes.c_void_p)]),
     "xte_ep_threads_world_create": (_st, [_int, _P(ctypes.c_void_p)]),
     "xte_ep_threads_world_destroy": (_st, [ctypes.c_void_p]),
     "xte_ep_group_create_threads": (_st, [ctypes.c_void_p, _int, _P(EpConfig),
