@@ -866,8 +866,11 @@ xte_status xte_ep_prepare(xte_ep_group group, const xte_tensor *topk_idx, void *
     if (st == XTE_SUCCESS && c.gpu)
       st = tr_reserve(g, 0, T * kr * K * 4 + 8 * (int64_t)R, g->Tmax * R * K * 4 + 8 * (int64_t)R);
   }
-  st = agree_or_free(g, st, NULL, NULL, sendrec, cnt1);
+  st = agree(g, st, NULL, NULL);
   if (st != XTE_SUCCESS) {
+    /* fresh host buffers (ws_alloc without a group), whatever the group's kind */
+    ws_free(NULL, sendrec);
+    ws_free(NULL, cnt1);
     xte_aligned_free(tcopy);
     return call_end(&c, st);
   }

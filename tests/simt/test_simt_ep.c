@@ -42,6 +42,7 @@ static void *dnew(xte_stream s, size_t n, const void *init, int fill) {
     fprintf(stderr, "xte_malloc: %s\n", xte_last_error());
     abort();
   }
+  if (!n) init = NULL; /* an empty tensor: its one byte is filler (init may point past its array) */
   tmp = init ? NULL : malloc(n ? n : 1);
   if (!init) memset(tmp, fill, n ? n : 1);
   if (xte_memcpy(s, d, init ? init : tmp, n ? n : 1, XTE_MEMCPY_HOST_TO_DEVICE) != XTE_SUCCESS)
