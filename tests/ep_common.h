@@ -169,6 +169,21 @@ static int ep_problem_make(ep_problem *p, int R, int64_t El, int K, int64_t H, c
       EP_FAIL("%s: %s (%s)", #call, xte_status_string(st_), xte_last_error()); \
   } while (0)
 
+/* The group config for problem p: its experts per rank, hidden size, k and align, and the most
+ * tokens any rank holds. */
+static xte_ep_config ep_problem_config(const ep_problem *p) {
+  xte_ep_config c = xte_ep_config_default();
+  int r;
+  c.experts_per_rank = p->El;
+  c.hidden = p->H;
+  c.topk = (int32_t)p->K;
+  c.align = p->align;
+  c.max_tokens_per_rank = 0;
+  for (r = 0; r < p->R; r++)
+    if (p->T[r] > c.max_tokens_per_rank) c.max_tokens_per_rank = p->T[r];
+  return c;
+}
+
 /* The one-process result. */
 static int ep_problem_reference(ep_problem *p, char *err, size_t errlen) {
   uint64_t s = 0x5eed0000ull + (uint64_t)p->Tall;

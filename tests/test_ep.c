@@ -47,21 +47,14 @@ static void run_case(int R, int64_t El, int K, int64_t H, const int64_t *T, int 
   pthread_t th[8];
   xte_ep_threads_world world;
   int r;
-  int64_t tmax = 0;
   ep_problem_make(&p, R, El, K, H, T, skew, xdt, sdt, S, align, seed);
   err[0] = '\0';
   cr_assert_eq(ep_problem_reference(&p, err, sizeof err), 0, "reference: %s", err);
   cr_assert_eq(xte_ep_threads_world_create(R, &world), XTE_SUCCESS);
-  for (r = 0; r < R; r++) tmax = T[r] > tmax ? T[r] : tmax;
   for (r = 0; r < R; r++) {
     a[r].p = &p;
     a[r].world = world;
-    a[r].cfg = xte_ep_config_default();
-    a[r].cfg.experts_per_rank = El;
-    a[r].cfg.hidden = H;
-    a[r].cfg.topk = K;
-    a[r].cfg.align = align;
-    a[r].cfg.max_tokens_per_rank = tmax;
+    a[r].cfg = ep_problem_config(&p);
     a[r].rank = r;
     a[r].rc = 0;
     a[r].err[0] = '\0';
@@ -558,20 +551,13 @@ static void *tm_main(void *v) {
   const size_t ye = xte_dtype_size(p->ydt);
   int64_t lo = p->eoff[me * El], hi = p->eoff[(me + 1) * El], nr = hi - lo, n = 0, s, t, j, i;
   xte_ep_group g = NULL;
-  xte_ep_config cfg = xte_ep_config_default();
+  xte_ep_config cfg = ep_problem_config(p);
   xte_ep_counts c;
   size_t hb = 0;
   void *handle = NULL;
   uint8_t *rx = NULL, *rs = NULL, *px = NULL, *pxs = NULL, *out = NULL;
   int32_t *ti = NULL, *rm = NULL;
   float *tw = NULL;
-  int64_t tmax = 0;
-  for (s = 0; s < p->R; s++) tmax = p->T[s] > tmax ? p->T[s] : tmax;
-  cfg.experts_per_rank = El;
-  cfg.hidden = H;
-  cfg.topk = (int32_t)K;
-  cfg.align = p->align;
-  cfg.max_tokens_per_rank = tmax;
   if (xte_ep_group_create_threads(a->world, a->rank, &cfg, &g) != XTE_SUCCESS)
     TM_FAIL("group: %s", xte_last_error());
   xte_ep_handle_size(g, &hb);

@@ -9,24 +9,17 @@
 static int run_case(MPI_Comm comm, int64_t El, int K, int64_t H, int skew, xte_dtype xdt,
                     xte_dtype sdt, int64_t S, int align, uint64_t seed) {
   int R, rank, rc, all_rc = 0;
-  int64_t T[64], tmax = 0;
+  int64_t T[64];
   ep_problem p;
   xte_ep_group g = NULL;
-  xte_ep_config cfg = xte_ep_config_default();
+  xte_ep_config cfg;
   char err[512] = "";
   MPI_Comm_size(comm, &R);
   MPI_Comm_rank(comm, &rank);
-  for (int r = 0; r < R; r++) {
-    T[r] = (r == 1) ? 0 : 23 + 41 * r; /* rank 1 has no tokens */
-    tmax = T[r] > tmax ? T[r] : tmax;
-  }
+  for (int r = 0; r < R; r++) T[r] = (r == 1) ? 0 : 23 + 41 * r; /* rank 1 has no tokens */
   ep_problem_make(&p, R, El, K, H, T, skew, xdt, sdt, S, align, seed);
   rc = ep_problem_reference(&p, err, sizeof err);
-  cfg.experts_per_rank = El;
-  cfg.hidden = H;
-  cfg.topk = K;
-  cfg.align = align;
-  cfg.max_tokens_per_rank = tmax;
+  cfg = ep_problem_config(&p);
   if (!rc) {
     xte_status st = xte_ep_group_create_mpi(&comm, &cfg, &g);
     if (st != XTE_SUCCESS) {

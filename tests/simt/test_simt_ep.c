@@ -343,7 +343,6 @@ static void run_case(int R, int64_t El, int K, int64_t H, const int64_t *T, int 
   pthread_t th[4];
   nccl_id id;
   int r;
-  int64_t tmax = 0;
   ep_problem_make(&p, R, El, K, H, T, skew, xdt, sdt, S, align, seed);
   if (ep_problem_reference(&p, err, sizeof err)) {
     fprintf(stderr, "FAIL reference: %s\n", err);
@@ -357,16 +356,10 @@ static void run_case(int R, int64_t El, int K, int64_t H, const int64_t *T, int 
     ep_problem_free(&p);
     return;
   }
-  for (r = 0; r < R; r++) tmax = T[r] > tmax ? T[r] : tmax;
   for (r = 0; r < R; r++) {
     a[r].p = &p;
     a[r].id = id;
-    a[r].cfg = xte_ep_config_default();
-    a[r].cfg.experts_per_rank = El;
-    a[r].cfg.hidden = H;
-    a[r].cfg.topk = K;
-    a[r].cfg.align = align;
-    a[r].cfg.max_tokens_per_rank = tmax;
+    a[r].cfg = ep_problem_config(&p);
     a[r].rank = r;
     a[r].mode = mode;
     a[r].bad_rank = bad_rank;
