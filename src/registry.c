@@ -307,6 +307,8 @@ xte_status xte_backend_info_string(char *buf, size_t size) {
   for (i = 0; i < XTE_CPU_ISA_COUNT; i++)
     if (in.cpu_isa_available & (1u << i)) XTE_PUT(" %s", xte_cpu_isa_name((xte_cpu_isa)i));
   XTE_PUT("\n");
+  XTE_PUT("  exact e4m3 GEMM: %s\n",
+          xte_cpu_gemm_amx() ? "amx-int8 digit products" : "fp64 fma (no amx-int8 in use)");
   XTE_PUT("cuda: %s\n", in.cuda_plugin_status);
   for (i = 0; i < in.num_cuda_gpus; i++)
     XTE_PUT("  gpu %d: %s (%s, %zu MiB)\n", i, in.cuda_gpus[i].name, in.cuda_gpus[i].arch,

@@ -679,3 +679,30 @@ Test(gemm_exact, dense_path_nan_and_extreme_e4m3_codes) {
   }
   o_reset_isa();
 }
+
+/* The AMX-INT8 path is taken where it can be: /proc/cpuinfo (read here, apart from the library's
+ * CPUID check) lists amx_tile, amx_int8 and avx512_vbmi, avx512 is the ISA and XTE_CPU_AMX is not
+ * "0"; `xte info` then names it. Otherwise the fp64 kernels are named. (The bytes of both paths
+ * are checked by every test above, in the plain run and in the @noamx run.) */
+Test(gemm_exact, amx_in_use_where_the_cpu_has_it) {
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  char line[8192], info[4096];
+  int amx = 0;
+  const char *env = getenv("XTE_CPU_AMX");
+  if (f) {
+    while (fgets(line, sizeof line, f))
+      if (!strncmp(line, "flags", 5)) {
+        amx =
+            strstr(line, " amx_tile") && strstr(line, " amx_int8") && strstr(line, " avx512_vbmi");
+        break;
+      }
+    fclose(f);
+  }
+  cr_assert_eq(xte_cpu_set_isa(XTE_CPU_ISA_AVX512) == XTE_SUCCESS || !amx, 1);
+  cr_assert_eq(xte_backend_info_string(info, sizeof info), XTE_SUCCESS);
+  if (amx && !(env && !strcmp(env, "0")))
+    cr_expect(strstr(info, "exact e4m3 GEMM: amx-int8") != NULL, "%s", info);
+  else
+    cr_expect(strstr(info, "exact e4m3 GEMM: fp64 fma") != NULL, "%s", info);
+  reset_isa();
+}

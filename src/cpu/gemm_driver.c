@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/gemm_amx.h"
 #include "cpu/xte_cpu.h"
 #include "numerics/xte_gemm_numerics.h"
 #include "xte_gemm_ops.h"
@@ -167,7 +168,24 @@ typedef struct gctx {
   int64_t sk_kp; /* K panel of the current problem (a multiple of the K block) */
   double **sk_a, **sk_alo, **sk_bd, **sk_bdlo;
   float **sk_sa, **sk_w;
+  /* AMX path (e4m3 x e4m3, K block 128): B panel digits, its NaN masks and scales, the fp32
+   * accumulators W [AMX_MCH][amx_ldw], per thread A digits (+ NaN masks, scales) */
+  int amx;
+  int64_t amx_ldw, amx_ntn, amx_mtiles, amx_nmg, amx_nch, amx_cs;
+  int8_t *amx_b;
+  uint16_t *amx_nanb;
+  float *amx_sb, *amx_w;
+  int8_t **amx_a;
+  uint16_t **amx_nana;
+  float **amx_sa;
 } gctx;
+
+/* AMX path sizes (also for the workspace arithmetic of builds without it, where amx_m = 0) */
+#define AMX_NC_MAX 1536
+#define AMX_MCH_MAX 1024
+#define AMX_MG_MAX 8
+#define AMX_PANEL_BLK 4 /* K blocks of 128 per panel */
+#define AMX_PANEL_BYTES (AMX_PANEL_BLK * 6 * 1024)
 
 #define SK_CH 32               /* strips of 8 columns per chunk of the small-M path */
 #define SK_ABYTES (512 * 1024) /* the packed A panel of the small-M path, per thread */
@@ -532,6 +550,113 @@ static void sk_range(void *vctx, int64_t sb0, int64_t se, int tid) {
   }
 }
 
+/* ---------------------------------------------------------------- AMX-INT8 (e4m3 x e4m3)
+ * jc over N in panels of AMX_NC columns, mc0 over M in chunks of AMX_MCH rows (their fp32
+ * accumulators in W), pc over K in panels of AMX_KC: the B panel is packed to digits by all
+ * threads, then items (a group of AMX_MG tiles of 16 rows x a chunk of 16-column tiles) spread
+ * over the threads; each packs its rows of A and runs the 16 x 16 tile kernel, column tile by
+ * column tile, over the panel's blocks. On the last panel the item writes its part of D from W
+ * (store_row). Same bytes as the fp64 path: both round the exact block sums once. */
+#ifdef XTE_HAVE_AMX
+#define AMX_KC (AMX_PANEL_BLK * 128)
+#define AMX_NBLK AMX_PANEL_BLK
+#define AMX_NC AMX_NC_MAX
+#define AMX_MCH AMX_MCH_MAX
+#define AMX_MG AMX_MG_MAX /* 16-row tiles per item: 128 rows, 192 KiB of packed A */
+
+static void amx_pack_b_range(void *vctx, int64_t b, int64_t e, int tid) {
+  gctx *c = (gctx *)vctx;
+  const xte_gemm_operand *B = &c->g->b;
+  const xte_gemm_problem *p = c->p;
+  int64_t t, j;
+  int bl;
+  (void)tid;
+  for (t = b; t < e; t++) {
+    const int64_t n0 = c->jc + t * 16;
+    const int nv = (int)(c->nc - t * 16 < 16 ? c->nc - t * 16 : 16);
+    float *sb = c->amx_sb + t * c->nblk * 16;
+    xte_gemm_amx_pack_b(B->data + (p->b_i0 + n0) * B->rs + p->b_k0 + c->pc, B->rs, nv, c->kc,
+                        c->amx_b + t * c->nblk * XTE_AMX_BLOCK_BYTES, c->amx_nanb + t * c->nblk);
+    for (bl = 0; bl < c->nblk; bl++)
+      for (j = 0; j < 16; j++)
+        sb[bl * 16 + j] =
+            j < nv ? load_scale(B, p->b_i0 + n0 + j, p->b_k0 + c->pc + (int64_t)bl * 128) : 0.0f;
+  }
+}
+
+static void amx_compute_range(void *vctx, int64_t b, int64_t e, int tid) {
+  gctx *c = (gctx *)vctx;
+  const xte_gemm_operand *A = &c->g->a;
+  const xte_gemm_problem *p = c->p;
+  int8_t *ap = c->amx_a[tid];
+  uint16_t *nana = c->amx_nana[tid];
+  float *sa = c->amx_sa[tid];
+  int64_t it, last_mg = -1;
+  if (b >= e) return;
+  xte_gemm_amx_begin();
+  for (it = b; it < e; it++) {
+    const int64_t mg = it / c->amx_nch, nch = it % c->amx_nch;
+    const int64_t t0 = mg * AMX_MG, t1 = t0 + AMX_MG < c->amx_mtiles ? t0 + AMX_MG : c->amx_mtiles;
+    const int64_t u0 = nch * c->amx_cs,
+                  u1 = u0 + c->amx_cs < c->amx_ntn ? u0 + c->amx_cs : c->amx_ntn;
+    int64_t t, i;
+    int bl;
+    if (u0 >= u1) continue;
+    if (mg != last_mg) {
+      for (t = t0; t < t1; t++) {
+        const int64_t r0 = c->mc0 + t * 16;
+        const int nv = (int)(c->m - r0 < 16 ? c->m - r0 : 16);
+        float *s = sa + (t - t0) * c->nblk * 16;
+        xte_gemm_amx_pack_a(A->data + (p->a_i0 + r0) * A->rs + p->a_k0 + c->pc, A->rs, nv, c->kc,
+                            ap + (t - t0) * c->nblk * XTE_AMX_BLOCK_BYTES,
+                            nana + (t - t0) * c->nblk);
+        for (bl = 0; bl < c->nblk; bl++)
+          for (i = 0; i < 16; i++)
+            s[bl * 16 + i] =
+                i < nv ? load_scale(A, p->a_i0 + r0 + i, p->a_k0 + c->pc + (int64_t)bl * 128)
+                       : 0.0f;
+      }
+      last_mg = mg;
+    }
+    xte_gemm_amx_tiles(c->nblk, ap, nana, sa, (int)(t1 - t0),
+                       c->amx_b + u0 * c->nblk * XTE_AMX_BLOCK_BYTES, c->amx_nanb + u0 * c->nblk,
+                       c->amx_sb + u0 * c->nblk * 16, (int)(u1 - u0),
+                       c->amx_w + t0 * 16 * c->amx_ldw + u0 * 16, c->amx_ldw, c->first_pc);
+    if (c->last_pc) {
+      const int64_t n0 = u0 * 16, n1 = u1 * 16 < c->nc ? u1 * 16 : c->nc;
+      const int64_t r1 = t1 * 16 < c->mch ? t1 * 16 : c->mch;
+      for (i = t0 * 16; i < r1; i++)
+        store_row(c->g, p->d_r0 + c->mc0 + i, c->jc + n0, c->amx_w + i * c->amx_ldw + n0, n1 - n0);
+    }
+  }
+  xte_gemm_amx_end();
+}
+
+static void amx_problem(gctx *c, const xte_gemm_problem *p, int64_t m) {
+  for (c->jc = 0; c->jc < p->n; c->jc += AMX_NC) {
+    c->nc = p->n - c->jc < AMX_NC ? p->n - c->jc : AMX_NC;
+    c->amx_ntn = (c->nc + 15) / 16;
+    for (c->mc0 = 0; c->mc0 < m; c->mc0 += AMX_MCH) {
+      c->mch = m - c->mc0 < AMX_MCH ? m - c->mc0 : AMX_MCH;
+      c->amx_mtiles = (c->mch + 15) / 16;
+      c->amx_nmg = (c->amx_mtiles + AMX_MG - 1) / AMX_MG;
+      /* at least one item per thread: fewer row groups than threads split the columns too */
+      c->amx_nch = (c->nt + c->amx_nmg - 1) / c->amx_nmg;
+      if (c->amx_nch > c->amx_ntn) c->amx_nch = c->amx_ntn;
+      c->amx_cs = (c->amx_ntn + c->amx_nch - 1) / c->amx_nch;
+      for (c->pc = 0; c->pc < p->k; c->pc += AMX_KC) {
+        c->kc = p->k - c->pc < AMX_KC ? p->k - c->pc : AMX_KC;
+        c->first_pc = c->pc == 0;
+        c->last_pc = c->pc + c->kc >= p->k;
+        c->nblk = (int)((c->kc + 127) / 128);
+        xte_parallel_for_max(c->amx_ntn, c->nt, amx_pack_b_range, c);
+        xte_parallel_for_max(c->amx_nmg * c->amx_nch, c->nt, amx_compute_range, c);
+      }
+    }
+  }
+}
+#endif
+
 static int use_small_m(const gctx *c, int64_t m) {
   return m > 0 && m <= XTE_GEMM_SK_MAXM && c->uk->sk_block != NULL;
 }
@@ -562,6 +687,12 @@ static void run_problem(gctx *c, const xte_gemm_problem *p, int64_t m) {
     xte_parallel_for_max((p->n + 7) / 8, c->nt, sk_range, c);
     return;
   }
+#ifdef XTE_HAVE_AMX
+  if (c->amx) {
+    amx_problem(c, p, m);
+    return;
+  }
+#endif
   for (c->jc = 0; c->jc < p->n; c->jc += c->NC) {
     c->nc = p->n - c->jc < c->NC ? p->n - c->jc : c->NC;
     c->nstrips = (c->nc + c->NR - 1) / c->NR;
@@ -645,6 +776,7 @@ static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
   gctx c;
   int nt, t;
   int64_t i, maxm = 0, maxn = 0;
+  int64_t amx_m = 0, amx_n = 0;
   int any_sk = 0;
   xte_status st = XTE_SUCCESS;
   size_t l2;
@@ -676,10 +808,20 @@ static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
   c.NC = 1536 / c.NR * c.NR;
   c.MCH = (1024 + c.MC - 1) / c.MC * c.MC;
   if (c.MCH < c.MC) c.MCH = c.MC;
+#ifdef XTE_HAVE_AMX
+  c.amx = xte_cpu_get_isa() == XTE_CPU_ISA_AVX512 && g->a.fmt == XTE_FP8_E4M3 &&
+          g->b.fmt == XTE_FP8_E4M3 && g->kblock == 128 && g->a.ks == 1 && g->b.ks == 1 &&
+          xte_gemm_amx_usable();
+#endif
   for (i = 0; i < g->num_problems; i++) {
     int64_t mi = g->masked_m ? g->masked_m[i] : g->problems[i].m;
     if (use_small_m(&c, mi)) {
       any_sk = 1;
+      continue;
+    }
+    if (c.amx) {
+      if (g->problems[i].m > amx_m) amx_m = g->problems[i].m;
+      if (g->problems[i].n > amx_n) amx_n = g->problems[i].n;
       continue;
     }
     if (g->problems[i].m > maxm) maxm = g->problems[i].m;
@@ -703,11 +845,23 @@ static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
     size_t ska = any_sk ? SK_ABYTES : 0, sksa = any_sk ? sizeof(float) * SK_ABYTES / 8 / 32 : 0;
     size_t skw = any_sk ? sizeof(float) * XTE_GEMM_SK_MAXM * SK_CH * 8 : 0;
     size_t skb = any_sk ? sizeof(double) * 8 * XTE_GEMM_SK_LDB : 0;
+    /* AMX path: B panel digits (+ NaN masks, scales), W, per thread A digits (+ masks, scales) */
+    const int64_t amx_ntn = (amx_n < AMX_NC_MAX ? amx_n : AMX_NC_MAX) / 16 + 1;
+    const int64_t amx_rows = amx_m < AMX_MCH_MAX ? (amx_m + 15) / 16 * 16 : AMX_MCH_MAX;
+    size_t szab = amx_m ? (size_t)amx_ntn * AMX_PANEL_BYTES : 0,
+           szanb = amx_m ? (size_t)amx_ntn * AMX_PANEL_BLK * 2 : 0,
+           szasb = amx_m ? (size_t)amx_ntn * AMX_PANEL_BLK * 16 * 4 : 0,
+           szaw = amx_m ? sizeof(float) * (size_t)amx_rows * (size_t)(amx_ntn * 16 + 16) : 0,
+           szaa = amx_m ? (size_t)AMX_MG_MAX * AMX_PANEL_BYTES : 0,
+           szana = amx_m ? (size_t)AMX_MG_MAX * AMX_PANEL_BLK * 2 : 0,
+           szasa = amx_m ? (size_t)AMX_MG_MAX * AMX_PANEL_BLK * 16 * 4 : 0;
     size_t total = al(szb) * 2 + al(szsb) + al(szw) +
                    (size_t)nt * (al(sza) * 2 + al(szsa) + al(szbs) * 2 + al(szsbs)) +
-                   (size_t)nt * (al(ska) * 2 + al(sksa) + al(skw) + al(skb) * 2);
+                   (size_t)nt * (al(ska) * 2 + al(sksa) + al(skw) + al(skb) * 2) + al(szab) +
+                   al(szanb) + al(szasb) + al(szaw) +
+                   (size_t)nt * (al(szaa) + al(szana) + al(szasa));
     char *w = ws_acquire(total), *q;
-    void **ptrs = (void **)xte_aligned_calloc((size_t)nt * 12, sizeof(void *));
+    void **ptrs = (void **)xte_aligned_calloc((size_t)nt * 15, sizeof(void *));
     if (!w || !ptrs) {
       xte_aligned_free(ptrs);
       ws_release(w);
@@ -765,12 +919,40 @@ static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
       c.sk_bdlo[t] = (double *)q;
       q += al(skb);
     }
+    c.amx_b = (int8_t *)q;
+    q += al(szab);
+    c.amx_nanb = (uint16_t *)q;
+    q += al(szanb);
+    c.amx_sb = (float *)q;
+    q += al(szasb);
+    c.amx_w = (float *)q;
+    q += al(szaw);
+    c.amx_ldw = amx_ntn * 16 + 16;
+    c.amx_a = (int8_t **)(ptrs + 12 * nt);
+    c.amx_nana = (uint16_t **)(ptrs + 13 * nt);
+    c.amx_sa = (float **)(ptrs + 14 * nt);
+    for (t = 0; t < nt; t++) {
+      c.amx_a[t] = (int8_t *)q;
+      q += al(szaa);
+      c.amx_nana[t] = (uint16_t *)q;
+      q += al(szana);
+      c.amx_sa[t] = (float *)q;
+      q += al(szasa);
+    }
     for (i = 0; i < g->num_problems; i++)
       run_problem(&c, &g->problems[i], g->masked_m ? g->masked_m[i] : g->problems[i].m);
     xte_aligned_free(ptrs);
     ws_release(w);
   }
   return st;
+}
+
+int xte_cpu_gemm_amx(void) {
+#ifdef XTE_HAVE_AMX
+  return xte_cpu_get_isa() == XTE_CPU_ISA_AVX512 && xte_gemm_amx_usable();
+#else
+  return 0;
+#endif
 }
 
 static const struct xte_gemm_ops cpu_gemm_ops = {cpu_gemm};

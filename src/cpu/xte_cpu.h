@@ -148,6 +148,10 @@ size_t xte_cpu_l3(void);
 
 /* 64-byte aligned host memory: xte_aligned_alloc / xte_aligned_free (src/xte_internal.h) */
 
+/* 1 when the exact GEMM runs e4m3 x e4m3 (K block 128) on the AMX-INT8 kernels: built with
+ * them, ISA avx512 in use, the CPU and OS allow AMX and XTE_CPU_AMX is not "0". */
+int xte_cpu_gemm_amx(void);
+
 /* Drivers */
 xte_status xte_cpu_quantize(const xte_quant_args *a, void *handle);
 xte_status xte_cpu_dequantize(const xte_dequant_args *a, void *handle);

@@ -1,0 +1,274 @@
+/* AMX-INT8 kernels of the exact GEMM, e4m3 x e4m3 (src/cpu/gemm_amx.h). Built with -mamx-tile
+ * -mamx-int8 -mavx512vbmi on top of the AVX-512 flags; run only where xte_gemm_amx_usable().
+ *
+ * Bytes: the digits are those of xte_gemm_e4m3_digits (256-entry tables made from it); a K block
+ * adds its nine digit products per weight w = i + j in five int32 tiles (exact in any order,
+ * xte_gemm_digits.h); lo / hi are xte_gemm_digits_fold's sums and the partial is
+ * xte_gemm_digits_partial's, lane by lane ((double)(hi 2^14 + lo) * 2^-18, one RNE to fp32);
+ * the update is xte_gemm_block_update's (RNE fp32 scale product, one fused multiply-add). So the
+ * fp64 kernels' bytes: both round the same exact block sum once. */
+#define _GNU_SOURCE
+#include <cpuid.h>
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "cpu/gemm_amx.h"
+#include "numerics/xte_gemm_digits.h"
+#include "numerics/xte_gemm_numerics.h"
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+static int8_t dig_tab[3][256] __attribute__((aligned(64)));
+static int amx_ok;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+
+static void amx_init(void) {
+  unsigned a, b, c, d, lo, hi;
+  const char *env = getenv("XTE_CPU_AMX");
+  int i;
+  for (i = 0; i < 256; i++) {
+    int8_t dg[3];
+    (void)xte_gemm_e4m3_digits((uint8_t)i, dg);
+    dig_tab[0][i] = dg[0];
+    dig_tab[1][i] = dg[1];
+    dig_tab[2][i] = dg[2];
+  }
+  if (env && !strcmp(env, "0")) return;
+  if (__get_cpuid_max(0, NULL) < 7) return;
+  __cpuid_count(7, 0, a, b, c, d);
+  /* AVX512-VBMI (ECX 1), AMX-TILE (EDX 24), AMX-INT8 (EDX 25); F / BW for the rest */
+  if (!((c >> 1) & 1) || !((d >> 24) & 1) || !((d >> 25) & 1) || !((b >> 16) & 1) ||
+      !((b >> 30) & 1))
+    return;
+  __cpuid(1, a, b, c, d);
+  if (!((c >> 27) & 1)) return; /* OSXSAVE */
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  (void)hi;
+  if ((lo & 0x600E6u) != 0x600E6u) return; /* SSE, AVX, AVX-512 and both tile states */
+  if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) return;
+  amx_ok = 1;
+}
+
+int xte_gemm_amx_usable(void) {
+  pthread_once(&amx_once, amx_init);
+  return amx_ok;
+}
+
+typedef struct {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} tilecfg;
+
+/* Palette 1, tiles 0-7 of 16 rows x 64 bytes. A constant in memory: GCC 12 does not see that
+ * ldtilecfg reads its operand and dropped the stores to a local one. */
+static const tilecfg amx_cfg __attribute__((aligned(64))) = {
+    1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
+
+void xte_gemm_amx_begin(void) {
+  _tile_loadconfig(&amx_cfg);
+}
+
+void xte_gemm_amx_end(void) {
+  _tile_release();
+}
+
+/* The digit tables as 4 x 64 bytes each (codes 0-63, 64-127, 128-191, 192-255). */
+typedef struct {
+  __m512i t[3][4];
+} digtabs;
+
+static inline void load_tabs(digtabs *T) {
+  int i, j;
+  pthread_once(&amx_once, amx_init);
+  for (i = 0; i < 3; i++)
+    for (j = 0; j < 4; j++) T->t[i][j] = _mm512_load_si512((const void *)(dig_tab[i] + 64 * j));
+}
+
+/* The three digit vectors of 64 codes, stored to d, d + 1024, d + 2048; returns the NaN mask. */
+static inline __mmask64 digits64(const digtabs *T, __m512i cd, int8_t *d) {
+  const __mmask64 neg = _mm512_movepi8_mask(cd);
+  int i;
+  for (i = 0; i < 3; i++) {
+    __m512i lo = _mm512_permutex2var_epi8(T->t[i][0], cd, T->t[i][1]);
+    __m512i hi = _mm512_permutex2var_epi8(T->t[i][2], cd, T->t[i][3]);
+    _mm512_store_si512((void *)(d + i * XTE_AMX_TILE_BYTES), _mm512_mask_blend_epi8(neg, lo, hi));
+  }
+  return _mm512_cmpeq_epi8_mask(_mm512_and_si512(cd, _mm512_set1_epi8(0x7F)),
+                                _mm512_set1_epi8(0x7F));
+}
+
+/* Codes [k0, k0 + 64) of a row holding kc codes (zeros past kc). */
+static inline __m512i load_codes(const uint8_t *row, int64_t k0, int64_t kc) {
+  const int64_t rem = kc - k0;
+  if (rem >= 64) return _mm512_loadu_si512((const void *)(row + k0));
+  if (rem <= 0) return _mm512_setzero_si512();
+  return _mm512_maskz_loadu_epi8((__mmask64)((1ull << rem) - 1), row + k0);
+}
+
+void xte_gemm_amx_pack_a(const uint8_t *src, int64_t ld, int nvalid, int64_t kc, int8_t *dst,
+                         uint16_t *nan) {
+  const int nblk = (int)((kc + 127) / 128);
+  digtabs T;
+  int b, h, r;
+  load_tabs(&T);
+  for (b = 0; b < nblk; b++) {
+    unsigned m = 0;
+    for (h = 0; h < 2; h++) {
+      const int64_t k0 = (int64_t)b * 128 + h * 64;
+      int8_t *d = dst + ((int64_t)b * 2 + h) * 3 * XTE_AMX_TILE_BYTES;
+      for (r = 0; r < 16; r++) {
+        __m512i cd = r < nvalid ? load_codes(src + r * ld, k0, kc) : _mm512_setzero_si512();
+        if (digits64(&T, cd, d + r * 64)) m |= 1u << r;
+      }
+    }
+    nan[b] = (uint16_t)m;
+  }
+}
+
+void xte_gemm_amx_pack_b(const uint8_t *src, int64_t ld, int nvalid, int64_t kc, int8_t *dst,
+                         uint16_t *nan) {
+  const int nblk = (int)((kc + 127) / 128);
+  uint32_t tmp[16][16] __attribute__((aligned(64)));
+  uint32_t tr[16][16] __attribute__((aligned(64)));
+  digtabs T;
+  int b, h, n, q;
+  load_tabs(&T);
+  for (b = 0; b < nblk; b++) {
+    unsigned m = 0;
+    for (h = 0; h < 2; h++) {
+      const int64_t k0 = (int64_t)b * 128 + h * 64;
+      int8_t *d = dst + ((int64_t)b * 2 + h) * 3 * XTE_AMX_TILE_BYTES;
+      for (n = 0; n < 16; n++) {
+        __m512i cd = n < nvalid ? load_codes(src + n * ld, k0, kc) : _mm512_setzero_si512();
+        if (_mm512_cmpeq_epi8_mask(_mm512_and_si512(cd, _mm512_set1_epi8(0x7F)),
+                                   _mm512_set1_epi8(0x7F)))
+          m |= 1u << n;
+        _mm512_store_si512((void *)tmp[n], cd);
+      }
+      /* the VNNI order: row q holds codes 4q .. 4q + 3 of each of the 16 columns */
+      for (q = 0; q < 16; q++)
+        for (n = 0; n < 16; n++) tr[q][n] = tmp[n][q];
+      for (q = 0; q < 16; q++)
+        (void)digits64(&T, _mm512_load_si512((const void *)tr[q]), d + q * 64);
+    }
+    nan[b] = (uint16_t)m;
+  }
+}
+
+/* One K block half: the nine digit products into the weight tiles 0..4 (tile 5: an A digit,
+ * tiles 6 and 7: B digits). */
+#define AMX_HALF(a, b)                 \
+  do {                                 \
+    _tile_loadd(5, (a), 64);           \
+    _tile_loadd(6, (b), 64);           \
+    _tile_loadd(7, (b) + 1024, 64);    \
+    _tile_dpbssd(0, 5, 6); /* a0 b0 */ \
+    _tile_dpbssd(1, 5, 7); /* a0 b1 */ \
+    _tile_loadd(6, (b) + 2048, 64);    \
+    _tile_dpbssd(2, 5, 6); /* a0 b2 */ \
+    _tile_loadd(5, (a) + 1024, 64);    \
+    _tile_dpbssd(3, 5, 6); /* a1 b2 */ \
+    _tile_dpbssd(2, 5, 7); /* a1 b1 */ \
+    _tile_loadd(7, (b), 64);           \
+    _tile_dpbssd(1, 5, 7); /* a1 b0 */ \
+    _tile_loadd(5, (a) + 2048, 64);    \
+    _tile_dpbssd(2, 5, 7); /* a2 b0 */ \
+    _tile_dpbssd(4, 5, 6); /* a2 b2 */ \
+    _tile_loadd(7, (b) + 1024, 64);    \
+    _tile_dpbssd(3, 5, 7); /* a2 b1 */ \
+  } while (0)
+
+/* The fold of one finished block (weight sums cb) into a 16 x 16 tile of w. */
+typedef struct {
+  float *w;
+  const float *sa, *sb;
+  unsigned na, nb;
+  int zero;
+} fold_step;
+
+static inline void fold(const fold_step *f, int32_t (*cb)[256], int64_t ldw) {
+  const __m512d two_m18 = _mm512_set1_pd(0x1p-18);
+  const __m512 qnan = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000));
+  const __m512 sbv = _mm512_loadu_ps(f->sb);
+  int r;
+  for (r = 0; r < 16; r++) {
+    const __m512i v0 = _mm512_load_si512((const void *)(cb[0] + r * 16));
+    const __m512i v1 = _mm512_load_si512((const void *)(cb[1] + r * 16));
+    const __m512i v2 = _mm512_load_si512((const void *)(cb[2] + r * 16));
+    const __m512i v3 = _mm512_load_si512((const void *)(cb[3] + r * 16));
+    const __m512i v4 = _mm512_load_si512((const void *)(cb[4] + r * 16));
+    /* xte_gemm_digits_fold: lo = acc_0 + 2^7 acc_1, hi = acc_2 + 2^7 acc_3 + 2^14 acc_4 */
+    const __m512i lo = _mm512_add_epi32(v0, _mm512_slli_epi32(v1, 7));
+    const __m512i hi =
+        _mm512_add_epi32(_mm512_add_epi32(v2, _mm512_slli_epi32(v3, 7)), _mm512_slli_epi32(v4, 14));
+    /* xte_gemm_digits_partial: (double)(hi 2^14 + lo) * 2^-18, rounded once to fp32 */
+    const __m512i s0 =
+        _mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(hi)), 14),
+                         _mm512_cvtepi32_epi64(_mm512_castsi512_si256(lo)));
+    const __m512i s1 = _mm512_add_epi64(
+        _mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(hi, 1)), 14),
+        _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(lo, 1)));
+    const __m256 p0 = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_cvtepi64_pd(s0), two_m18));
+    const __m256 p1 = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_cvtepi64_pd(s1), two_m18));
+    __m512 p = _mm512_insertf32x8(_mm512_castps256_ps512(p0), p1, 1);
+    const __mmask16 nm = ((f->na >> r) & 1u) ? (__mmask16)0xFFFF : (__mmask16)f->nb;
+    /* xte_gemm_block_update: s = RNE_fp32(sa sb), acc = fmaf(p, s, acc) */
+    const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(f->sa[r]), sbv);
+    float *wr = f->w + r * ldw;
+    const __m512 acc = f->zero ? _mm512_setzero_ps() : _mm512_loadu_ps(wr);
+    p = _mm512_mask_mov_ps(p, nm, qnan);
+    _mm512_storeu_ps(wr, _mm512_fmadd_ps(p, sc, acc));
+  }
+}
+
+void xte_gemm_amx_tiles(int nblk, const int8_t *ap, const uint16_t *nana, const float *sa, int mt,
+                        const int8_t *bp, const uint16_t *nanb, const float *sb, int nt, float *w,
+                        int64_t ldw, int init) {
+  /* software-pipelined: the tile unit runs block s while the vector units fold block s - 1 (a
+   * fold right after its tile store waits for the store) */
+  int32_t cb[2][5][256] __attribute__((aligned(64)));
+  fold_step prev = {0};
+  int u, t, b, s = 0;
+  for (u = 0; u < nt; u++)
+    for (t = 0; t < mt; t++)
+      for (b = 0; b < nblk; b++, s++) {
+        const int8_t *a = ap + ((int64_t)t * nblk + b) * XTE_AMX_BLOCK_BYTES;
+        const int8_t *bb = bp + ((int64_t)u * nblk + b) * XTE_AMX_BLOCK_BYTES;
+        int32_t(*c)[256] = cb[s & 1];
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        _tile_zero(4);
+        AMX_HALF(a, bb);
+        AMX_HALF(a + 3 * XTE_AMX_TILE_BYTES, bb + 3 * XTE_AMX_TILE_BYTES);
+        if (b == 0 && !init) {
+          /* the next tile's accumulators (rows far apart, often past L2), wanted nblk steps on */
+          const int nu = t + 1 < mt ? u : u + 1, ntl = t + 1 < mt ? t + 1 : 0;
+          if (nu < nt) {
+            const float *pw = w + (int64_t)ntl * 16 * ldw + nu * 16;
+            int r;
+            for (r = 0; r < 16; r++) __builtin_prefetch(pw + r * ldw, 1, 3);
+          }
+        }
+        if (s > 0) fold(&prev, cb[(s - 1) & 1], ldw);
+        _tile_stored(0, c[0], 64);
+        _tile_stored(1, c[1], 64);
+        _tile_stored(2, c[2], 64);
+        _tile_stored(3, c[3], 64);
+        _tile_stored(4, c[4], 64);
+        prev.w = w + (int64_t)t * 16 * ldw + u * 16;
+        prev.sa = sa + ((int64_t)t * nblk + b) * 16;
+        prev.sb = sb + ((int64_t)u * nblk + b) * 16;
+        prev.na = nana[t * nblk + b];
+        prev.nb = nanb[u * nblk + b];
+        prev.zero = init && b == 0;
+      }
+  if (s > 0) fold(&prev, cb[(s - 1) & 1], ldw);
+}
