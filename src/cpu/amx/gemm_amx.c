@@ -161,30 +161,7 @@ void xte_gemm_amx_pack_b(const uint8_t *src, int64_t ld, int nvalid, int64_t kc,
   }
 }
 
-/* One K block half: the nine digit products into the weight tiles 0..4 (tile 5: an A digit,
- * tiles 6 and 7: B digits). */
-#define AMX_HALF(a, b)                 \
-  do {                                 \
-    _tile_loadd(5, (a), 64);           \
-    _tile_loadd(6, (b), 64);           \
-    _tile_loadd(7, (b) + 1024, 64);    \
-    _tile_dpbssd(0, 5, 6); /* a0 b0 */ \
-    _tile_dpbssd(1, 5, 7); /* a0 b1 */ \
-    _tile_loadd(6, (b) + 2048, 64);    \
-    _tile_dpbssd(2, 5, 6); /* a0 b2 */ \
-    _tile_loadd(5, (a) + 1024, 64);    \
-    _tile_dpbssd(3, 5, 6); /* a1 b2 */ \
-    _tile_dpbssd(2, 5, 7); /* a1 b1 */ \
-    _tile_loadd(7, (b), 64);           \
-    _tile_dpbssd(1, 5, 7); /* a1 b0 */ \
-    _tile_loadd(5, (a) + 2048, 64);    \
-    _tile_dpbssd(2, 5, 7); /* a2 b0 */ \
-    _tile_dpbssd(4, 5, 6); /* a2 b2 */ \
-    _tile_loadd(7, (b) + 1024, 64);    \
-    _tile_dpbssd(3, 5, 7); /* a2 b1 */ \
-  } while (0)
-
-/* The fold of one finished block (weight sums cb) into a 16 x 16 tile of w. */
+/* The fold of one finished block (weight sums cb) into a 16 x 16 tile of w, one row at a time. */
 typedef struct {
   float *w;
   const float *sa, *sb;
@@ -192,40 +169,69 @@ typedef struct {
   int zero;
 } fold_step;
 
-static inline void fold(const fold_step *f, int32_t (*cb)[256], int64_t ldw) {
+static inline void fold_row(const fold_step *f, int32_t (*cb)[256], int64_t ldw, int r) {
   const __m512d two_m18 = _mm512_set1_pd(0x1p-18);
   const __m512 qnan = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000));
-  const __m512 sbv = _mm512_loadu_ps(f->sb);
-  int r;
-  for (r = 0; r < 16; r++) {
-    const __m512i v0 = _mm512_load_si512((const void *)(cb[0] + r * 16));
-    const __m512i v1 = _mm512_load_si512((const void *)(cb[1] + r * 16));
-    const __m512i v2 = _mm512_load_si512((const void *)(cb[2] + r * 16));
-    const __m512i v3 = _mm512_load_si512((const void *)(cb[3] + r * 16));
-    const __m512i v4 = _mm512_load_si512((const void *)(cb[4] + r * 16));
-    /* xte_gemm_digits_fold: lo = acc_0 + 2^7 acc_1, hi = acc_2 + 2^7 acc_3 + 2^14 acc_4 */
-    const __m512i lo = _mm512_add_epi32(v0, _mm512_slli_epi32(v1, 7));
-    const __m512i hi =
-        _mm512_add_epi32(_mm512_add_epi32(v2, _mm512_slli_epi32(v3, 7)), _mm512_slli_epi32(v4, 14));
-    /* xte_gemm_digits_partial: (double)(hi 2^14 + lo) * 2^-18, rounded once to fp32 */
-    const __m512i s0 =
-        _mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(hi)), 14),
-                         _mm512_cvtepi32_epi64(_mm512_castsi512_si256(lo)));
-    const __m512i s1 = _mm512_add_epi64(
-        _mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(hi, 1)), 14),
-        _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(lo, 1)));
-    const __m256 p0 = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_cvtepi64_pd(s0), two_m18));
-    const __m256 p1 = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_cvtepi64_pd(s1), two_m18));
-    __m512 p = _mm512_insertf32x8(_mm512_castps256_ps512(p0), p1, 1);
-    const __mmask16 nm = ((f->na >> r) & 1u) ? (__mmask16)0xFFFF : (__mmask16)f->nb;
-    /* xte_gemm_block_update: s = RNE_fp32(sa sb), acc = fmaf(p, s, acc) */
-    const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(f->sa[r]), sbv);
-    float *wr = f->w + r * ldw;
-    const __m512 acc = f->zero ? _mm512_setzero_ps() : _mm512_loadu_ps(wr);
-    p = _mm512_mask_mov_ps(p, nm, qnan);
-    _mm512_storeu_ps(wr, _mm512_fmadd_ps(p, sc, acc));
-  }
+  const __m512i v0 = _mm512_load_si512((const void *)(cb[0] + r * 16));
+  const __m512i v1 = _mm512_load_si512((const void *)(cb[1] + r * 16));
+  const __m512i v2 = _mm512_load_si512((const void *)(cb[2] + r * 16));
+  const __m512i v3 = _mm512_load_si512((const void *)(cb[3] + r * 16));
+  const __m512i v4 = _mm512_load_si512((const void *)(cb[4] + r * 16));
+  /* xte_gemm_digits_fold: lo = acc_0 + 2^7 acc_1, hi = acc_2 + 2^7 acc_3 + 2^14 acc_4 */
+  const __m512i lo = _mm512_add_epi32(v0, _mm512_slli_epi32(v1, 7));
+  const __m512i hi =
+      _mm512_add_epi32(_mm512_add_epi32(v2, _mm512_slli_epi32(v3, 7)), _mm512_slli_epi32(v4, 14));
+  /* xte_gemm_digits_partial: (double)(hi 2^14 + lo) * 2^-18, rounded once to fp32 */
+  const __m512i s0 =
+      _mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(hi)), 14),
+                       _mm512_cvtepi32_epi64(_mm512_castsi512_si256(lo)));
+  const __m512i s1 = _mm512_add_epi64(
+      _mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(hi, 1)), 14),
+      _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(lo, 1)));
+  const __m256 p0 = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_cvtepi64_pd(s0), two_m18));
+  const __m256 p1 = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_cvtepi64_pd(s1), two_m18));
+  __m512 p = _mm512_insertf32x8(_mm512_castps256_ps512(p0), p1, 1);
+  const __mmask16 nm = ((f->na >> r) & 1u) ? (__mmask16)0xFFFF : (__mmask16)f->nb;
+  /* xte_gemm_block_update: s = RNE_fp32(sa sb), acc = fmaf(p, s, acc) */
+  const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(f->sa[r]), _mm512_loadu_ps(f->sb));
+  float *wr = f->w + r * ldw;
+  const __m512 acc = f->zero ? _mm512_setzero_ps() : _mm512_loadu_ps(wr);
+  p = _mm512_mask_mov_ps(p, nm, qnan);
+  _mm512_storeu_ps(wr, _mm512_fmadd_ps(p, sc, acc));
 }
+
+/* One K block half: the nine digit products into the weight tiles 0..4 (tile 5: an A digit,
+ * tiles 6 and 7: B digits), with rows r0 .. r0 + 7 of the previous block's fold (F) placed
+ * between them: the tile unit works through its queue while the vector units fold (the fold
+ * after the tile instructions, in one piece, did not overlap them). */
+#define AMX_HALF(a, b, F, r0)          \
+  do {                                 \
+    _tile_loadd(5, (a), 64);           \
+    _tile_loadd(6, (b), 64);           \
+    _tile_loadd(7, (b) + 1024, 64);    \
+    _tile_dpbssd(0, 5, 6); /* a0 b0 */ \
+    F(r0);                             \
+    _tile_dpbssd(1, 5, 7); /* a0 b1 */ \
+    F(r0 + 1);                         \
+    _tile_loadd(6, (b) + 2048, 64);    \
+    _tile_dpbssd(2, 5, 6); /* a0 b2 */ \
+    F(r0 + 2);                         \
+    _tile_loadd(5, (a) + 1024, 64);    \
+    _tile_dpbssd(3, 5, 6); /* a1 b2 */ \
+    F(r0 + 3);                         \
+    _tile_dpbssd(2, 5, 7); /* a1 b1 */ \
+    F(r0 + 4);                         \
+    _tile_loadd(7, (b), 64);           \
+    _tile_dpbssd(1, 5, 7); /* a1 b0 */ \
+    F(r0 + 5);                         \
+    _tile_loadd(5, (a) + 2048, 64);    \
+    _tile_dpbssd(2, 5, 7); /* a2 b0 */ \
+    F(r0 + 6);                         \
+    _tile_dpbssd(4, 5, 6); /* a2 b2 */ \
+    F(r0 + 7);                         \
+    _tile_loadd(7, (b) + 1024, 64);    \
+    _tile_dpbssd(3, 5, 7); /* a2 b1 */ \
+  } while (0)
 
 void xte_gemm_amx_tiles(int nblk, const int8_t *ap, const uint16_t *nana, const float *sa, int mt,
                         const int8_t *bp, const uint16_t *nanb, const float *sb, int nt, float *w,
@@ -246,8 +252,11 @@ void xte_gemm_amx_tiles(int nblk, const int8_t *ap, const uint16_t *nana, const 
         _tile_zero(2);
         _tile_zero(3);
         _tile_zero(4);
-        AMX_HALF(a, bb);
-        AMX_HALF(a + 3 * XTE_AMX_TILE_BYTES, bb + 3 * XTE_AMX_TILE_BYTES);
+#define FOLD_ROW(r) \
+  if (s > 0) fold_row(&prev, cb[(s - 1) & 1], ldw, (r))
+        AMX_HALF(a, bb, FOLD_ROW, 0);
+        AMX_HALF(a + 3 * XTE_AMX_TILE_BYTES, bb + 3 * XTE_AMX_TILE_BYTES, FOLD_ROW, 8);
+#undef FOLD_ROW
         if (b == 0 && !init) {
           /* the next tile's accumulators (rows far apart, often past L2), wanted nblk steps on */
           const int nu = t + 1 < mt ? u : u + 1, ntl = t + 1 < mt ? t + 1 : 0;
@@ -257,7 +266,21 @@ void xte_gemm_amx_tiles(int nblk, const int8_t *ap, const uint16_t *nana, const 
             for (r = 0; r < 16; r++) __builtin_prefetch(pw + r * ldw, 1, 3);
           }
         }
-        if (s > 0) fold(&prev, cb[(s - 1) & 1], ldw);
+        {
+          /* the next step's A block into L1 (it comes from L2; a tile load waits on its lines) */
+          const int8_t *na = b + 1 < nblk ? a + XTE_AMX_BLOCK_BYTES
+                             : t + 1 < mt ? ap + (int64_t)(t + 1) * nblk * XTE_AMX_BLOCK_BYTES
+                                          : ap;
+          int o;
+          for (o = 0; o < XTE_AMX_BLOCK_BYTES; o += 64)
+            _mm_prefetch((const char *)na + o, _MM_HINT_T0);
+          /* and the next column tile's B blocks, one per step of the second-last row tile */
+          if (u + 1 < nt && t == (mt > 1 ? mt - 2 : 0)) {
+            const int8_t *nb = bp + ((int64_t)(u + 1) * nblk + b) * XTE_AMX_BLOCK_BYTES;
+            for (o = 0; o < XTE_AMX_BLOCK_BYTES; o += 64)
+              _mm_prefetch((const char *)nb + o, _MM_HINT_T0);
+          }
+        }
         _tile_stored(0, c[0], 64);
         _tile_stored(1, c[1], 64);
         _tile_stored(2, c[2], 64);
@@ -270,5 +293,8 @@ void xte_gemm_amx_tiles(int nblk, const int8_t *ap, const uint16_t *nana, const 
         prev.nb = nanb[u * nblk + b];
         prev.zero = init && b == 0;
       }
-  if (s > 0) fold(&prev, cb[(s - 1) & 1], ldw);
+  if (s > 0) {
+    int r;
+    for (r = 0; r < 16; r++) fold_row(&prev, cb[(s - 1) & 1], ldw, r);
+  }
 }
