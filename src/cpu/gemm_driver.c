@@ -575,8 +575,13 @@ static void amx_pack_b_range(void *vctx, int64_t b, int64_t e, int tid) {
     const int64_t n0 = c->jc + t * 16;
     const int nv = (int)(c->nc - t * 16 < 16 ? c->nc - t * 16 : 16);
     float *sb = c->amx_sb + t * c->nblk * 16;
-    xte_gemm_amx_pack_b(B->data + (p->b_i0 + n0) * B->rs + p->b_k0 + c->pc, B->rs, nv, c->kc,
-                        c->amx_b + t * c->nblk * XTE_AMX_BLOCK_BYTES, c->amx_nanb + t * c->nblk);
+    if (B->ks == 1)
+      xte_gemm_amx_pack_b(B->data + (p->b_i0 + n0) * B->rs + p->b_k0 + c->pc, B->rs, nv, c->kc,
+                          c->amx_b + t * c->nblk * XTE_AMX_BLOCK_BYTES, c->amx_nanb + t * c->nblk);
+    else /* rs == 1: the columns are contiguous */
+      xte_gemm_amx_pack_b_kn(B->data + (p->b_i0 + n0) + (p->b_k0 + c->pc) * B->ks, B->ks, nv, c->kc,
+                             c->amx_b + t * c->nblk * XTE_AMX_BLOCK_BYTES,
+                             c->amx_nanb + t * c->nblk);
     for (bl = 0; bl < c->nblk; bl++)
       for (j = 0; j < 16; j++)
         sb[bl * 16 + j] =
@@ -810,8 +815,8 @@ static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
   if (c.MCH < c.MC) c.MCH = c.MC;
 #ifdef XTE_HAVE_AMX
   c.amx = xte_cpu_get_isa() == XTE_CPU_ISA_AVX512 && g->a.fmt == XTE_FP8_E4M3 &&
-          g->b.fmt == XTE_FP8_E4M3 && g->kblock == 128 && g->a.ks == 1 && g->b.ks == 1 &&
-          xte_gemm_amx_usable();
+          g->b.fmt == XTE_FP8_E4M3 && g->kblock == 128 && g->a.ks == 1 &&
+          (g->b.ks == 1 || g->b.rs == 1) && xte_gemm_amx_usable();
 #endif
   for (i = 0; i < g->num_problems; i++) {
     int64_t mi = g->masked_m ? g->masked_m[i] : g->problems[i].m;

@@ -161,6 +161,48 @@ void xte_gemm_amx_pack_b(const uint8_t *src, int64_t ld, int nvalid, int64_t kc,
   }
 }
 
+void xte_gemm_amx_pack_b_kn(const uint8_t *src, int64_t ldk, int nvalid, int64_t kc, int8_t *dst,
+                            uint16_t *nan) {
+  const int nblk = (int)((kc + 127) / 128);
+  const __mmask16 nm = (__mmask16)(nvalid >= 16 ? 0xFFFF : (1u << nvalid) - 1u);
+  digtabs T;
+  int b, h, q;
+  load_tabs(&T);
+  for (b = 0; b < nblk; b++) {
+    unsigned m = 0;
+    for (h = 0; h < 2; h++) {
+      const int64_t k0 = (int64_t)b * 128 + h * 64;
+      int8_t *d = dst + ((int64_t)b * 2 + h) * 3 * XTE_AMX_TILE_BYTES;
+      for (q = 0; q < 16; q++) {
+        /* row q of the VNNI tile: codes k0 + 4q .. + 3 of the 16 columns, interleaved by column */
+        __m128i r[4], lo01, hi01, lo23, hi23;
+        __m512i cd;
+        __mmask64 nn;
+        int t;
+        for (t = 0; t < 4; t++) {
+          const int64_t k = k0 + 4 * q + t;
+          r[t] = k < kc ? _mm_maskz_loadu_epi8(nm, src + k * ldk) : _mm_setzero_si128();
+        }
+        lo01 = _mm_unpacklo_epi8(r[0], r[1]);
+        hi01 = _mm_unpackhi_epi8(r[0], r[1]);
+        lo23 = _mm_unpacklo_epi8(r[2], r[3]);
+        hi23 = _mm_unpackhi_epi8(r[2], r[3]);
+        cd = _mm512_inserti32x4(
+            _mm512_inserti32x4(
+                _mm512_inserti32x4(_mm512_castsi128_si512(_mm_unpacklo_epi16(lo01, lo23)),
+                                   _mm_unpackhi_epi16(lo01, lo23), 1),
+                _mm_unpacklo_epi16(hi01, hi23), 2),
+            _mm_unpackhi_epi16(hi01, hi23), 3);
+        nn = digits64(&T, cd, d + q * 64);
+        if (nn)
+          for (t = 0; t < 16; t++)
+            if ((nn >> (4 * t)) & 0xF) m |= 1u << t;
+      }
+    }
+    nan[b] = (uint16_t)m;
+  }
+}
+
 /* The fold of one finished block (weight sums cb) into a 16 x 16 tile of w, one row at a time. */
 typedef struct {
   float *w;
