@@ -680,41 +680,56 @@ Test(gemm_exact, dense_path_nan_and_extreme_e4m3_codes) {
   o_reset_isa();
 }
 
-/* The same NaN placement with B read transposed (trans_b, B given as X [K, N] with 128x128
- * blocks): op(B)'s columns are contiguous and its K steps a row apart (the dgrad weight's layout),
- * which the AMX path packs by K-step interleaving and marks NaN columns from there. */
-Test(gemm_exact, nan_codes_in_a_transposed_b) {
+/* NaN codes in an operand read transposed (given as X [K, rows] with 128x128 blocks): op(A)'s
+ * rows or op(B)'s columns are then contiguous and its K steps a row of X apart (the wgrad
+ * gradient, the dgrad weight), which the AMX path packs by transposing / interleaving K steps and
+ * marks NaN rows / columns from there. The other operand is 1x128, read along K. */
+static void transposed_nan_case(int ta) {
   enum { M = 40, N = 20, K = 200 };
-  static uint8_t a[M * K], b[N * K], bt[K * N];
-  static float sa[M * 2], sbl[N * 2], sbt[2];
+  static uint8_t a[M * K], b[N * K], xt[K * M];
+  static float sa[M * 2], sb[N * 2], st[2];
   static uint32_t ref[M * N], out[M * N];
   static const int nanpos[][2] = {{1, 5}, {6, 131}, {9, 196}, {15, 64}, {17, 199}, {19, 0}};
-  uint64_t s = 11;
+  uint64_t s = 11 + (uint64_t)ta;
   int i, k, ii;
   xte_qtensor qa, qb;
-  lop la = {M, K, 2, a, sa, XTE_DTYPE_E4M3}, lb = {N, K, 2, b, sbl, XTE_DTYPE_E4M3};
+  lop la = {M, K, 2, a, sa, XTE_DTYPE_E4M3}, lb = {N, K, 2, b, sb, XTE_DTYPE_E4M3};
   ocfg cf = {128, NULL, XTE_DTYPE_FP32, NULL, XTE_DTYPE_FP32};
   xte_tensor D = xte_tensor_2d(out, XTE_DTYPE_FP32, M, N);
   xte_gemm_config g = xte_gemm_config_default();
-  g.trans_b = 1;
+  uint8_t *x = ta ? a : b;
+  const int R = ta ? M : N;
+  float *sx = ta ? sa : sb, *so = ta ? sb : sa;
+  g.trans_a = ta;
+  g.trans_b = !ta;
   for (i = 0; i < M * K; i++) a[i] = (uint8_t)(o_rng(&s) & 0xFF);
+  for (i = 0; i < N * K; i++) b[i] = (uint8_t)(o_rng(&s) & 0xFF);
   for (i = 0; i < M * K; i++)
     if ((a[i] & 0x7F) == 0x7F) a[i] ^= 0x01;
-  for (i = 0; i < N * K; i++) b[i] = (uint8_t)(o_rng(&s) & 0xFF);
   for (i = 0; i < N * K; i++)
     if ((b[i] & 0x7F) == 0x7F) b[i] ^= 0x01;
-  for (i = 0; i < 6; i++) b[nanpos[i][0] * K + nanpos[i][1]] = (i & 1) ? 0xFF : 0x7F;
-  for (i = 0; i < N; i++)
-    for (k = 0; k < K; k++) bt[k * N + i] = b[i * K + k];
-  for (i = 0; i < M * 2; i++) sa[i] = ldexpf(1.0f + (float)(i % 7) / 8.0f, (i % 9) - 4);
-  sbt[0] = 0.375f; /* the 128x128 blocks of X: K rows 0-127 and 128-199 */
-  sbt[1] = 1.75f;
-  for (i = 0; i < N * 2; i++) sbl[i] = sbt[i % 2];
-  raw_q(&qa, a, sa, M, K, XTE_DTYPE_E4M3, XTE_SCALING_BLOCK_1x128);
-  raw_q(&qb, bt, sbt, K, N, XTE_DTYPE_E4M3, XTE_SCALING_BLOCK_1x128);
-  qb.scaling_mode = XTE_SCALING_BLOCK_128x128;
-  qb.rowwise_scale_inv.rows = 2;
-  qb.rowwise_scale_inv.cols = 1;
+  for (i = 0; i < 6; i++) x[nanpos[i][0] * K + nanpos[i][1]] = (i & 1) ? 0xFF : 0x7F;
+  a[3 * K + 77] = 0x7F; /* one NaN in the other operand too */
+  b[2 * K + 140] = 0xFF;
+  for (i = 0; i < R; i++)
+    for (k = 0; k < K; k++) xt[k * R + i] = x[i * K + k];
+  st[0] = 0.375f; /* the 128x128 blocks of X [K, R]: K rows 0-127 and 128-199 */
+  st[1] = 1.75f;
+  for (i = 0; i < R * 2; i++) sx[i] = st[i % 2];
+  for (i = 0; i < (ta ? N : M) * 2; i++) so[i] = ldexpf(1.0f + (float)(i % 7) / 8.0f, (i % 9) - 4);
+  if (ta) {
+    raw_q(&qa, xt, st, K, M, XTE_DTYPE_E4M3, XTE_SCALING_BLOCK_1x128);
+    raw_q(&qb, b, sb, N, K, XTE_DTYPE_E4M3, XTE_SCALING_BLOCK_1x128);
+  } else {
+    raw_q(&qa, a, sa, M, K, XTE_DTYPE_E4M3, XTE_SCALING_BLOCK_1x128);
+    raw_q(&qb, xt, st, K, N, XTE_DTYPE_E4M3, XTE_SCALING_BLOCK_1x128);
+  }
+  {
+    xte_qtensor *q = ta ? &qa : &qb;
+    q->scaling_mode = XTE_SCALING_BLOCK_128x128;
+    q->rowwise_scale_inv.rows = 2;
+    q->rowwise_scale_inv.cols = 1;
+  }
   o_gemm(&la, &lb, &cf, ref);
   for (ii = 0; ii < NISA; ii++) {
     int d = -1;
@@ -723,10 +738,15 @@ Test(gemm_exact, nan_codes_in_a_transposed_b) {
     cr_assert_eq(xte_gemm(&qa, &qb, NULL, &D, &g, NULL), XTE_SUCCESS, "%s", xte_last_error());
     for (i = 0; i < M * N && d < 0; i++)
       if (out[i] != ref[i]) d = i;
-    cr_assert_eq(d, -1, "isa %s element %d: got %08x want %08x", xte_cpu_isa_name(ISAS[ii]), d,
-                 d >= 0 ? out[d] : 0, d >= 0 ? ref[d] : 0);
+    cr_assert_eq(d, -1, "trans_a %d isa %s element %d: got %08x want %08x", ta,
+                 xte_cpu_isa_name(ISAS[ii]), d, d >= 0 ? out[d] : 0, d >= 0 ? ref[d] : 0);
   }
   o_reset_isa();
+}
+
+Test(gemm_exact, nan_codes_in_a_transposed_operand) {
+  transposed_nan_case(0);
+  transposed_nan_case(1);
 }
 
 /* The AMX-INT8 path is taken where it can be: /proc/cpuinfo (read here, apart from the library's

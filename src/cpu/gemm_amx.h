@@ -29,6 +29,11 @@ void xte_gemm_amx_pack_a(const uint8_t *src, int64_t ld, int nvalid, int64_t kc,
 void xte_gemm_amx_pack_b(const uint8_t *src, int64_t ld, int nvalid, int64_t kc, int8_t *dst,
                          uint16_t *nan);
 
+/* pack_a for an A whose 16 rows are contiguous and whose K steps are ldk bytes apart (op(A) read
+ * transposed: the wgrad gradient dY^T): row r of K step k at src[k * ldk + r]. */
+void xte_gemm_amx_pack_a_kn(const uint8_t *src, int64_t ldk, int nvalid, int64_t kc, int8_t *dst,
+                            uint16_t *nan);
+
 /* pack_b for a B whose 16 columns are contiguous and whose K steps are ldk bytes apart (an op(B)
  * read transposed: the dgrad weight W^T from W's rowwise copy): column n of K step k at
  * src[k * ldk + n]. Same output as pack_b of the transposed data. */

@@ -612,9 +612,14 @@ static void amx_compute_range(void *vctx, int64_t b, int64_t e, int tid) {
         const int64_t r0 = c->mc0 + t * 16;
         const int nv = (int)(c->m - r0 < 16 ? c->m - r0 : 16);
         float *s = sa + (t - t0) * c->nblk * 16;
-        xte_gemm_amx_pack_a(A->data + (p->a_i0 + r0) * A->rs + p->a_k0 + c->pc, A->rs, nv, c->kc,
-                            ap + (t - t0) * c->nblk * XTE_AMX_BLOCK_BYTES,
-                            nana + (t - t0) * c->nblk);
+        if (A->ks == 1)
+          xte_gemm_amx_pack_a(A->data + (p->a_i0 + r0) * A->rs + p->a_k0 + c->pc, A->rs, nv, c->kc,
+                              ap + (t - t0) * c->nblk * XTE_AMX_BLOCK_BYTES,
+                              nana + (t - t0) * c->nblk);
+        else /* rs == 1: the rows are contiguous */
+          xte_gemm_amx_pack_a_kn(A->data + (p->a_i0 + r0) + (p->a_k0 + c->pc) * A->ks, A->ks, nv,
+                                 c->kc, ap + (t - t0) * c->nblk * XTE_AMX_BLOCK_BYTES,
+                                 nana + (t - t0) * c->nblk);
         for (bl = 0; bl < c->nblk; bl++)
           for (i = 0; i < 16; i++)
             s[bl * 16 + i] =
@@ -815,7 +820,7 @@ static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
   if (c.MCH < c.MC) c.MCH = c.MC;
 #ifdef XTE_HAVE_AMX
   c.amx = xte_cpu_get_isa() == XTE_CPU_ISA_AVX512 && g->a.fmt == XTE_FP8_E4M3 &&
-          g->b.fmt == XTE_FP8_E4M3 && g->kblock == 128 && g->a.ks == 1 &&
+          g->b.fmt == XTE_FP8_E4M3 && g->kblock == 128 && (g->a.ks == 1 || g->a.rs == 1) &&
           (g->b.ks == 1 || g->b.rs == 1) && xte_gemm_amx_usable();
 #endif
   for (i = 0; i < g->num_problems; i++) {

@@ -161,6 +161,34 @@ void xte_gemm_amx_pack_b(const uint8_t *src, int64_t ld, int nvalid, int64_t kc,
   }
 }
 
+void xte_gemm_amx_pack_a_kn(const uint8_t *src, int64_t ldk, int nvalid, int64_t kc, int8_t *dst,
+                            uint16_t *nan) {
+  const int nblk = (int)((kc + 127) / 128);
+  const __mmask16 nm = (__mmask16)(nvalid >= 16 ? 0xFFFF : (1u << nvalid) - 1u);
+  uint8_t tmp[64][16] __attribute__((aligned(64)));
+  uint8_t tr[16][64] __attribute__((aligned(64)));
+  digtabs T;
+  int b, h, r, kk;
+  load_tabs(&T);
+  for (b = 0; b < nblk; b++) {
+    unsigned m = 0;
+    for (h = 0; h < 2; h++) {
+      const int64_t k0 = (int64_t)b * 128 + h * 64;
+      int8_t *d = dst + ((int64_t)b * 2 + h) * 3 * XTE_AMX_TILE_BYTES;
+      for (kk = 0; kk < 64; kk++)
+        _mm_store_si128((__m128i *)tmp[kk], k0 + kk < kc
+                                                ? _mm_maskz_loadu_epi8(nm, src + (k0 + kk) * ldk)
+                                                : _mm_setzero_si128());
+      /* rows of the tile: row r holds the 64 K steps of row r */
+      for (r = 0; r < 16; r++)
+        for (kk = 0; kk < 64; kk++) tr[r][kk] = tmp[kk][r];
+      for (r = 0; r < 16; r++)
+        if (digits64(&T, _mm512_load_si512((const void *)tr[r]), d + r * 64)) m |= 1u << r;
+    }
+    nan[b] = (uint16_t)m;
+  }
+}
+
 void xte_gemm_amx_pack_b_kn(const uint8_t *src, int64_t ldk, int nvalid, int64_t kc, int8_t *dst,
                             uint16_t *nan) {
   const int nblk = (int)((kc + 127) / 128);
