@@ -131,11 +131,36 @@ void xte_gemm_amx_pack_a(const uint8_t *src, int64_t ld, int nvalid, int64_t kc,
   }
 }
 
+/* x[c] = column c of the 16 x 16 dword matrix whose row r is x[r] (in registers: 64 shuffles). */
+static inline void transpose16x16_epi32(__m512i x[16]) {
+  __m512i t[16], u[16];
+  int i, j;
+  for (i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_epi32(x[2 * i], x[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(x[2 * i], x[2 * i + 1]);
+  }
+  /* u[4 g + j], lane L: rows 4g .. 4g + 3 of column 4 L + j */
+  for (i = 0; i < 4; i++) {
+    u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (j = 0; j < 4; j++) {
+    const __m512i va = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88); /* lanes 0, 2 */
+    const __m512i vb = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88);
+    const __m512i wa = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xDD); /* lanes 1, 3 */
+    const __m512i wb = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xDD);
+    x[j] = _mm512_shuffle_i32x4(va, vb, 0x88);
+    x[8 + j] = _mm512_shuffle_i32x4(va, vb, 0xDD);
+    x[4 + j] = _mm512_shuffle_i32x4(wa, wb, 0x88);
+    x[12 + j] = _mm512_shuffle_i32x4(wa, wb, 0xDD);
+  }
+}
+
 void xte_gemm_amx_pack_b(const uint8_t *src, int64_t ld, int nvalid, int64_t kc, int8_t *dst,
                          uint16_t *nan) {
   const int nblk = (int)((kc + 127) / 128);
-  uint32_t tmp[16][16] __attribute__((aligned(64)));
-  uint32_t tr[16][16] __attribute__((aligned(64)));
   digtabs T;
   int b, h, n, q;
   load_tabs(&T);
@@ -144,18 +169,17 @@ void xte_gemm_amx_pack_b(const uint8_t *src, int64_t ld, int nvalid, int64_t kc,
     for (h = 0; h < 2; h++) {
       const int64_t k0 = (int64_t)b * 128 + h * 64;
       int8_t *d = dst + ((int64_t)b * 2 + h) * 3 * XTE_AMX_TILE_BYTES;
+      __m512i x[16];
       for (n = 0; n < 16; n++) {
-        __m512i cd = n < nvalid ? load_codes(src + n * ld, k0, kc) : _mm512_setzero_si512();
-        if (_mm512_cmpeq_epi8_mask(_mm512_and_si512(cd, _mm512_set1_epi8(0x7F)),
+        x[n] = n < nvalid ? load_codes(src + n * ld, k0, kc) : _mm512_setzero_si512();
+        if (_mm512_cmpeq_epi8_mask(_mm512_and_si512(x[n], _mm512_set1_epi8(0x7F)),
                                    _mm512_set1_epi8(0x7F)))
           m |= 1u << n;
-        _mm512_store_si512((void *)tmp[n], cd);
       }
-      /* the VNNI order: row q holds codes 4q .. 4q + 3 of each of the 16 columns */
-      for (q = 0; q < 16; q++)
-        for (n = 0; n < 16; n++) tr[q][n] = tmp[n][q];
-      for (q = 0; q < 16; q++)
-        (void)digits64(&T, _mm512_load_si512((const void *)tr[q]), d + q * 64);
+      /* the VNNI order: row q holds codes 4q .. 4q + 3 of each of the 16 columns, i.e. dword q
+       * of every source row: a 16 x 16 dword transpose */
+      transpose16x16_epi32(x);
+      for (q = 0; q < 16; q++) (void)digits64(&T, x[q], d + q * 64);
     }
     nan[b] = (uint16_t)m;
   }
