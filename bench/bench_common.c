@@ -401,6 +401,18 @@ static void machine_collect(void) {
   machine_setf("cores", "%d", bi->cpu_cores);
   machine_setf("logical_cpus", "%ld", sysconf(_SC_NPROCESSORS_ONLN));
   machine_setf("xte_cpu_threads", "%d", xte_cpu_get_num_threads());
+  {
+    /* which kernels the exact e4m3 GEMM runs on (AMX-INT8 digit products or fp64 FMAs) */
+    static char info[4096];
+    const char *l = NULL;
+    if (xte_backend_info_string(info, sizeof info) == XTE_SUCCESS)
+      l = strstr(info, "exact e4m3 GEMM: ");
+    if (l) {
+      l += strlen("exact e4m3 GEMM: ");
+      snprintf(b, sizeof b, "%.*s", (int)strcspn(l, "\n"), l);
+    }
+    machine_set("xte_gemm_e4m3", l ? b : "(unknown)");
+  }
   machine_setf("bench_threads", "%d", xte_bench_threads());
   machine_setf("l1d_bytes", "%zu", bi->l1d_bytes);
   machine_setf("l2_bytes", "%zu", bi->l2_bytes);
