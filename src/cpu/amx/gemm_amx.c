@@ -111,26 +111,6 @@ static inline __m512i load_codes(const uint8_t *row, int64_t k0, int64_t kc) {
   return _mm512_maskz_loadu_epi8((__mmask64)((1ull << rem) - 1), row + k0);
 }
 
-void xte_gemm_amx_pack_a(const uint8_t *src, int64_t ld, int nvalid, int64_t kc, int8_t *dst,
-                         uint16_t *nan) {
-  const int nblk = (int)((kc + 127) / 128);
-  digtabs T;
-  int b, h, r;
-  load_tabs(&T);
-  for (b = 0; b < nblk; b++) {
-    unsigned m = 0;
-    for (h = 0; h < 2; h++) {
-      const int64_t k0 = (int64_t)b * 128 + h * 64;
-      int8_t *d = dst + ((int64_t)b * 2 + h) * 3 * XTE_AMX_TILE_BYTES;
-      for (r = 0; r < 16; r++) {
-        __m512i cd = r < nvalid ? load_codes(src + r * ld, k0, kc) : _mm512_setzero_si512();
-        if (digits64(&T, cd, d + r * 64)) m |= 1u << r;
-      }
-    }
-    nan[b] = (uint16_t)m;
-  }
-}
-
 /* x[c] = column c of the 16 x 16 dword matrix whose row r is x[r] (in registers: 64 shuffles). */
 static inline void transpose16x16_epi32(__m512i x[16]) {
   __m512i t[16], u[16];
@@ -158,101 +138,128 @@ static inline void transpose16x16_epi32(__m512i x[16]) {
   }
 }
 
-void xte_gemm_amx_pack_b(const uint8_t *src, int64_t ld, int nvalid, int64_t kc, int8_t *dst,
-                         uint16_t *nan) {
+/* One half block (64 K steps from k0; zeros past kc) of one 16-wide tile, packed to its three
+ * digit tiles at d: returns the NaN bit mask of its rows (A) or columns (B). */
+typedef unsigned (*half_fn)(const digtabs *T, const uint8_t *src, int64_t ld, int nvalid,
+                            int64_t k0, int64_t kc, int8_t *d);
+
+/* A, codes contiguous along K: row r at src + r * ld */
+static unsigned half_a(const digtabs *T, const uint8_t *src, int64_t ld, int nvalid, int64_t k0,
+                       int64_t kc, int8_t *d) {
+  unsigned m = 0;
+  int r;
+  for (r = 0; r < 16; r++) {
+    __m512i cd = r < nvalid ? load_codes(src + r * ld, k0, kc) : _mm512_setzero_si512();
+    if (digits64(T, cd, d + r * 64)) m |= 1u << r;
+  }
+  return m;
+}
+
+/* B, codes contiguous along K: column n at src + n * ld. The VNNI order (row q holds codes 4q ..
+ * 4q + 3 of each of the 16 columns, i.e. dword q of every source row) is a 16 x 16 dword
+ * transpose. */
+static unsigned half_b(const digtabs *T, const uint8_t *src, int64_t ld, int nvalid, int64_t k0,
+                       int64_t kc, int8_t *d) {
+  __m512i x[16];
+  unsigned m = 0;
+  int n, q;
+  for (n = 0; n < 16; n++) {
+    x[n] = n < nvalid ? load_codes(src + n * ld, k0, kc) : _mm512_setzero_si512();
+    if (_mm512_cmpeq_epi8_mask(_mm512_and_si512(x[n], _mm512_set1_epi8(0x7F)),
+                               _mm512_set1_epi8(0x7F)))
+      m |= 1u << n;
+  }
+  transpose16x16_epi32(x);
+  for (q = 0; q < 16; q++) (void)digits64(T, x[q], d + q * 64);
+  return m;
+}
+
+/* A with its 16 rows contiguous, K steps ld apart: a 64 x 16 byte transpose. */
+static unsigned half_a_kn(const digtabs *T, const uint8_t *src, int64_t ld, int nvalid, int64_t k0,
+                          int64_t kc, int8_t *d) {
+  const __mmask16 nm = (__mmask16)(nvalid >= 16 ? 0xFFFF : (1u << nvalid) - 1u);
+  uint8_t tmp[64][16] __attribute__((aligned(64)));
+  uint8_t tr[16][64] __attribute__((aligned(64)));
+  unsigned m = 0;
+  int r, kk;
+  for (kk = 0; kk < 64; kk++)
+    _mm_store_si128((__m128i *)tmp[kk], k0 + kk < kc
+                                            ? _mm_maskz_loadu_epi8(nm, src + (k0 + kk) * ld)
+                                            : _mm_setzero_si128());
+  for (r = 0; r < 16; r++)
+    for (kk = 0; kk < 64; kk++) tr[r][kk] = tmp[kk][r];
+  for (r = 0; r < 16; r++)
+    if (digits64(T, _mm512_load_si512((const void *)tr[r]), d + r * 64)) m |= 1u << r;
+  return m;
+}
+
+/* B with its 16 columns contiguous, K steps ld apart: row q of the VNNI tile interleaves K steps
+ * k0 + 4q .. + 3 column by column. */
+static unsigned half_b_kn(const digtabs *T, const uint8_t *src, int64_t ld, int nvalid, int64_t k0,
+                          int64_t kc, int8_t *d) {
+  const __mmask16 nm = (__mmask16)(nvalid >= 16 ? 0xFFFF : (1u << nvalid) - 1u);
+  unsigned m = 0;
+  int q, t;
+  for (q = 0; q < 16; q++) {
+    __m128i r[4], lo01, hi01, lo23, hi23;
+    __m512i cd;
+    __mmask64 nn;
+    for (t = 0; t < 4; t++) {
+      const int64_t k = k0 + 4 * q + t;
+      r[t] = k < kc ? _mm_maskz_loadu_epi8(nm, src + k * ld) : _mm_setzero_si128();
+    }
+    lo01 = _mm_unpacklo_epi8(r[0], r[1]);
+    hi01 = _mm_unpackhi_epi8(r[0], r[1]);
+    lo23 = _mm_unpacklo_epi8(r[2], r[3]);
+    hi23 = _mm_unpackhi_epi8(r[2], r[3]);
+    cd = _mm512_inserti32x4(
+        _mm512_inserti32x4(
+            _mm512_inserti32x4(_mm512_castsi128_si512(_mm_unpacklo_epi16(lo01, lo23)),
+                               _mm_unpackhi_epi16(lo01, lo23), 1),
+            _mm_unpacklo_epi16(hi01, hi23), 2),
+        _mm_unpackhi_epi16(hi01, hi23), 3);
+    nn = digits64(T, cd, d + q * 64);
+    if (nn)
+      for (t = 0; t < 16; t++)
+        if ((nn >> (4 * t)) & 0xF) m |= 1u << t;
+  }
+  return m;
+}
+
+/* Every block of a tile: the two halves, the block's NaN mask. */
+static inline void pack_tile(half_fn f, const uint8_t *src, int64_t ld, int nvalid, int64_t kc,
+                             int8_t *dst, uint16_t *nan) {
   const int nblk = (int)((kc + 127) / 128);
   digtabs T;
-  int b, h, n, q;
+  int b, h;
   load_tabs(&T);
   for (b = 0; b < nblk; b++) {
     unsigned m = 0;
-    for (h = 0; h < 2; h++) {
-      const int64_t k0 = (int64_t)b * 128 + h * 64;
-      int8_t *d = dst + ((int64_t)b * 2 + h) * 3 * XTE_AMX_TILE_BYTES;
-      __m512i x[16];
-      for (n = 0; n < 16; n++) {
-        x[n] = n < nvalid ? load_codes(src + n * ld, k0, kc) : _mm512_setzero_si512();
-        if (_mm512_cmpeq_epi8_mask(_mm512_and_si512(x[n], _mm512_set1_epi8(0x7F)),
-                                   _mm512_set1_epi8(0x7F)))
-          m |= 1u << n;
-      }
-      /* the VNNI order: row q holds codes 4q .. 4q + 3 of each of the 16 columns, i.e. dword q
-       * of every source row: a 16 x 16 dword transpose */
-      transpose16x16_epi32(x);
-      for (q = 0; q < 16; q++) (void)digits64(&T, x[q], d + q * 64);
-    }
+    for (h = 0; h < 2; h++)
+      m |= f(&T, src, ld, nvalid, (int64_t)b * 128 + h * 64, kc,
+             dst + ((int64_t)b * 2 + h) * 3 * XTE_AMX_TILE_BYTES);
     nan[b] = (uint16_t)m;
   }
+}
+
+void xte_gemm_amx_pack_a(const uint8_t *src, int64_t ld, int nvalid, int64_t kc, int8_t *dst,
+                         uint16_t *nan) {
+  pack_tile(half_a, src, ld, nvalid, kc, dst, nan);
+}
+
+void xte_gemm_amx_pack_b(const uint8_t *src, int64_t ld, int nvalid, int64_t kc, int8_t *dst,
+                         uint16_t *nan) {
+  pack_tile(half_b, src, ld, nvalid, kc, dst, nan);
 }
 
 void xte_gemm_amx_pack_a_kn(const uint8_t *src, int64_t ldk, int nvalid, int64_t kc, int8_t *dst,
                             uint16_t *nan) {
-  const int nblk = (int)((kc + 127) / 128);
-  const __mmask16 nm = (__mmask16)(nvalid >= 16 ? 0xFFFF : (1u << nvalid) - 1u);
-  uint8_t tmp[64][16] __attribute__((aligned(64)));
-  uint8_t tr[16][64] __attribute__((aligned(64)));
-  digtabs T;
-  int b, h, r, kk;
-  load_tabs(&T);
-  for (b = 0; b < nblk; b++) {
-    unsigned m = 0;
-    for (h = 0; h < 2; h++) {
-      const int64_t k0 = (int64_t)b * 128 + h * 64;
-      int8_t *d = dst + ((int64_t)b * 2 + h) * 3 * XTE_AMX_TILE_BYTES;
-      for (kk = 0; kk < 64; kk++)
-        _mm_store_si128((__m128i *)tmp[kk], k0 + kk < kc
-                                                ? _mm_maskz_loadu_epi8(nm, src + (k0 + kk) * ldk)
-                                                : _mm_setzero_si128());
-      /* rows of the tile: row r holds the 64 K steps of row r */
-      for (r = 0; r < 16; r++)
-        for (kk = 0; kk < 64; kk++) tr[r][kk] = tmp[kk][r];
-      for (r = 0; r < 16; r++)
-        if (digits64(&T, _mm512_load_si512((const void *)tr[r]), d + r * 64)) m |= 1u << r;
-    }
-    nan[b] = (uint16_t)m;
-  }
+  pack_tile(half_a_kn, src, ldk, nvalid, kc, dst, nan);
 }
 
 void xte_gemm_amx_pack_b_kn(const uint8_t *src, int64_t ldk, int nvalid, int64_t kc, int8_t *dst,
                             uint16_t *nan) {
-  const int nblk = (int)((kc + 127) / 128);
-  const __mmask16 nm = (__mmask16)(nvalid >= 16 ? 0xFFFF : (1u << nvalid) - 1u);
-  digtabs T;
-  int b, h, q;
-  load_tabs(&T);
-  for (b = 0; b < nblk; b++) {
-    unsigned m = 0;
-    for (h = 0; h < 2; h++) {
-      const int64_t k0 = (int64_t)b * 128 + h * 64;
-      int8_t *d = dst + ((int64_t)b * 2 + h) * 3 * XTE_AMX_TILE_BYTES;
-      for (q = 0; q < 16; q++) {
-        /* row q of the VNNI tile: codes k0 + 4q .. + 3 of the 16 columns, interleaved by column */
-        __m128i r[4], lo01, hi01, lo23, hi23;
-        __m512i cd;
-        __mmask64 nn;
-        int t;
-        for (t = 0; t < 4; t++) {
-          const int64_t k = k0 + 4 * q + t;
-          r[t] = k < kc ? _mm_maskz_loadu_epi8(nm, src + k * ldk) : _mm_setzero_si128();
-        }
-        lo01 = _mm_unpacklo_epi8(r[0], r[1]);
-        hi01 = _mm_unpackhi_epi8(r[0], r[1]);
-        lo23 = _mm_unpacklo_epi8(r[2], r[3]);
-        hi23 = _mm_unpackhi_epi8(r[2], r[3]);
-        cd = _mm512_inserti32x4(
-            _mm512_inserti32x4(
-                _mm512_inserti32x4(_mm512_castsi128_si512(_mm_unpacklo_epi16(lo01, lo23)),
-                                   _mm_unpackhi_epi16(lo01, lo23), 1),
-                _mm_unpacklo_epi16(hi01, hi23), 2),
-            _mm_unpackhi_epi16(hi01, hi23), 3);
-        nn = digits64(&T, cd, d + q * 64);
-        if (nn)
-          for (t = 0; t < 16; t++)
-            if ((nn >> (4 * t)) & 0xF) m |= 1u << t;
-      }
-    }
-    nan[b] = (uint16_t)m;
-  }
+  pack_tile(half_b_kn, src, ldk, nvalid, kc, dst, nan);
 }
 
 /* The fold of one finished block (weight sums cb) into a 16 x 16 tile of w, one row at a time. */
