@@ -15,7 +15,9 @@
  * packed on the run's first M block just before its kernels read it. AVX-512 tiles of 24 rows
  * with only 8 or 16 valid rows (the M tail) run 8- / 16-row kernels on the same packed data.
  * Problems of at most XTE_GEMM_SK_MAXM rows take the small-M path instead (sk_range): B is never
- * packed, its codes are decoded per K block into an L1 buffer and read once; threads split N. Every
+ * packed, its codes are decoded per K block into an L1 buffer and read once; threads split N. On
+ * avx512 with AMX-INT8 the other e4m3 x e4m3 problems (K block 128) take the AMX path instead
+ * (amx_problem: int8 digit products on the tile unit, src/cpu/amx/gemm_amx.c). Every
  * output element goes through the contract's arithmetic in K order whatever the partition, so
  * results never depend on threads or ISA. */
 #include <pthread.h>
