@@ -795,13 +795,29 @@ static int last_run(const char *act, int64_t rb, int64_t e) {
 static void tile_part(const xte_attn_kernels *K, int64_t nb, int64_t dvp, int64_t dqp, int64_t n,
                       const float *P, const float *dS, int64_t a_rs, int64_t a_ks, const float *Gp,
                       int64_t gld, const float *Qp, int64_t qld, float *dVt, float *dKt, float *dVa,
-                      float *dKa, int acc, int last) {
-  if (last) {
-    K->gemm_fold(nb, dvp, n, P, a_rs, a_ks, Gp, gld, acc ? dVt : NULL, dvp, dVa, dvp, NULL);
-    K->gemm_fold(nb, dqp, n, dS, a_rs, a_ks, Qp, qld, acc ? dKt : NULL, dqp, dKa, dqp, NULL);
-  } else {
-    K->gemm(nb, dvp, n, P, a_rs, a_ks, Gp, gld, dVt, dvp, acc);
-    K->gemm(nb, dqp, n, dS, a_rs, a_ks, Qp, qld, dKt, dqp, acc);
+                      float *dKa, int acc, int last, const float *pf) {
+  /* pf (non-NULL): the next tile's St / dPt slot in the S store (2 BN BM floats, out of the
+   * caches by then), prefetched a share at a time between row chunks of the two GEMMs so that
+   * it arrives while they run. Chunks of 6 rows keep the register tiles; each element is its own
+   * chain, so the split changes no byte. */
+  const int64_t step = pf ? 6 : nb, nch = (nb + step - 1) / step, lines = 2 * BN * BM / 16;
+  int64_t ch, q = 0, m0;
+  for (ch = 0; ch < 2 * nch; ch++) {
+    const int dk = ch >= nch; /* the dV chunks, then the dK chunks */
+    const int64_t r0 = (dk ? ch - nch : ch) * step, m = min64(step, nb - r0);
+    const float *A = (dk ? dS : P) + r0 * a_rs;
+    if (pf)
+      for (m0 = lines * (ch + 1) / (2 * nch); q < m0; q++) __builtin_prefetch(pf + 16 * q, 0, 2);
+    if (!dk && last)
+      K->gemm_fold(m, dvp, n, A, a_rs, a_ks, Gp, gld, acc ? dVt + r0 * dvp : NULL, dvp,
+                   dVa + r0 * dvp, dvp, NULL);
+    else if (!dk)
+      K->gemm(m, dvp, n, A, a_rs, a_ks, Gp, gld, dVt + r0 * dvp, dvp, acc);
+    else if (last)
+      K->gemm_fold(m, dqp, n, A, a_rs, a_ks, Qp, qld, acc ? dKt + r0 * dqp : NULL, dqp,
+                   dKa + r0 * dqp, dqp, NULL);
+    else
+      K->gemm(m, dqp, n, A, a_rs, a_ks, Qp, qld, dKt + r0 * dqp, dqp, acc);
   }
 }
 
@@ -913,9 +929,10 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
         }
         K->bwd_p_t(Sb + c0, dPb + c0, NULL, BM, c1 - c0, plain, sp.scale, ja + c0, je + c0, Lr + c0,
                    Cr + c0, Dr + c0, P + c0, dS + c0, NULL);
-        for (r = ra; next_run(act, rb, &r, &e); r = e, acc = 1)
+        const float *pf = i0 + BM < ib ? s_slot(c, b, h, i0 + BM, j0) : NULL;
+        for (r = ra; next_run(act, rb, &r, &e); r = e, acc = 1, pf = NULL)
           tile_part(K, nb, dvp, dqp, e - r, P + r, dS + r, BM, 1, Gp + r * gld, gld, Qp + r * qld,
-                    qld, dVt, dKt, dVa, dKa, (int)acc, last_run(act, rb, e));
+                    qld, dVt, dKt, dVa, dKa, (int)acc, last_run(act, rb, e), pf);
       } else {
         K->gemm(rb - ra, BN, dq, Qp + ra * qld, qld, 1, Kt, BN, S + ra * BN, BN, 0);
         K->gemm(rb - ra, BN, dv, Gp + ra * gld, gld, 1, Vt, BN, dP + ra * BN, BN, 0);
@@ -923,7 +940,7 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
         /* the tile's part: one chain from +0 over its active rows in order */
         for (r = ra; next_run(act, rb, &r, &e); r = e, acc = 1)
           tile_part(K, nb, dvp, dqp, e - r, P + r * BN, dS + r * BN, 1, BN, Gp + r * gld, gld,
-                    Qp + r * qld, qld, dVt, dKt, dVa, dKa, (int)acc, last_run(act, rb, e));
+                    Qp + r * qld, qld, dVt, dKt, dVa, dKa, (int)acc, last_run(act, rb, e), NULL);
       }
     }
   }
