@@ -17,8 +17,9 @@
  * Problems of at most XTE_GEMM_SK_MAXM rows take the small-M path instead (sk_range): B is never
  * packed, its codes are decoded per K block into an L1 buffer and read once; threads split N. On
  * avx512 with AMX-INT8 the other e4m3 x e4m3 problems (K block 128) take the AMX path instead
- * (amx_problem: int8 digit products on the tile unit, src/cpu/amx/gemm_amx.c). Every
- * output element goes through the contract's arithmetic in K order whatever the partition, so
+ * (amx_problem: int8 digit products on the tile unit, src/cpu/amx/gemm_amx.c), and so do those
+ * of AMX_SK_MINM to XTE_GEMM_SK_MAXM rows (amx_small_range: threads split N, no shared panel).
+ * Every output element goes through the contract's arithmetic in K order whatever the partition, so
  * results never depend on threads or ISA. */
 #include <pthread.h>
 #include <stdlib.h>
@@ -644,6 +645,83 @@ static void amx_compute_range(void *vctx, int64_t b, int64_t e, int tid) {
   xte_gemm_amx_end();
 }
 
+/* Small M (at most XTE_GEMM_SK_MAXM rows: one or two 16-row tiles) on the tile unit: each thread
+ * owns a run of 16-column tiles of N and, per chunk of AMX_SK_CH of them and K panel, packs the
+ * rows of A once, then each column tile's B digits (a panel of 24 KiB, in L1) and runs the tile
+ * kernel on them, its fp32 accumulators in sk_w; no B panel shared between threads, no barrier.
+ * Per thread, in sk_a: A digits [2 tiles][AMX_NBLK blocks], B digits [AMX_NBLK], then the NaN
+ * masks and scales of both. */
+#define AMX_SK_CH 16 /* column tiles per chunk: 32 rows x 256 columns of fp32 W (sk_w) */
+/* fewer rows stay on the fp64 small-M kernels: one thread, B of 2048 x 7168 codes (L3), model 167
+ * VM: m 1 4.1-5.6 ms fp64 vs 6.4-9.4 here; m 5 6.6-9.3 vs 6.4-9.5; m 6 7.8-10.6 vs 6.6-9.2; m 16
+ * 15.6-22 vs 6.5-9.7 */
+#define AMX_SK_MINM 5
+
+static void amx_small_range(void *vctx, int64_t u0, int64_t ue, int tid) {
+  gctx *c = (gctx *)vctx;
+  const xte_gemm_operand *A = &c->g->a, *B = &c->g->b;
+  const xte_gemm_problem *p = c->p;
+  const int64_t m = c->m, ldw = AMX_SK_CH * 16;
+  const int mt = (int)((m + 15) / 16);
+  int8_t *ap = (int8_t *)c->sk_a[tid], *bp = ap + 2 * AMX_NBLK * XTE_AMX_BLOCK_BYTES;
+  uint16_t *nana = (uint16_t *)(bp + AMX_NBLK * XTE_AMX_BLOCK_BYTES), *nanb = nana + 2 * AMX_NBLK;
+  float *sa = (float *)(nanb + 2 * AMX_NBLK), *sb = sa + 2 * AMX_NBLK * 16, *W = c->sk_w[tid];
+  int64_t c0, pc, u, i;
+  if (u0 >= ue) return;
+  xte_gemm_amx_begin();
+  for (c0 = u0; c0 < ue; c0 += AMX_SK_CH) {
+    const int64_t c1 = c0 + AMX_SK_CH < ue ? c0 + AMX_SK_CH : ue;
+    for (pc = 0; pc < p->k; pc += AMX_KC) {
+      const int64_t kc = p->k - pc < AMX_KC ? p->k - pc : AMX_KC;
+      const int nblk = (int)((kc + 127) / 128);
+      int t, bl;
+      for (t = 0; t < mt; t++) {
+        const int64_t r0 = t * 16;
+        const int nv = (int)(m - r0 < 16 ? m - r0 : 16);
+        if (A->ks == 1)
+          xte_gemm_amx_pack_a(A->data + (p->a_i0 + r0) * A->rs + p->a_k0 + pc, A->rs, nv, kc,
+                              ap + t * nblk * XTE_AMX_BLOCK_BYTES, nana + t * nblk);
+        else /* rs == 1: the rows are contiguous */
+          xte_gemm_amx_pack_a_kn(A->data + (p->a_i0 + r0) + (p->a_k0 + pc) * A->ks, A->ks, nv, kc,
+                                 ap + t * nblk * XTE_AMX_BLOCK_BYTES, nana + t * nblk);
+        for (bl = 0; bl < nblk; bl++)
+          for (i = 0; i < 16; i++)
+            sa[(t * nblk + bl) * 16 + i] =
+                i < nv ? load_scale(A, p->a_i0 + r0 + i, p->a_k0 + pc + (int64_t)bl * 128) : 0.0f;
+      }
+      for (u = c0; u < c1; u++) {
+        const int64_t n0 = u * 16;
+        const int nv = (int)(p->n - n0 < 16 ? p->n - n0 : 16);
+        if (B->ks == 1)
+          xte_gemm_amx_pack_b(B->data + (p->b_i0 + n0) * B->rs + p->b_k0 + pc, B->rs, nv, kc, bp,
+                              nanb);
+        else /* rs == 1: the columns are contiguous */
+          xte_gemm_amx_pack_b_kn(B->data + (p->b_i0 + n0) + (p->b_k0 + pc) * B->ks, B->ks, nv, kc,
+                                 bp, nanb);
+        for (bl = 0; bl < nblk; bl++)
+          for (i = 0; i < 16; i++)
+            sb[bl * 16 + i] =
+                i < nv ? load_scale(B, p->b_i0 + n0 + i, p->b_k0 + pc + (int64_t)bl * 128) : 0.0f;
+        if (u + 1 < c1 && B->ks == 1) { /* the next tile's rows of the panel, 16 streams */
+          const uint8_t *nx = B->data + (p->b_i0 + n0 + 16) * B->rs + p->b_k0 + pc;
+          const int nn = (int)(p->n - n0 - 16 < 16 ? p->n - n0 - 16 : 16);
+          int r;
+          int64_t o;
+          for (r = 0; r < nn; r++)
+            for (o = 0; o < kc; o += 64) __builtin_prefetch(nx + r * B->rs + o, 0, 3);
+        }
+        xte_gemm_amx_tiles(nblk, ap, nana, sa, mt, bp, nanb, sb, 1, W + (u - c0) * 16, ldw,
+                           pc == 0);
+      }
+    }
+    {
+      const int64_t n0 = c0 * 16, n1 = c1 * 16 < p->n ? c1 * 16 : p->n;
+      for (i = 0; i < m; i++) store_row(c->g, p->d_r0 + i, n0, W + i * ldw, n1 - n0);
+    }
+  }
+  xte_gemm_amx_end();
+}
+
 static void amx_problem(gctx *c, const xte_gemm_problem *p, int64_t m) {
   for (c->jc = 0; c->jc < p->n; c->jc += AMX_NC) {
     c->nc = p->n - c->jc < AMX_NC ? p->n - c->jc : AMX_NC;
@@ -696,6 +774,12 @@ static void run_problem(gctx *c, const xte_gemm_problem *p, int64_t m) {
     int64_t kp = (int64_t)(SK_ABYTES / sizeof(double)) / m / kb * kb;
     int64_t kall = (p->k + kb - 1) / kb * kb;
     c->sk_kp = kp < kb ? kb : kp > kall ? kall : kp;
+#ifdef XTE_HAVE_AMX
+    if (c->amx && m >= AMX_SK_MINM) {
+      xte_parallel_for_max((p->n + 15) / 16, c->nt, amx_small_range, c);
+      return;
+    }
+#endif
     xte_parallel_for_max((p->n + 7) / 8, c->nt, sk_range, c);
     return;
   }
