@@ -276,6 +276,12 @@ Test(gemm_exact, small_m_every_path) {
              3201);
     run_case(a1, b2, XTE_DTYPE_E4M3, XTE_DTYPE_E5M2, 0, 0, 5, 1100, 300, XTE_DTYPE_FP32, ALL_ISA,
              3202);
+    /* e4m3 x e4m3 on AMX (5..32 rows): K past one super-panel of packed A digits (two row tiles:
+     * 4608 codes; one: 9216), the last one ragged */
+    run_case(a1, b2, XTE_DTYPE_E4M3, XTE_DTYPE_E4M3, 0, 0, 20, 23, 5000, XTE_DTYPE_FP32, ALL_ISA,
+             3203);
+    run_case(a1, b2, XTE_DTYPE_E4M3, XTE_DTYPE_E4M3, 0, 0, 9, 17, 9500, XTE_DTYPE_BF16, ALL_ISA,
+             3204);
   }
   /* A used transposed (X [K, M]): the columnwise copy, or the rowwise copy read strided along K
    * (per-tensor and 128x128 A given only by it), with B either way */
@@ -289,13 +295,14 @@ Test(gemm_exact, small_m_every_path) {
     run_case_x(tesq, te1, XTE_DTYPE_E4M3, XTE_DTYPE_E5M2, 1, 0, 7, 37, 300, XTE_DTYPE_BF16, ALL_ISA,
                3310, 1 | 4);
   }
-  /* B given only by its rowwise copy [K, N] and used transposed: codes strided along K */
-  for (mi = 0; mi < 3; mi++) {
+  /* B given only by its rowwise copy [K, N] and used transposed: codes strided along K (the last
+   * e4m3 x e4m3 with 13 rows: AMX's transposed B packing) */
+  for (mi = 0; mi < 4; mi++) {
     const side te1 = {XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK};
     const side tesq = {XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK};
     run_case_x(te1, tesq, mi == 1 ? XTE_DTYPE_E5M2 : XTE_DTYPE_E4M3,
-               mi == 2 ? XTE_DTYPE_E5M2 : XTE_DTYPE_E4M3, 0, 1, Ms[mi * 4 + 1], 45, 300,
-               XTE_DTYPE_FP32, ALL_ISA, 3100 + (uint64_t)mi, 2);
+               mi == 2 ? XTE_DTYPE_E5M2 : XTE_DTYPE_E4M3, 0, 1, mi == 3 ? 13 : Ms[mi * 4 + 1], 45,
+               300, XTE_DTYPE_FP32, ALL_ISA, 3100 + (uint64_t)mi, 2);
   }
   reset_isa();
 }

@@ -656,6 +656,7 @@ static void amx_compute_range(void *vctx, int64_t b, int64_t e, int tid) {
  * VM: m 1 4.1-5.6 ms fp64 vs 6.4-9.4 here; m 5 6.6-9.3 vs 6.4-9.5; m 6 7.8-10.6 vs 6.6-9.2; m 16
  * 15.6-22 vs 6.5-9.7 */
 #define AMX_SK_MINM 5
+#define AMX_SK_ABYTES (448 * 1024) /* A digits (+ masks, scales) of a K super-panel, in sk_a */
 
 static void amx_small_range(void *vctx, int64_t u0, int64_t ue, int tid) {
   gctx *c = (gctx *)vctx;
@@ -663,55 +664,61 @@ static void amx_small_range(void *vctx, int64_t u0, int64_t ue, int tid) {
   const xte_gemm_problem *p = c->p;
   const int64_t m = c->m, ldw = AMX_SK_CH * 16;
   const int mt = (int)((m + 15) / 16);
-  int8_t *ap = (int8_t *)c->sk_a[tid], *bp = ap + 2 * AMX_NBLK * XTE_AMX_BLOCK_BYTES;
-  uint16_t *nana = (uint16_t *)(bp + AMX_NBLK * XTE_AMX_BLOCK_BYTES), *nanb = nana + 2 * AMX_NBLK;
-  float *sa = (float *)(nanb + 2 * AMX_NBLK), *sb = sa + 2 * AMX_NBLK * 16, *W = c->sk_w[tid];
-  int64_t c0, pc, u, i;
+  /* K super-panels of spb blocks (whole panels of AMX_NBLK) whose A digits fit sk_a */
+  const int64_t spb = AMX_SK_ABYTES / (mt * (XTE_AMX_BLOCK_BYTES + 66)) / AMX_NBLK * AMX_NBLK;
+  int8_t *bp = (int8_t *)c->sk_a[tid], *ap = bp + AMX_NBLK * XTE_AMX_BLOCK_BYTES;
+  uint16_t *nanb = (uint16_t *)(ap + mt * spb * XTE_AMX_BLOCK_BYTES), *nana = nanb + AMX_NBLK;
+  float *sb = (float *)(nana + mt * spb + 32), *sa = sb + AMX_NBLK * 16, *W = c->sk_w[tid];
+  int64_t c0, kp, pc, u, i;
   if (u0 >= ue) return;
   xte_gemm_amx_begin();
   for (c0 = u0; c0 < ue; c0 += AMX_SK_CH) {
     const int64_t c1 = c0 + AMX_SK_CH < ue ? c0 + AMX_SK_CH : ue;
-    for (pc = 0; pc < p->k; pc += AMX_KC) {
-      const int64_t kc = p->k - pc < AMX_KC ? p->k - pc : AMX_KC;
-      const int nblk = (int)((kc + 127) / 128);
-      int t, bl;
-      for (t = 0; t < mt; t++) {
-        const int64_t r0 = t * 16;
-        const int nv = (int)(m - r0 < 16 ? m - r0 : 16);
-        if (A->ks == 1)
-          xte_gemm_amx_pack_a(A->data + (p->a_i0 + r0) * A->rs + p->a_k0 + pc, A->rs, nv, kc,
-                              ap + t * nblk * XTE_AMX_BLOCK_BYTES, nana + t * nblk);
-        else /* rs == 1: the rows are contiguous */
-          xte_gemm_amx_pack_a_kn(A->data + (p->a_i0 + r0) + (p->a_k0 + pc) * A->ks, A->ks, nv, kc,
-                                 ap + t * nblk * XTE_AMX_BLOCK_BYTES, nana + t * nblk);
-        for (bl = 0; bl < nblk; bl++)
-          for (i = 0; i < 16; i++)
-            sa[(t * nblk + bl) * 16 + i] =
-                i < nv ? load_scale(A, p->a_i0 + r0 + i, p->a_k0 + pc + (int64_t)bl * 128) : 0.0f;
+    for (kp = 0; kp < p->k; kp += spb * 128) {
+      const int64_t ke = p->k - kp < spb * 128 ? p->k : kp + spb * 128;
+      /* A's tiles of every panel of the super-panel: panel q (kc codes, nblk blocks) at
+       * [q][t][nblk] */
+      for (pc = kp; pc < ke; pc += AMX_KC) {
+        const int64_t kc = ke - pc < AMX_KC ? ke - pc : AMX_KC, q = (pc - kp) / AMX_KC;
+        const int nblk = (int)((kc + 127) / 128);
+        int t, bl;
+        for (t = 0; t < mt; t++) {
+          const int64_t r0 = t * 16, o = q * mt * AMX_NBLK + (int64_t)t * nblk;
+          const int nv = (int)(m - r0 < 16 ? m - r0 : 16);
+          if (A->ks == 1)
+            xte_gemm_amx_pack_a(A->data + (p->a_i0 + r0) * A->rs + p->a_k0 + pc, A->rs, nv, kc,
+                                ap + o * XTE_AMX_BLOCK_BYTES, nana + o);
+          else /* rs == 1: the rows are contiguous */
+            xte_gemm_amx_pack_a_kn(A->data + (p->a_i0 + r0) + (p->a_k0 + pc) * A->ks, A->ks, nv, kc,
+                                   ap + o * XTE_AMX_BLOCK_BYTES, nana + o);
+          for (bl = 0; bl < nblk; bl++)
+            for (i = 0; i < 16; i++)
+              sa[(o + bl) * 16 + i] =
+                  i < nv ? load_scale(A, p->a_i0 + r0 + i, p->a_k0 + pc + (int64_t)bl * 128) : 0.0f;
+        }
       }
+      /* each column tile along the super-panel: its rows of B read in one sequential run */
       for (u = c0; u < c1; u++) {
         const int64_t n0 = u * 16;
         const int nv = (int)(p->n - n0 < 16 ? p->n - n0 : 16);
-        if (B->ks == 1)
-          xte_gemm_amx_pack_b(B->data + (p->b_i0 + n0) * B->rs + p->b_k0 + pc, B->rs, nv, kc, bp,
-                              nanb);
-        else /* rs == 1: the columns are contiguous */
-          xte_gemm_amx_pack_b_kn(B->data + (p->b_i0 + n0) + (p->b_k0 + pc) * B->ks, B->ks, nv, kc,
-                                 bp, nanb);
-        for (bl = 0; bl < nblk; bl++)
-          for (i = 0; i < 16; i++)
-            sb[bl * 16 + i] =
-                i < nv ? load_scale(B, p->b_i0 + n0 + i, p->b_k0 + pc + (int64_t)bl * 128) : 0.0f;
-        if (u + 1 < c1 && B->ks == 1) { /* the next tile's rows of the panel, 16 streams */
-          const uint8_t *nx = B->data + (p->b_i0 + n0 + 16) * B->rs + p->b_k0 + pc;
-          const int nn = (int)(p->n - n0 - 16 < 16 ? p->n - n0 - 16 : 16);
-          int r;
-          int64_t o;
-          for (r = 0; r < nn; r++)
-            for (o = 0; o < kc; o += 64) __builtin_prefetch(nx + r * B->rs + o, 0, 3);
+        for (pc = kp; pc < ke; pc += AMX_KC) {
+          const int64_t kc = ke - pc < AMX_KC ? ke - pc : AMX_KC, q = (pc - kp) / AMX_KC;
+          const int nblk = (int)((kc + 127) / 128);
+          const int64_t o = q * mt * AMX_NBLK;
+          int bl;
+          if (B->ks == 1)
+            xte_gemm_amx_pack_b(B->data + (p->b_i0 + n0) * B->rs + p->b_k0 + pc, B->rs, nv, kc, bp,
+                                nanb);
+          else /* rs == 1: the columns are contiguous */
+            xte_gemm_amx_pack_b_kn(B->data + (p->b_i0 + n0) + (p->b_k0 + pc) * B->ks, B->ks, nv, kc,
+                                   bp, nanb);
+          for (bl = 0; bl < nblk; bl++)
+            for (i = 0; i < 16; i++)
+              sb[bl * 16 + i] =
+                  i < nv ? load_scale(B, p->b_i0 + n0 + i, p->b_k0 + pc + (int64_t)bl * 128) : 0.0f;
+          xte_gemm_amx_tiles(nblk, ap + o * XTE_AMX_BLOCK_BYTES, nana + o, sa + o * 16, mt, bp,
+                             nanb, sb, 1, W + (u - c0) * 16, ldw, pc == 0);
         }
-        xte_gemm_amx_tiles(nblk, ap, nana, sa, mt, bp, nanb, sb, 1, W + (u - c0) * 16, ldw,
-                           pc == 0);
       }
     }
     {
