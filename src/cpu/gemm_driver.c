@@ -646,11 +646,12 @@ static void amx_compute_range(void *vctx, int64_t b, int64_t e, int tid) {
 }
 
 /* Small M (at most XTE_GEMM_SK_MAXM rows: one or two 16-row tiles) on the tile unit: each thread
- * owns a run of 16-column tiles of N and, per chunk of AMX_SK_CH of them and K panel, packs the
- * rows of A once, then each column tile's B digits (a panel of 24 KiB, in L1) and runs the tile
- * kernel on them, its fp32 accumulators in sk_w; no B panel shared between threads, no barrier.
- * Per thread, in sk_a: A digits [2 tiles][AMX_NBLK blocks], B digits [AMX_NBLK], then the NaN
- * masks and scales of both. */
+ * owns a run of 16-column tiles of N and, per chunk of AMX_SK_CH of them and K super-panel (as
+ * many K panels of A digits as fit AMX_SK_ABYTES), packs the rows of A once; then each column tile
+ * packs its B digits a K panel at a time (24 KiB, in L1; its rows of B read along K) and runs the
+ * tile kernel on them, the fp32 accumulators in sk_w; no B panel shared between threads, no
+ * barrier. Per thread, in sk_a: B digits [AMX_NBLK blocks], A digits [panel][row tile][blocks],
+ * then the NaN masks and scales of both. */
 #define AMX_SK_CH 16 /* column tiles per chunk: 32 rows x 256 columns of fp32 W (sk_w) */
 /* fewer rows stay on the fp64 small-M kernels: one thread, B of 2048 x 7168 codes (L3), model 167
  * VM: m 1 4.1-5.6 ms fp64 vs 6.4-9.4 here; m 5 6.6-9.3 vs 6.4-9.5; m 6 7.8-10.6 vs 6.6-9.2; m 16
