@@ -8,8 +8,13 @@
  * Anchors: "gemm/dgemm/<M>/<N>x<K>" (OpenBLAS cblas_dgemm, row-major A [M, K] x B [N, K]^T);
  * sgemm and xte cases name it, the grouped case names the single xte GEMM. Rate: GFLOP/s of
  * 2 * M * N * K. Large shapes take seconds per iteration: filter (xte bench gemm/.../128/).
- * The OpenBLAS cases are marked (xte_bench_uses): with OpenBLAS on a generic core, their ratios
- * are refused (bench_common.h, the machine record). */
+ * Small M (the MoE decode / few-tokens-per-expert case):
+ * "gemm/fp8_exact_small_m/<m>/<G>x4096x7168", a grouped contiguous GEMM of G groups of m rows (m in
+ * 1, 4, 8, 16, 32) against B [G, 4096, 7168], G such that B is about xte_bench_dram_bytes() (past
+ * the last-level cache); rate: B's bytes per second, anchor "copy/gemm/small_m_weights": a copy of
+ * as many bytes (read + write counted), so the ratio is the share of the memory bandwidth the GEMM
+ * streams its weights at. The OpenBLAS cases are marked (xte_bench_uses): with OpenBLAS on a
+ * generic core, their ratios are refused (bench_common.h, the machine record). */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #ifndef XTE_BENCH_NO_OPENBLAS
 #include <cblas.h>
@@ -145,6 +150,97 @@ static void run_gemm(xte_bench_state *st, void *arg) {
   xte_bench_free(xb);
 }
 
+/* ---------------------------------------------------------------- small M
+ * B's e4m3 codes are made directly (none of them NaN) with scales of 1, once for all the small-M
+ * cases: the rate does not depend on the values. */
+#define SM_N 4096
+#define SM_K 7168
+#define SM_NCASES 5
+static const int64_t sm_rows[SM_NCASES] = {1, 4, 8, 16, 32};
+static char sm_names[SM_NCASES][96];
+static int64_t sm_groups = 1;
+static xte_qtensor sm_b;
+
+static int small_m_b(void) {
+  int64_t sr, sc, i;
+  const size_t n = (size_t)(sm_groups * SM_N) * SM_K;
+  uint8_t *codes;
+  float *sinv;
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  if (sm_b.rowwise.data) return 0;
+  if (xte_quantize_scale_shape(sm_groups * SM_N, SM_K, XTE_SCALING_BLOCK_128x128,
+                               XTE_RECIPE_TE_BLOCK, XTE_SCALE_LAYOUT_TE_GEMM, 0, &sr,
+                               &sc) != XTE_SUCCESS)
+    return -1;
+  codes = (uint8_t *)xte_bench_alloc(n);
+  sinv = (float *)xte_bench_alloc((size_t)(sr * sc) * sizeof(float));
+  if (!codes || !sinv) return -1;
+  for (i = 0; i < (int64_t)n; i++) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    codes[i] = (uint8_t)((x >> 24) % 0x7F) | (uint8_t)(x & 0x80); /* magnitude 0 .. 0x7E */
+  }
+  for (i = 0; i < sr * sc; i++) sinv[i] = 1.0f;
+  sm_b.scaling_mode = XTE_SCALING_BLOCK_128x128;
+  sm_b.recipe = XTE_RECIPE_TE_BLOCK;
+  sm_b.rowwise = xte_tensor_2d(codes, XTE_DTYPE_E4M3, sm_groups * SM_N, SM_K);
+  sm_b.rowwise_scale_inv.data = sinv;
+  sm_b.rowwise_scale_inv.dtype = XTE_DTYPE_FP32;
+  sm_b.rowwise_scale_inv.rows = sr;
+  sm_b.rowwise_scale_inv.cols = sc;
+  sm_b.rowwise_scale_inv.layout = XTE_SCALE_LAYOUT_TE_GEMM;
+  return 0;
+}
+
+static void run_small_m(xte_bench_state *st, void *arg) {
+  const int64_t m = *(const int64_t *)arg, G = sm_groups, rows = G * m;
+  float *xa = (float *)xte_bench_alloc(sizeof(float) * (size_t)(rows * SM_K));
+  uint16_t *d = (uint16_t *)xte_bench_alloc(sizeof(uint16_t) * (size_t)(rows * SM_N));
+  int64_t *sizes = (int64_t *)malloc(sizeof(int64_t) * (size_t)G);
+  xte_tensor D = xte_tensor_2d(d, XTE_DTYPE_BF16, rows, SM_N);
+  xte_gemm_groups gr;
+  qbuf qa;
+  int64_t g;
+  memset(&qa, 0, sizeof qa);
+  if (!xa || !d || !sizes || small_m_b()) {
+    fail(st, "small-M buffers");
+  } else {
+    xte_bench_fill_f32(xa, (size_t)(rows * SM_K), 3);
+    for (g = 0; g < G; g++) sizes[g] = m;
+    memset(&gr, 0, sizeof gr);
+    gr.kind = XTE_GEMM_GROUPED_CONTIGUOUS;
+    gr.num_groups = (int)G;
+    gr.group_sizes = sizes;
+    if (quantize(xa, rows, SM_K, XTE_SCALING_BLOCK_1x128, &qa)) {
+      fail(st, "xte_quantize");
+    } else if (xte_gemm_grouped(&qa.q, &sm_b, NULL, &D, &gr, NULL, NULL) != XTE_SUCCESS) {
+      fail(st, "xte_gemm_grouped");
+    } else {
+      while (xte_bench_keep_running(st))
+        (void)xte_gemm_grouped(&qa.q, &sm_b, NULL, &D, &gr, NULL, NULL);
+    }
+    qfree(&qa);
+  }
+  xte_bench_set_bytes(st, (double)(G * SM_N) * SM_K);
+  free(sizes);
+  xte_bench_free(d);
+  xte_bench_free(xa);
+}
+
+static void register_small_m(void) {
+  const char *copy;
+  int i;
+  sm_groups = (int64_t)(xte_bench_dram_bytes() / ((size_t)SM_N * SM_K));
+  if (sm_groups < 1) sm_groups = 1;
+  copy = xte_bench_register_copy("gemm/small_m_weights", (size_t)(sm_groups * SM_N) * SM_K);
+  for (i = 0; i < SM_NCASES; i++) {
+    snprintf(sm_names[i], sizeof sm_names[i], "gemm/fp8_exact_small_m/%lld/%lldx%dx%d",
+             (long long)sm_rows[i], (long long)sm_groups, SM_N, SM_K);
+    xte_bench_register(sm_names[i], copy, "GB/s", run_small_m, (void *)&sm_rows[i]);
+  }
+}
+
 void xte_bench_suite_gemm(void) {
   static const int64_t Ms[NM] = {128, 512, 2048};
   static const int64_t NK[NNK][2] = {{4096, 7168}, {7168, 2048}, {2112, 7168}};
@@ -185,6 +281,7 @@ void xte_bench_suite_gemm(void) {
     snprintf(g->name, sizeof g->name, "gemm/grouped_contiguous_fp8_exact/8x256/4096x7168");
     xte_bench_register(g->name, single_2048, "GFLOP/s", run_gemm, g);
   }
+  register_small_m();
 }
 #else
 void xte_bench_suite_gemm(void) {}
