@@ -6,7 +6,8 @@
 # Configures and builds ${XTE_ASAN_BUILD_DIR:-build-asan} with -DXTE_SANITIZE=address,undefined
 # (no recovery: the first report aborts the test) and runs ctest there, leaving out the
 # exhaustive sweeps and the tests that take minutes under ASan (XTE_SANITIZE_EXCLUDE, a ctest
-# regex, overrides the list). Compiler: $CC / $CXX (gcc by default). XTE_SANITIZE overrides the
+# regex, overrides the list), as many tests at a time as the machine has CPUs (XTE_CTEST_JOBS
+# overrides; nearly all run on one thread). Compiler: $CC / $CXX (gcc by default). XTE_SANITIZE overrides the
 # sanitizer list (e.g. XTE_SANITIZE=undefined).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,11 +31,15 @@ jobs=${XTE_JOBS:-$(nproc)}
 #                     the OS-thread engine without ASan; bytes checked by the main build
 #  test_simt_{gemm,attention}_nansim   the same kernels as test_simt_{gemm,attention}, which run
 #                     here (about 50-60 s each on the OS-thread engine without ASan)
+#  <t> of the per-ISA tests (tests/CMakeLists.txt XTE_PER_ISA_TESTS)   the default ISA is the
+#                     best one the machine runs, so <t> repeats one of <t>@scalar/avx2/avx512,
+#                     which all run here
 # Built without the benchmarks and without the SIMDe copy of the AVX-512 kernels (the main build
 # runs it; here its per-ISA variants report skipped), to keep CI's second build short.
 default_exclude='_exhaustive$|^test_quantize_pow2_sweep$|^test_attention_lanes$|^test_install$'
 default_exclude+='|^test_python|^check_gpu|^test_gpu|^check_kernels_O0$|^test_ep_mpi|^test_simt_moe'
 default_exclude+='|^test_simt_router|^test_simt_gemm_nansim|^test_simt_attention_nansim'
+default_exclude+='|^(test_attention_(fwd|bwd|fp8|accuracy)|test_gemm_blas|test_threads|test_moe_swiglu)$'
 exclude=${XTE_SANITIZE_EXCLUDE:-$default_exclude}
 
 if ! command -v ninja >/dev/null 2>&1; then
@@ -57,6 +62,6 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_sta
 cd "$build"
 start=$(date +%s)
 status=0
-ctest --output-on-failure --timeout 1800 -j"${XTE_CTEST_JOBS:-1}" -E "$exclude" "$@" || status=$?
+ctest --output-on-failure --timeout 1800 -j"${XTE_CTEST_JOBS:-$jobs}" -E "$exclude" "$@" || status=$?
 echo "sanitize: ctest ($sanitize) finished in $(( $(date +%s) - start )) s, status $status"
 exit $status
