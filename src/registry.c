@@ -309,6 +309,10 @@ xte_status xte_backend_info_string(char *buf, size_t size) {
   XTE_PUT("\n");
   XTE_PUT("  exact e4m3 GEMM: %s\n",
           xte_cpu_gemm_amx() ? "amx-int8 digit products" : "fp64 fma (no amx-int8 in use)");
+  if (xte_cpu_gemm_vnni_rows() > 0)
+    XTE_PUT("  exact e4m3 GEMM, 1-%d rows: avx512-vnni digit products\n", xte_cpu_gemm_vnni_rows());
+  else
+    XTE_PUT("  exact e4m3 GEMM, few rows: no avx512-vnni in use\n");
   XTE_PUT("cuda: %s\n", in.cuda_plugin_status);
   for (i = 0; i < in.num_cuda_gpus; i++)
     XTE_PUT("  gpu %d: %s (%s, %zu MiB)\n", i, in.cuda_gpus[i].name, in.cuda_gpus[i].arch,

@@ -687,6 +687,76 @@ Test(gemm_exact, dense_path_nan_and_extreme_e4m3_codes) {
   o_reset_isa();
 }
 
+/* The small-M paths on raw e4m3 codes (on avx512 with AVX512-VNNI: the digit dot products, whose
+ * B digits carry offsets that each A row's block corrections take back out, and whose NaN marks
+ * come from the table's marker): every code in B (NaN only in chosen rows and blocks, one in a
+ * ragged tail), A rows of chosen extremes, blocks of all +-448 in both (the largest folded sums
+ * of either sign), one A row with a NaN code; M from 1 to 32 (the last small-M count: rows in
+ * groups of 4, 2 and 1; VNNI up to 5 rows where AMX is in use, else up to 8), N with a 5-column
+ * strip tail, K with a ragged last block (74, not a multiple of 4) and K < 64. The plain run uses
+ * the machine's kernels, @noamx VNNI up to 8 rows, @novnni the fp64 ones. */
+Test(gemm_exact, small_m_e4m3_codes) {
+  enum { MMAX = 32, N = 21 };
+  static const int Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 32};
+  static const int Ks[] = {330, 37, 256};
+  static float sa[MMAX * 3], sb[N * 3];
+  static uint32_t ref[MMAX * N], out[MMAX * N];
+  uint64_t s = 13;
+  int i, ii, mi, ki;
+  for (ki = 0; ki < 3; ki++)
+    for (mi = 0; mi < 10; mi++) {
+      const int M = Ms[mi], K = Ks[ki], nb = (K + 127) / 128;
+      /* exactly sized (ASan: no read past the last row of B) */
+      uint8_t *a = malloc((size_t)(M * K)), *b = malloc((size_t)(N * K));
+      xte_qtensor qa, qb;
+      lop la = {M, K, nb, a, sa, XTE_DTYPE_E4M3}, lb = {N, K, nb, b, sb, XTE_DTYPE_E4M3};
+      ocfg cf = {128, NULL, XTE_DTYPE_FP32, NULL, XTE_DTYPE_FP32};
+      xte_tensor D = xte_tensor_2d(out, XTE_DTYPE_FP32, M, N);
+      for (i = 0; i < M * K; i++) {
+        static const uint8_t pick[] = {0x7E, 0xFE, 0x01, 0x81, 0x00, 0x80,
+                                       0x3C, 0x44, 0x07, 0x8F, 0x5D, 0xC9};
+        a[i] = (o_rng(&s) & 3) ? pick[o_rng(&s) % 12] : (uint8_t)(o_rng(&s) & 0xFF);
+        if ((a[i] & 0x7F) == 0x7F) a[i] ^= 0x01;
+      }
+      for (i = 0; i < N * K; i++) {
+        b[i] = (uint8_t)(o_rng(&s) & 0xFF); /* every code */
+        if ((b[i] & 0x7F) == 0x7F) b[i] ^= 0x01;
+      }
+      /* block 0: A row 0 all +448; B row 2 all +448, row 3 all -448 (largest sums, both signs) */
+      for (i = 0; i < (K < 128 ? K : 128); i++) {
+        a[i] = 0x7E;
+        b[2 * K + i] = 0x7E;
+        b[3 * K + i] = 0xFE;
+      }
+      if (M > 1)
+        for (i = 0; i < (K < 128 ? K : 128); i++) a[K + i] = 0xFE; /* A row 1: all -448 */
+      b[1 * K + 5] = 0x7F;                                         /* column 1, block 0 */
+      b[9 * K + K - 1] = 0xFF;  /* column 9, the last code (ragged tail) */
+      b[20 * K + K / 2] = 0x7F; /* the strip tail */
+      b[15 * K + K / 3] = 0xFF; /* the last column of a 16-column strip */
+      if (M > 2) a[2 * K + K - 3] = 0xFF;
+      if (M == 1 && K > 128) a[K - 3] = 0xFF; /* the one-row kernel's NaN row */
+      for (i = 0; i < M * nb; i++) sa[i] = ldexpf(1.0f + (float)(i % 7) / 8.0f, (i % 9) - 4);
+      for (i = 0; i < N * nb; i++) sb[i] = ldexpf(1.0f + (float)(i % 5) / 8.0f, (i % 11) - 5);
+      raw_q(&qa, a, sa, M, K, XTE_DTYPE_E4M3, XTE_SCALING_BLOCK_1x128);
+      raw_q(&qb, b, sb, N, K, XTE_DTYPE_E4M3, XTE_SCALING_BLOCK_1x128);
+      o_gemm(&la, &lb, &cf, ref);
+      for (ii = 0; ii < NISA; ii++) {
+        int d;
+        if (o_set_isa(ISAS[ii]) != XTE_SUCCESS) continue;
+        memset(out, 0xA5, sizeof out);
+        cr_assert_eq(xte_gemm(&qa, &qb, NULL, &D, NULL, NULL), XTE_SUCCESS, "%s", xte_last_error());
+        d = first_diff(out, ref, M * N, XTE_DTYPE_FP32);
+        cr_assert_eq(d, -1, "M %d K %d isa %s element %d (row %d col %d): got %08x want %08x", M, K,
+                     xte_cpu_isa_name(ISAS[ii]), d, d / N, d % N, d >= 0 ? out[d] : 0,
+                     d >= 0 ? ref[d] : 0);
+      }
+      free(a);
+      free(b);
+    }
+  o_reset_isa();
+}
+
 /* NaN codes in an operand read transposed (given as X [K, rows] with 128x128 blocks): op(A)'s
  * rows or op(B)'s columns are then contiguous and its K steps a row of X apart (the wgrad
  * gradient, the dgrad weight), which the AMX path packs by transposing / interleaving K steps and
@@ -780,5 +850,34 @@ Test(gemm_exact, amx_in_use_where_the_cpu_has_it) {
     cr_expect(strstr(info, "exact e4m3 GEMM: amx-int8") != NULL, "%s", info);
   else
     cr_expect(strstr(info, "exact e4m3 GEMM: fp64 fma") != NULL, "%s", info);
+  reset_isa();
+}
+
+/* The VNNI small-M kernels are in use where /proc/cpuinfo lists avx512_vnni and avx512_vbmi, the
+ * build has them (the @novnni test exists then), avx512 is the ISA and XTE_CPU_VNNI is not "0":
+ * up to 5 rows where AMX is in use too, else up to 8; `xte info` names them. */
+Test(gemm_exact, vnni_in_use_where_the_cpu_has_it) {
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  char line[8192], info[4096];
+  int vnni = 0, amx = 0;
+  const char *env = getenv("XTE_CPU_VNNI"), *env_amx = getenv("XTE_CPU_AMX");
+  if (f) {
+    while (fgets(line, sizeof line, f))
+      if (!strncmp(line, "flags", 5)) {
+        vnni = strstr(line, " avx512_vnni") && strstr(line, " avx512_vbmi");
+        amx = vnni && strstr(line, " amx_tile") && strstr(line, " amx_int8");
+        break;
+      }
+    fclose(f);
+  }
+  if (amx && env_amx && !strcmp(env_amx, "0")) amx = 0;
+  cr_assert_eq(xte_cpu_set_isa(XTE_CPU_ISA_AVX512) == XTE_SUCCESS || !vnni, 1);
+  cr_assert_eq(xte_backend_info_string(info, sizeof info), XTE_SUCCESS);
+  if (vnni && !(env && !strcmp(env, "0")))
+    cr_expect(strstr(info, amx ? "exact e4m3 GEMM, 1-5 rows: avx512-vnni"
+                               : "exact e4m3 GEMM, 1-8 rows: avx512-vnni") != NULL,
+              "%s", info);
+  else
+    cr_expect(strstr(info, "exact e4m3 GEMM, few rows: no avx512-vnni") != NULL, "%s", info);
   reset_isa();
 }

@@ -16,6 +16,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "cpu/avx512_transpose.h"
 #include "cpu/gemm_amx.h"
 #include "numerics/xte_gemm_digits.h"
 #include "numerics/xte_gemm_numerics.h"
@@ -111,33 +112,6 @@ static inline __m512i load_codes(const uint8_t *row, int64_t k0, int64_t kc) {
   return _mm512_maskz_loadu_epi8((__mmask64)((1ull << rem) - 1), row + k0);
 }
 
-/* x[c] = column c of the 16 x 16 dword matrix whose row r is x[r] (in registers: 64 shuffles). */
-static inline void transpose16x16_epi32(__m512i x[16]) {
-  __m512i t[16], u[16];
-  int i, j;
-  for (i = 0; i < 8; i++) {
-    t[2 * i] = _mm512_unpacklo_epi32(x[2 * i], x[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(x[2 * i], x[2 * i + 1]);
-  }
-  /* u[4 g + j], lane L: rows 4g .. 4g + 3 of column 4 L + j */
-  for (i = 0; i < 4; i++) {
-    u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (j = 0; j < 4; j++) {
-    const __m512i va = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88); /* lanes 0, 2 */
-    const __m512i vb = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88);
-    const __m512i wa = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xDD); /* lanes 1, 3 */
-    const __m512i wb = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xDD);
-    x[j] = _mm512_shuffle_i32x4(va, vb, 0x88);
-    x[8 + j] = _mm512_shuffle_i32x4(va, vb, 0xDD);
-    x[4 + j] = _mm512_shuffle_i32x4(wa, wb, 0x88);
-    x[12 + j] = _mm512_shuffle_i32x4(wa, wb, 0xDD);
-  }
-}
-
 /* One half block (64 K steps from k0; zeros past kc) of one 16-wide tile, packed to its three
  * digit tiles at d: returns the NaN bit mask of its rows (A) or columns (B). */
 typedef unsigned (*half_fn)(const digtabs *T, const uint8_t *src, int64_t ld, int nvalid,
@@ -169,7 +143,7 @@ static unsigned half_b(const digtabs *T, const uint8_t *src, int64_t ld, int nva
                                _mm512_set1_epi8(0x7F)))
       m |= 1u << n;
   }
-  transpose16x16_epi32(x);
+  xte_transpose16x16_epi32(x);
   for (q = 0; q < 16; q++) (void)digits64(T, x[q], d + q * 64);
   return m;
 }
