@@ -1,7 +1,9 @@
 /* AMX-INT8 kernels of the exact GEMM, e4m3 x e4m3 (src/cpu/gemm_amx.h). Built with -mamx-tile
  * -mamx-int8 -mavx512vbmi on top of the AVX-512 flags; run only where xte_gemm_amx_usable().
  *
- * Bytes: the digits are those of xte_gemm_e4m3_digits (256-entry tables made from it); a K block
+ * Bytes: the digits of a code are those of its magnitude by xte_gemm_e4m3_digits (tables made from
+ * it), negated for a negative code (an exact split as well, digits in [-64, 64], |d2| <= 14: the
+ * same bounds); a K block
  * adds its nine digit products per weight w = i + j in five int32 tiles (exact in any order,
  * xte_gemm_digits.h); lo / hi are xte_gemm_digits_fold's sums and the partial is
  * xte_gemm_digits_partial's, lane by lane ((double)(hi 2^14 + lo) * 2^-18, one RNE to fp32);
@@ -39,6 +41,9 @@ static void amx_init(void) {
     dig_tab[1][i] = dg[1];
     dig_tab[2][i] = dg[2];
   }
+  /* digits64's half tables: d0 = 0 for magnitudes from 64 on, d2 = 0 below */
+  for (i = 0; i < 128; i++)
+    if ((i >= 64 && dig_tab[0][i] != 0) || (i < 64 && dig_tab[2][i] != 0)) return;
   if (env && !strcmp(env, "0")) return;
   if (__get_cpuid_max(0, NULL) < 7) return;
   __cpuid_count(7, 0, a, b, c, d);
@@ -79,27 +84,34 @@ void xte_gemm_amx_end(void) {
   _tile_release();
 }
 
-/* The digit tables as 4 x 64 bytes each (codes 0-63, 64-127, 128-191, 192-255). */
+/* The magnitudes' digit tables: d0 of 0..63 (0 from 64 on), d1 of 0..127, d2 of 64..127 (0 below;
+ * both checked by amx_init). */
 typedef struct {
-  __m512i t[3][4];
+  __m512i t0, t1[2], t2;
 } digtabs;
 
 static inline void load_tabs(digtabs *T) {
-  int i, j;
   pthread_once(&amx_once, amx_init);
-  for (i = 0; i < 3; i++)
-    for (j = 0; j < 4; j++) T->t[i][j] = _mm512_load_si512((const void *)(dig_tab[i] + 64 * j));
+  T->t0 = _mm512_load_si512((const void *)dig_tab[0]);
+  T->t1[0] = _mm512_load_si512((const void *)dig_tab[1]);
+  T->t1[1] = _mm512_load_si512((const void *)(dig_tab[1] + 64));
+  T->t2 = _mm512_load_si512((const void *)(dig_tab[2] + 64));
 }
 
-/* The three digit vectors of 64 codes, stored to d, d + 1024, d + 2048; returns the NaN mask. */
+/* The three digit vectors of 64 codes, stored to d, d + 1024, d + 2048; returns the NaN mask. The
+ * magnitude's digits (VPERMB reads the index's low 6 bits, VPERMI2B 7; bit 6 picks the half
+ * table), negated where the code is negative. */
 static inline __mmask64 digits64(const digtabs *T, __m512i cd, int8_t *d) {
-  const __mmask64 neg = _mm512_movepi8_mask(cd);
+  const __mmask64 neg = _mm512_movepi8_mask(cd), big = _mm512_movepi8_mask(_mm512_add_epi8(cd, cd));
+  const __m512i z = _mm512_setzero_si512();
+  __m512i v[3];
   int i;
-  for (i = 0; i < 3; i++) {
-    __m512i lo = _mm512_permutex2var_epi8(T->t[i][0], cd, T->t[i][1]);
-    __m512i hi = _mm512_permutex2var_epi8(T->t[i][2], cd, T->t[i][3]);
-    _mm512_store_si512((void *)(d + i * XTE_AMX_TILE_BYTES), _mm512_mask_blend_epi8(neg, lo, hi));
-  }
+  v[0] = _mm512_maskz_permutexvar_epi8(_knot_mask64(big), cd, T->t0);
+  v[1] = _mm512_permutex2var_epi8(T->t1[0], cd, T->t1[1]);
+  v[2] = _mm512_maskz_permutexvar_epi8(big, cd, T->t2);
+  for (i = 0; i < 3; i++)
+    _mm512_store_si512((void *)(d + i * XTE_AMX_TILE_BYTES),
+                       _mm512_mask_sub_epi8(v[i], neg, z, v[i]));
   return _mm512_cmpeq_epi8_mask(_mm512_and_si512(cd, _mm512_set1_epi8(0x7F)),
                                 _mm512_set1_epi8(0x7F));
 }
