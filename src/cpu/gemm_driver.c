@@ -470,6 +470,22 @@ static void compute_range(void *vctx, int64_t b, int64_t e, int tid) {
   }
 }
 
+/* B's scales of one K block (index gk) for the rows of a small-M strip: sb[j] for j < width,
+ * row j < nv of scale-row index gi[j] (rows of one 128x128 or per-tensor block share it: read
+ * once), 0 past nv. */
+static void strip_scales(const xte_gemm_operand *B, const int64_t *gi, int nv, int width,
+                         int64_t gk, float *sb) {
+  int j;
+  for (j = 0; j < width; j++)
+    if (j >= nv)
+      sb[j] = 0.0f;
+    else if (j > 0 && gi[j] == gi[j - 1])
+      sb[j] = sb[j - 1];
+    else
+      sb[j] =
+          B->sswap ? xte_load_scale_inv(&B->s, gk, gi[j]) : xte_load_scale_inv(&B->s, gi[j], gk);
+}
+
 /* ---------------------------------------------------------------- small M
  * For m <= XTE_GEMM_SK_MAXM rows B is never packed: each thread owns a run of 8-column strips of
  * N; per strip and K block the kernel decodes the 8 rows of B codes into an L1 buffer and forms
@@ -523,18 +539,9 @@ static void sk_range(void *vctx, int64_t sb0, int64_t se, int tid) {
           const uint8_t *rows[8];
           float sb[8];
           int j, k;
-          const int64_t gk = (p->b_k0 + k0) / B->bk;
-          for (j = 0; j < 8; j++) {
+          strip_scales(B, gi, nv, 8, (p->b_k0 + k0) / B->bk, sb);
+          for (j = 0; j < 8; j++)
             rows[j] = j < nv ? B->data + (p->b_i0 + n0 + j) * B->rs + (p->b_k0 + k0) * B->ks : NULL;
-            /* rows of one scale block (128x128, per-tensor) share the scale */
-            if (j >= nv)
-              sb[j] = 0.0f;
-            else if (j > 0 && gi[j] == gi[j - 1])
-              sb[j] = sb[j - 1];
-            else
-              sb[j] = B->sswap ? xte_load_scale_inv(&B->s, gk, gi[j])
-                               : xte_load_scale_inv(&B->s, gi[j], gk);
-          }
           if (B->ks == 1) {
             c->uk->sk_decode(rows, nv, kl, B->fmt, split_b, tbh, tab_lo, bd, bd_lo);
           } else {
@@ -606,18 +613,8 @@ static void vnni_small_range(void *vctx, int64_t sb0, int64_t se, int tid) {
         int64_t gi[16];
         int j;
         for (j = 0; j < nv; j++) gi[j] = (p->b_i0 + n0 + j) / B->bi;
-        for (bl = 0; bl < nb; bl++) {
-          const int64_t gk = (p->b_k0 + kp + bl * 128) / B->bk;
-          float *sb = sbv + bl * 16;
-          for (j = 0; j < 16; j++) /* rows of one scale block (128x128, per-tensor) share it */
-            if (j >= nv)
-              sb[j] = 0.0f;
-            else if (j > 0 && gi[j] == gi[j - 1])
-              sb[j] = sb[j - 1];
-            else
-              sb[j] = B->sswap ? xte_load_scale_inv(&B->s, gk, gi[j])
-                               : xte_load_scale_inv(&B->s, gi[j], gk);
-        }
+        for (bl = 0; bl < nb; bl++)
+          strip_scales(B, gi, nv, 16, (p->b_k0 + kp + bl * 128) / B->bk, sbv + bl * 16);
         xte_gemm_vnni_strip((int)m, (int)nb, kc, ap, corr, nana, sa,
                             B->data + (p->b_i0 + n0) * B->rs + p->b_k0 + kp, B->rs, nv, sbv, bd,
                             W + (s - s0) * 16, ldw);
