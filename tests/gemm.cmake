@@ -13,7 +13,7 @@ if(XTE_AVX512 AND XTE_AMX AND XTE_CC_HAS_AMX)
   endforeach()
 endif()
 # Where the AVX512-VNNI small-M kernels are built (used on avx512 for e4m3 x e4m3 with few rows:
-# up to 5 on an AMX machine, up to 8 without AMX or in the @noamx runs), test_gemm_exact
+# up to 8 on an AMX machine, up to 32 without AMX or in the @noamx runs), test_gemm_exact
 # runs once more with neither (XTE_CPU_AMX=0, XTE_CPU_VNNI=0): the fp64 small-M kernels.
 if(XTE_AVX512 AND XTE_VNNI AND XTE_CC_HAS_VNNI)
   add_test(NAME test_gemm_exact@novnni COMMAND test_gemm_exact)

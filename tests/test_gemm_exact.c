@@ -692,9 +692,9 @@ Test(gemm_exact, dense_path_nan_and_extreme_e4m3_codes) {
  * come from the table's marker): every code in B (NaN only in chosen rows and blocks, one in a
  * ragged tail), A rows of chosen extremes, blocks of all +-448 in both (the largest folded sums
  * of either sign), one A row with a NaN code; M from 1 to 32 (the last small-M count: rows in
- * groups of 4, 2 and 1; VNNI up to 5 rows where AMX is in use, else up to 8), N with a 5-column
+ * groups of 4, 2 and 1; VNNI up to 8 rows where AMX is in use, else up to 32), N with a 5-column
  * strip tail, K with a ragged last block (74, not a multiple of 4) and K < 64. The plain run uses
- * the machine's kernels, @noamx VNNI up to 8 rows, @novnni the fp64 ones. */
+ * the machine's kernels, @noamx VNNI up to 32 rows, @novnni the fp64 ones. */
 Test(gemm_exact, small_m_e4m3_codes) {
   enum { MMAX = 32, N = 21 };
   static const int Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 32};
@@ -855,7 +855,7 @@ Test(gemm_exact, amx_in_use_where_the_cpu_has_it) {
 
 /* The VNNI small-M kernels are in use where /proc/cpuinfo lists avx512_vnni and avx512_vbmi, the
  * build has them (the @novnni test exists then), avx512 is the ISA and XTE_CPU_VNNI is not "0":
- * up to 5 rows where AMX is in use too, else up to 8; `xte info` names them. */
+ * up to 8 rows where AMX is in use too, else up to 32; `xte info` names them. */
 Test(gemm_exact, vnni_in_use_where_the_cpu_has_it) {
   FILE *f = fopen("/proc/cpuinfo", "r");
   char line[8192], info[4096];
@@ -874,8 +874,8 @@ Test(gemm_exact, vnni_in_use_where_the_cpu_has_it) {
   cr_assert_eq(xte_cpu_set_isa(XTE_CPU_ISA_AVX512) == XTE_SUCCESS || !vnni, 1);
   cr_assert_eq(xte_backend_info_string(info, sizeof info), XTE_SUCCESS);
   if (vnni && !(env && !strcmp(env, "0")))
-    cr_expect(strstr(info, amx ? "exact e4m3 GEMM, 1-5 rows: avx512-vnni"
-                               : "exact e4m3 GEMM, 1-8 rows: avx512-vnni") != NULL,
+    cr_expect(strstr(info, amx ? "exact e4m3 GEMM, 1-8 rows: avx512-vnni"
+                               : "exact e4m3 GEMM, 1-32 rows: avx512-vnni") != NULL,
               "%s", info);
   else
     cr_expect(strstr(info, "exact e4m3 GEMM, few rows: no avx512-vnni") != NULL, "%s", info);

@@ -571,12 +571,12 @@ static void sk_range(void *vctx, int64_t sb0, int64_t se, int tid) {
  * digits [row][block] of the panel, then the corrections, scales and NaN flags of A; sk_alo the
  * strip's B scales [block][16] and, from VNNI_SK_BD on, its B digits. */
 #ifdef XTE_HAVE_VNNI
-/* the most rows on these kernels, with AMX (more rows take amx_small_range) and without (more
- * take sk_range). One thread, M x 2048 x 7168 e4m3 (B in L3), model 167 VM, time of the old path
- * over this one: m 1 1.59, 3 1.24, 4 1.19 (fp64); 5 1.12, 6 0.99, 8 0.80 (AMX); without AMX
- * m 6 1.05, 8 1.02, 12 1.05, 16 0.95, 32 0.91 (fp64) */
-#define VNNI_SK_MAXM_AMX 5
-#define VNNI_SK_MAXM 8
+/* the most rows on these kernels with AMX (more rows take amx_small_range); without AMX every
+ * small-M problem. One thread, M x 2048 x 7168 e4m3 (B in L3), model 167 VM, time of the other
+ * path over this one: AMX m 6 1.45, 8 1.08, 12 0.80, 16 0.66, 32 0.58; fp64 (no AMX) m 1 2.0,
+ * 4 1.4, 8 1.51, 12 1.51, 16 1.48, 32 1.36 */
+#define VNNI_SK_MAXM_AMX 8
+#define VNNI_SK_MAXM XTE_GEMM_SK_MAXM
 #define VNNI_SK_ROWBLK (XTE_VNNI_BLOCK_BYTES + 16) /* A bytes per row and block, all in sk_a */
 #define VNNI_SK_CH (SK_CH / 2)                     /* 16-column strips per chunk (W: 256 columns) */
 #define VNNI_SK_BD (SK_ABYTES / 2) /* offset of the B digits in sk_alo (the scales come first) */

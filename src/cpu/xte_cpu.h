@@ -153,7 +153,7 @@ size_t xte_cpu_l3(void);
 int xte_cpu_gemm_amx(void);
 
 /* The most rows of A for which the exact GEMM runs e4m3 x e4m3 (K block 128, B read along K) on
- * the AVX512-VNNI small-M kernels (5 where AMX is in use, else 8), 0 when it does not use them:
+ * the AVX512-VNNI small-M kernels (8 where AMX is in use, else all small-M ones, 32), 0 when it does not use them:
  * built with them, ISA avx512 in use, the CPU has AVX512-VNNI and -VBMI and XTE_CPU_VNNI is not
  * "0". */
 int xte_cpu_gemm_vnni_rows(void);
