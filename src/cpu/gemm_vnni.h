@@ -34,7 +34,7 @@
 #include <stdint.h>
 
 #define XTE_VNNI_BLOCK_BYTES 768 /* A, per row and K block: d0, d1, d2, d0+d1, d0+d2, d1+d2 */
-#define XTE_VNNI_BD_BYTES (6 * 32 * 64) /* B digits of one 16-column strip and K block */
+#define XTE_VNNI_BD_BYTES (3 * 32 * 64) /* B digits u0, u1, u2 of a 16-column strip, K block */
 
 /* 1 when the CPU has AVX512-F / BW / VNNI / VBMI and XTE_CPU_VNNI is not "0" (the caller runs
  * the avx512 ISA, so the OS state is known to be on). Decided once per process. */

@@ -232,12 +232,15 @@ static inline void update16(__m512i lo, __m512i hi, const int32_t *corr, int nan
 
 /* R rows of A (row rr's block digits at a[rr]) against the strip's 16 columns over ng groups of
  * 4 k: lane j of P[6 rr + q] = the sum of the products of B digit vector q (bd, VNNI order:
- * [q][g][16][4]) and row rr's digit vector q at those k (one dword, broadcast), for the six
+ * [q][g][16][4] for u_0, u_1, u_2; the pair sums formed per group) and row rr's digit vector q
+ * at those k (one dword, broadcast), for the six
  * products P_00 = d_0(a) u_0(b), P_11, P_22, P_01 = (d_0 + d_1)(a) (u_0 + u_1)(b), P_02, P_12
  * (Karatsuba): acc_0 = P_00, acc_1 = P_01 - P_00 - P_11, acc_2 = P_02 - P_00 - P_22 + P_11,
  * acc_3 = P_12 - P_11 - P_22, acc_4 = P_22, the sums of d_i(a) u_j(b) with i + j = w, modulo
- * 2^32 (gemm_vnni.h says why they are exact). Named accumulators (GCC spills arrays of them). */
-/* c += the VPDPBUSD products of v (unsigned) and the dword at p broadcast (signed), with the
+ * 2^32 (gemm_vnni.h says why they are exact). Named accumulators (GCC spills arrays of them),
+ * out of line (inlined, GCC stored them every iteration).
+ *
+ * c += the VPDPBUSD products of v (unsigned) and the dword at p broadcast (signed), with the
  * broadcast embedded in the instruction ({1to16}): GCC emits a separate VPBROADCASTD for the
  * intrinsic, which costs a third more per product here (model 167 VM). */
 #define VN_DP(c, v, p)                           \
@@ -245,25 +248,18 @@ static inline void update16(__m512i lo, __m512i hi, const int32_t *corr, int nan
           : [cc] "+v"(c)                         \
           : [vv] "v"(v), [m] "m"(*(const int32_t *)(const void *)(p)))
 #define VN_BC(r, q) (a[r] + 128 * q + 4 * g)
-#define VN_Q1(q)                                                                 \
-  {                                                                              \
-    const __m512i v = _mm512_load_si512((const void *)(bd + (q * 32 + g) * 64)); \
-    VN_DP(c0##q, v, VN_BC(0, q));                                                \
-  }
-#define VN_Q2(q)                                                                 \
-  {                                                                              \
-    const __m512i v = _mm512_load_si512((const void *)(bd + (q * 32 + g) * 64)); \
-    VN_DP(c0##q, v, VN_BC(0, q));                                                \
-    VN_DP(c1##q, v, VN_BC(1, q));                                                \
-  }
-#define VN_Q4(q)                                                                 \
-  {                                                                              \
-    const __m512i v = _mm512_load_si512((const void *)(bd + (q * 32 + g) * 64)); \
-    VN_DP(c0##q, v, VN_BC(0, q));                                                \
-    VN_DP(c1##q, v, VN_BC(1, q));                                                \
-    VN_DP(c2##q, v, VN_BC(2, q));                                                \
-    VN_DP(c3##q, v, VN_BC(3, q));                                                \
-  }
+/* B's digit vectors of group g: u_0, u_1, u_2 stored, the pair sums formed here (bytes; only a
+ * NaN code's can wrap, and those are never used) */
+#define VN_V                                                                \
+  const __m512i v0 = _mm512_load_si512((const void *)(bd + g * 64)),        \
+                v1 = _mm512_load_si512((const void *)(bd + (32 + g) * 64)), \
+                v2 = _mm512_load_si512((const void *)(bd + (64 + g) * 64)), \
+                v3 = _mm512_add_epi8(v0, v1), v4 = _mm512_add_epi8(v0, v2), \
+                v5 = _mm512_add_epi8(v1, v2)
+#define VN_Q1(q) VN_DP(c0##q, v##q, VN_BC(0, q));
+#define VN_Q2(q)                   \
+  VN_DP(c0##q, v##q, VN_BC(0, q)); \
+  VN_DP(c1##q, v##q, VN_BC(1, q));
 #define VN_DECL(r) \
   __m512i c##r##0 = z, c##r##1 = z, c##r##2 = z, c##r##3 = z, c##r##4 = z, c##r##5 = z
 #define VN_OUT(r)                                                                             \
@@ -276,6 +272,7 @@ static __attribute__((noinline)) void rows1(int ng, const int8_t *const *a, cons
   int g;
   VN_DECL(0);
   for (g = 0; g < ng; g++) {
+    VN_V;
     VN_Q1(0) VN_Q1(1) VN_Q1(2) VN_Q1(3) VN_Q1(4) VN_Q1(5)
   }
   VN_OUT(0);
@@ -288,40 +285,22 @@ static __attribute__((noinline)) void rows2(int ng, const int8_t *const *a, cons
   VN_DECL(0);
   VN_DECL(1);
   for (g = 0; g < ng; g++) {
+    VN_V;
     VN_Q2(0) VN_Q2(1) VN_Q2(2) VN_Q2(3) VN_Q2(4) VN_Q2(5)
   }
   VN_OUT(0);
   VN_OUT(1);
 }
 
-static __attribute__((noinline)) void rows4(int ng, const int8_t *const *a, const int8_t *bd,
-                                            __m512i *P) {
-  const __m512i z = _mm512_setzero_si512();
-  int g;
-  VN_DECL(0);
-  VN_DECL(1);
-  VN_DECL(2);
-  VN_DECL(3);
-  for (g = 0; g < ng; g++) {
-    VN_Q4(0) VN_Q4(1) VN_Q4(2) VN_Q4(3) VN_Q4(4) VN_Q4(5)
-  }
-  VN_OUT(0);
-  VN_OUT(1);
-  VN_OUT(2);
-  VN_OUT(3);
-}
-
-/* Rows r0 .. r0 + R - 1 (R = 1, 2, 4) of the strip's block update */
+/* Rows r0 .. r0 + R - 1 (R = 1, 2) of the strip's block update */
 static void rows_update(int R, int r0, int nblk, int bl, int ng, const int8_t *ap,
                         const int32_t *corr, const uint8_t *nana, const float *sa, const int8_t *bd,
                         __mmask16 nanb, const float *sb, float *w, int64_t ldw) {
-  const int8_t *a[4];
-  __m512i P[24], lo, hi;
+  const int8_t *a[2];
+  __m512i P[12], lo, hi;
   int rr;
   for (rr = 0; rr < R; rr++) a[rr] = ap + ((int64_t)(r0 + rr) * nblk + bl) * XTE_VNNI_BLOCK_BYTES;
-  if (R == 4)
-    rows4(ng, a, bd, P);
-  else if (R == 2)
+  if (R == 2)
     rows2(ng, a, bd, P);
   else
     rows1(ng, a, bd, P);
@@ -376,9 +355,6 @@ void xte_gemm_vnni_strip(int m, int nblk, int64_t kc, const int8_t *ap, const in
         _mm512_store_si512((void *)d, u[0]);
         _mm512_store_si512((void *)(d + 32 * 64), u[1]);
         _mm512_store_si512((void *)(d + 64 * 64), u[2]);
-        _mm512_store_si512((void *)(d + 96 * 64), _mm512_add_epi8(u[0], u[1]));
-        _mm512_store_si512((void *)(d + 128 * 64), _mm512_add_epi8(u[0], u[2]));
-        _mm512_store_si512((void *)(d + 160 * 64), _mm512_add_epi8(u[1], u[2]));
       }
     }
     /* column j holds a NaN code in the block: a byte of lane j is the marker */
