@@ -247,19 +247,23 @@ static inline void update16(__m512i lo, __m512i hi, const int32_t *corr, int nan
   __asm__("vpdpbusd %[m]%{1to16%}, %[vv], %[cc]" \
           : [cc] "+v"(c)                         \
           : [vv] "v"(v), [m] "m"(*(const int32_t *)(const void *)(p)))
-#define VN_BC(r, q) (a[r] + 128 * q + 4 * g)
+#define VN_BC(r, q, g) (a[r] + 128 * q + 4 * (g))
 /* B's digit vectors of group g: u_0, u_1, u_2 stored, the pair sums formed here (bytes; only a
  * NaN code's can wrap, and those are never used) */
-#define VN_V                                                                \
-  const __m512i v0 = _mm512_load_si512((const void *)(bd + g * 64)),        \
-                v1 = _mm512_load_si512((const void *)(bd + (32 + g) * 64)), \
-                v2 = _mm512_load_si512((const void *)(bd + (64 + g) * 64)), \
-                v3 = _mm512_add_epi8(v0, v1), v4 = _mm512_add_epi8(v0, v2), \
+#define VN_V(g)                                                               \
+  const __m512i v0 = _mm512_load_si512((const void *)(bd + (g)*64)),          \
+                v1 = _mm512_load_si512((const void *)(bd + (32 + (g)) * 64)), \
+                v2 = _mm512_load_si512((const void *)(bd + (64 + (g)) * 64)), \
+                v3 = _mm512_add_epi8(v0, v1), v4 = _mm512_add_epi8(v0, v2),   \
                 v5 = _mm512_add_epi8(v1, v2)
-#define VN_Q1(q) VN_DP(c0##q, v##q, VN_BC(0, q));
-#define VN_Q2(q)                   \
-  VN_DP(c0##q, v##q, VN_BC(0, q)); \
-  VN_DP(c1##q, v##q, VN_BC(1, q));
+/* the six products of group g for row r into the accumulators c<s>0..5 */
+#define VN_ROW(s, r, g)               \
+  VN_DP(c##s##0, v0, VN_BC(r, 0, g)); \
+  VN_DP(c##s##1, v1, VN_BC(r, 1, g)); \
+  VN_DP(c##s##2, v2, VN_BC(r, 2, g)); \
+  VN_DP(c##s##3, v3, VN_BC(r, 3, g)); \
+  VN_DP(c##s##4, v4, VN_BC(r, 4, g)); \
+  VN_DP(c##s##5, v5, VN_BC(r, 5, g))
 #define VN_DECL(r) \
   __m512i c##r##0 = z, c##r##1 = z, c##r##2 = z, c##r##3 = z, c##r##4 = z, c##r##5 = z
 #define VN_OUT(r)                                                                             \
@@ -272,8 +276,8 @@ static __attribute__((noinline)) void rows1(int ng, const int8_t *const *a, cons
   int g;
   VN_DECL(0);
   for (g = 0; g < ng; g++) {
-    VN_V;
-    VN_Q1(0) VN_Q1(1) VN_Q1(2) VN_Q1(3) VN_Q1(4) VN_Q1(5)
+    VN_V(g);
+    VN_ROW(0, 0, g);
   }
   VN_OUT(0);
 }
@@ -285,8 +289,9 @@ static __attribute__((noinline)) void rows2(int ng, const int8_t *const *a, cons
   VN_DECL(0);
   VN_DECL(1);
   for (g = 0; g < ng; g++) {
-    VN_V;
-    VN_Q2(0) VN_Q2(1) VN_Q2(2) VN_Q2(3) VN_Q2(4) VN_Q2(5)
+    VN_V(g);
+    VN_ROW(0, 0, g);
+    VN_ROW(1, 1, g);
   }
   VN_OUT(0);
   VN_OUT(1);
