@@ -412,6 +412,13 @@ static void machine_collect(void) {
       snprintf(b, sizeof b, "%.*s", (int)strcspn(l, "\n"), l);
     }
     machine_set("xte_gemm_e4m3", l ? b : "(unknown)");
+    /* and for few rows (AVX512-VNNI digit products, or not in use) */
+    l = strstr(info, "exact e4m3 GEMM, ");
+    if (l) {
+      l += strlen("exact e4m3 GEMM, ");
+      snprintf(b, sizeof b, "%.*s", (int)strcspn(l, "\n"), l);
+    }
+    machine_set("xte_gemm_e4m3_small_m", l ? b : "(unknown)");
   }
   machine_setf("bench_threads", "%d", xte_bench_threads());
   machine_setf("l1d_bytes", "%zu", bi->l1d_bytes);

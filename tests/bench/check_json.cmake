@@ -36,7 +36,8 @@ foreach(run quantize gemm)
   foreach(key cpu_model cpu_family_model_stepping cpu_simd_flags xte_cpu_isa xte_cpu_isa_best
               cores logical_cpus xte_cpu_threads bench_threads l1d_bytes l2_bytes l3_bytes
               dram_case_bytes transparent_hugepage load_avg_1_5_15 openblas_corename
-              openblas_num_threads openblas_config openblas_coretype openblas_anchor)
+              openblas_num_threads openblas_config openblas_coretype openblas_anchor
+              xte_gemm_e4m3 xte_gemm_e4m3_small_m)
     string(JSON v ERROR_VARIABLE e GET "${text}" context ${key})
     if(e OR v STREQUAL "")
       fail("context.${key} missing or empty in ${json}")
