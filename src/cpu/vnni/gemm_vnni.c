@@ -243,10 +243,11 @@ static inline void update16(__m512i lo, __m512i hi, const int32_t *corr, int nan
  * c += the VPDPBUSD products of v (unsigned) and the dword at p broadcast (signed), with the
  * broadcast embedded in the instruction ({1to16}): GCC emits a separate VPBROADCASTD for the
  * intrinsic, which costs a third more per product here (model 167 VM). */
+typedef int32_t vn_dword __attribute__((may_alias)); /* 4 digit bytes read as one operand */
 #define VN_DP(c, v, p)                           \
   __asm__("vpdpbusd %[m]%{1to16%}, %[vv], %[cc]" \
           : [cc] "+v"(c)                         \
-          : [vv] "v"(v), [m] "m"(*(const int32_t *)(const void *)(p)))
+          : [vv] "v"(v), [m] "m"(*(const vn_dword *)(const void *)(p)))
 #define VN_BC(r, q, g) (a[r] + 128 * q + 4 * (g))
 /* B's digit vectors of group g: u_0, u_1, u_2 stored, the pair sums formed here (bytes; only a
  * NaN code's can wrap, and those are never used) */
