@@ -19,9 +19,9 @@
  * avx512 with AMX-INT8 the other e4m3 x e4m3 problems (K block 128) take the AMX path instead
  * (amx_problem: int8 digit products on the tile unit, src/cpu/amx/gemm_amx.c), and so do those
  * of AMX_SK_MINM to XTE_GEMM_SK_MAXM rows (amx_small_range: threads split N, no shared panel).
- * With AVX512-VNNI, e4m3 x e4m3 problems of fewer rows (all small-M ones without AMX) take
- * vnni_small_range: B's codes become int8 digits 8 rows x one K block at a time, dot products along
- * K (src/cpu/gemm_vnni.h).
+ * With AVX512-VNNI, e4m3 x e4m3 problems of at most VNNI_SK_MAXM_AMX rows (every small-M one
+ * without AMX) take vnni_small_range instead: B's codes become int8 digits 16 rows x one K block
+ * at a time, in the VNNI order, summed per output lane by VPDPBUSD (src/cpu/gemm_vnni.h).
  * Every output element goes through the contract's arithmetic in K order whatever the partition, so
  * results never depend on threads or ISA. */
 #include <pthread.h>

@@ -2,12 +2,13 @@
  * Built with -mavx512vnni -mavx512vbmi on top of the AVX-512 flags; run only where
  * xte_gemm_vnni_usable().
  *
- * Bytes: the digits are those of xte_gemm_e4m3_digits (256-entry tables made from it; B's with
- * the offsets of gemm_vnni.h); per K block and output the nine digit products per weight are
- * int32 sums (exact, any order), folded as xte_gemm_digits_fold folds them, corrected for B's
- * offsets, and the partial is xte_gemm_digits_partial's ((double)(hi 2^14 + lo) * 2^-18, one
- * RNE to fp32), the update xte_gemm_block_update's (RNE fp32 scale product, one fused
- * multiply-add): the bytes of the fp64 and AMX kernels. */
+ * Bytes: the digits are those of xte_gemm_e4m3_digits (tables made from it; B's negative codes
+ * take their magnitude's negated, with the offsets of gemm_vnni.h); per K block and output the
+ * six Karatsuba products give the five weight sums (int32, modulo 2^32, exact: gemm_vnni.h),
+ * folded as xte_gemm_digits_fold folds them, corrected for B's offsets, and the partial is
+ * xte_gemm_digits_partial's ((double)(hi 2^14 + lo) * 2^-18, one RNE to fp32), the update
+ * xte_gemm_block_update's (RNE fp32 scale product, one fused multiply-add): the bytes of the fp64
+ * and AMX kernels. */
 #include <cpuid.h>
 #include <immintrin.h>
 #include <pthread.h>
