@@ -241,14 +241,12 @@ static inline void update16(__m512i lo, __m512i hi, const int32_t *corr, int nan
  * 2^32 (gemm_vnni.h says why they are exact). Named accumulators (GCC spills arrays of them),
  * out of line (inlined, GCC stored them every iteration).
  *
- * c += the VPDPBUSD products of v (unsigned) and the dword at p broadcast (signed), with the
- * broadcast embedded in the instruction ({1to16}): GCC emits a separate VPBROADCASTD for the
- * intrinsic, which costs a third more per product here (model 167 VM). */
+ * VN_ROW: c<s>q += the VPDPBUSD products of v<q> (unsigned) and row r's dword of digit vector q
+ * at group g broadcast (signed), the broadcast embedded in the instruction ({1to16}): GCC emits a
+ * separate VPBROADCASTD for the intrinsic, which costs a third more per product here (model 167
+ * VM); the six in one asm statement (one per product: GCC copied each accumulator through another
+ * register around it in the one-row kernel with the lookups, fused1). */
 typedef int32_t vn_dword __attribute__((may_alias)); /* 4 digit bytes read as one operand */
-#define VN_DP(c, v, p)                           \
-  __asm__("vpdpbusd %[m]%{1to16%}, %[vv], %[cc]" \
-          : [cc] "+v"(c)                         \
-          : [vv] "v"(v), [m] "m"(*(const vn_dword *)(const void *)(p)))
 #define VN_BC(r, q, g) (a[r] + 128 * q + 4 * (g))
 /* B's digit vectors of group g: u_0, u_1, u_2 stored, the pair sums formed here (bytes; only a
  * NaN code's can wrap, and those are never used) */
@@ -259,13 +257,23 @@ typedef int32_t vn_dword __attribute__((may_alias)); /* 4 digit bytes read as on
                 v3 = _mm512_add_epi8(v0, v1), v4 = _mm512_add_epi8(v0, v2),   \
                 v5 = _mm512_add_epi8(v1, v2)
 /* the six products of group g for row r into the accumulators c<s>0..5 */
-#define VN_ROW(s, r, g)               \
-  VN_DP(c##s##0, v0, VN_BC(r, 0, g)); \
-  VN_DP(c##s##1, v1, VN_BC(r, 1, g)); \
-  VN_DP(c##s##2, v2, VN_BC(r, 2, g)); \
-  VN_DP(c##s##3, v3, VN_BC(r, 3, g)); \
-  VN_DP(c##s##4, v4, VN_BC(r, 4, g)); \
-  VN_DP(c##s##5, v5, VN_BC(r, 5, g))
+#define VN_ROW(s, r, g)                                                                     \
+  __asm__(                                                                                  \
+      "vpdpbusd %[m0]%{1to16%}, %[x0], %[a0]\n\t"                                           \
+      "vpdpbusd %[m1]%{1to16%}, %[x1], %[a1]\n\t"                                           \
+      "vpdpbusd %[m2]%{1to16%}, %[x2], %[a2]\n\t"                                           \
+      "vpdpbusd %[m3]%{1to16%}, %[x3], %[a3]\n\t"                                           \
+      "vpdpbusd %[m4]%{1to16%}, %[x4], %[a4]\n\t"                                           \
+      "vpdpbusd %[m5]%{1to16%}, %[x5], %[a5]"                                               \
+      : [a0] "+v"(c##s##0), [a1] "+v"(c##s##1), [a2] "+v"(c##s##2), [a3] "+v"(c##s##3),     \
+        [a4] "+v"(c##s##4), [a5] "+v"(c##s##5)                                              \
+      : [x0] "v"(v0), [x1] "v"(v1), [x2] "v"(v2), [x3] "v"(v3), [x4] "v"(v4), [x5] "v"(v5), \
+        [m0] "m"(*(const vn_dword *)(const void *)VN_BC(r, 0, g)),                          \
+        [m1] "m"(*(const vn_dword *)(const void *)VN_BC(r, 1, g)),                          \
+        [m2] "m"(*(const vn_dword *)(const void *)VN_BC(r, 2, g)),                          \
+        [m3] "m"(*(const vn_dword *)(const void *)VN_BC(r, 3, g)),                          \
+        [m4] "m"(*(const vn_dword *)(const void *)VN_BC(r, 4, g)),                          \
+        [m5] "m"(*(const vn_dword *)(const void *)VN_BC(r, 5, g)))
 #define VN_DECL(r) \
   __m512i c##r##0 = z, c##r##1 = z, c##r##2 = z, c##r##3 = z, c##r##4 = z, c##r##5 = z
 #define VN_OUT(r)                                                                             \
@@ -299,23 +307,72 @@ static __attribute__((noinline)) void rows2(int ng, const int8_t *const *a, cons
   VN_OUT(1);
 }
 
-/* Rows r0 .. r0 + R - 1 (R = 1, 2) of the strip's block update */
+/* One row of A with B's digits made on the way: per group, b_digits' lookups of the codes in
+ * VNNI order (xt, vector g: k 4 g .. 4 g + 3 of every column) beside the six products, no digit
+ * stored. One loop keeps the lookups' shuffles beside the VPDPBUSD chains (a pass storing the
+ * digits, then rows1, ran them one after the other): 1.13-1.17x for one row (model 167 VM); two
+ * rows gained nothing, more lost to the stores. The tables as locals (a btabs copy spilled). */
+static __attribute__((noinline)) void fused1(int ng, const int8_t *const *a, const uint8_t *xt,
+                                             const btabs *Tp, __m512i *P, __m512i *markp) {
+  const __m512i z = _mm512_setzero_si512();
+  const __m512i t0 = Tp->t0, t1a = Tp->t1[0], t1b = Tp->t1[1], t2 = Tp->t2, o0 = Tp->o[0],
+                o2 = Tp->o[2], w0 = Tp->two_o[0], w1 = Tp->two_o[1], w2 = Tp->two_o[2];
+  __m512i mark = *markp;
+  int g;
+  VN_DECL(0);
+  for (g = 0; g < ng; g++) {
+    /* b_digits, spelled out on the locals */
+    const __m512i cd = _mm512_load_si512((const void *)(xt + g * 64));
+    const __mmask64 neg = _mm512_movepi8_mask(cd),
+                    big = _mm512_movepi8_mask(_mm512_add_epi8(cd, cd));
+    __m512i v0 = _mm512_mask_permutexvar_epi8(o0, _knot_mask64(big), cd, t0),
+            v1 = _mm512_permutex2var_epi8(t1a, cd, t1b),
+            v2 = _mm512_mask_permutexvar_epi8(o2, big, cd, t2), v3, v4, v5;
+    mark = _mm512_max_epu8(mark, v2);
+    v0 = _mm512_mask_sub_epi8(v0, neg, w0, v0);
+    v1 = _mm512_mask_sub_epi8(v1, neg, w1, v1);
+    v2 = _mm512_mask_sub_epi8(v2, neg, w2, v2);
+    v3 = _mm512_add_epi8(v0, v1);
+    v4 = _mm512_add_epi8(v0, v2);
+    v5 = _mm512_add_epi8(v1, v2);
+    VN_ROW(0, 0, g);
+  }
+  VN_OUT(0);
+  *markp = mark;
+}
+
+/* The block update of rows r0 .. r0 + R - 1 from their six product sums each (P) */
+static void rows_fold(int R, int r0, int nblk, int bl, const int32_t *corr, const uint8_t *nana,
+                      const float *sa, const __m512i *P, __mmask16 nanb, const float *sb, float *w,
+                      int64_t ldw) {
+  int rr;
+  for (rr = 0; rr < R; rr++) {
+    const int64_t rb = (int64_t)(r0 + rr) * nblk + bl;
+    __m512i lo, hi;
+    fold6(P + 6 * rr, &lo, &hi);
+    update16(lo, hi, corr + 2 * rb, nana[rb], nanb, sa[rb], sb, w + (r0 + rr) * ldw);
+  }
+}
+
+/* Rows r0 .. r0 + R - 1 (R = 1, 2) of the strip's block update, B's digits from bd */
 static void rows_update(int R, int r0, int nblk, int bl, int ng, const int8_t *ap,
                         const int32_t *corr, const uint8_t *nana, const float *sa, const int8_t *bd,
                         __mmask16 nanb, const float *sb, float *w, int64_t ldw) {
   const int8_t *a[2];
-  __m512i P[12], lo, hi;
+  __m512i P[12];
   int rr;
   for (rr = 0; rr < R; rr++) a[rr] = ap + ((int64_t)(r0 + rr) * nblk + bl) * XTE_VNNI_BLOCK_BYTES;
   if (R == 2)
     rows2(ng, a, bd, P);
   else
     rows1(ng, a, bd, P);
-  for (rr = 0; rr < R; rr++) {
-    const int64_t rb = (int64_t)(r0 + rr) * nblk + bl;
-    fold6(P + 6 * rr, &lo, &hi);
-    update16(lo, hi, corr + 2 * rb, nana[rb], nanb, sa[rb], sb, w + (r0 + rr) * ldw);
-  }
+  rows_fold(R, r0, nblk, bl, corr, nana, sa, P, nanb, sb, w, ldw);
+}
+
+/* column j holds a NaN code in the block: a byte of lane j of the marks is the marker */
+static inline __mmask16 nan_columns(__m512i mark) {
+  const __m512i hit = _mm512_movm_epi8(_mm512_cmpeq_epi8_mask(mark, _mm512_set1_epi8(-1)));
+  return _mm512_test_epi32_mask(hit, hit);
 }
 
 void xte_gemm_vnni_strip(int m, int nblk, int64_t kc, const int8_t *ap, const int32_t *corr,
@@ -340,7 +397,8 @@ void xte_gemm_vnni_strip(int m, int nblk, int64_t kc, const int8_t *ap, const in
     __m512i mark = _mm512_setzero_si512();
     __mmask16 nanb;
     /* B's digits in VNNI order: rows n < nv of 64 k, transposed as 16 x 16 dwords (vector g:
-     * k 4 g .. 4 g + 3 of every column), then the digit vectors; missing rows are zero codes */
+     * k 4 g .. 4 g + 3 of every column), then the digit vectors (one row of A: the codes, made
+     * into digits by fused1); missing rows are zero codes */
     for (h = 0; h < (kl + 63) / 64; h++) {
       __m512i x[16];
       for (n = 0; n < 16; n++) {
@@ -358,17 +416,25 @@ void xte_gemm_vnni_strip(int m, int nblk, int64_t kc, const int8_t *ap, const in
       for (g = 0; g < 16; g++) {
         __m512i u[3];
         int8_t *d = bd + (16 * h + g) * 64;
+        if (m == 1) { /* the codes, for fused1 */
+          _mm512_store_si512((void *)d, x[g]);
+          continue;
+        }
         b_digits(&T, x[g], u, &mark);
         _mm512_store_si512((void *)d, u[0]);
         _mm512_store_si512((void *)(d + 32 * 64), u[1]);
         _mm512_store_si512((void *)(d + 64 * 64), u[2]);
       }
     }
-    /* column j holds a NaN code in the block: a byte of lane j is the marker */
-    {
-      const __m512i hit = _mm512_movm_epi8(_mm512_cmpeq_epi8_mask(mark, _mm512_set1_epi8(-1)));
-      nanb = _mm512_test_epi32_mask(hit, hit);
+    if (m == 1) {
+      const int8_t *a0 = ap + (int64_t)bl * XTE_VNNI_BLOCK_BYTES;
+      __m512i P[6];
+      fused1(ng, &a0, (const uint8_t *)bd, &T, P, &mark);
+      nanb = nan_columns(mark);
+      rows_fold(1, 0, nblk, bl, corr, nana, sa, P, nanb, sb + bl * 16, w, ldw);
+      continue;
     }
+    nanb = nan_columns(mark);
     /* rows in pairs (the four-row kernel runs slower per product here, model 167 VM) */
     for (r = 0; r + 2 <= m; r += 2)
       rows_update(2, r, nblk, bl, ng, ap, corr, nana, sa, bd, nanb, sb + bl * 16, w, ldw);
