@@ -203,6 +203,36 @@ static float load_scale(const xte_gemm_operand *o, int64_t i, int64_t k) {
   return o->sswap ? xte_load_scale_inv(&o->s, gk, gi) : xte_load_scale_inv(&o->s, gi, gk);
 }
 
+/* Operand B's (or A's) scales of one K block (index gk) for a strip of rows: sb[j] for j < width,
+ * row j < nv of scale-row index gi[j] (rows of one 128x128 or per-tensor block share it: read
+ * once), 0 past nv. */
+static void strip_scales(const xte_gemm_operand *B, const int64_t *gi, int nv, int width,
+                         int64_t gk, float *sb) {
+  float s = 0.0f; /* a row of row j - 1's group repeats the scale from a register (read back from
+                   * sb, each copy waited for the store before it) */
+  int j;
+  for (j = 0; j < width; j++) {
+    if (j >= nv)
+      s = 0.0f;
+    else if (j == 0 || gi[j] != gi[j - 1])
+      s = B->sswap ? xte_load_scale_inv(&B->s, gk, gi[j]) : xte_load_scale_inv(&B->s, gi[j], gk);
+    sb[j] = s;
+  }
+}
+
+/* The scales of rows i0 .. i0 + nv - 1 of operand o (0 for rows nv .. width - 1; width <= MAX_W)
+ * in nblk K blocks of kstep codes from k0: out[b * width + j], load_scale's values with one
+ * division per row and one per block (load_scale's two per value were 10% of an AMX 16-row
+ * GEMM's time, model 167 VM). */
+static void panel_scales(const xte_gemm_operand *o, int64_t i0, int nv, int width, int64_t k0,
+                         int nblk, int64_t kstep, float *out) {
+  int64_t gi[MAX_W];
+  int j, b;
+  for (j = 0; j < nv; j++) gi[j] = (i0 + j) / o->bi;
+  for (b = 0; b < nblk; b++)
+    strip_scales(o, gi, nv, width, (k0 + b * kstep) / o->bk, out + (int64_t)b * width);
+}
+
 /* The common full 8-wide micro-panel (the AVX-512 NR, the AVX2 MR), unrolled. */
 static void decode_rows8(const uint8_t *const *rp, int64_t kc, const double *t, double *d) {
   const uint8_t *r0 = rp[0], *r1 = rp[1], *r2 = rp[2], *r3 = rp[3];
@@ -229,7 +259,7 @@ static void pack_panel(const gctx *c, const xte_gemm_operand *o, int split, int6
   const double *t1 = tab_lo;
   const int64_t kc = c->kc;
   int64_t pnl, kk;
-  int i, b;
+  int i;
   for (pnl = 0; pnl < npanels; pnl++) {
     double *d = dst + pnl * (int64_t)w * kc;
     double *dl = split ? dst_lo + pnl * (int64_t)w * kc : NULL;
@@ -263,10 +293,7 @@ static void pack_panel(const gctx *c, const xte_gemm_operand *o, int split, int6
         d[kk * w + i] = 0.0;
         if (split) dl[kk * w + i] = 0.0;
       }
-    for (b = 0; b < c->nblk; b++)
-      for (i = 0; i < w; i++)
-        sd[b * w + i] =
-            i < nv ? load_scale(o, row0 + pnl * w + i, k0 + (int64_t)b * c->g->kblock) : 0.0f;
+    panel_scales(o, row0 + pnl * w, nv, w, k0, c->nblk, c->g->kblock, sd);
   }
 }
 
@@ -470,24 +497,6 @@ static void compute_range(void *vctx, int64_t b, int64_t e, int tid) {
   }
 }
 
-/* B's scales of one K block (index gk) for the rows of a small-M strip: sb[j] for j < width,
- * row j < nv of scale-row index gi[j] (rows of one 128x128 or per-tensor block share it: read
- * once), 0 past nv. */
-static void strip_scales(const xte_gemm_operand *B, const int64_t *gi, int nv, int width,
-                         int64_t gk, float *sb) {
-  float s = 0.0f; /* a column of the group of column j - 1 repeats its scale from a register: read
-                   * back from sb, each copy waited for the store before it (13% of a one-row
-                   * GEMM's time, model 167 VM) */
-  int j;
-  for (j = 0; j < width; j++) {
-    if (j >= nv)
-      s = 0.0f;
-    else if (j == 0 || gi[j] != gi[j - 1])
-      s = B->sswap ? xte_load_scale_inv(&B->s, gk, gi[j]) : xte_load_scale_inv(&B->s, gi[j], gk);
-    sb[j] = s;
-  }
-}
-
 /* ---------------------------------------------------------------- small M
  * For m <= XTE_GEMM_SK_MAXM rows B is never packed: each thread owns a run of 8-column strips of
  * N; per strip and K block the kernel decodes the 8 rows of B codes into an L1 buffer and forms
@@ -612,11 +621,7 @@ static void vnni_small_range(void *vctx, int64_t sb0, int64_t se, int tid) {
       for (s = s0; s < s1; s++) {
         const int64_t n0 = s * 16;
         const int nv = (int)(p->n - n0 < 16 ? p->n - n0 : 16);
-        int64_t gi[16];
-        int j;
-        for (j = 0; j < nv; j++) gi[j] = (p->b_i0 + n0 + j) / B->bi;
-        for (bl = 0; bl < nb; bl++)
-          strip_scales(B, gi, nv, 16, (p->b_k0 + kp + bl * 128) / B->bk, sbv + bl * 16);
+        panel_scales(B, p->b_i0 + n0, nv, 16, p->b_k0 + kp, (int)nb, 128, sbv);
         xte_gemm_vnni_strip((int)m, (int)nb, kc, ap, corr, nana, sa,
                             B->data + (p->b_i0 + n0) * B->rs + p->b_k0 + kp, B->rs, nv, sbv, bd,
                             W + (s - s0) * 16, ldw);
@@ -648,8 +653,7 @@ static void amx_pack_b_range(void *vctx, int64_t b, int64_t e, int tid) {
   gctx *c = (gctx *)vctx;
   const xte_gemm_operand *B = &c->g->b;
   const xte_gemm_problem *p = c->p;
-  int64_t t, j;
-  int bl;
+  int64_t t;
   (void)tid;
   for (t = b; t < e; t++) {
     const int64_t n0 = c->jc + t * 16;
@@ -662,10 +666,7 @@ static void amx_pack_b_range(void *vctx, int64_t b, int64_t e, int tid) {
       xte_gemm_amx_pack_b_kn(B->data + (p->b_i0 + n0) + (p->b_k0 + c->pc) * B->ks, B->ks, nv, c->kc,
                              c->amx_b + t * c->nblk * XTE_AMX_BLOCK_BYTES,
                              c->amx_nanb + t * c->nblk);
-    for (bl = 0; bl < c->nblk; bl++)
-      for (j = 0; j < 16; j++)
-        sb[bl * 16 + j] =
-            j < nv ? load_scale(B, p->b_i0 + n0 + j, p->b_k0 + c->pc + (int64_t)bl * 128) : 0.0f;
+    panel_scales(B, p->b_i0 + n0, nv, 16, p->b_k0 + c->pc, c->nblk, 128, sb);
   }
 }
 
@@ -685,7 +686,6 @@ static void amx_compute_range(void *vctx, int64_t b, int64_t e, int tid) {
     const int64_t u0 = nch * c->amx_cs,
                   u1 = u0 + c->amx_cs < c->amx_ntn ? u0 + c->amx_cs : c->amx_ntn;
     int64_t t, i;
-    int bl;
     if (u0 >= u1) continue;
     if (mg != last_mg) {
       for (t = t0; t < t1; t++) {
@@ -700,11 +700,7 @@ static void amx_compute_range(void *vctx, int64_t b, int64_t e, int tid) {
           xte_gemm_amx_pack_a_kn(A->data + (p->a_i0 + r0) + (p->a_k0 + c->pc) * A->ks, A->ks, nv,
                                  c->kc, ap + (t - t0) * c->nblk * XTE_AMX_BLOCK_BYTES,
                                  nana + (t - t0) * c->nblk);
-        for (bl = 0; bl < c->nblk; bl++)
-          for (i = 0; i < 16; i++)
-            s[bl * 16 + i] =
-                i < nv ? load_scale(A, p->a_i0 + r0 + i, p->a_k0 + c->pc + (int64_t)bl * 128)
-                       : 0.0f;
+        panel_scales(A, p->a_i0 + r0, nv, 16, p->a_k0 + c->pc, c->nblk, 128, s);
       }
       last_mg = mg;
     }
@@ -759,7 +755,7 @@ static void amx_small_range(void *vctx, int64_t u0, int64_t ue, int tid) {
       for (pc = kp; pc < ke; pc += AMX_KC) {
         const int64_t kc = ke - pc < AMX_KC ? ke - pc : AMX_KC, q = (pc - kp) / AMX_KC;
         const int nblk = (int)((kc + 127) / 128);
-        int t, bl;
+        int t;
         for (t = 0; t < mt; t++) {
           const int64_t r0 = t * 16, o = q * mt * AMX_NBLK + (int64_t)t * nblk;
           const int nv = (int)(m - r0 < 16 ? m - r0 : 16);
@@ -769,10 +765,7 @@ static void amx_small_range(void *vctx, int64_t u0, int64_t ue, int tid) {
           else /* rs == 1: the rows are contiguous */
             xte_gemm_amx_pack_a_kn(A->data + (p->a_i0 + r0) + (p->a_k0 + pc) * A->ks, A->ks, nv, kc,
                                    ap + o * XTE_AMX_BLOCK_BYTES, nana + o);
-          for (bl = 0; bl < nblk; bl++)
-            for (i = 0; i < 16; i++)
-              sa[(o + bl) * 16 + i] =
-                  i < nv ? load_scale(A, p->a_i0 + r0 + i, p->a_k0 + pc + (int64_t)bl * 128) : 0.0f;
+          panel_scales(A, p->a_i0 + r0, nv, 16, p->a_k0 + pc, nblk, 128, sa + o * 16);
         }
       }
       /* each column tile along the super-panel: its rows of B read in one sequential run */
@@ -783,17 +776,13 @@ static void amx_small_range(void *vctx, int64_t u0, int64_t ue, int tid) {
           const int64_t kc = ke - pc < AMX_KC ? ke - pc : AMX_KC, q = (pc - kp) / AMX_KC;
           const int nblk = (int)((kc + 127) / 128);
           const int64_t o = q * mt * AMX_NBLK;
-          int bl;
           if (B->ks == 1)
             xte_gemm_amx_pack_b(B->data + (p->b_i0 + n0) * B->rs + p->b_k0 + pc, B->rs, nv, kc, bp,
                                 nanb);
           else /* rs == 1: the columns are contiguous */
             xte_gemm_amx_pack_b_kn(B->data + (p->b_i0 + n0) + (p->b_k0 + pc) * B->ks, B->ks, nv, kc,
                                    bp, nanb);
-          for (bl = 0; bl < nblk; bl++)
-            for (i = 0; i < 16; i++)
-              sb[bl * 16 + i] =
-                  i < nv ? load_scale(B, p->b_i0 + n0 + i, p->b_k0 + pc + (int64_t)bl * 128) : 0.0f;
+          panel_scales(B, p->b_i0 + n0, nv, 16, p->b_k0 + pc, nblk, 128, sb);
           xte_gemm_amx_tiles(nblk, ap + o * XTE_AMX_BLOCK_BYTES, nana + o, sa + o * 16, mt, bp,
                              nanb, sb, 1, W + (u - c0) * 16, ldw, pc == 0);
         }
