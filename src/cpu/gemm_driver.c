@@ -198,8 +198,8 @@ typedef struct gctx {
 #define SK_CH 32               /* strips of 8 columns per chunk of the small-M path */
 #define SK_ABYTES (512 * 1024) /* the packed A panel of the small-M path, per thread */
 
-static float load_scale(const xte_gemm_operand *o, int64_t i, int64_t k) {
-  int64_t gi = i / o->bi, gk = k / o->bk;
+/* The scale of scale-row gi (rows of o) and scale-column gk (K) */
+static float scale_at(const xte_gemm_operand *o, int64_t gi, int64_t gk) {
   return o->sswap ? xte_load_scale_inv(&o->s, gk, gi) : xte_load_scale_inv(&o->s, gi, gk);
 }
 
@@ -215,15 +215,15 @@ static void strip_scales(const xte_gemm_operand *B, const int64_t *gi, int nv, i
     if (j >= nv)
       s = 0.0f;
     else if (j == 0 || gi[j] != gi[j - 1])
-      s = B->sswap ? xte_load_scale_inv(&B->s, gk, gi[j]) : xte_load_scale_inv(&B->s, gi[j], gk);
+      s = scale_at(B, gi[j], gk);
     sb[j] = s;
   }
 }
 
 /* The scales of rows i0 .. i0 + nv - 1 of operand o (0 for rows nv .. width - 1; width <= MAX_W)
- * in nblk K blocks of kstep codes from k0: out[b * width + j], load_scale's values with one
- * division per row and one per block (load_scale's two per value were 10% of an AMX 16-row
- * GEMM's time, model 167 VM). */
+ * in nblk K blocks of kstep codes from k0: out[b * width + j] = scale_at(o, row / bi, k / bk),
+ * with one division per row and one per block (two per value were 10% of an AMX 16-row GEMM's
+ * time, model 167 VM). */
 static void panel_scales(const xte_gemm_operand *o, int64_t i0, int nv, int width, int64_t k0,
                          int nblk, int64_t kstep, float *out) {
   int64_t gi[MAX_W];
@@ -533,9 +533,8 @@ static void sk_range(void *vctx, int64_t sb0, int64_t se, int tid) {
             d[kk] = in ? ta[code] * fa : 0.0;
             if (dl) dl[kk] = in ? tab_lo[code] * fa : 0.0;
           }
-          for (bl = 0; bl < nb; bl++)
-            sap[bl * m + r] = load_scale(A, p->a_i0 + r, p->a_k0 + kp + bl * kb);
         }
+        panel_scales(A, p->a_i0, (int)m, (int)m, p->a_k0 + kp, (int)nb, kb, sap);
         packed = 1;
       }
       for (s = s0; s < s1; s++) {
@@ -613,9 +612,14 @@ static void vnni_small_range(void *vctx, int64_t sb0, int64_t se, int tid) {
       if (!packed || c->sk_kp < p->k) {
         xte_gemm_vnni_pack_a(A->data + p->a_i0 * A->rs + (p->a_k0 + kp) * A->ks, A->rs, A->ks,
                              (int)m, kc, ap, corr, nana);
-        for (r = 0; r < m; r++)
-          for (bl = 0; bl < nb; bl++)
-            sa[r * nb + bl] = load_scale(A, p->a_i0 + r, p->a_k0 + kp + bl * 128);
+        { /* A's scales [row][block], one division per row and per block */
+          int64_t gi[VNNI_SK_MAXM];
+          for (r = 0; r < m; r++) gi[r] = (p->a_i0 + r) / A->bi;
+          for (bl = 0; bl < nb; bl++) {
+            const int64_t gk = (p->a_k0 + kp + bl * 128) / A->bk;
+            for (r = 0; r < m; r++) sa[r * nb + bl] = scale_at(A, gi[r], gk);
+          }
+        }
         packed = 1;
       }
       for (s = s0; s < s1; s++) {
