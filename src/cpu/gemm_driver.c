@@ -227,10 +227,19 @@ static void strip_scales(const xte_gemm_operand *B, const int64_t *gi, int nv, i
 static void panel_scales(const xte_gemm_operand *o, int64_t i0, int nv, int width, int64_t k0,
                          int nblk, int64_t kstep, float *out) {
   int64_t gi[MAX_W];
+  const int whole = k0 % o->bk == 0 && kstep % o->bk == 0; /* gk without a division */
   int j, b;
   for (j = 0; j < nv; j++) gi[j] = (i0 + j) / o->bi;
-  for (b = 0; b < nblk; b++)
-    strip_scales(o, gi, nv, width, (k0 + b * kstep) / o->bk, out + (int64_t)b * width);
+  for (b = 0; b < nblk; b++) {
+    const int64_t gk = whole ? k0 / o->bk + b * (kstep / o->bk) : (k0 + b * kstep) / o->bk;
+    float *d = out + (int64_t)b * width;
+    if (nv == width && nv > 0 && gi[0] == gi[nv - 1]) { /* one group (gi ascends): one read */
+      const float v = scale_at(o, gi[0], gk);
+      for (j = 0; j < width; j++) d[j] = v;
+    } else {
+      strip_scales(o, gi, nv, width, gk, d);
+    }
+  }
 }
 
 /* The common full 8-wide micro-panel (the AVX-512 NR, the AVX2 MR), unrolled. */
