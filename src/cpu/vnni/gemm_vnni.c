@@ -310,7 +310,7 @@ static __attribute__((noinline)) void rows2(int ng, const int8_t *const *a, cons
 /* One row of A with B's digits made on the way: per group, b_digits' lookups of the codes in
  * VNNI order (xt, vector g: k 4 g .. 4 g + 3 of every column) beside the six products, no digit
  * stored. One loop keeps the lookups' shuffles beside the VPDPBUSD chains (a pass storing the
- * digits, then rows1, ran them one after the other): 1.13-1.17x for one row (model 167 VM); two
+ * digits, then rows1, ran them one after the other): 1.11-1.19x for one row (model 167 VM); two
  * rows gained nothing, more lost to the stores. The tables as locals (a btabs copy spilled). */
 static __attribute__((noinline)) void fused1(int ng, const int8_t *const *a, const uint8_t *xt,
                                              const btabs *Tp, __m512i *P, __m512i *markp) {
