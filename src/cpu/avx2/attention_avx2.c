@@ -180,11 +180,31 @@ AI __m256 fmax_8(__m256 a, __m256 b) {
   return _mm256_blendv_ps(r, b, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
 }
 
-/* the logits of slot j of 8 columns */
+/* fmax_8(mb, b) for an mb that is no NaN (a block max chain from -inf): b where b is NaN is
+ * the only case to take back */
+AI __m256 fmax_mb_8(__m256 mb, __m256 b) {
+  return _mm256_blendv_ps(_mm256_max_ps(mb, b), mb, _mm256_cmp_ps(b, b, _CMP_UNORD_Q));
+}
+
+/* scaled (see fwd_softmax_t) as 2 when every slot of the 8 columns a[], e[] is visible
+ * (a = 0, e = 64): the logit is S * scale with no mask (the same value) */
+AI int scaled_8(int scaled, const int32_t *a, const int32_t *e) {
+  const __m256i av = _mm256_loadu_si256((const __m256i *)a),
+                ev = _mm256_loadu_si256((const __m256i *)e);
+  if (!scaled) return 0;
+  return _mm256_movemask_ps(_mm256_castsi256_ps(
+             _mm256_and_si256(_mm256_cmpeq_epi32(av, _mm256_setzero_si256()),
+                              _mm256_cmpeq_epi32(ev, _mm256_set1_epi32(64))))) == 0xFF
+             ? 2
+             : 1;
+}
+
+/* the logits of slot j of 8 columns (scaled 2: all visible) */
 AI __m256 logit_8(const float *S, int64_t j, int scaled, __m256 sc, __m256i av, __m256i ev) {
   const __m256 s = _mm256_loadu_ps(S);
   __m256i jv, vis;
   if (!scaled) return s;
+  if (scaled == 2) return _mm256_mul_ps(s, sc);
   jv = _mm256_set1_epi32((int)j);
   /* a <= j && j < e */
   vis = _mm256_andnot_si256(_mm256_cmpgt_epi32(av, jv), _mm256_cmpgt_epi32(ev, jv));
@@ -192,32 +212,93 @@ AI __m256 logit_8(const float *S, int64_t j, int scaled, __m256 sc, __m256i av, 
                           _mm256_mul_ps(s, sc), _mm256_castsi256_ps(vis));
 }
 
+/* The block maxima of ng groups of 8 columns at once (independent fmax chains side by side;
+ * each lane's chain in slot order, as the scalar kernel's) */
+AI void block_max(const int ng, const float *S, int64_t ld, int scaled, __m256 sc, const int32_t *a,
+                  const int32_t *e, __m256 *mb) {
+  __m256i av[4], ev[4];
+  int64_t j;
+  int q, all = scaled != 0;
+  for (q = 0; q < ng; q++) {
+    av[q] = _mm256_loadu_si256((const __m256i *)(a + 8 * q));
+    ev[q] = _mm256_loadu_si256((const __m256i *)(e + 8 * q));
+    mb[q] = _mm256_castsi256_ps(_mm256_set1_epi32((int)0xFF800000u));
+    if (scaled_8(scaled, a + 8 * q, e + 8 * q) != 2) all = 0;
+  }
+  if (all) {
+    for (j = 0; j < 64; j++)
+      for (q = 0; q < ng; q++)
+        mb[q] = fmax_mb_8(mb[q], _mm256_mul_ps(_mm256_loadu_ps(S + j * ld + 8 * q), sc));
+    return;
+  }
+  for (j = 0; j < 64; j++)
+    for (q = 0; q < ng; q++)
+      mb[q] = fmax_mb_8(mb[q], logit_8(S + j * ld + 8 * q, j, scaled, sc, av[q], ev[q]));
+}
+
+/* xte_attn_sum64's slots t (chains t, t + 16, t + 32, t + 48) in the order that lets its tree
+ * add each pair as soon as both halves exist: v[t] + v[t + 8], then + 4, + 2, + 1 (a binary
+ * counter over q; at most four partial sums live instead of sixteen chains) */
+static const int8_t sum64_order[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+
+/* one step of that counter: x is the chain of slot sum64_order[q]; h[] the pending halves */
+AI __m256 sum64_push(int q, __m256 x, __m256 *h) {
+  int lev;
+  for (lev = 0; (q >> lev) & 1; lev++) x = _mm256_add_ps(h[lev], x);
+  if (lev < 4) h[lev] = x;
+  return x;
+}
+
 /* the scalar kernel's order, 8 columns (query rows) per vector */
 static void fwd_softmax_t_avx2(const float *S, int64_t ld, int64_t n, int scaled, float scale,
                                const int32_t *a, const int32_t *e, float *m, float *l, float *alpha,
                                float *P) {
   const __m256 sc = _mm256_set1_ps(scale);
-  int64_t r, j;
-  int L;
-  for (r = 0; r < n; r += 8) {
-    const __m256i av = _mm256_loadu_si256((const __m256i *)(a + r)),
-                  ev = _mm256_loadu_si256((const __m256i *)(e + r));
-    __m256 mb = _mm256_castsi256_ps(_mm256_set1_epi32((int)0xFF800000u)), mo, mn, al, v[16];
-    for (j = 0; j < 64; j++) mb = fmax_8(mb, logit_8(S + j * ld + r, j, scaled, sc, av, ev));
-    mo = _mm256_loadu_ps(m + r);
-    mn = fmax_8(mo, mb);
-    al = exp_8(_mm256_sub_ps(mo, mn));
-    _mm256_storeu_ps(m + r, mn);
-    _mm256_storeu_ps(alpha + r, al);
-    for (j = 0; j < 64; j++) {
-      const __m256 p = exp_8(_mm256_sub_ps(logit_8(S + j * ld + r, j, scaled, sc, av, ev), mn));
-      _mm256_storeu_ps(P + j * ld + r, p);
-      v[j & 15] = j < 16 ? p : _mm256_add_ps(v[j & 15], p);
+  int64_t r0, r;
+  int q, g;
+  for (r0 = 0; r0 < n; r0 += 32) {
+    __m256 mbs[4];
+    const int ng = n - r0 >= 32 ? 4 : (int)((n - r0) / 8);
+    switch (ng) {
+      case 4:
+        block_max(4, S + r0, ld, scaled, sc, a + r0, e + r0, mbs);
+        break;
+      case 3:
+        block_max(3, S + r0, ld, scaled, sc, a + r0, e + r0, mbs);
+        break;
+      case 2:
+        block_max(2, S + r0, ld, scaled, sc, a + r0, e + r0, mbs);
+        break;
+      default:
+        block_max(1, S + r0, ld, scaled, sc, a + r0, e + r0, mbs);
+        break;
     }
-    for (L = 0; L < 8; L++) v[L] = _mm256_add_ps(v[L], v[L + 8]);
-    for (L = 0; L < 4; L++) v[L] = _mm256_add_ps(v[L], v[L + 4]);
-    for (L = 0; L < 2; L++) v[L] = _mm256_add_ps(v[L], v[L + 2]);
-    _mm256_storeu_ps(l + r, _mm256_fmadd_ps(_mm256_loadu_ps(l + r), al, _mm256_add_ps(v[0], v[1])));
+    for (g = 0; g < ng; g++) {
+      __m256i av, ev;
+      __m256 mo, mn, al, h[4], x = _mm256_setzero_ps();
+      int sq;
+      r = r0 + 8 * g;
+      av = _mm256_loadu_si256((const __m256i *)(a + r));
+      ev = _mm256_loadu_si256((const __m256i *)(e + r));
+      mo = _mm256_loadu_ps(m + r);
+      mn = fmax_8(mo, mbs[g]);
+      al = exp_8(_mm256_sub_ps(mo, mn));
+      sq = scaled_8(scaled, a + r, e + r);
+      _mm256_storeu_ps(m + r, mn);
+      _mm256_storeu_ps(alpha + r, al);
+      for (q = 0; q < 16; q++) {
+        const int t = sum64_order[q];
+        int u;
+        for (u = 0; u < 4; u++) {
+          const int64_t j = t + 16 * u;
+          const __m256 p = exp_8(_mm256_sub_ps(logit_8(S + j * ld + r, j, sq, sc, av, ev), mn));
+          _mm256_storeu_ps(P + j * ld + r, p);
+          x = u ? _mm256_add_ps(x, p) : p;
+        }
+        x = sum64_push(q, x, h);
+      }
+      _mm256_storeu_ps(l + r, _mm256_fmadd_ps(_mm256_loadu_ps(l + r), al, x));
+    }
   }
 }
 
@@ -227,30 +308,33 @@ static void bwd_p_t_avx2(const float *S, const float *dP, const float *G, int64_
                          const float *L, const float *C, const float *D, float *P, float *dS,
                          float *sum) {
   const __m256 sc = _mm256_set1_ps(scale);
-  int64_t r, j;
+  int64_t r;
   int q;
   for (r = 0; r < n; r += 8) {
     const __m256i av = _mm256_loadu_si256((const __m256i *)(a + r)),
                   ev = _mm256_loadu_si256((const __m256i *)(e + r));
     const __m256 Lv = _mm256_loadu_ps(L + r), Dv = _mm256_loadu_ps(D + r);
     const __m256 Cv = C ? _mm256_loadu_ps(C + r) : _mm256_setzero_ps();
-    __m256 v[16];
-    for (j = 0; j < 64; j++) {
-      const __m256 x = logit_8(S + j * ld + r, j, scaled, sc, av, ev);
-      const __m256 u = exp_8(_mm256_sub_ps(_mm256_sub_ps(x, Lv), Cv));
-      const __m256 g = G ? _mm256_loadu_ps(G + j * ld + r) : sc;
-      _mm256_storeu_ps(P + j * ld + r, u);
-      _mm256_storeu_ps(
-          dS + j * ld + r,
-          _mm256_mul_ps(_mm256_mul_ps(u, _mm256_sub_ps(_mm256_loadu_ps(dP + j * ld + r), Dv)), g));
-      v[j & 15] = j < 16 ? u : _mm256_add_ps(v[j & 15], u);
+    const int sq = scaled_8(scaled, a + r, e + r);
+    __m256 h[4], x = _mm256_setzero_ps();
+    for (q = 0; q < 16; q++) {
+      const int t = sum64_order[q];
+      int u;
+      for (u = 0; u < 4; u++) {
+        const int64_t j = t + 16 * u;
+        const __m256 y = logit_8(S + j * ld + r, j, sq, sc, av, ev);
+        const __m256 p = exp_8(_mm256_sub_ps(_mm256_sub_ps(y, Lv), Cv));
+        const __m256 g = G ? _mm256_loadu_ps(G + j * ld + r) : sc;
+        _mm256_storeu_ps(P + j * ld + r, p);
+        _mm256_storeu_ps(
+            dS + j * ld + r,
+            _mm256_mul_ps(_mm256_mul_ps(p, _mm256_sub_ps(_mm256_loadu_ps(dP + j * ld + r), Dv)),
+                          g));
+        x = u ? _mm256_add_ps(x, p) : p;
+      }
+      if (sum) x = sum64_push(q, x, h);
     }
-    if (sum) {
-      for (q = 0; q < 8; q++) v[q] = _mm256_add_ps(v[q], v[q + 8]);
-      for (q = 0; q < 4; q++) v[q] = _mm256_add_ps(v[q], v[q + 4]);
-      for (q = 0; q < 2; q++) v[q] = _mm256_add_ps(v[q], v[q + 2]);
-      _mm256_storeu_ps(sum + r, _mm256_add_ps(v[0], v[1]));
-    }
+    if (sum) _mm256_storeu_ps(sum + r, x);
   }
 }
 
