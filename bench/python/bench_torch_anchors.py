@@ -15,7 +15,12 @@ Anchors (the same shapes, the same threads: torch.set_num_threads(N) and xte's p
              FLOPs: 2 M N K.
 Each case runs --reps times (default 3), xte and its anchor interleaved (after a warm-up call each); a line
 gives both medians in GFLOP/s and the median of the per-repetition ratios xte / anchor (with its
-min and max). Default: a short set (< 1 minute on 2 cores): attention at s 1024, GEMM at M 128.
+min and max). Every timed call starts --gap seconds (default 0.05) after the previous one returned:
+an OpenMP runtime's workers spin after each parallel region (libgomp: GOMP_SPINCOUNT, 300,000
+pauses by default), and so do xte's pool threads (0.2 ms); without the gap one library's spinning
+threads take cores from the other's timed call. The record gives what each spun, measured
+(`torch_idle_spin_ms`, `xte_idle_spin_ms`: CPU milliseconds of the process's threads in the 0.2 s
+after one call). --gap 0 times them back to back. Default: a short set (< 1 minute on 2 cores): attention at s 1024, GEMM at M 128.
 --full: attention at s 1024 and 4096, GEMM at M 128, 512, 2048 on the three shapes of
 `xte bench gemm` (minutes). The first lines record the machine, xte's ISA and threads, and
 torch's version, threads and build (torch.__config__.show(), summarised).
@@ -99,7 +104,50 @@ def machine_record(threads):
     return rec
 
 
+def _thread_cpu_ms():
+    """CPU milliseconds of all of this process's threads so far (/proc/self/task/*/schedstat)."""
+    tot = 0.0
+    try:
+        for t in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{t}/schedstat") as f:
+                tot += int(f.read().split()[0]) / 1e6
+    except (OSError, ValueError, IndexError):
+        return None
+    return tot
+
+
+def idle_spin_ms(fn, window=0.2):
+    """The CPU milliseconds the process's threads use in the window after fn() returns (the
+    caller sleeps): how long a runtime's idle workers spin before they sleep."""
+    fn()
+    a = _thread_cpu_ms()
+    time.sleep(window)
+    b = _thread_cpu_ms()
+    return None if a is None or b is None else round(b - a, 2)
+
+
+def spin_record():
+    q = torch.tanh(torch.randn(1, 256, H, D, generator=torch.Generator().manual_seed(3)))
+    tq = q.transpose(1, 2).contiguous()
+
+    def t_call():
+        with torch.no_grad():
+            F.scaled_dot_product_attention(tq, tq, tq)
+
+    def x_call():
+        xte.attention_fwd(q, q, q)
+
+    t_call()
+    x_call()
+    return {"torch_idle_spin_ms": idle_spin_ms(t_call), "xte_idle_spin_ms": idle_spin_ms(x_call)}
+
+
+GAP = 0.05
+
+
 def _time(fn):
+    if GAP > 0:
+        time.sleep(GAP)
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
@@ -204,7 +252,11 @@ def main():
     ap.add_argument("--reps", type=int, default=3, help="repetitions per case (default 3)")
     ap.add_argument("--only", choices=("attention", "gemm"), default=None)
     ap.add_argument("--json", default=None, help="also write the record and results here")
+    ap.add_argument("--gap", type=float, default=0.05,
+                    help="seconds of idle before each timed call (default 0.05; 0: none)")
     a = ap.parse_args()
+    global GAP
+    GAP = max(0.0, a.gap)
     lib = _lib.lib
     if a.threads:
         _lib.check(lib.xte_cpu_set_num_threads(a.threads))
@@ -212,6 +264,8 @@ def main():
     torch.set_num_threads(n)
     reps = max(1, a.reps)
     rec = machine_record(n)
+    rec["gap_s"] = GAP
+    rec.update(spin_record())
     print("machine:")
     for k, v in rec.items():
         if k == "torch_config":
