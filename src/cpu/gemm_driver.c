@@ -242,21 +242,26 @@ static void panel_scales(const xte_gemm_operand *o, int64_t i0, int nv, int widt
   }
 }
 
-/* The common full 8-wide micro-panel (the AVX-512 NR, the AVX2 MR), unrolled. */
-static void decode_rows8(const uint8_t *const *rp, int64_t kc, const double *t, double *d) {
-  const uint8_t *r0 = rp[0], *r1 = rp[1], *r2 = rp[2], *r3 = rp[3];
-  const uint8_t *r4 = rp[4], *r5 = rp[5], *r6 = rp[6], *r7 = rp[7];
+/* A full micro-panel of W rows through the table, unrolled (W = 8: the AVX-512 NR and the AVX2
+ * MR; W = 6: the AVX2 NR). The loop over W rows of the general case, not unrolled, ran at about
+ * 7 instructions per value (AVX2, M = 128: 17% of the GEMM's time). */
+static inline __attribute__((always_inline)) void decode_rows(const int W, const uint8_t *const *rp,
+                                                              int64_t kc, const double *t,
+                                                              double *d) {
+  const uint8_t *r[8];
   int64_t kk;
-  for (kk = 0; kk < kc; kk++, d += 8) {
-    d[0] = t[r0[kk]];
-    d[1] = t[r1[kk]];
-    d[2] = t[r2[kk]];
-    d[3] = t[r3[kk]];
-    d[4] = t[r4[kk]];
-    d[5] = t[r5[kk]];
-    d[6] = t[r6[kk]];
-    d[7] = t[r7[kk]];
-  }
+  int i;
+  for (i = 0; i < W; i++) r[i] = rp[i];
+  for (kk = 0; kk < kc; kk++, d += W)
+    for (i = 0; i < W; i++) d[i] = t[r[i][kk]];
+}
+
+static void decode_rows8(const uint8_t *const *rp, int64_t kc, const double *t, double *d) {
+  decode_rows(8, rp, kc, t, d);
+}
+
+static void decode_rows6(const uint8_t *const *rp, int64_t kc, const double *t, double *d) {
+  decode_rows(6, rp, kc, t, d);
 }
 
 /* Packs rows [r0, r0 + R*w) (problem-relative row r0 of operand o, w rows per micro-panel, rows
@@ -283,6 +288,8 @@ static void pack_panel(const gctx *c, const xte_gemm_operand *o, int split, int6
         c->pack_b8(rp, kc, t0, d);
       else if (nv == 8 && w == 8)
         decode_rows8(rp, kc, t0, d);
+      else if (nv == 6 && w == 6)
+        decode_rows6(rp, kc, t0, d);
       else
         for (kk = 0; kk < kc; kk++)
           for (i = 0; i < nv; i++) d[kk * w + i] = t0[rp[i][kk]];
