@@ -243,12 +243,12 @@ static void panel_scales(const xte_gemm_operand *o, int64_t i0, int nv, int widt
 }
 
 /* A full micro-panel of W rows through the table, unrolled (W = 8: the AVX-512 NR and the AVX2
- * MR; W = 6: the AVX2 NR). The loop over W rows of the general case, not unrolled, ran at about
- * 7 instructions per value (AVX2, M = 128: 17% of the GEMM's time). */
+ * MR; W = 6: the AVX2 NR; W = 24: the AVX-512 MR). The loop over W rows of the general case, not
+ * unrolled, ran at about 7 instructions per value (AVX2, M = 128: 17% of the GEMM's time). */
 static inline __attribute__((always_inline)) void decode_rows(const int W, const uint8_t *const *rp,
                                                               int64_t kc, const double *t,
                                                               double *d) {
-  const uint8_t *r[8];
+  const uint8_t *r[24];
   int64_t kk;
   int i;
   for (i = 0; i < W; i++) r[i] = rp[i];
@@ -262,6 +262,10 @@ static void decode_rows8(const uint8_t *const *rp, int64_t kc, const double *t, 
 
 static void decode_rows6(const uint8_t *const *rp, int64_t kc, const double *t, double *d) {
   decode_rows(6, rp, kc, t, d);
+}
+
+static void decode_rows24(const uint8_t *const *rp, int64_t kc, const double *t, double *d) {
+  decode_rows(24, rp, kc, t, d);
 }
 
 /* Packs rows [r0, r0 + R*w) (problem-relative row r0 of operand o, w rows per micro-panel, rows
@@ -290,6 +294,8 @@ static void pack_panel(const gctx *c, const xte_gemm_operand *o, int split, int6
         decode_rows8(rp, kc, t0, d);
       else if (nv == 6 && w == 6)
         decode_rows6(rp, kc, t0, d);
+      else if (nv == 24 && w == 24)
+        decode_rows24(rp, kc, t0, d);
       else
         for (kk = 0; kk < kc; kk++)
           for (i = 0; i < nv; i++) d[kk * w + i] = t0[rp[i][kk]];
