@@ -258,21 +258,12 @@ static void fwd_softmax_t_avx2(const float *S, int64_t ld, int64_t n, int scaled
   int q, g;
   for (r0 = 0; r0 < n; r0 += 32) {
     __m256 mbs[4];
-    const int ng = n - r0 >= 32 ? 4 : (int)((n - r0) / 8);
-    switch (ng) {
-      case 4:
-        block_max(4, S + r0, ld, scaled, sc, a + r0, e + r0, mbs);
-        break;
-      case 3:
-        block_max(3, S + r0, ld, scaled, sc, a + r0, e + r0, mbs);
-        break;
-      case 2:
-        block_max(2, S + r0, ld, scaled, sc, a + r0, e + r0, mbs);
-        break;
-      default:
-        block_max(1, S + r0, ld, scaled, sc, a + r0, e + r0, mbs);
-        break;
-    }
+    /* n is a multiple of 16: four groups of 8 columns, or the last two */
+    const int ng = n - r0 >= 32 ? 4 : 2;
+    if (ng == 4)
+      block_max(4, S + r0, ld, scaled, sc, a + r0, e + r0, mbs);
+    else
+      block_max(2, S + r0, ld, scaled, sc, a + r0, e + r0, mbs);
     for (g = 0; g < ng; g++) {
       __m256i av, ev;
       __m256 mo, mn, al, h[4], x = _mm256_setzero_ps();
