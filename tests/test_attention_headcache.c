@@ -145,6 +145,43 @@ Test(attention_headcache, split_pair_rounds) {
   small_limit = 0;
 }
 
+/* A pair longer than the S store's base budget (8 MiB per thread: one KV head of 47 query tiles x
+ * 47 KV blocks is 70 MiB of S / dP tiles) gets four times the budget, and at 2 threads that still
+ * splits it into two rounds; at 7 threads it fits whole. Head dim 16 keeps the work small. The
+ * bytes must be those of the backward without a store (S and dP recomputed), on this machine's
+ * best ISA, at 1, 2 and 7 threads. */
+Test(attention_headcache, long_pair_bigger_store) {
+  xte_cpu_isa saved = xte_cpu_get_isa();
+  size_t lim = xte_internal_attention_cache_limit(0);
+  acase c =
+      base(XTE_ATTN_LAYOUT_BSHD, XTE_DTYPE_FP32, 1, 3001, 3001, 1, 1, 16, 16, XTE_ATTN_MASK_NONE);
+  adata d;
+  outs ref, o;
+  int m, t;
+  char what[160];
+  for (m = 0; m < 2; m++) {
+    c.mask = m ? XTE_ATTN_MASK_CAUSAL : XTE_ATTN_MASK_NONE;
+    ta_setup(&d, &c);
+    xte_internal_attention_cache_limit(0); /* no store, no caches */
+    cr_assert_eq(xte_cpu_set_num_threads(2), XTE_SUCCESS);
+    run_once(&d, &ref);
+    xte_internal_attention_cache_limit(lim);
+    for (t = 0; t < 3; t++) {
+      cr_assert_eq(xte_cpu_set_num_threads(threads[t]), XTE_SUCCESS);
+      run_once(&d, &o);
+      snprintf(what, sizeof what, "s 3001 %s, store, %d threads", m ? "causal" : "full",
+               threads[t]);
+      compare(&d, &ref, &o, what);
+      outs_free(&o);
+    }
+    outs_free(&ref);
+    ta_free(&d);
+  }
+  xte_internal_attention_cache_limit(lim);
+  xte_cpu_set_num_threads(0);
+  xte_cpu_set_isa(saved);
+}
+
 Test(attention_headcache, fp16_varlen_empty_window) {
   static const int32_t lq[5] = {70, 0, 1, 129, 33};
   static const int32_t lk[5] = {65, 3, 0, 130, 200};

@@ -1111,9 +1111,12 @@ static size_t max_size(size_t x, size_t y) {
 
 /* The S store (see s_slot): a budget of 8 MiB per thread (at least 16 MiB, at most the head
  * caches' limit), reused round after round; bigger stores spend more on the page faults of their
- * first touch than recomputing S and dP costs. As many whole pairs per round as fit, else one
- * pair and as many units as fit (then with the running sums sacc), else no store. Allocated
- * here, before any output byte. */
+ * first touch than recomputing S and dP costs (s 1024: 0.9x with 32 MiB per thread). As many
+ * whole pairs per round as fit, else one pair and as many units as fit (then with the running
+ * sums sacc), else no store. A pair that does not fit gets four times the budget: each of its
+ * rounds moves pass A's running sums through memory and waits for both passes, and its work
+ * (quadratic in the sequence, like the store) dwarfs the faults (s 4096, 2 threads: 1.16x full,
+ * 1.25x causal; s 2048 1.0). Allocated here, before any output byte. */
 static xte_status plan_store(actx *c) {
   const xte_attn_args *a = c->a;
   const int64_t npairs = a->batch * a->hkv;
@@ -1126,6 +1129,8 @@ static xte_status plan_store(actx *c) {
       __builtin_mul_overflow((size_t)c->sNB, (size_t)(2 * BN * BM) * sizeof(float), &unit) ||
       unit > budget)
     return XTE_SUCCESS;
+  if ((size_t)c->G * (size_t)c->sT > budget / unit) /* a pair takes rounds: a bigger store */
+    budget = budget <= cache_limit / 4 ? 4 * budget : cache_limit;
   maxu = budget / unit;
   if ((size_t)c->G * (size_t)c->sT <= maxu) { /* whole pairs */
     c->su = c->G * c->sT;
