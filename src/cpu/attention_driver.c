@@ -7,8 +7,9 @@
  *      over the group's query heads in order and their query rows in order;
  *   B. one task per (sequence, query head, query tile): dQ, summing over the KV blocks in order.
  * Both recompute P = expf(x - LSE) from Q, K and the LSE. Tasks are handed out
- * dynamically (an atomic counter), which never changes a byte: each task's result depends on
- * nothing but its inputs. The inner products are the ISA's fmaf-chain GEMM kernel
+ * dynamically (each thread a contiguous range of them, then the others' rest: see the scheduler),
+ * which never changes a byte: each task's result depends on nothing but its inputs. The inner
+ * products are the ISA's fmaf-chain GEMM kernel
  * (xte_attn_kernels.gemm); the forward and dQ pass hold their tiles transposed (keys x query
  * rows) so that the softmax steps (fwd_softmax_t, bwd_p_t) run 16 query rows per vector, each
  * lane the scalar order of the shared numerics header; the operands are copied (converted for
@@ -33,6 +34,9 @@
 
 #define BN XTE_ATTN_BN
 #define BM XTE_ATTN_BM
+
+/* task ranges of the scheduler: one per thread that takes tasks (at most the pool's threads) */
+#define XTE_ATTN_MAX_RANGES 256
 
 static const xte_attn_kernels *kernels_for(xte_cpu_isa isa) {
   switch (isa) {
@@ -77,7 +81,9 @@ typedef struct actx {
   int64_t ntasks;
   int64_t *qlist, nq;   /* query tiles: [3][nq] */
   int64_t *kvlist, nkv; /* backward: KV blocks: [3][nkv] */
-  _Atomic int64_t next;
+  /* the pass's tasks in nws contiguous ranges, [*, rend[t]) from rnext[t] (see sched_thread) */
+  _Atomic int64_t rnext[XTE_ATTN_MAX_RANGES];
+  int64_t rend[XTE_ATTN_MAX_RANGES];
   /* per-thread workspaces, nws of ws_stride floats, allocated before any output is written */
   float *wsbuf;
   size_t ws_stride;
@@ -339,18 +345,46 @@ static int next_run(const char *act, int64_t rb, int64_t *r, int64_t *e) {
   return 1;
 }
 
-/* ---------------------------------------------------------------- scheduler */
+/* ---------------------------------------------------------------- scheduler
+ * Each thread that takes tasks owns a contiguous range of the pass's list (the lists go head by
+ * head, so a thread stays on its own heads and fills its head cache once per head instead of
+ * every thread filling every head: at 2 threads the tasks of one head used to alternate between
+ * them); a thread whose range is done takes the next tasks of the others' ranges (an atomic
+ * counter per range). Which thread runs a task never changes a byte. */
 static void sched_thread(void *p, int64_t begin, int64_t end, int tid) {
   actx *c = (actx *)p;
   float *ws;
   int64_t t;
+  int v;
   (void)begin;
   (void)end;
   /* a pool grown since the workspaces were sized: the extra threads take no task */
-  if (tid >= c->nws || atomic_load(&c->next) >= c->ntasks) return;
+  if (tid >= c->nws || c->ntasks <= 0) return;
   ws = c->wsbuf + (size_t)tid * c->ws_stride;
-  memset(ws, 0, c->ws_stride * sizeof(float));
-  while ((t = atomic_fetch_add(&c->next, 1)) < c->ntasks) c->run(c, ws, t);
+  /* the workspace zero and the head cache empty (its tag zero); the whole cache zero where its
+   * rows have padding columns (they are read, and each pass lays the cache out its own way) */
+  if (c->cache && c->dqp == c->a->dqk && c->dvp == c->a->dv)
+    memset(ws, 0, (c->cache_off + 16) * sizeof(float));
+  else
+    memset(ws, 0, c->ws_stride * sizeof(float));
+  for (v = 0; v < c->nws; v++) {
+    const int r = (tid + v) % c->nws;
+    while ((t = atomic_fetch_add(&c->rnext[r], 1)) < c->rend[r]) c->run(c, ws, t);
+  }
+}
+
+/* The first task of range r of n tasks in k ranges (sizes differ by at most one). */
+static int64_t range_start(int64_t n, int64_t k, int64_t r) {
+  return n / k * r + (r < n % k ? r : n % k);
+}
+
+/* Splits the pass's ntasks into the threads' ranges. */
+static void split_tasks(actx *c) {
+  int r;
+  for (r = 0; r < c->nws; r++) {
+    atomic_store(&c->rnext[r], range_start(c->ntasks, c->nws, r));
+    c->rend[r] = range_start(c->ntasks, c->nws, r + 1);
+  }
 }
 
 /* Runs tasks [k0, k1) of list (tasks [3][n]) with the workspaces allocated by alloc_ws. */
@@ -361,7 +395,7 @@ static void run_range(actx *c, int64_t *list, int64_t n, int64_t k0, int64_t k1,
   c->ti = list + 2 * n + k0;
   c->ntasks = k1 - k0;
   c->run = run;
-  atomic_store(&c->next, 0);
+  split_tasks(c);
   if (k1 > k0) xte_parallel_threads(sched_thread, c);
 }
 
@@ -375,6 +409,7 @@ static xte_status alloc_ws(actx *c, size_t ws_floats, int64_t ntasks) {
   int64_t nt = xte_cpu_threads();
   size_t bytes;
   if (nt > ntasks) nt = ntasks;
+  if (nt > XTE_ATTN_MAX_RANGES) nt = XTE_ATTN_MAX_RANGES;
   if (nt < 1) nt = 1;
   c->nws = (int)nt;
   c->ws_stride = (ws_floats + 15) / 16 * 16; /* 64-byte aligned rows */
@@ -1177,7 +1212,7 @@ static void run_round(actx *c, int64_t n, int64_t k0, int64_t k1) {
   c->ti = c->qsub + 2 * c->nq;
   c->ntasks = n;
   c->run = bwd_q_task;
-  atomic_store(&c->next, 0);
+  split_tasks(c);
   if (n > 0) xte_parallel_threads(sched_thread, c);
   run_range(c, c->kvlist, c->nkv, k0, k1, bwd_kv_task);
 }
