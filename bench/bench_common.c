@@ -484,17 +484,27 @@ static void distrust_openblas(const char *why) {
 void xte_bench_machine_setup(char **main_argv, FILE *f) {
   const char *core = openblas_get_corename();
   const char *ct = getenv("OPENBLAS_CORETYPE"), *mark = getenv("XTE_BENCH_OPENBLAS_REEXEC");
-  int avx2, avx512f, bf16, nt = xte_bench_threads(), i;
+  int avx2, avx512f, bf16, held, nt = xte_bench_threads(), i;
   char why[512];
   cpuinfo_field("flags", cpu_flags, sizeof cpu_flags);
   avx2 = cpu_has(cpu_flags, "avx2");
   avx512f = cpu_has(cpu_flags, "avx512f");
   bf16 = cpu_has(cpu_flags, "avx512_bf16");
+  held = xte_cpu_get_isa() == XTE_CPU_ISA_AVX2 && avx512f;
   if (main_argv && !ct && !mark) {
-    const char *want = xte_bench_openblas_coretype_for(core, avx2, avx512f, bf16);
+    /* xte held to AVX2 on an AVX-512 CPU: the anchor an AVX2 machine has (else a ratio sets
+     * xte's AVX2 kernels against OpenBLAS's AVX-512 ones) */
+    const char *want = held ? xte_bench_openblas_coretype_for_avx2(core, avx2)
+                            : xte_bench_openblas_coretype_for(core, avx2, avx512f, bf16);
     if (want) {
       /* OpenBLAS read its target in its constructor: only a fresh process takes a new one */
-      if (f) {
+      if (f && held) {
+        fprintf(f,
+                "xte bench: xte's kernels are held to AVX2 and OpenBLAS picked its %s kernels on "
+                "this AVX-512 CPU; running again with OPENBLAS_CORETYPE=%s (an AVX2 machine's)\n",
+                core, want);
+        fflush(f);
+      } else if (f) {
         fprintf(f,
                 "xte bench: OpenBLAS picked its generic %s kernels on this %s CPU; running again "
                 "with OPENBLAS_CORETYPE=%s\n",
@@ -524,6 +534,10 @@ void xte_bench_machine_setup(char **main_argv, FILE *f) {
   } else if (openblas_get_num_threads() != nt) {
     snprintf(why, sizeof why, "OpenBLAS runs %d threads, xte %d", openblas_get_num_threads(), nt);
     distrust_openblas(why);
+  } else if (held && xte_bench_openblas_core_has_avx512(core)) {
+    /* the user's OPENBLAS_CORETYPE, or the re-exec failed: recorded, not refused */
+    machine_setf("openblas_anchor", "trusted, but its %s (AVX-512) kernels face xte's AVX2 ones",
+                 core);
   }
   if (!f) return;
   fprintf(f, "machine:\n");

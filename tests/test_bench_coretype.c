@@ -75,3 +75,29 @@ Test(bench_coretype, is_generic) {
   cr_expect(!xte_bench_openblas_core_is_generic("Zen"));
   cr_expect(!xte_bench_openblas_core_is_generic("Prescotts"));
 }
+
+/* xte held to AVX2 (--isa avx2) on an AVX-512 CPU: the anchor is held to OpenBLAS's AVX2 target */
+static void expect_avx2(const char *core, int avx2, const char *want) {
+  const char *got = xte_bench_openblas_coretype_for_avx2(core, avx2);
+  if (!want)
+    cr_expect_null(got, "held to avx2: core %s avx2 %d: got %s, want none", core ? core : "(null)",
+                   avx2, got ? got : "");
+  else
+    cr_expect(got && strcmp(got, want) == 0, "held to avx2: core %s avx2 %d: got %s, want %s",
+              core ? core : "(null)", avx2, got ? got : "none", want);
+}
+
+Test(bench_coretype, held_to_avx2) {
+  expect_avx2("SkylakeX", 1, "Haswell");
+  expect_avx2("COOPERLAKE", 1, "Haswell");
+  expect_avx2("SapphireRapids", 1, "Haswell");
+  expect_avx2("Prescott", 1, "Haswell");
+  expect_avx2(NULL, 1, "Haswell");
+  expect_avx2("Haswell", 1, NULL);
+  expect_avx2("Zen", 1, NULL);
+  expect_avx2("SkylakeX2", 1, NULL); /* whole names only */
+  expect_avx2("SkylakeX", 0, NULL);
+  cr_expect(xte_bench_openblas_core_has_avx512("skylakex"));
+  cr_expect(!xte_bench_openblas_core_has_avx512("Haswell"));
+  cr_expect(!xte_bench_openblas_core_has_avx512(NULL));
+}

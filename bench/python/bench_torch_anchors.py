@@ -23,7 +23,10 @@ threads take cores from the other's timed call. The record gives what each spun,
 after one call). --gap 0 times them back to back. Default: a short set (< 1 minute on 2 cores): attention at s 1024, GEMM at M 128.
 --full: attention at s 1024 and 4096, GEMM at M 128, 512, 2048 on the three shapes of
 `xte bench gemm` (minutes). The first lines record the machine, xte's ISA and threads, and
-torch's version, threads and build (torch.__config__.show(), summarised).
+torch's version, threads and build (torch.__config__.show(), summarised). With xte held to AVX2
+(XTE_CPU_ISA=avx2) on an AVX-512 CPU, torch is held to AVX2 too (ATEN_CPU_CAPABILITY=avx2,
+MKL_ENABLE_INSTRUCTIONS=AVX2, ONEDNN_MAX_CPU_ISA=AVX2, each unless already set), as
+`xte bench --isa avx2` holds OpenBLAS to its Haswell kernels.
 """
 
 import argparse
@@ -33,6 +36,31 @@ import platform
 import statistics
 import sys
 import time
+
+# xte held to AVX2 (XTE_CPU_ISA=avx2) on a CPU with AVX-512: torch held there too, or a ratio sets
+# xte's AVX2 kernels against torch's AVX-512 (and AMX) ones. ATen's dispatch, MKL and oneDNN read
+# these once, when torch loads; a variable the user set is left alone. Recorded as torch_isa_env.
+TORCH_AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+                  "ONEDNN_MAX_CPU_ISA": "AVX2"}
+TORCH_ISA_ENV = {}
+
+
+def _hold_torch_to_avx2():
+    try:
+        flags = next((l.split(":", 1)[1].split() for l in open("/proc/cpuinfo")
+                      if l.startswith("flags")), [])
+    except OSError:
+        flags = []
+    held = os.environ.get("XTE_CPU_ISA", "").strip().lower() == "avx2" and "avx512f" in flags
+    for k, v in TORCH_AVX2_ENV.items():
+        if k in os.environ:
+            TORCH_ISA_ENV[k] = os.environ[k] + " (set by the user)"
+        elif held:
+            os.environ[k] = v
+            TORCH_ISA_ENV[k] = v + " (set by the bench: xte is held to AVX2)"
+
+
+_hold_torch_to_avx2()
 
 try:
     import torch
@@ -97,6 +125,7 @@ def machine_record(threads):
         "torch_num_threads": torch.get_num_threads(),
         "torch_num_interop_threads": torch.get_num_interop_threads(),
         "torch_cpu_capability": getattr(torch.backends.cpu, "get_cpu_capability", lambda: "?")(),
+        "torch_isa_env": TORCH_ISA_ENV or "(none: torch's own choice)",
         "torch_config": keep,
         "torch_build": build,
         "threads": threads,
