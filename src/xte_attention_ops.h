@@ -88,6 +88,9 @@ typedef struct xte_attn_kernels {
   /* out[r] = the fmaf chain over c = 0 .. d-1 (in order) from +0 of xte_fmaf(X[r*ld + c],
    * Y[r*ld + c], .) for r < n (the backward's D = dO . O) */
   void (*dot_rows)(int64_t n, int64_t d, const float *X, const float *Y, int64_t ld, float *out);
+  /* A tile's rows transposed (a copy: the same bits): dst[k * XTE_ATTN_BM + r] = X[r * ldx + k]
+   * for r < n, k < d, and +0 for n <= r < XTE_ATTN_BM (n <= XTE_ATTN_BM) */
+  void (*load_t)(const float *X, int64_t ldx, int64_t n, int64_t d, float *dst);
 } xte_attn_kernels;
 
 extern const xte_attn_kernels xte_attn_kernels_scalar;

@@ -540,6 +540,27 @@ static void for_padding(const actx *c, int kv, pad_fn fn) {
   }
 }
 
+/* Transposes n rows of tensor X (tokens [tok0, tok0 + n) of (b, head h), d columns) into
+ * dst[k * BM + r]; columns n..BM-1 zero. fp32 rows through the ISA's load_t, in place; other
+ * dtypes converted row by row through tmp (d floats). */
+static void load_rows_t(const actx *c, const xte_attn_tensor *X, int64_t b, int64_t tok0, int64_t h,
+                        int64_t n, int64_t d, float *dst, float *tmp) {
+  int64_t r, k;
+  if (c->a->dtype == XTE_DTYPE_FP32 && n > 0) {
+    c->K->load_t((const float *)X->data + eoff(X, b, tok0, h), X->ts, n, d, dst);
+    return;
+  }
+  for (r = 0; r < BM; r++) {
+    if (r < n) {
+      if (r + PF_ROWS < n) prefetch_row(X, c->a->dtype, eoff(X, b, tok0 + r + PF_ROWS, h), d, 0);
+      load_row(c, X, c->a->dtype, eoff(X, b, tok0 + r, h), d, tmp);
+      for (k = 0; k < d; k++) dst[k * BM + r] = tmp[k];
+    } else {
+      for (k = 0; k < d; k++) dst[k * BM + r] = 0.0f;
+    }
+  }
+}
+
 /* ---------------------------------------------------------------- forward */
 static void fwd_pad(const actx *c, int64_t b, int64_t tok) {
   const xte_attn_args *a = c->a;
@@ -572,7 +593,7 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
   const int64_t dq = a->dqk, dv = a->dv, dqp = c->dqp, dvp = c->dvp, hk = h / c->G;
   const int kdirect = a->dtype == XTE_DTYPE_FP32 && !c->cache;
   const int vdirect = a->dtype == XTE_DTYPE_FP32 && dv % 16 == 0 && !c->cache;
-  int64_t qt0, lq, kt0, lkv, nr, r, jlo, jhi, j0, off, k;
+  int64_t qt0, lq, kt0, lkv, nr, r, jlo, jhi, j0, off;
   const float *Kc = NULL, *Vc = NULL; /* the head cache */
   float *Qt = ws;                     /* [dq][BM] */
   float *Kn = Qt + dq * BM;           /* [BN][dq] */
@@ -595,15 +616,8 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
   seq(a, 1, b, &kt0, &lkv);
   off = lkv - lq;
   nr = min64(BM, lq - i0);
+  load_rows_t(c, &a->q, b, qt0 + i0, h, nr, dq, Qt, T);
   for (r = 0; r < BM; r++) {
-    if (r < nr) {
-      if (r + PF_ROWS < nr)
-        prefetch_row(&a->q, a->dtype, eoff(&a->q, b, qt0 + i0 + r + PF_ROWS, h), dq, 0);
-      load_row(c, &a->q, a->dtype, eoff(&a->q, b, qt0 + i0 + r, h), dq, T);
-      for (k = 0; k < dq; k++) Qt[k * BM + r] = T[k];
-    } else {
-      for (k = 0; k < dq; k++) Qt[k * BM + r] = 0.0f;
-    }
     m[r] = xte_attn_neg_inf();
     l[r] = 0.0f;
   }
@@ -996,22 +1010,6 @@ static size_t bwd_q_ws_floats(const actx *c) {
   const xte_attn_args *a = c->a;
   return (size_t)(a->dqk * BM + a->dv * BM + BN * c->dqp + BN * a->dv + 5 * BN * BM + BM * c->dqp +
                   max64(c->dqp, c->dvp) + 4 * BM + 64);
-}
-
-/* Transposes n rows of tensor X (tokens [tok0, tok0 + n) of (b, head h), d columns) into
- * dst[k * BM + r]; columns n..BM-1 zero. */
-static void load_rows_t(const actx *c, const xte_attn_tensor *X, int64_t b, int64_t tok0, int64_t h,
-                        int64_t n, int64_t d, float *dst, float *tmp) {
-  int64_t r, k;
-  for (r = 0; r < BM; r++) {
-    if (r < n) {
-      if (r + PF_ROWS < n) prefetch_row(X, c->a->dtype, eoff(X, b, tok0 + r + PF_ROWS, h), d, 0);
-      load_row(c, X, c->a->dtype, eoff(X, b, tok0 + r, h), d, tmp);
-      for (k = 0; k < d; k++) dst[k * BM + r] = tmp[k];
-    } else {
-      for (k = 0; k < d; k++) dst[k * BM + r] = 0.0f;
-    }
-  }
 }
 
 /* Pass B: dQ of a query tile: per active KV block a sum from +0 over its keys, added in order.

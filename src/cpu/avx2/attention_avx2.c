@@ -363,6 +363,46 @@ static void exp_n_avx2(const float *x, float *y, int64_t n) {
   }
 }
 
+/* x[c] = column c of the 8 x 8 matrix whose row r is x[r] */
+AI void transpose_8(__m256 x[8]) {
+  __m256 t[8], u[8];
+  int i;
+  for (i = 0; i < 4; i++) {
+    t[2 * i] = _mm256_unpacklo_ps(x[2 * i], x[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(x[2 * i], x[2 * i + 1]);
+  }
+  for (i = 0; i < 2; i++) { /* u[4 i + j], 128-bit half h: rows 4 i .. 4 i + 3 of column 4 h + j */
+    u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  for (i = 0; i < 4; i++) {
+    x[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
+    x[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
+  }
+}
+
+/* 8 x 8 blocks through the registers (see load_t_avx512) */
+static void load_t_avx2(const float *X, int64_t ldx, int64_t n, int64_t d, float *dst) {
+  static const int32_t ones[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t r0, k0;
+  int i;
+  for (r0 = 0; r0 < XTE_ATTN_BM; r0 += 8)
+    for (k0 = 0; k0 < d; k0 += 8) {
+      const int kn = d - k0 >= 8 ? 8 : (int)(d - k0);
+      const __m256i km = _mm256_loadu_si256((const __m256i *)(ones + 8 - kn));
+      __m256 x[8];
+      for (i = 0; i < 8; i++) {
+        const int64_t r = r0 + i;
+        x[i] = r < n ? _mm256_maskload_ps(X + r * ldx + k0, km) : _mm256_setzero_ps();
+        if (r + 8 < n) __builtin_prefetch(X + (r + 8) * ldx + k0, 0, 3);
+      }
+      transpose_8(x);
+      for (i = 0; i < kn; i++) _mm256_storeu_ps(dst + (k0 + i) * XTE_ATTN_BM + r0, x[i]);
+    }
+}
+
 const xte_attn_kernels xte_attn_kernels_avx2 = {
-    XTE_CPU_ISA_AVX2, gemm_avx2,  exp_sub_avx2,   rescale_avx2, fwd_softmax_t_avx2,
-    bwd_p_t_avx2,     exp_n_avx2, gemm_fold_avx2, dot_rows_avx2};
+    XTE_CPU_ISA_AVX2, gemm_avx2,  exp_sub_avx2,   rescale_avx2,  fwd_softmax_t_avx2,
+    bwd_p_t_avx2,     exp_n_avx2, gemm_fold_avx2, dot_rows_avx2, load_t_avx2};

@@ -108,6 +108,12 @@ static void bwd_p_t_scalar(const float *S, const float *dP, const float *G, int6
   }
 }
 
+static void load_t_scalar(const float *X, int64_t ldx, int64_t n, int64_t d, float *dst) {
+  int64_t r, k;
+  for (k = 0; k < d; k++)
+    for (r = 0; r < XTE_ATTN_BM; r++) dst[k * XTE_ATTN_BM + r] = r < n ? X[r * ldx + k] : 0.0f;
+}
+
 const xte_attn_kernels xte_attn_kernels_scalar = {
-    XTE_CPU_ISA_SCALAR, gemm_scalar,  exp_sub_scalar,   rescale_scalar, fwd_softmax_t_scalar,
-    bwd_p_t_scalar,     exp_n_scalar, gemm_fold_scalar, dot_rows_scalar};
+    XTE_CPU_ISA_SCALAR, gemm_scalar,  exp_sub_scalar,   rescale_scalar,  fwd_softmax_t_scalar,
+    bwd_p_t_scalar,     exp_n_scalar, gemm_fold_scalar, dot_rows_scalar, load_t_scalar};
