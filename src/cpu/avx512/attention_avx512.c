@@ -163,10 +163,11 @@ AI __m512 exp_16(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
   p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
   /* every lane in [-86, 88] (no NaN): k in [-124, 127], no branch of xte_ldexp_small and no
-   * special case is taken, the result is (1 + p) 2^k (the same bits as the path below) */
+   * special case is taken, the result is (1 + p) 2^k (the same bits as the path below): a
+   * scalef, exact here (1 + p in [0.7, 1.5), so the product is a normal float) */
   if (_mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-86.0f), _CMP_GE_OQ), x,
                               _mm512_set1_ps(88.0f), _CMP_LE_OQ) == 0xFFFF)
-    return _mm512_mul_ps(_mm512_add_ps(_mm512_set1_ps(1.0f), p), exp2i_16(_mm512_cvttps_epi32(k)));
+    return _mm512_scalef_ps(_mm512_add_ps(_mm512_set1_ps(1.0f), p), k);
   res = ldexp_16(_mm512_add_ps(_mm512_set1_ps(1.0f), p), _mm512_cvttps_epi32(k));
   res = _mm512_mask_mov_ps(res,
                            _mm512_cmp_ps_mask(x, _mm512_set1_ps(-103.97909545898438f), _CMP_LT_OQ),
