@@ -1,9 +1,13 @@
 /* In-register transposes for the AVX-512 kernels built with their own flags (src/cpu/amx,
- * src/cpu/vnni). Include only from files compiled with -mavx512f. */
+ * src/cpu/vnni, src/cpu/avx512). Include only from files compiled with -mavx512f, or after SIMDe's
+ * AVX-512 header with its native aliases (XTE_AVX512_SIMDE: the SIMDe build of
+ * src/cpu/avx512/attention_avx512.c). */
 #ifndef XTE_AVX512_TRANSPOSE_H
 #define XTE_AVX512_TRANSPOSE_H
 
+#ifndef XTE_AVX512_SIMDE
 #include <immintrin.h>
+#endif
 
 /* x[c] = column c of the 16 x 16 dword matrix whose row r is x[r] (in registers: 64 shuffles). */
 static inline void xte_transpose16x16_epi32(__m512i x[16]) {

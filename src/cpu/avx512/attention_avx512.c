@@ -15,6 +15,7 @@
 
 #include <string.h>
 
+#include "cpu/avx512_transpose.h"
 #include "cpu/xte_cpu.h"
 #include "numerics/xte_attention_numerics.h"
 #include "xte_attention_ops.h"
@@ -376,36 +377,6 @@ static void exp_n_avx512(const float *x, float *y, int64_t n) {
   }
 }
 
-/* x[c] = column c of the 16 x 16 matrix whose row r is x[r] (unpacks and lane shuffles) */
-AI void transpose_16(__m512 x[16]) {
-  __m512 t[16], u[16];
-  int i, j;
-  for (i = 0; i < 8; i++) {
-    t[2 * i] = _mm512_unpacklo_ps(x[2 * i], x[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(x[2 * i], x[2 * i + 1]);
-  }
-  for (i = 0; i < 4; i++) { /* u[4 i + j], 128-bit lane L: rows 4 i .. 4 i + 3 of column 4 L + j */
-    u[4 * i] = _mm512_castpd_ps(
-        _mm512_unpacklo_pd(_mm512_castps_pd(t[4 * i]), _mm512_castps_pd(t[4 * i + 2])));
-    u[4 * i + 1] = _mm512_castpd_ps(
-        _mm512_unpackhi_pd(_mm512_castps_pd(t[4 * i]), _mm512_castps_pd(t[4 * i + 2])));
-    u[4 * i + 2] = _mm512_castpd_ps(
-        _mm512_unpacklo_pd(_mm512_castps_pd(t[4 * i + 1]), _mm512_castps_pd(t[4 * i + 3])));
-    u[4 * i + 3] = _mm512_castpd_ps(
-        _mm512_unpackhi_pd(_mm512_castps_pd(t[4 * i + 1]), _mm512_castps_pd(t[4 * i + 3])));
-  }
-  for (j = 0; j < 4; j++) {
-    const __m512 va = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88); /* lanes 0, 2 */
-    const __m512 vb = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
-    const __m512 wa = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD); /* lanes 1, 3 */
-    const __m512 wb = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
-    x[j] = _mm512_shuffle_f32x4(va, vb, 0x88);
-    x[8 + j] = _mm512_shuffle_f32x4(va, vb, 0xDD);
-    x[4 + j] = _mm512_shuffle_f32x4(wa, wb, 0x88);
-    x[12 + j] = _mm512_shuffle_f32x4(wa, wb, 0xDD);
-  }
-}
-
 /* 16 x 16 blocks through the registers; rows past n are zero vectors, columns past d masked. The
  * rows lie ldx apart (4 KiB in a [s, h, d] tensor, where the hardware prefetchers do not follow):
  * the next 16 rows are prefetched while these are moved. */
@@ -416,14 +387,14 @@ static void load_t_avx512(const float *X, int64_t ldx, int64_t n, int64_t d, flo
     for (k0 = 0; k0 < d; k0 += 16) {
       const __mmask16 km = d - k0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (d - k0)) - 1u);
       const int kn = d - k0 >= 16 ? 16 : (int)(d - k0);
-      __m512 x[16];
+      __m512i x[16];
       for (i = 0; i < 16; i++) {
         const int64_t r = r0 + i;
-        x[i] = r < n ? _mm512_maskz_loadu_ps(km, X + r * ldx + k0) : _mm512_setzero_ps();
+        x[i] = r < n ? _mm512_maskz_loadu_epi32(km, X + r * ldx + k0) : _mm512_setzero_si512();
         if (r + 16 < n) __builtin_prefetch(X + (r + 16) * ldx + k0, 0, 3);
       }
-      transpose_16(x);
-      for (i = 0; i < kn; i++) _mm512_storeu_ps(dst + (k0 + i) * XTE_ATTN_BM + r0, x[i]);
+      xte_transpose16x16_epi32(x);
+      for (i = 0; i < kn; i++) _mm512_storeu_si512(dst + (k0 + i) * XTE_ATTN_BM + r0, x[i]);
     }
 }
 
