@@ -535,8 +535,9 @@ void xte_bench_machine_setup(char **main_argv, FILE *f) {
     snprintf(why, sizeof why, "OpenBLAS runs %d threads, xte %d", openblas_get_num_threads(), nt);
     distrust_openblas(why);
   } else if (held && xte_bench_openblas_core_has_avx512(core)) {
-    /* the user's OPENBLAS_CORETYPE, or the re-exec failed: recorded, not refused */
-    machine_setf("openblas_anchor", "trusted, but its %s (AVX-512) kernels face xte's AVX2 ones",
+    /* the user's OPENBLAS_CORETYPE, or the re-exec failed: recorded (a key of its own: the
+     * anchor's verdict stays `trusted` / `REFUSED: why`), not refused */
+    machine_setf("openblas_isa_mismatch", "OpenBLAS's %s (AVX-512) kernels against xte's AVX2 ones",
                  core);
   }
   if (!f) return;

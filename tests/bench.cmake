@@ -11,9 +11,11 @@
 #                                  and recorded as the user's
 #  bench_machine_after_reexec      as after a re-exec whose target did not take (the marker set,
 #                                  OpenBLAS still on Prescott): recorded as xte bench's, refused
+#  bench_machine_held_avx2         XTE_CPU_ISA=avx2: on an AVX-512 CPU OpenBLAS must not run an
+#                                  AVX-512 target unless the user chose it (check_json's rule)
 # Each takes a few seconds (more on a loaded machine).
 if(TARGET xte_cli AND NOT XTE_BENCH_GPU_ONLY) # (the GPU-only xte has no CPU suites, no `moe`)
-  set(XTE_BENCH_MACHINE_VARIANTS json user_coretype after_reexec)
+  set(XTE_BENCH_MACHINE_VARIANTS json user_coretype after_reexec held_avx2)
   foreach(variant ${XTE_BENCH_MACHINE_VARIANTS})
     set(env "")
     set(want "")
@@ -23,6 +25,8 @@ if(TARGET xte_cli AND NOT XTE_BENCH_GPU_ONLY) # (the GPU-only xte has no CPU sui
     elseif(variant STREQUAL "after_reexec")
       set(env "OPENBLAS_CORETYPE=Prescott;XTE_BENCH_OPENBLAS_REEXEC=Prescott")
       set(want "Prescott (set by xte bench: OpenBLAS had picked Prescott)")
+    elseif(variant STREQUAL "held_avx2")
+      set(env "XTE_CPU_ISA=avx2")
     endif()
     set(name bench_machine_${variant})
     add_test(NAME ${name}

@@ -29,7 +29,8 @@ foreach(run quantize gemm)
   if(NOT EXISTS ${json})
     fail("no JSON report ${json}")
   endif()
-  if(NOT out MATCHES "^machine:\n  cpu_model ")
+  # (after the re-exec's own line, when the bench ran itself again for OpenBLAS's target)
+  if(NOT out MATCHES "^(xte bench: [^\n]*\n)?machine:\n  cpu_model ")
     fail("the output does not start with the machine record")
   endif()
   file(READ ${json} text)
@@ -72,6 +73,13 @@ foreach(run quantize gemm)
   endif()
   if(NOT m_openblas_num_threads STREQUAL m_bench_threads AND NOT refused)
     fail("OpenBLAS threads ${m_openblas_num_threads} != ${m_bench_threads}, not refused")
+  endif()
+  # xte held to AVX2 on an AVX-512 CPU: the anchor held there too (OPENBLAS_CORETYPE=Haswell by
+  # a re-exec), unless the user chose OpenBLAS's target
+  if(m_xte_cpu_isa STREQUAL "avx2" AND m_cpu_simd_flags MATCHES "(^| )avx512f( |$)"
+     AND NOT m_openblas_coretype MATCHES "set by the user"
+     AND m_openblas_corename MATCHES "^([Ss][Kk][Yy][Ll][Aa][Kk][Ee][Xx]|[Cc][Oo][Oo][Pp][Ee][Rr][Ll][Aa][Kk][Ee]|[Ss][Aa][Pp][Pp][Hh][Ii][Rr][Ee][Rr][Aa][Pp][Ii][Dd][Ss])$")
+    fail("xte held to AVX2, OpenBLAS on its AVX-512 ${m_openblas_corename} kernels")
   endif()
   if(EXPECT_CORETYPE AND NOT m_openblas_coretype STREQUAL EXPECT_CORETYPE)
     fail("openblas_coretype '${m_openblas_coretype}', want '${EXPECT_CORETYPE}'")
