@@ -95,10 +95,10 @@ typedef struct xte_attn_kernels {
 
 extern const xte_attn_kernels xte_attn_kernels_scalar;
 extern const xte_attn_kernels xte_attn_kernels_avx2;
-#ifdef XTE_HAVE_AVX512
+#ifdef XTE_HAVE_ISA_AVX512
 extern const xte_attn_kernels xte_attn_kernels_avx512;
 #endif
-#ifdef XTE_HAVE_SIMDE
+#ifdef XTE_HAVE_ISA_AVX512_SIMDE
 extern const xte_attn_kernels xte_attn_kernels_avx512_simde;
 #endif
 

@@ -98,10 +98,10 @@ typedef struct xte_gemm_ukernel {
 
 extern const xte_gemm_ukernel xte_gemm_ukernel_scalar;
 extern const xte_gemm_ukernel xte_gemm_ukernel_avx2;
-#ifdef XTE_HAVE_AVX512
+#ifdef XTE_HAVE_ISA_AVX512
 extern const xte_gemm_ukernel xte_gemm_ukernel_avx512;
 #endif
-#ifdef XTE_HAVE_SIMDE
+#ifdef XTE_HAVE_ISA_AVX512_SIMDE
 extern const xte_gemm_ukernel xte_gemm_ukernel_avx512_simde;
 #endif
 

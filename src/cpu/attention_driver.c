@@ -42,11 +42,11 @@ static const xte_attn_kernels *kernels_for(xte_cpu_isa isa) {
   switch (isa) {
     case XTE_CPU_ISA_AVX2:
       return &xte_attn_kernels_avx2;
-#ifdef XTE_HAVE_AVX512
+#ifdef XTE_HAVE_ISA_AVX512
     case XTE_CPU_ISA_AVX512:
       return &xte_attn_kernels_avx512;
 #endif
-#ifdef XTE_HAVE_SIMDE
+#ifdef XTE_HAVE_ISA_AVX512_SIMDE
     case XTE_CPU_ISA_AVX512_SIMDE:
       return &xte_attn_kernels_avx512_simde;
 #endif

@@ -1,5 +1,5 @@
 /* The exact GEMM's AMX-INT8 kernels (src/cpu/amx/gemm_amx.c; built when the compiler takes
- * -mamx-int8: XTE_HAVE_AMX). e4m3 x e4m3 only, K block 128: every code is split into its three
+ * -mamx-int8: XTE_HAVE_ISA_AMX). e4m3 x e4m3 only, K block 128: every code is split into its three
  * int8 digits (src/numerics/xte_gemm_digits.h), the nine digit products of a K block are summed
  * by TDPBSSD (exact int32 sums per weight, any order), and the block partial is the exact sum
  * rounded once to fp32: the same bytes as the fp64 kernels (docs/numerics.md section 6).

@@ -61,11 +61,11 @@ static void init_tables(void) {
  * d[k * 8 + j] = value of rows[j][k], k < kc; the tail through tab. (Belongs in the ukernel table
  * of xte_gemm_ops.h; declared here until then.) */
 typedef void (*pack_b8_fn)(const uint8_t *const *rows, int64_t kc, const double *tab, double *d);
-#ifdef XTE_HAVE_AVX512
+#ifdef XTE_HAVE_ISA_AVX512
 void xte_gemm_avx512_pack_b8_e4m3(const uint8_t *const *rows, int64_t kc, const double *tab,
                                   double *d);
 #endif
-#ifdef XTE_HAVE_SIMDE
+#ifdef XTE_HAVE_ISA_AVX512_SIMDE
 void xte_gemm_avx512_simde_pack_b8_e4m3(const uint8_t *const *rows, int64_t kc, const double *tab,
                                         double *d);
 #endif
@@ -73,7 +73,7 @@ void xte_gemm_avx512_simde_pack_b8_e4m3(const uint8_t *const *rows, int64_t kc, 
 /* Tile kernels for a tile whose valid rows are only the first 8 or 16 (AVX-512's MR = 24): same
  * packed operands and accumulator layout as the ukernel's tile, no split operand. (Also belong in
  * the ukernel table.) */
-#ifdef XTE_HAVE_AVX512
+#ifdef XTE_HAVE_ISA_AVX512
 void xte_gemm_avx512_tile_r8(int64_t nblk, const int *kl, const double *a, const double *a_lo,
                              const double *b, const double *b_lo, const float *sa, const float *sb,
                              float *acc);
@@ -81,7 +81,7 @@ void xte_gemm_avx512_tile_r16(int64_t nblk, const int *kl, const double *a, cons
                               const double *b, const double *b_lo, const float *sa, const float *sb,
                               float *acc);
 #endif
-#ifdef XTE_HAVE_SIMDE
+#ifdef XTE_HAVE_ISA_AVX512_SIMDE
 void xte_gemm_avx512_simde_tile_r8(int64_t nblk, const int *kl, const double *a, const double *a_lo,
                                    const double *b, const double *b_lo, const float *sa,
                                    const float *sb, float *acc);
@@ -93,13 +93,13 @@ void xte_gemm_avx512_simde_tile_r16(int64_t nblk, const int *kl, const double *a
 static void tile_rows_for(xte_cpu_isa isa, xte_gemm_tile_fn *r8, xte_gemm_tile_fn *r16) {
   *r8 = *r16 = NULL;
   switch (isa) {
-#ifdef XTE_HAVE_AVX512
+#ifdef XTE_HAVE_ISA_AVX512
     case XTE_CPU_ISA_AVX512:
       *r8 = xte_gemm_avx512_tile_r8;
       *r16 = xte_gemm_avx512_tile_r16;
       break;
 #endif
-#ifdef XTE_HAVE_SIMDE
+#ifdef XTE_HAVE_ISA_AVX512_SIMDE
     case XTE_CPU_ISA_AVX512_SIMDE:
       *r8 = xte_gemm_avx512_simde_tile_r8;
       *r16 = xte_gemm_avx512_simde_tile_r16;
@@ -112,11 +112,11 @@ static void tile_rows_for(xte_cpu_isa isa, xte_gemm_tile_fn *r8, xte_gemm_tile_f
 
 static pack_b8_fn pack_b8_for(xte_cpu_isa isa) {
   switch (isa) {
-#ifdef XTE_HAVE_AVX512
+#ifdef XTE_HAVE_ISA_AVX512
     case XTE_CPU_ISA_AVX512:
       return xte_gemm_avx512_pack_b8_e4m3;
 #endif
-#ifdef XTE_HAVE_SIMDE
+#ifdef XTE_HAVE_ISA_AVX512_SIMDE
     case XTE_CPU_ISA_AVX512_SIMDE:
       return xte_gemm_avx512_simde_pack_b8_e4m3;
 #endif
@@ -129,11 +129,11 @@ static const xte_gemm_ukernel *ukernel_for(xte_cpu_isa isa) {
   switch (isa) {
     case XTE_CPU_ISA_AVX2:
       return &xte_gemm_ukernel_avx2;
-#ifdef XTE_HAVE_AVX512
+#ifdef XTE_HAVE_ISA_AVX512
     case XTE_CPU_ISA_AVX512:
       return &xte_gemm_ukernel_avx512;
 #endif
-#ifdef XTE_HAVE_SIMDE
+#ifdef XTE_HAVE_ISA_AVX512_SIMDE
     case XTE_CPU_ISA_AVX512_SIMDE:
       return &xte_gemm_ukernel_avx512_simde;
 #endif
@@ -602,7 +602,7 @@ static void sk_range(void *vctx, int64_t sb0, int64_t se, int tid) {
  * the digit kernels of src/cpu/gemm_vnni.h on strips of 16 columns: per thread, sk_a holds A's
  * digits [row][block] of the panel, then the corrections, scales and NaN flags of A; sk_alo the
  * strip's B scales [block][16] and, from VNNI_SK_BD on, its B digits. */
-#ifdef XTE_HAVE_VNNI
+#ifdef XTE_HAVE_ISA_VNNI
 /* the most rows on these kernels with AMX (more rows take amx_small_range); without AMX every
  * small-M problem. One thread, M x 2048 x 7168 e4m3 (B in L3), model 167 VM, time of the other
  * path over this one: AMX m 6 1.45, 8 1.08, 12 0.80, 16 0.66, 32 0.58; fp64 (no AMX) m 1 2.0,
@@ -668,7 +668,7 @@ static void vnni_small_range(void *vctx, int64_t sb0, int64_t se, int tid) {
  * over the threads; each packs its rows of A and runs the 16 x 16 tile kernel, column tile by
  * column tile, over the panel's blocks. On the last panel the item writes its part of D from W
  * (store_row). Same bytes as the fp64 path: both round the exact block sums once. */
-#ifdef XTE_HAVE_AMX
+#ifdef XTE_HAVE_ISA_AMX
 #define AMX_KC (AMX_PANEL_BLK * 128)
 #define AMX_NBLK AMX_PANEL_BLK
 #define AMX_NC AMX_NC_MAX
@@ -874,7 +874,7 @@ static void run_problem(gctx *c, const xte_gemm_problem *p, int64_t m) {
     int64_t kp = (int64_t)(SK_ABYTES / sizeof(double)) / m / kb * kb;
     int64_t kall = (p->k + kb - 1) / kb * kb;
     c->sk_kp = kp < kb ? kb : kp > kall ? kall : kp;
-#ifdef XTE_HAVE_VNNI
+#ifdef XTE_HAVE_ISA_VNNI
     if (c->vnni && m <= (c->amx ? VNNI_SK_MAXM_AMX : VNNI_SK_MAXM)) {
       /* K panels of whole blocks whose A digits, corrections, flags and scales fit sk_a */
       kp = (int64_t)SK_ABYTES / (m * VNNI_SK_ROWBLK) * 128;
@@ -883,7 +883,7 @@ static void run_problem(gctx *c, const xte_gemm_problem *p, int64_t m) {
       return;
     }
 #endif
-#ifdef XTE_HAVE_AMX
+#ifdef XTE_HAVE_ISA_AMX
     if (c->amx && m >= AMX_SK_MINM) {
       xte_parallel_for_max((p->n + 15) / 16, c->nt, amx_small_range, c);
       return;
@@ -892,7 +892,7 @@ static void run_problem(gctx *c, const xte_gemm_problem *p, int64_t m) {
     xte_parallel_for_max((p->n + 7) / 8, c->nt, sk_range, c);
     return;
   }
-#ifdef XTE_HAVE_AMX
+#ifdef XTE_HAVE_ISA_AMX
   if (c->amx) {
     amx_problem(c, p, m);
     return;
@@ -1013,11 +1013,11 @@ static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
   c.NC = 1536 / c.NR * c.NR;
   c.MCH = (1024 + c.MC - 1) / c.MC * c.MC;
   if (c.MCH < c.MC) c.MCH = c.MC;
-#ifdef XTE_HAVE_VNNI
+#ifdef XTE_HAVE_ISA_VNNI
   c.vnni = xte_cpu_get_isa() == XTE_CPU_ISA_AVX512 && g->a.fmt == XTE_FP8_E4M3 &&
            g->b.fmt == XTE_FP8_E4M3 && g->kblock == 128 && g->b.ks == 1 && xte_gemm_vnni_usable();
 #endif
-#ifdef XTE_HAVE_AMX
+#ifdef XTE_HAVE_ISA_AMX
   c.amx = xte_cpu_get_isa() == XTE_CPU_ISA_AVX512 && g->a.fmt == XTE_FP8_E4M3 &&
           g->b.fmt == XTE_FP8_E4M3 && g->kblock == 128 && (g->a.ks == 1 || g->a.rs == 1) &&
           (g->b.ks == 1 || g->b.rs == 1) && xte_gemm_amx_usable();
@@ -1157,7 +1157,7 @@ static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
 }
 
 int xte_cpu_gemm_amx(void) {
-#ifdef XTE_HAVE_AMX
+#ifdef XTE_HAVE_ISA_AMX
   return xte_cpu_get_isa() == XTE_CPU_ISA_AVX512 && xte_gemm_amx_usable();
 #else
   return 0;
@@ -1165,7 +1165,7 @@ int xte_cpu_gemm_amx(void) {
 }
 
 int xte_cpu_gemm_vnni_rows(void) {
-#ifdef XTE_HAVE_VNNI
+#ifdef XTE_HAVE_ISA_VNNI
   if (xte_cpu_get_isa() == XTE_CPU_ISA_AVX512 && xte_gemm_vnni_usable())
     return xte_cpu_gemm_amx() ? VNNI_SK_MAXM_AMX : VNNI_SK_MAXM;
 #endif

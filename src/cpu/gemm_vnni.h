@@ -1,5 +1,5 @@
 /* The exact GEMM's AVX512-VNNI kernels for a few rows of A (src/cpu/vnni/gemm_vnni.c; built when
- * the compiler takes -mavx512vnni -mavx512vbmi: XTE_HAVE_VNNI). e4m3 x e4m3 only, K block 128,
+ * the compiler takes -mavx512vnni -mavx512vbmi: XTE_HAVE_ISA_VNNI). e4m3 x e4m3 only, K block 128,
  * B read along K. Every code is split into its three int8 digits (src/numerics/xte_gemm_digits.h;
  * B's negative codes take their magnitude's digits negated, an equally exact split) and the
  * digit products of a K block are summed by VPDPBUSD into int32 lanes, one lane per output

@@ -33,11 +33,11 @@ static unsigned detect_available(void) {
     avx512 = ((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1);
   }
   if (avx && avx2 && fma && f16c && (xcr0 & 0x6) == 0x6) avail |= 1u << XTE_CPU_ISA_AVX2;
-#ifdef XTE_HAVE_SIMDE
+#ifdef XTE_HAVE_ISA_AVX512_SIMDE
   /* the SIMDe objects are compiled for AVX2 + FMA + F16C */
   if (avail & (1u << XTE_CPU_ISA_AVX2)) avail |= 1u << XTE_CPU_ISA_AVX512_SIMDE;
 #endif
-#ifdef XTE_HAVE_AVX512
+#ifdef XTE_HAVE_ISA_AVX512
   if ((avail & (1u << XTE_CPU_ISA_AVX2)) && avx512 && (xcr0 & 0xE6) == 0xE6)
     avail |= 1u << XTE_CPU_ISA_AVX512;
 #else
@@ -119,11 +119,11 @@ const xte_cpu_kernels *xte_cpu_kernels_for(xte_cpu_isa isa) {
   switch (isa) {
     case XTE_CPU_ISA_AVX2:
       return &xte_cpu_kernels_avx2;
-#ifdef XTE_HAVE_AVX512
+#ifdef XTE_HAVE_ISA_AVX512
     case XTE_CPU_ISA_AVX512:
       return &xte_cpu_kernels_avx512;
 #endif
-#ifdef XTE_HAVE_SIMDE
+#ifdef XTE_HAVE_ISA_AVX512_SIMDE
     case XTE_CPU_ISA_AVX512_SIMDE:
       return &xte_cpu_kernels_avx512_simde;
 #endif

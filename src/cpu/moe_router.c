@@ -511,11 +511,11 @@ xte_status XTE_MOE_NAME(xte_cpu_moe_router_forward)(const xte_router_args *a, vo
   switch (xte_cpu_get_isa()) {
     case XTE_CPU_ISA_SCALAR:
       break;
-#ifdef XTE_HAVE_AVX512
+#ifdef XTE_HAVE_ISA_AVX512
     case XTE_CPU_ISA_AVX512:
       return xte_cpu_moe_router_forward_avx512(a, handle);
 #endif
-#ifdef XTE_HAVE_SIMDE
+#ifdef XTE_HAVE_ISA_AVX512_SIMDE
     case XTE_CPU_ISA_AVX512_SIMDE:
       return xte_cpu_moe_router_forward_avx512_simde(a, handle);
 #endif
@@ -583,11 +583,11 @@ xte_status XTE_MOE_NAME(xte_cpu_moe_router_backward)(const xte_router_bwd_args *
   switch (xte_cpu_get_isa()) {
     case XTE_CPU_ISA_SCALAR:
       break;
-#ifdef XTE_HAVE_AVX512
+#ifdef XTE_HAVE_ISA_AVX512
     case XTE_CPU_ISA_AVX512:
       return xte_cpu_moe_router_backward_avx512(a, handle);
 #endif
-#ifdef XTE_HAVE_SIMDE
+#ifdef XTE_HAVE_ISA_AVX512_SIMDE
     case XTE_CPU_ISA_AVX512_SIMDE:
       return xte_cpu_moe_router_backward_avx512_simde(a, handle);
 #endif

@@ -3,8 +3,7 @@
  * sequence of IEEE operations (the GEMM's fmaf chain runs in k order within one lane; exp is
  * xte_expf lane by lane), so the bytes are the scalar kernels'. */
 #ifdef XTE_AVX512_SIMDE
-#define SIMDE_ENABLE_NATIVE_ALIASES
-#include <simde/x86/avx512.h>
+#include "cpu/avx512/simde_avx512.h"
 #define XTE_ATTN_AVX512_TABLE xte_attn_kernels_avx512_simde
 #define XTE_ATTN_AVX512_ISA XTE_CPU_ISA_AVX512_SIMDE
 #else

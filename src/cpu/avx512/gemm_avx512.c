@@ -4,8 +4,7 @@
  * to nearest even, and the fp32 scale product and fused multiply-add are those of the shared
  * numerics header (src/numerics/xte_gemm_numerics.h), lane by lane. */
 #ifdef XTE_AVX512_SIMDE
-#define SIMDE_ENABLE_NATIVE_ALIASES
-#include <simde/x86/avx512.h>
+#include "cpu/avx512/simde_avx512.h"
 #define XTE_GEMM_AVX512_TABLE xte_gemm_ukernel_avx512_simde
 #define XTE_GEMM_AVX512_ISA XTE_CPU_ISA_AVX512_SIMDE
 #else

@@ -3,8 +3,7 @@
  * so that these kernels are tested on machines without AVX-512. Lanes reproduce the shared
  * numerics header bit for bit; tails use the header. */
 #ifdef XTE_AVX512_SIMDE
-#define SIMDE_ENABLE_NATIVE_ALIASES
-#include <simde/x86/avx512.h>
+#include "cpu/avx512/simde_avx512.h"
 #define XTE_AVX512_TABLE xte_cpu_kernels_avx512_simde
 #define XTE_AVX512_ISA XTE_CPU_ISA_AVX512_SIMDE
 #else

@@ -4,8 +4,7 @@
  * scalar functions bit for bit (tests/test_moe_router.c compares every ISA). The other MoE
  * drivers use the AVX2 build for this ISA too. */
 #ifdef XTE_AVX512_SIMDE
-#define SIMDE_ENABLE_NATIVE_ALIASES
-#include <simde/x86/avx512.h>
+#include "cpu/avx512/simde_avx512.h"
 #define XTE_MOE_NAME(x) x##_avx512_simde
 #else
 #include <immintrin.h>
