@@ -307,6 +307,11 @@ xte_status xte_backend_info_string(char *buf, size_t size) {
   for (i = 0; i < XTE_CPU_ISA_COUNT; i++)
     if (in.cpu_isa_available & (1u << i)) XTE_PUT(" %s", xte_cpu_isa_name((xte_cpu_isa)i));
   XTE_PUT("\n");
+  for (i = 0; i < XTE_CPU_ISA_COUNT; i++)
+    if (!(in.cpu_isa_available & (1u << i)))
+      XTE_PUT("  isa %s unavailable: %s\n", xte_cpu_isa_name((xte_cpu_isa)i),
+              xte_cpu_isa_unavailable((xte_cpu_isa)i));
+  if (xte_cpu_isa_note()) XTE_PUT("  %s\n", xte_cpu_isa_note());
   XTE_PUT("  exact e4m3 GEMM: %s\n",
           xte_cpu_gemm_amx() ? "amx-int8 digit products" : "fp64 fma (no amx-int8 in use)");
   if (xte_cpu_gemm_vnni_rows() > 0)

@@ -9,7 +9,7 @@
 
 #include "test_attention_oracle.h"
 
-/* the test hook of src/xte_attention_ops.h (not on this test's include path) */
+/* the test hook of src/cpu/attention_kernels.h (not on this test's include path) */
 XTE_API size_t xte_internal_attention_cache_limit(size_t bytes);
 
 typedef struct outs {

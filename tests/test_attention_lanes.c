@@ -19,7 +19,7 @@
 
 #include "numerics/xte_math.h"
 #include "xte/xte.h"
-#include "xte_attention_ops.h"
+#include "cpu/attention_kernels.h"
 
 #define NISA 3
 #define CHUNK 65536 /* values per work item; the last of a range is shorter (SIMD tails) */

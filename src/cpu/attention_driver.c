@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "cpu/attention_kernels.h"
 #include "cpu/xte_cpu.h"
 #include "numerics/xte_attention_numerics.h"
 #include "xte_attention_ops.h"
@@ -37,23 +38,6 @@
 
 /* task ranges of the scheduler: one per thread that takes tasks (at most the pool's threads) */
 #define XTE_ATTN_MAX_RANGES 256
-
-static const xte_attn_kernels *kernels_for(xte_cpu_isa isa) {
-  switch (isa) {
-    case XTE_CPU_ISA_AVX2:
-      return &xte_attn_kernels_avx2;
-#ifdef XTE_HAVE_ISA_AVX512
-    case XTE_CPU_ISA_AVX512:
-      return &xte_attn_kernels_avx512;
-#endif
-#ifdef XTE_HAVE_ISA_AVX512_SIMDE
-    case XTE_CPU_ISA_AVX512_SIMDE:
-      return &xte_attn_kernels_avx512_simde;
-#endif
-    default:
-      return &xte_attn_kernels_scalar;
-  }
-}
 
 static int64_t rup16(int64_t x) {
   return (x + 15) / 16 * 16;
@@ -69,7 +53,7 @@ static int64_t max64(int64_t a, int64_t b) {
 typedef struct actx {
   const xte_attn_args *a;
   const xte_attn_kernels *K;
-  const xte_cpu_kernels *ck;
+  const xte_quant_kernels *ck;
   int64_t G;          /* query heads per KV head */
   int64_t lq_max;     /* the longest query sequence (THD: from cu_seqlens, not max_seqlen) */
   int64_t lkv_max;    /* the longest key sequence */
@@ -705,10 +689,11 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
 
 static void init_ctx(actx *c, const xte_attn_args *a) {
   int64_t b, t0, len;
+  const xte_cpu_isa_table *T = xte_cpu_isa_table_get(); /* one ISA for the whole call */
   memset(c, 0, sizeof *c);
   c->a = a;
-  c->K = kernels_for(xte_cpu_get_isa());
-  c->ck = xte_cpu_kernels_get();
+  c->K = T->attn;
+  c->ck = T->quant;
   c->G = a->hq / a->hkv;
   c->dqp = rup16(a->dqk);
   c->dvp = rup16(a->dv);
@@ -1320,9 +1305,10 @@ const struct xte_attention_ops *xte_cpu_attention_ops(void) {
 }
 
 xte_status xte_internal_attention_exp(xte_cpu_isa isa, const float *x, float *y, int64_t n) {
-  if (!xte_cpu_kernels_for(isa))
+  const xte_cpu_isa_table *T = xte_cpu_isa_table_for(isa);
+  if (!T)
     return xte_set_error(XTE_ERROR_UNSUPPORTED, "isa %d cannot run on this machine or build",
                          (int)isa);
-  if (n > 0) kernels_for(isa)->exp_n(x, y, n);
+  if (n > 0) T->attn->exp_n(x, y, n);
   return XTE_SUCCESS;
 }

@@ -2,6 +2,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "cpu/moe_cpu.h"
 #include "cpu/xte_cpu.h"
 #include "xte_internal.h"
 
@@ -55,6 +56,27 @@ static xte_backend_ops cpu_ops = {
     .dequantize = xte_cpu_dequantize,
     .cast = xte_cpu_cast,
 };
+
+/* MoE: the ISA-independent drivers, and the ISA's kernels through its table */
+static xte_status moe_router_forward(const xte_router_args *a, void *h) {
+  return xte_cpu_isa_table_get()->moe->router_forward(a, h);
+}
+static xte_status moe_router_backward(const xte_router_bwd_args *a, void *h) {
+  return xte_cpu_isa_table_get()->moe->router_backward(a, h);
+}
+static xte_status moe_unpermute(const xte_unpermute_args *a, int which, void *h) {
+  return xte_cpu_isa_table_get()->moe->unpermute(a, which, h);
+}
+static xte_status moe_swiglu(const xte_swiglu_args *a, void *h) {
+  return xte_cpu_isa_table_get()->moe->swiglu(a, h);
+}
+static const xte_moe_ops cpu_moe_ops = {
+    moe_router_forward, moe_router_backward,     xte_cpu_moe_aux_loss,        xte_cpu_moe_permute,
+    moe_unpermute,      xte_cpu_moe_sort_chunks, xte_cpu_moe_dispatch_layout, moe_swiglu};
+
+const struct xte_moe_ops *xte_cpu_moe_ops(void) {
+  return &cpu_moe_ops;
+}
 
 static void fill_capabilities(void) {
   cpu_ops.gemm = xte_cpu_gemm_ops();

@@ -21,15 +21,14 @@
  * of AMX_SK_MINM to XTE_GEMM_SK_MAXM rows (amx_small_range: threads split N, no shared panel).
  * With AVX512-VNNI, e4m3 x e4m3 problems of at most VNNI_SK_MAXM_AMX rows (every small-M one
  * without AMX) take vnni_small_range instead: B's codes become int8 digits 16 rows x one K block
- * at a time, in the VNNI order, summed per output lane by VPDPBUSD (src/cpu/gemm_vnni.h).
+ * at a time, in the VNNI order, summed per output lane by VPDPBUSD (src/cpu/vnni/gemm_vnni.h).
  * Every output element goes through the contract's arithmetic in K order whatever the partition, so
  * results never depend on threads or ISA. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/gemm_amx.h"
-#include "cpu/gemm_vnni.h"
+#include "cpu/gemm_kernels.h"
 #include "cpu/xte_cpu.h"
 #include "numerics/xte_gemm_numerics.h"
 #include "xte_gemm_ops.h"
@@ -57,97 +56,14 @@ static void init_tables(void) {
   }
 }
 
-/* 8 rows of e4m3 B codes packed to fp64 [k][8] with SIMD decoding (same values as tab_full):
- * d[k * 8 + j] = value of rows[j][k], k < kc; the tail through tab. (Belongs in the ukernel table
- * of xte_gemm_ops.h; declared here until then.) */
-typedef void (*pack_b8_fn)(const uint8_t *const *rows, int64_t kc, const double *tab, double *d);
-#ifdef XTE_HAVE_ISA_AVX512
-void xte_gemm_avx512_pack_b8_e4m3(const uint8_t *const *rows, int64_t kc, const double *tab,
-                                  double *d);
-#endif
-#ifdef XTE_HAVE_ISA_AVX512_SIMDE
-void xte_gemm_avx512_simde_pack_b8_e4m3(const uint8_t *const *rows, int64_t kc, const double *tab,
-                                        double *d);
-#endif
-
-/* Tile kernels for a tile whose valid rows are only the first 8 or 16 (AVX-512's MR = 24): same
- * packed operands and accumulator layout as the ukernel's tile, no split operand. (Also belong in
- * the ukernel table.) */
-#ifdef XTE_HAVE_ISA_AVX512
-void xte_gemm_avx512_tile_r8(int64_t nblk, const int *kl, const double *a, const double *a_lo,
-                             const double *b, const double *b_lo, const float *sa, const float *sb,
-                             float *acc);
-void xte_gemm_avx512_tile_r16(int64_t nblk, const int *kl, const double *a, const double *a_lo,
-                              const double *b, const double *b_lo, const float *sa, const float *sb,
-                              float *acc);
-#endif
-#ifdef XTE_HAVE_ISA_AVX512_SIMDE
-void xte_gemm_avx512_simde_tile_r8(int64_t nblk, const int *kl, const double *a, const double *a_lo,
-                                   const double *b, const double *b_lo, const float *sa,
-                                   const float *sb, float *acc);
-void xte_gemm_avx512_simde_tile_r16(int64_t nblk, const int *kl, const double *a,
-                                    const double *a_lo, const double *b, const double *b_lo,
-                                    const float *sa, const float *sb, float *acc);
-#endif
-
-static void tile_rows_for(xte_cpu_isa isa, xte_gemm_tile_fn *r8, xte_gemm_tile_fn *r16) {
-  *r8 = *r16 = NULL;
-  switch (isa) {
-#ifdef XTE_HAVE_ISA_AVX512
-    case XTE_CPU_ISA_AVX512:
-      *r8 = xte_gemm_avx512_tile_r8;
-      *r16 = xte_gemm_avx512_tile_r16;
-      break;
-#endif
-#ifdef XTE_HAVE_ISA_AVX512_SIMDE
-    case XTE_CPU_ISA_AVX512_SIMDE:
-      *r8 = xte_gemm_avx512_simde_tile_r8;
-      *r16 = xte_gemm_avx512_simde_tile_r16;
-      break;
-#endif
-    default:
-      break;
-  }
-}
-
-static pack_b8_fn pack_b8_for(xte_cpu_isa isa) {
-  switch (isa) {
-#ifdef XTE_HAVE_ISA_AVX512
-    case XTE_CPU_ISA_AVX512:
-      return xte_gemm_avx512_pack_b8_e4m3;
-#endif
-#ifdef XTE_HAVE_ISA_AVX512_SIMDE
-    case XTE_CPU_ISA_AVX512_SIMDE:
-      return xte_gemm_avx512_simde_pack_b8_e4m3;
-#endif
-    default:
-      return NULL;
-  }
-}
-
-static const xte_gemm_ukernel *ukernel_for(xte_cpu_isa isa) {
-  switch (isa) {
-    case XTE_CPU_ISA_AVX2:
-      return &xte_gemm_ukernel_avx2;
-#ifdef XTE_HAVE_ISA_AVX512
-    case XTE_CPU_ISA_AVX512:
-      return &xte_gemm_ukernel_avx512;
-#endif
-#ifdef XTE_HAVE_ISA_AVX512_SIMDE
-    case XTE_CPU_ISA_AVX512_SIMDE:
-      return &xte_gemm_ukernel_avx512_simde;
-#endif
-    default:
-      return &xte_gemm_ukernel_scalar;
-  }
-}
-
 typedef struct gctx {
   const xte_gemm_args *g;
   int nt; /* threads the per-thread buffers were sized for; every parallel loop uses at most this */
-  const xte_gemm_ukernel *uk;
-  pack_b8_fn pack_b8;                 /* NULL: tables only */
+  const xte_gemm_ukernel *uk;         /* the ISA's kernels */
+  xte_gemm_pack_b8_fn pack_b8;        /* NULL: tables only */
   xte_gemm_tile_fn tile_r8, tile_r16; /* 24-row tiles with 8 / 16 valid rows; NULL: none */
+  const xte_gemm_amx_kernels *ax;     /* the ISA's extensions (NULL: none) */
+  const xte_gemm_vnni_kernels *vx;
   int MR, NR;
   int64_t MC, NC, MCH;
   int split_a, split_b;
@@ -599,10 +515,9 @@ static void sk_range(void *vctx, int64_t sb0, int64_t se, int tid) {
 
 /* ---------------------------------------------------------------- small M on AVX512-VNNI
  * As sk_range (threads own runs of strips, 256-column chunks, A packed once per K panel), with
- * the digit kernels of src/cpu/gemm_vnni.h on strips of 16 columns: per thread, sk_a holds A's
+ * the digit kernels of src/cpu/vnni/gemm_vnni.h on strips of 16 columns: per thread, sk_a holds A's
  * digits [row][block] of the panel, then the corrections, scales and NaN flags of A; sk_alo the
  * strip's B scales [block][16] and, from VNNI_SK_BD on, its B digits. */
-#ifdef XTE_HAVE_ISA_VNNI
 /* the most rows on these kernels with AMX (more rows take amx_small_range); without AMX every
  * small-M problem. One thread, M x 2048 x 7168 e4m3 (B in L3), model 167 VM, time of the other
  * path over this one: AMX m 6 1.45, 8 1.08, 12 0.80, 16 0.66, 32 0.58; fp64 (no AMX) m 1 2.0,
@@ -632,8 +547,8 @@ static void vnni_small_range(void *vctx, int64_t sb0, int64_t se, int tid) {
       const int64_t kc = p->k - kp < c->sk_kp ? p->k - kp : c->sk_kp, nb = (kc + 127) / 128;
       int64_t bl;
       if (!packed || c->sk_kp < p->k) {
-        xte_gemm_vnni_pack_a(A->data + p->a_i0 * A->rs + (p->a_k0 + kp) * A->ks, A->rs, A->ks,
-                             (int)m, kc, ap, corr, nana);
+        c->vx->pack_a(A->data + p->a_i0 * A->rs + (p->a_k0 + kp) * A->ks, A->rs, A->ks, (int)m, kc,
+                      ap, corr, nana);
         { /* A's scales [row][block], one division per row and per block */
           int64_t gi[VNNI_SK_MAXM];
           for (r = 0; r < m; r++) gi[r] = (p->a_i0 + r) / A->bi;
@@ -648,9 +563,9 @@ static void vnni_small_range(void *vctx, int64_t sb0, int64_t se, int tid) {
         const int64_t n0 = s * 16;
         const int nv = (int)(p->n - n0 < 16 ? p->n - n0 : 16);
         panel_scales(B, p->b_i0 + n0, nv, 16, p->b_k0 + kp, (int)nb, 128, sbv);
-        xte_gemm_vnni_strip((int)m, (int)nb, kc, ap, corr, nana, sa,
-                            B->data + (p->b_i0 + n0) * B->rs + p->b_k0 + kp, B->rs, nv, sbv, bd,
-                            W + (s - s0) * 16, ldw);
+        c->vx->strip((int)m, (int)nb, kc, ap, corr, nana, sa,
+                     B->data + (p->b_i0 + n0) * B->rs + p->b_k0 + kp, B->rs, nv, sbv, bd,
+                     W + (s - s0) * 16, ldw);
       }
     }
     {
@@ -659,7 +574,6 @@ static void vnni_small_range(void *vctx, int64_t sb0, int64_t se, int tid) {
     }
   }
 }
-#endif
 
 /* ---------------------------------------------------------------- AMX-INT8 (e4m3 x e4m3)
  * jc over N in panels of AMX_NC columns, mc0 over M in chunks of AMX_MCH rows (their fp32
@@ -668,7 +582,6 @@ static void vnni_small_range(void *vctx, int64_t sb0, int64_t se, int tid) {
  * over the threads; each packs its rows of A and runs the 16 x 16 tile kernel, column tile by
  * column tile, over the panel's blocks. On the last panel the item writes its part of D from W
  * (store_row). Same bytes as the fp64 path: both round the exact block sums once. */
-#ifdef XTE_HAVE_ISA_AMX
 #define AMX_KC (AMX_PANEL_BLK * 128)
 #define AMX_NBLK AMX_PANEL_BLK
 #define AMX_NC AMX_NC_MAX
@@ -686,12 +599,11 @@ static void amx_pack_b_range(void *vctx, int64_t b, int64_t e, int tid) {
     const int nv = (int)(c->nc - t * 16 < 16 ? c->nc - t * 16 : 16);
     float *sb = c->amx_sb + t * c->nblk * 16;
     if (B->ks == 1)
-      xte_gemm_amx_pack_b(B->data + (p->b_i0 + n0) * B->rs + p->b_k0 + c->pc, B->rs, nv, c->kc,
-                          c->amx_b + t * c->nblk * XTE_AMX_BLOCK_BYTES, c->amx_nanb + t * c->nblk);
+      c->ax->pack_b(B->data + (p->b_i0 + n0) * B->rs + p->b_k0 + c->pc, B->rs, nv, c->kc,
+                    c->amx_b + t * c->nblk * XTE_AMX_BLOCK_BYTES, c->amx_nanb + t * c->nblk);
     else /* rs == 1: the columns are contiguous */
-      xte_gemm_amx_pack_b_kn(B->data + (p->b_i0 + n0) + (p->b_k0 + c->pc) * B->ks, B->ks, nv, c->kc,
-                             c->amx_b + t * c->nblk * XTE_AMX_BLOCK_BYTES,
-                             c->amx_nanb + t * c->nblk);
+      c->ax->pack_b_kn(B->data + (p->b_i0 + n0) + (p->b_k0 + c->pc) * B->ks, B->ks, nv, c->kc,
+                       c->amx_b + t * c->nblk * XTE_AMX_BLOCK_BYTES, c->amx_nanb + t * c->nblk);
     panel_scales(B, p->b_i0 + n0, nv, 16, p->b_k0 + c->pc, c->nblk, 128, sb);
   }
 }
@@ -705,7 +617,7 @@ static void amx_compute_range(void *vctx, int64_t b, int64_t e, int tid) {
   float *sa = c->amx_sa[tid];
   int64_t it, last_mg = -1;
   if (b >= e) return;
-  xte_gemm_amx_begin();
+  c->ax->begin();
   for (it = b; it < e; it++) {
     const int64_t mg = it / c->amx_nch, nch = it % c->amx_nch;
     const int64_t t0 = mg * AMX_MG, t1 = t0 + AMX_MG < c->amx_mtiles ? t0 + AMX_MG : c->amx_mtiles;
@@ -719,21 +631,20 @@ static void amx_compute_range(void *vctx, int64_t b, int64_t e, int tid) {
         const int nv = (int)(c->m - r0 < 16 ? c->m - r0 : 16);
         float *s = sa + (t - t0) * c->nblk * 16;
         if (A->ks == 1)
-          xte_gemm_amx_pack_a(A->data + (p->a_i0 + r0) * A->rs + p->a_k0 + c->pc, A->rs, nv, c->kc,
-                              ap + (t - t0) * c->nblk * XTE_AMX_BLOCK_BYTES,
-                              nana + (t - t0) * c->nblk);
+          c->ax->pack_a(A->data + (p->a_i0 + r0) * A->rs + p->a_k0 + c->pc, A->rs, nv, c->kc,
+                        ap + (t - t0) * c->nblk * XTE_AMX_BLOCK_BYTES, nana + (t - t0) * c->nblk);
         else /* rs == 1: the rows are contiguous */
-          xte_gemm_amx_pack_a_kn(A->data + (p->a_i0 + r0) + (p->a_k0 + c->pc) * A->ks, A->ks, nv,
-                                 c->kc, ap + (t - t0) * c->nblk * XTE_AMX_BLOCK_BYTES,
-                                 nana + (t - t0) * c->nblk);
+          c->ax->pack_a_kn(A->data + (p->a_i0 + r0) + (p->a_k0 + c->pc) * A->ks, A->ks, nv, c->kc,
+                           ap + (t - t0) * c->nblk * XTE_AMX_BLOCK_BYTES,
+                           nana + (t - t0) * c->nblk);
         panel_scales(A, p->a_i0 + r0, nv, 16, p->a_k0 + c->pc, c->nblk, 128, s);
       }
       last_mg = mg;
     }
-    xte_gemm_amx_tiles(c->nblk, ap, nana, sa, (int)(t1 - t0),
-                       c->amx_b + u0 * c->nblk * XTE_AMX_BLOCK_BYTES, c->amx_nanb + u0 * c->nblk,
-                       c->amx_sb + u0 * c->nblk * 16, (int)(u1 - u0),
-                       c->amx_w + t0 * 16 * c->amx_ldw + u0 * 16, c->amx_ldw, c->first_pc);
+    c->ax->tiles(c->nblk, ap, nana, sa, (int)(t1 - t0),
+                 c->amx_b + u0 * c->nblk * XTE_AMX_BLOCK_BYTES, c->amx_nanb + u0 * c->nblk,
+                 c->amx_sb + u0 * c->nblk * 16, (int)(u1 - u0),
+                 c->amx_w + t0 * 16 * c->amx_ldw + u0 * 16, c->amx_ldw, c->first_pc);
     if (c->last_pc) {
       const int64_t n0 = u0 * 16, n1 = u1 * 16 < c->nc ? u1 * 16 : c->nc;
       const int64_t r1 = t1 * 16 < c->mch ? t1 * 16 : c->mch;
@@ -741,7 +652,7 @@ static void amx_compute_range(void *vctx, int64_t b, int64_t e, int tid) {
         store_row(c->g, p->d_r0 + c->mc0 + i, c->jc + n0, c->amx_w + i * c->amx_ldw + n0, n1 - n0);
     }
   }
-  xte_gemm_amx_end();
+  c->ax->end();
 }
 
 /* Small M (at most XTE_GEMM_SK_MAXM rows: one or two 16-row tiles) on the tile unit: each thread
@@ -771,7 +682,7 @@ static void amx_small_range(void *vctx, int64_t u0, int64_t ue, int tid) {
   float *sb = (float *)(nana + mt * spb + 32), *sa = sb + AMX_NBLK * 16, *W = c->sk_w[tid];
   int64_t c0, kp, pc, u, i;
   if (u0 >= ue) return;
-  xte_gemm_amx_begin();
+  c->ax->begin();
   for (c0 = u0; c0 < ue; c0 += AMX_SK_CH) {
     const int64_t c1 = c0 + AMX_SK_CH < ue ? c0 + AMX_SK_CH : ue;
     for (kp = 0; kp < p->k; kp += spb * 128) {
@@ -786,11 +697,11 @@ static void amx_small_range(void *vctx, int64_t u0, int64_t ue, int tid) {
           const int64_t r0 = t * 16, o = q * mt * AMX_NBLK + (int64_t)t * nblk;
           const int nv = (int)(m - r0 < 16 ? m - r0 : 16);
           if (A->ks == 1)
-            xte_gemm_amx_pack_a(A->data + (p->a_i0 + r0) * A->rs + p->a_k0 + pc, A->rs, nv, kc,
-                                ap + o * XTE_AMX_BLOCK_BYTES, nana + o);
+            c->ax->pack_a(A->data + (p->a_i0 + r0) * A->rs + p->a_k0 + pc, A->rs, nv, kc,
+                          ap + o * XTE_AMX_BLOCK_BYTES, nana + o);
           else /* rs == 1: the rows are contiguous */
-            xte_gemm_amx_pack_a_kn(A->data + (p->a_i0 + r0) + (p->a_k0 + pc) * A->ks, A->ks, nv, kc,
-                                   ap + o * XTE_AMX_BLOCK_BYTES, nana + o);
+            c->ax->pack_a_kn(A->data + (p->a_i0 + r0) + (p->a_k0 + pc) * A->ks, A->ks, nv, kc,
+                             ap + o * XTE_AMX_BLOCK_BYTES, nana + o);
           panel_scales(A, p->a_i0 + r0, nv, 16, p->a_k0 + pc, nblk, 128, sa + o * 16);
         }
       }
@@ -803,14 +714,13 @@ static void amx_small_range(void *vctx, int64_t u0, int64_t ue, int tid) {
           const int nblk = (int)((kc + 127) / 128);
           const int64_t o = q * mt * AMX_NBLK;
           if (B->ks == 1)
-            xte_gemm_amx_pack_b(B->data + (p->b_i0 + n0) * B->rs + p->b_k0 + pc, B->rs, nv, kc, bp,
-                                nanb);
+            c->ax->pack_b(B->data + (p->b_i0 + n0) * B->rs + p->b_k0 + pc, B->rs, nv, kc, bp, nanb);
           else /* rs == 1: the columns are contiguous */
-            xte_gemm_amx_pack_b_kn(B->data + (p->b_i0 + n0) + (p->b_k0 + pc) * B->ks, B->ks, nv, kc,
-                                   bp, nanb);
+            c->ax->pack_b_kn(B->data + (p->b_i0 + n0) + (p->b_k0 + pc) * B->ks, B->ks, nv, kc, bp,
+                             nanb);
           panel_scales(B, p->b_i0 + n0, nv, 16, p->b_k0 + pc, nblk, 128, sb);
-          xte_gemm_amx_tiles(nblk, ap + o * XTE_AMX_BLOCK_BYTES, nana + o, sa + o * 16, mt, bp,
-                             nanb, sb, 1, W + (u - c0) * 16, ldw, pc == 0);
+          c->ax->tiles(nblk, ap + o * XTE_AMX_BLOCK_BYTES, nana + o, sa + o * 16, mt, bp, nanb, sb,
+                       1, W + (u - c0) * 16, ldw, pc == 0);
         }
       }
     }
@@ -819,7 +729,7 @@ static void amx_small_range(void *vctx, int64_t u0, int64_t ue, int tid) {
       for (i = 0; i < m; i++) store_row(c->g, p->d_r0 + i, n0, W + i * ldw, n1 - n0);
     }
   }
-  xte_gemm_amx_end();
+  c->ax->end();
 }
 
 static void amx_problem(gctx *c, const xte_gemm_problem *p, int64_t m) {
@@ -845,7 +755,6 @@ static void amx_problem(gctx *c, const xte_gemm_problem *p, int64_t m) {
     }
   }
 }
-#endif
 
 static int use_small_m(const gctx *c, int64_t m) {
   return m > 0 && m <= XTE_GEMM_SK_MAXM && c->uk->sk_block != NULL;
@@ -874,7 +783,6 @@ static void run_problem(gctx *c, const xte_gemm_problem *p, int64_t m) {
     int64_t kp = (int64_t)(SK_ABYTES / sizeof(double)) / m / kb * kb;
     int64_t kall = (p->k + kb - 1) / kb * kb;
     c->sk_kp = kp < kb ? kb : kp > kall ? kall : kp;
-#ifdef XTE_HAVE_ISA_VNNI
     if (c->vnni && m <= (c->amx ? VNNI_SK_MAXM_AMX : VNNI_SK_MAXM)) {
       /* K panels of whole blocks whose A digits, corrections, flags and scales fit sk_a */
       kp = (int64_t)SK_ABYTES / (m * VNNI_SK_ROWBLK) * 128;
@@ -882,22 +790,17 @@ static void run_problem(gctx *c, const xte_gemm_problem *p, int64_t m) {
       xte_parallel_for_max((p->n + 15) / 16, c->nt, vnni_small_range, c);
       return;
     }
-#endif
-#ifdef XTE_HAVE_ISA_AMX
     if (c->amx && m >= AMX_SK_MINM) {
       xte_parallel_for_max((p->n + 15) / 16, c->nt, amx_small_range, c);
       return;
     }
-#endif
     xte_parallel_for_max((p->n + 7) / 8, c->nt, sk_range, c);
     return;
   }
-#ifdef XTE_HAVE_ISA_AMX
   if (c->amx) {
     amx_problem(c, p, m);
     return;
   }
-#endif
   for (c->jc = 0; c->jc < p->n; c->jc += c->NC) {
     c->nc = p->n - c->jc < c->NC ? p->n - c->jc : c->NC;
     c->nstrips = (c->nc + c->NR - 1) / c->NR;
@@ -979,6 +882,7 @@ static void ws_release(char *p) {
 
 static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
   gctx c;
+  const xte_cpu_isa_table *T;
   int nt, t;
   int64_t i, maxm = 0, maxn = 0;
   int64_t amx_m = 0, amx_n = 0;
@@ -996,9 +900,13 @@ static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
   pthread_once(&tab_once, init_tables);
   memset(&c, 0, sizeof c);
   c.g = g;
-  c.uk = ukernel_for(xte_cpu_get_isa());
-  c.pack_b8 = pack_b8_for(xte_cpu_get_isa());
-  tile_rows_for(xte_cpu_get_isa(), &c.tile_r8, &c.tile_r16);
+  T = xte_cpu_isa_table_get(); /* one ISA for the whole call */
+  c.uk = T->gemm;
+  c.pack_b8 = c.uk->pack_b8;
+  c.tile_r8 = c.uk->tile_r8;
+  c.tile_r16 = c.uk->tile_r16;
+  c.ax = T->amx;
+  c.vx = T->vnni;
   c.MR = c.uk->mr;
   c.NR = c.uk->nr;
   c.split_a = g->a.fmt == XTE_FP8_E5M2;
@@ -1013,15 +921,10 @@ static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
   c.NC = 1536 / c.NR * c.NR;
   c.MCH = (1024 + c.MC - 1) / c.MC * c.MC;
   if (c.MCH < c.MC) c.MCH = c.MC;
-#ifdef XTE_HAVE_ISA_VNNI
-  c.vnni = xte_cpu_get_isa() == XTE_CPU_ISA_AVX512 && g->a.fmt == XTE_FP8_E4M3 &&
-           g->b.fmt == XTE_FP8_E4M3 && g->kblock == 128 && g->b.ks == 1 && xte_gemm_vnni_usable();
-#endif
-#ifdef XTE_HAVE_ISA_AMX
-  c.amx = xte_cpu_get_isa() == XTE_CPU_ISA_AVX512 && g->a.fmt == XTE_FP8_E4M3 &&
-          g->b.fmt == XTE_FP8_E4M3 && g->kblock == 128 && (g->a.ks == 1 || g->a.rs == 1) &&
-          (g->b.ks == 1 || g->b.rs == 1) && xte_gemm_amx_usable();
-#endif
+  c.vnni = c.vx && g->a.fmt == XTE_FP8_E4M3 && g->b.fmt == XTE_FP8_E4M3 && g->kblock == 128 &&
+           g->b.ks == 1;
+  c.amx = c.ax && g->a.fmt == XTE_FP8_E4M3 && g->b.fmt == XTE_FP8_E4M3 && g->kblock == 128 &&
+          (g->a.ks == 1 || g->a.rs == 1) && (g->b.ks == 1 || g->b.rs == 1);
   for (i = 0; i < g->num_problems; i++) {
     int64_t mi = g->masked_m ? g->masked_m[i] : g->problems[i].m;
     if (use_small_m(&c, mi)) {
@@ -1157,18 +1060,12 @@ static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
 }
 
 int xte_cpu_gemm_amx(void) {
-#ifdef XTE_HAVE_ISA_AMX
-  return xte_cpu_get_isa() == XTE_CPU_ISA_AVX512 && xte_gemm_amx_usable();
-#else
-  return 0;
-#endif
+  return xte_cpu_isa_table_get()->amx != NULL;
 }
 
 int xte_cpu_gemm_vnni_rows(void) {
-#ifdef XTE_HAVE_ISA_VNNI
-  if (xte_cpu_get_isa() == XTE_CPU_ISA_AVX512 && xte_gemm_vnni_usable())
-    return xte_cpu_gemm_amx() ? VNNI_SK_MAXM_AMX : VNNI_SK_MAXM;
-#endif
+  const xte_cpu_isa_table *T = xte_cpu_isa_table_get();
+  if (T->vnni) return T->amx ? VNNI_SK_MAXM_AMX : VNNI_SK_MAXM;
   return 0;
 }
 

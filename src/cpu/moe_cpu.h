@@ -1,4 +1,4 @@
-/* CPU MoE drivers (src/cpu/moe_*.c); the table is assembled in src/cpu/moe_driver.c. */
+/* CPU MoE drivers (src/cpu/moe_*.c); the backend's table is assembled in src/cpu/cpu_backend.c. */
 #ifndef XTE_MOE_CPU_H
 #define XTE_MOE_CPU_H
 
@@ -18,25 +18,31 @@ static inline int xte_moe_ws_bytes(int64_t n, int64_t size, int64_t extra, size_
   return 1;
 }
 
-xte_status xte_cpu_moe_router_forward(const xte_router_args *a, void *handle);
-xte_status xte_cpu_moe_router_backward(const xte_router_bwd_args *a, void *handle);
+/* The ISA-independent drivers (src/cpu/moe_router.c, moe_permute.c) */
 xte_status xte_cpu_moe_aux_loss(const xte_aux_loss_args *a, int backward, void *handle);
 xte_status xte_cpu_moe_permute(const xte_permute_args *a, void *handle);
-xte_status xte_cpu_moe_unpermute(const xte_unpermute_args *a, int which, void *handle);
 xte_status xte_cpu_moe_sort_chunks(const xte_sort_chunks_args *a, void *handle);
 xte_status xte_cpu_moe_dispatch_layout(const xte_dispatch_args *a, void *handle);
-xte_status xte_cpu_moe_swiglu(const xte_swiglu_args *a, void *handle);
 
-/* The same drivers compiled with -mfma (src/cpu/avx2/moe_avx2.c); used for every ISA but scalar. */
-xte_status xte_cpu_moe_router_forward_avx2(const xte_router_args *a, void *handle);
-xte_status xte_cpu_moe_router_backward_avx2(const xte_router_bwd_args *a, void *handle);
+/* The MoE kernels of an ISA (the moe entry of src/cpu/xte_cpu.h's xte_cpu_isa_table): the
+ * drivers whose loops each ISA compiles with its own code generation or vector lanes, all with
+ * the scalar build's bytes (tests compare every ISA). */
+typedef struct xte_moe_kernels {
+  xte_status (*router_forward)(const xte_router_args *a, void *handle);
+  xte_status (*router_backward)(const xte_router_bwd_args *a, void *handle);
+  xte_status (*unpermute)(const xte_unpermute_args *a, int which, void *handle);
+  xte_status (*swiglu)(const xte_swiglu_args *a, void *handle);
+} xte_moe_kernels;
+
+/* The scalar ISA's: the generic build of src/cpu/moe_router.c, moe_permute.c, moe_swiglu.c. */
+xte_status xte_cpu_moe_router_forward_scalar(const xte_router_args *a, void *handle);
+xte_status xte_cpu_moe_router_backward_scalar(const xte_router_bwd_args *a, void *handle);
+xte_status xte_cpu_moe_unpermute_scalar(const xte_unpermute_args *a, int which, void *handle);
+xte_status xte_cpu_moe_swiglu_scalar(const xte_swiglu_args *a, void *handle);
+
+/* The same drivers compiled with AVX2 + FMA (src/cpu/avx2/moe_avx2.c); the avx512 ISA's table
+ * (both of its builds) uses the unpermute and SwiGLU of these, with its own router. */
 xte_status xte_cpu_moe_unpermute_avx2(const xte_unpermute_args *a, int which, void *handle);
 xte_status xte_cpu_moe_swiglu_avx2(const xte_swiglu_args *a, void *handle);
-
-/* The router compiled for AVX-512 (src/cpu/avx512/moe_avx512.c), native and against SIMDe. */
-xte_status xte_cpu_moe_router_forward_avx512(const xte_router_args *a, void *handle);
-xte_status xte_cpu_moe_router_backward_avx512(const xte_router_bwd_args *a, void *handle);
-xte_status xte_cpu_moe_router_forward_avx512_simde(const xte_router_args *a, void *handle);
-xte_status xte_cpu_moe_router_backward_avx512_simde(const xte_router_bwd_args *a, void *handle);
 
 #endif /* XTE_MOE_CPU_H */

@@ -8,10 +8,12 @@
 #include "numerics/xte_math.h"
 
 #ifndef XTE_MOE_NAME
-/* The generic build of this file; src/cpu/avx2/moe_avx2.c compiles it again with -mfma (the
- * explicit fmaf of the shared numerics become one instruction instead of a libm call) under
- * XTE_MOE_NAME(x) = x##_avx2; the results are the same bits (fmaf is exactly rounded). */
-#define XTE_MOE_NAME(x) x
+/* The generic build of this file: the ISA-independent drivers, and the scalar ISA's kernels
+ * (XTE_MOE_NAME(x) = x##_scalar, in src/cpu/scalar/table_scalar.c). src/cpu/avx2/moe_avx2.c
+ * compiles the kernels again with -mfma (the explicit fmaf of the shared numerics become one
+ * instruction instead of a libm call) under XTE_MOE_NAME(x) = x##_avx2; the results are the same
+ * bits (fmaf is exactly rounded). */
+#define XTE_MOE_NAME(x) x##_scalar
 #define XTE_MOE_GENERIC 1
 #endif
 
@@ -559,9 +561,6 @@ xte_status XTE_MOE_NAME(xte_cpu_moe_unpermute)(const xte_unpermute_args *a, int 
   uctx c;
   int32_t *slots = NULL;
   xte_status st = XTE_SUCCESS;
-#ifdef XTE_MOE_GENERIC
-  if (xte_cpu_get_isa() != XTE_CPU_ISA_SCALAR) return xte_cpu_moe_unpermute_avx2(a, which, handle);
-#endif
   (void)handle;
   slots = route_slots(&a->r, &st);
   if (!slots) return st;

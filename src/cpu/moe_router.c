@@ -7,10 +7,12 @@
 #include "numerics/xte_moe_numerics.h"
 
 #ifndef XTE_MOE_NAME
-/* The generic build of this file; src/cpu/avx2/moe_avx2.c compiles it again with -mfma (the
- * explicit fmaf of the shared numerics become one instruction instead of a libm call) under
- * XTE_MOE_NAME(x) = x##_avx2; the results are the same bits (fmaf is exactly rounded). */
-#define XTE_MOE_NAME(x) x
+/* The generic build of this file: the ISA-independent drivers, and the scalar ISA's kernels
+ * (XTE_MOE_NAME(x) = x##_scalar, in src/cpu/scalar/table_scalar.c). src/cpu/avx2/moe_avx2.c
+ * compiles the kernels again with -mfma (the explicit fmaf of the shared numerics become one
+ * instruction instead of a libm call) under XTE_MOE_NAME(x) = x##_avx2; the results are the same
+ * bits (fmaf is exactly rounded). */
+#define XTE_MOE_NAME(x) x##_scalar
 #define XTE_MOE_GENERIC 1
 #endif
 
@@ -507,22 +509,6 @@ static void router_range(void *ctx, int64_t b, int64_t e, int tid) {
 }
 
 xte_status XTE_MOE_NAME(xte_cpu_moe_router_forward)(const xte_router_args *a, void *handle) {
-#ifdef XTE_MOE_GENERIC
-  switch (xte_cpu_get_isa()) {
-    case XTE_CPU_ISA_SCALAR:
-      break;
-#ifdef XTE_HAVE_ISA_AVX512
-    case XTE_CPU_ISA_AVX512:
-      return xte_cpu_moe_router_forward_avx512(a, handle);
-#endif
-#ifdef XTE_HAVE_ISA_AVX512_SIMDE
-    case XTE_CPU_ISA_AVX512_SIMDE:
-      return xte_cpu_moe_router_forward_avx512_simde(a, handle);
-#endif
-    default:
-      return xte_cpu_moe_router_forward_avx2(a, handle);
-  }
-#endif
   (void)handle;
   xte_parallel_for(a->T, router_range, (void *)a);
   return XTE_SUCCESS;
@@ -579,22 +565,6 @@ static void router_bwd_range(void *ctx, int64_t b, int64_t e, int tid) {
 }
 
 xte_status XTE_MOE_NAME(xte_cpu_moe_router_backward)(const xte_router_bwd_args *a, void *handle) {
-#ifdef XTE_MOE_GENERIC
-  switch (xte_cpu_get_isa()) {
-    case XTE_CPU_ISA_SCALAR:
-      break;
-#ifdef XTE_HAVE_ISA_AVX512
-    case XTE_CPU_ISA_AVX512:
-      return xte_cpu_moe_router_backward_avx512(a, handle);
-#endif
-#ifdef XTE_HAVE_ISA_AVX512_SIMDE
-    case XTE_CPU_ISA_AVX512_SIMDE:
-      return xte_cpu_moe_router_backward_avx512_simde(a, handle);
-#endif
-    default:
-      return xte_cpu_moe_router_backward_avx2(a, handle);
-  }
-#endif
   (void)handle;
   xte_parallel_for(a->T, router_bwd_range, (void *)a);
   return XTE_SUCCESS;

@@ -9,7 +9,8 @@
 #include "numerics/xte_moe_numerics.h"
 
 #ifndef XTE_MOE_NAME
-#define XTE_MOE_NAME(x) x
+/* the generic build: the scalar ISA's kernels (see src/cpu/moe_router.c) */
+#define XTE_MOE_NAME(x) x##_scalar
 #define XTE_MOE_GENERIC 1
 #endif
 
@@ -50,7 +51,7 @@ static void plain_rows(void *vctx, int64_t b, int64_t e, int tid) {
 
 typedef struct fctx {
   const xte_swiglu_args *a;
-  const xte_cpu_kernels *k;
+  const xte_quant_kernels *k;
   int64_t ntc;
   float partial[256];
 } fctx;
@@ -59,7 +60,7 @@ static void fused_tile(fctx *fc, int64_t tr, int64_t tc, float *T, uint8_t *Qt, 
                        float *sv, float *tamax) {
   const xte_swiglu_args *sa = fc->a;
   const xte_quant_args *a = &sa->q;
-  const xte_cpu_kernels *k = fc->k;
+  const xte_quant_kernels *k = fc->k;
   const int64_t r0 = tr * TILE, c0 = tc * TILE;
   const int64_t nr = a->M - r0 < TILE ? a->M - r0 : TILE;
   const int64_t nc = a->K - c0 < TILE ? a->K - c0 : TILE;
@@ -132,9 +133,6 @@ static void zero_scales(const xte_scale_map *m) {
 }
 
 xte_status XTE_MOE_NAME(xte_cpu_moe_swiglu)(const xte_swiglu_args *a, void *handle) {
-#ifdef XTE_MOE_GENERIC
-  if (xte_cpu_get_isa() != XTE_CPU_ISA_SCALAR) return xte_cpu_moe_swiglu_avx2(a, handle);
-#endif
   (void)handle;
   if (!a->fused) {
     /* an empty [T, 0] tensor has nothing to write, however many rows it claims */
@@ -147,7 +145,7 @@ xte_status XTE_MOE_NAME(xte_cpu_moe_swiglu)(const xte_swiglu_args *a, void *hand
     int64_t ntr = (a->q.M + TILE - 1) / TILE;
     memset(&c, 0, sizeof c);
     c.a = a;
-    c.k = xte_cpu_kernels_get();
+    c.k = xte_quant_kernels_get();
     c.ntc = (a->q.K + TILE - 1) / TILE;
     zero_scales(&a->q.row_s);
     zero_scales(&a->q.col_s);

@@ -25,7 +25,7 @@
 
 typedef struct qctx {
   const xte_quant_args *a;
-  const xte_cpu_kernels *k;
+  const xte_quant_kernels *k;
   int64_t ntr, ntc;
   int per_tensor;
   int nt;             /* streaming stores for the fp8 copies */
@@ -80,7 +80,7 @@ static void store_scale_grid(const xte_scale_map *m, int64_t gi0, int64_t gj0, i
 static void quant_rows(void *vctx, int64_t b, int64_t e, int tid) {
   qctx *c = (qctx *)vctx;
   const xte_quant_args *a = c->a;
-  const xte_cpu_kernels *k = c->k;
+  const xte_quant_kernels *k = c->k;
   const int64_t bw = a->row_bw, nbr = (a->K + bw - 1) / bw;
   xte_block_scale sc[ROW_SCALES];
   float am = 0.0f;
@@ -178,7 +178,7 @@ static int quant_tile_rc(const qctx *c, int64_t r0, int64_t c0, int64_t nr, int6
 static void quant_tile(qctx *c, int64_t tr, int64_t tc, const qnext *nx, float pre, qbuf *B,
                        float *tamax) {
   const xte_quant_args *a = c->a;
-  const xte_cpu_kernels *k = c->k;
+  const xte_quant_kernels *k = c->k;
   const int64_t r0 = tr * TILE, c0 = tc * TILE;
   const int64_t nr = a->M - r0 < TILE ? a->M - r0 : TILE;
   const int64_t nc = a->K - c0 < TILE ? a->K - c0 : TILE;
@@ -353,7 +353,7 @@ static void quant_range_square(qctx *c, int64_t b, int64_t e, qbuf *B, float *am
 #define PIPE_WIDE_COL (64 << 10) /* with the transposed copy: its codes (q2) stay in L1 */
 static int quant_range_pipe(qctx *c, int64_t b, int64_t e, qbuf *B, float *am) {
   const xte_quant_args *a = c->a;
-  const xte_cpu_kernels *k = c->k;
+  const xte_quant_kernels *k = c->k;
   int64_t gmax = (int64_t)((a->col_q ? PIPE_WIDE_COL : PIPE_WIDE) / ((size_t)TILE * TILE * c->es)),
           t, g, i;
   const qnext none = {0, 0, 0, 0};
@@ -484,7 +484,7 @@ xte_status xte_cpu_quantize(const xte_quant_args *a, void *handle) {
   (void)handle;
   memset(&c, 0, sizeof c);
   c.a = a;
-  c.k = xte_cpu_kernels_get();
+  c.k = xte_quant_kernels_get();
   c.es = in_size(a->in_kind);
   c.ntr = (a->M + TILE - 1) / TILE;
   c.ntc = (a->K + TILE - 1) / TILE;
@@ -577,7 +577,7 @@ static int in_kind_of(int dtype) {
 
 static void cast_range(void *vctx, int64_t b, int64_t e, int tid) {
   const xte_cast_args *a = (const xte_cast_args *)vctx;
-  const xte_cpu_kernels *k = xte_cpu_kernels_get();
+  const xte_quant_kernels *k = xte_quant_kernels_get();
   _Alignas(64) float buf[2048];
   int64_t i, j;
   (void)tid;

@@ -21,10 +21,11 @@ static inline void xte_prefetch_far(const xte_quant_args *a, const void *p, size
     for (o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)a->in + off + o, 0, 2);
 }
 
-/* ---------------------------------------------------------------- kernels per ISA
+/* ---------------------------------------------------------------- quantize kernels per ISA
  * Tiny kernels, BLIS-style: they know nothing of threads, layouts or recipes. Every ISA's
- * version gives the scalar version's bytes (tests prove it). */
-typedef struct xte_cpu_kernels {
+ * version gives the scalar version's bytes (tests prove it). Each ISA folder's quantize_<isa>.c
+ * defines its table, reached through the ISA's xte_cpu_isa_table. */
+typedef struct xte_quant_kernels {
   xte_cpu_isa isa;
   /* dst[i] = fp32(src[i]) for an input of kind XTE_NUM_IN_F32 / BF16 / F16 (exact) */
   void (*load_f32)(const void *src, int in_kind, int64_t n, float *dst);
@@ -103,24 +104,47 @@ typedef struct xte_cpu_kernels {
                       const float *s, int fmt, int sat, uint8_t *q, int64_t ldq, int nt,
                       uint8_t *q2, const void *nsrc, int64_t nrn, int64_t gn, float *nam,
                       const void *pf, int64_t pf_rows, int64_t pf_bytes);
-} xte_cpu_kernels;
+} xte_quant_kernels;
 
-extern const xte_cpu_kernels xte_cpu_kernels_scalar;
-extern const xte_cpu_kernels xte_cpu_kernels_avx2;
-#ifdef XTE_HAVE_ISA_AVX512
-extern const xte_cpu_kernels xte_cpu_kernels_avx512;
-#endif
-#ifdef XTE_HAVE_ISA_AVX512_SIMDE
-extern const xte_cpu_kernels xte_cpu_kernels_avx512_simde;
-#endif
+/* ---------------------------------------------------------------- one table per ISA
+ * The BLIS context: every kernel an ISA folder of src/cpu/ has (scalar/, avx2/, avx512/ and its
+ * SIMDe build), one table per folder (<isa>/table_<isa>.c). src/cpu/isa.c alone names the ISAs:
+ * it detects what this CPU runs, picks the table once (XTE_CPU_ISA, xte_cpu_set_isa) and attaches
+ * the extensions (amx/, vnni/) where they are built and usable. Drivers call through the table
+ * and never name an ISA. */
+struct xte_gemm_ukernel;      /* src/cpu/gemm_kernels.h */
+struct xte_attn_kernels;      /* src/cpu/attention_kernels.h */
+struct xte_moe_kernels;       /* src/cpu/moe_cpu.h */
+struct xte_gemm_amx_kernels;  /* src/cpu/gemm_kernels.h */
+struct xte_gemm_vnni_kernels; /* src/cpu/gemm_kernels.h */
+typedef struct xte_cpu_isa_table {
+  xte_cpu_isa isa;
+  const xte_quant_kernels *quant;
+  const struct xte_gemm_ukernel *gemm;
+  const struct xte_attn_kernels *attn;
+  const struct xte_moe_kernels *moe;
+  /* extensions (NULL: none): the exact e4m3 GEMM on AMX-INT8 tiles, and for a few rows on
+   * AVX512-VNNI; attached by isa.c to the avx512 table where built, usable on this CPU and OS, and
+   * not turned off (XTE_CPU_AMX=0, XTE_CPU_VNNI=0) */
+  const struct xte_gemm_amx_kernels *amx;
+  const struct xte_gemm_vnni_kernels *vnni;
+} xte_cpu_isa_table;
 
-/* The kernel table of the ISA in use. */
-const xte_cpu_kernels *xte_cpu_kernels_get(void);
+/* The table of the ISA in use. */
+const xte_cpu_isa_table *xte_cpu_isa_table_get(void);
 /* The table of one ISA (NULL if not built or not runnable here). */
-const xte_cpu_kernels *xte_cpu_kernels_for(xte_cpu_isa isa);
+const xte_cpu_isa_table *xte_cpu_isa_table_for(xte_cpu_isa isa);
+/* The quantize kernels of the ISA in use. */
+static inline const xte_quant_kernels *xte_quant_kernels_get(void) {
+  return xte_cpu_isa_table_get()->quant;
+}
 
 void xte_cpu_fill_info(xte_backend_info *info);
 void xte_cpu_isa_info(xte_backend_info *info);
+/* What became of XTE_CPU_ISA when it named an ISA that cannot run here or no ISA (NULL: nothing
+ * to say), and why an ISA cannot run here (NULL: it can). */
+const char *xte_cpu_isa_note(void);
+const char *xte_cpu_isa_unavailable(xte_cpu_isa isa);
 
 /* ---------------------------------------------------------------- thread pool
  * xte_parallel_for splits [0, n) into contiguous chunks, one per thread (static, so the
@@ -148,14 +172,15 @@ size_t xte_cpu_l3(void);
 
 /* 64-byte aligned host memory: xte_aligned_alloc / xte_aligned_free (src/xte_internal.h) */
 
-/* 1 when the exact GEMM runs e4m3 x e4m3 (K block 128) on the AMX-INT8 kernels: built with
- * them, ISA avx512 in use, the CPU and OS allow AMX and XTE_CPU_AMX is not "0". */
+/* 1 when the exact GEMM runs e4m3 x e4m3 (K block 128) on the AMX-INT8 kernels: the table in use
+ * has the AMX extension (built with it, ISA avx512 in use, the CPU and OS allow AMX and
+ * XTE_CPU_AMX is not "0"). */
 int xte_cpu_gemm_amx(void);
 
 /* The most rows of A for which the exact GEMM runs e4m3 x e4m3 (K block 128, B read along K) on
- * the AVX512-VNNI small-M kernels (8 where AMX is in use, else all small-M ones, 32), 0 when it does not use them:
- * built with them, ISA avx512 in use, the CPU has AVX512-VNNI and -VBMI and XTE_CPU_VNNI is not
- * "0". */
+ * the AVX512-VNNI small-M kernels (8 where AMX is in use, else all small-M ones, 32), 0 when it
+ * does not use them: built with them, ISA avx512 in use, the CPU has AVX512-VNNI and -VBMI and
+ * XTE_CPU_VNNI is not "0". */
 int xte_cpu_gemm_vnni_rows(void);
 
 /* Drivers */
@@ -163,8 +188,7 @@ xte_status xte_cpu_quantize(const xte_quant_args *a, void *handle);
 xte_status xte_cpu_dequantize(const xte_dequant_args *a, void *handle);
 xte_status xte_cpu_cast(const xte_cast_args *a, void *handle);
 
-/* Capability tables of the CPU backend (see src/xte_backend.h). Each is defined by its
- * capability's driver file; a weak fallback in cpu_capabilities.c returns NULL until then. */
+/* Capability tables of the CPU backend (see src/xte_backend.h), each defined by its driver. */
 const struct xte_gemm_ops *xte_cpu_gemm_ops(void);
 const struct xte_attention_ops *xte_cpu_attention_ops(void);
 const struct xte_moe_ops *xte_cpu_moe_ops(void);

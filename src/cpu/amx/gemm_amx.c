@@ -1,4 +1,4 @@
-/* AMX-INT8 kernels of the exact GEMM, e4m3 x e4m3 (src/cpu/gemm_amx.h). Built with -mamx-tile
+/* AMX-INT8 kernels of the exact GEMM, e4m3 x e4m3 (src/cpu/amx/gemm_amx.h). Built with -mamx-tile
  * -mamx-int8 -mavx512vbmi on top of the AVX-512 flags; run only where xte_gemm_amx_usable().
  *
  * Bytes: the digits of a code are those of its magnitude by xte_gemm_e4m3_digits (tables made from
@@ -18,8 +18,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "cpu/avx512_transpose.h"
-#include "cpu/gemm_amx.h"
+#include "cpu/avx512/avx512_transpose.h"
+#include "cpu/amx/gemm_amx.h"
 #include "numerics/xte_gemm_digits.h"
 #include "numerics/xte_gemm_numerics.h"
 
@@ -385,3 +385,15 @@ void xte_gemm_amx_tiles(int nblk, const int8_t *ap, const uint16_t *nana, const 
     for (r = 0; r < 16; r++) fold_row(&prev, cb[(s - 1) & 1], ldw, r);
   }
 }
+
+/* The extension's table, attached to the avx512 ISA table by src/cpu/isa.c where
+ * xte_gemm_amx_usable(). */
+const xte_gemm_amx_kernels xte_gemm_amx_table = {
+    .pack_a = xte_gemm_amx_pack_a,
+    .pack_b = xte_gemm_amx_pack_b,
+    .pack_a_kn = xte_gemm_amx_pack_a_kn,
+    .pack_b_kn = xte_gemm_amx_pack_b_kn,
+    .begin = xte_gemm_amx_begin,
+    .end = xte_gemm_amx_end,
+    .tiles = xte_gemm_amx_tiles,
+};

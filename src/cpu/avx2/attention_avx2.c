@@ -6,7 +6,7 @@
 
 #include "cpu/xte_cpu.h"
 #include "numerics/xte_attention_numerics.h"
-#include "xte_attention_ops.h"
+#include "cpu/attention_kernels.h"
 
 #define AI static inline __attribute__((always_inline))
 

@@ -5,7 +5,7 @@
 #include <immintrin.h>
 
 #include "numerics/xte_gemm_numerics.h"
-#include "xte_gemm_ops.h"
+#include "cpu/gemm_kernels.h"
 
 #define MR 8
 #define NR 6
@@ -282,5 +282,11 @@ static void sk_block(int rows, int kl8, const double *a, const double *a_lo, int
   }
 }
 
-const xte_gemm_ukernel xte_gemm_ukernel_avx2 = {XTE_CPU_ISA_AVX2, MR,      NR, tile,
-                                                sk_decode,        sk_block};
+const xte_gemm_ukernel xte_gemm_ukernel_avx2 = {
+    .isa = XTE_CPU_ISA_AVX2,
+    .mr = MR,
+    .nr = NR,
+    .tile = tile,
+    .sk_decode = sk_decode,
+    .sk_block = sk_block,
+};

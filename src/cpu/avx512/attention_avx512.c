@@ -1,23 +1,15 @@
 /* AVX-512 attention micro-kernels, built natively and a second time against SIMDe
- * (XTE_AVX512_SIMDE), like kernels_avx512.c. Each output element is the scalar kernel's
+ * (XTE_AVX512_SIMDE), like quantize_avx512.c. Each output element is the scalar kernel's
  * sequence of IEEE operations (the GEMM's fmaf chain runs in k order within one lane; exp is
  * xte_expf lane by lane), so the bytes are the scalar kernels'. */
-#ifdef XTE_AVX512_SIMDE
-#include "cpu/avx512/simde_avx512.h"
-#define XTE_ATTN_AVX512_TABLE xte_attn_kernels_avx512_simde
-#define XTE_ATTN_AVX512_ISA XTE_CPU_ISA_AVX512_SIMDE
-#else
-#include <immintrin.h>
-#define XTE_ATTN_AVX512_TABLE xte_attn_kernels_avx512
-#define XTE_ATTN_AVX512_ISA XTE_CPU_ISA_AVX512
-#endif
+#include "cpu/avx512/isa_avx512.h"
 
 #include <string.h>
 
-#include "cpu/avx512_transpose.h"
+#include "cpu/avx512/avx512_transpose.h"
 #include "cpu/xte_cpu.h"
 #include "numerics/xte_attention_numerics.h"
-#include "xte_attention_ops.h"
+#include "cpu/attention_kernels.h"
 
 #define AI static inline __attribute__((always_inline))
 
@@ -397,6 +389,6 @@ static void load_t_avx512(const float *X, int64_t ldx, int64_t n, int64_t d, flo
     }
 }
 
-const xte_attn_kernels XTE_ATTN_AVX512_TABLE = {
-    XTE_ATTN_AVX512_ISA, gemm_avx512,  exp_sub_avx512,   rescale_avx512,  fwd_softmax_t_avx512,
-    bwd_p_t_avx512,      exp_n_avx512, gemm_fold_avx512, dot_rows_avx512, load_t_avx512};
+const xte_attn_kernels XTE_AVX512_NAME(xte_attn_kernels) = {
+    XTE_AVX512_ISA, gemm_avx512,  exp_sub_avx512,   rescale_avx512,  fwd_softmax_t_avx512,
+    bwd_p_t_avx512, exp_n_avx512, gemm_fold_avx512, dot_rows_avx512, load_t_avx512};

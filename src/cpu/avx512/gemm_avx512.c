@@ -1,20 +1,12 @@
 /* AVX-512 GEMM micro-kernel: a 24 x 8 tile (three zmm of fp64 rows x 8 broadcast columns, 24
  * accumulators). Built natively and a second time against SIMDe (XTE_AVX512_SIMDE), like
- * kernels_avx512.c. Gives the scalar kernel's bytes: fp64 partials are exact, vcvtpd2ps rounds
+ * quantize_avx512.c. Gives the scalar kernel's bytes: fp64 partials are exact, vcvtpd2ps rounds
  * to nearest even, and the fp32 scale product and fused multiply-add are those of the shared
  * numerics header (src/numerics/xte_gemm_numerics.h), lane by lane. */
-#ifdef XTE_AVX512_SIMDE
-#include "cpu/avx512/simde_avx512.h"
-#define XTE_GEMM_AVX512_TABLE xte_gemm_ukernel_avx512_simde
-#define XTE_GEMM_AVX512_ISA XTE_CPU_ISA_AVX512_SIMDE
-#else
-#include <immintrin.h>
-#define XTE_GEMM_AVX512_TABLE xte_gemm_ukernel_avx512
-#define XTE_GEMM_AVX512_ISA XTE_CPU_ISA_AVX512
-#endif
+#include "cpu/avx512/isa_avx512.h"
 
 #include "numerics/xte_gemm_numerics.h"
-#include "xte_gemm_ops.h"
+#include "cpu/gemm_kernels.h"
 
 #define MR 24
 #define NR 8
@@ -333,20 +325,6 @@ static void sk_block(int rows, int kl8, const double *a, const double *a_lo, int
  * The tile kernel for a tile whose valid rows are the first 8 R (R = 1, 2): the same packed
  * operands (A micro-panel [k][MR]) and accumulator layout ([NR][MR]), only the first 8 R rows are
  * computed (the others are zero padding the driver never reads). No split operand. */
-#ifdef XTE_AVX512_SIMDE
-#define XTE_GEMM_AVX512_TILE_R8 xte_gemm_avx512_simde_tile_r8
-#define XTE_GEMM_AVX512_TILE_R16 xte_gemm_avx512_simde_tile_r16
-#else
-#define XTE_GEMM_AVX512_TILE_R8 xte_gemm_avx512_tile_r8
-#define XTE_GEMM_AVX512_TILE_R16 xte_gemm_avx512_tile_r16
-#endif
-void XTE_GEMM_AVX512_TILE_R8(int64_t nblk, const int *kl, const double *a, const double *a_lo,
-                             const double *b, const double *b_lo, const float *sa, const float *sb,
-                             float *acc);
-void XTE_GEMM_AVX512_TILE_R16(int64_t nblk, const int *kl, const double *a, const double *a_lo,
-                              const double *b, const double *b_lo, const float *sa, const float *sb,
-                              float *acc);
-
 static inline __attribute__((always_inline)) void tile_rows(const int R, int64_t nblk,
                                                             const int *kl, const double *a,
                                                             const double *b, const float *sa,
@@ -387,17 +365,17 @@ static inline __attribute__((always_inline)) void tile_rows(const int R, int64_t
   }
 }
 
-void XTE_GEMM_AVX512_TILE_R8(int64_t nblk, const int *kl, const double *a, const double *a_lo,
-                             const double *b, const double *b_lo, const float *sa, const float *sb,
-                             float *acc) {
+static void tile_r8(int64_t nblk, const int *kl, const double *a, const double *a_lo,
+                    const double *b, const double *b_lo, const float *sa, const float *sb,
+                    float *acc) {
   (void)a_lo;
   (void)b_lo;
   tile_rows(1, nblk, kl, a, b, sa, sb, acc);
 }
 
-void XTE_GEMM_AVX512_TILE_R16(int64_t nblk, const int *kl, const double *a, const double *a_lo,
-                              const double *b, const double *b_lo, const float *sa, const float *sb,
-                              float *acc) {
+static void tile_r16(int64_t nblk, const int *kl, const double *a, const double *a_lo,
+                     const double *b, const double *b_lo, const float *sa, const float *sb,
+                     float *acc) {
   (void)a_lo;
   (void)b_lo;
   tile_rows(2, nblk, kl, a, b, sa, sb, acc);
@@ -411,12 +389,6 @@ void XTE_GEMM_AVX512_TILE_R16(int64_t nblk, const int *kl, const double *a, cons
  * the driver's table values (NaN codes give a NaN); the tail goes through the table tab. The
  * transpose on 16-bit images takes 8 permutes per 128 values where one on the fp64 values took
  * 48 shuffles: 1.5x faster (model 167 VM, 0.42 -> 0.27 ns per code). */
-#ifdef XTE_AVX512_SIMDE
-#define XTE_GEMM_AVX512_PACK8 xte_gemm_avx512_simde_pack_b8_e4m3
-#else
-#define XTE_GEMM_AVX512_PACK8 xte_gemm_avx512_pack_b8_e4m3
-#endif
-void XTE_GEMM_AVX512_PACK8(const uint8_t *const *rows, int64_t kc, const double *tab, double *d);
 
 /* sk_fp16 on 32 codes (two rows' 16) */
 static inline __m512i sk_fp16_32(__m256i c) {
@@ -446,7 +418,7 @@ static inline void pk_store16(double *d, __m256i h) {
   f32x16_store_pd(d, _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f)));
 }
 
-void XTE_GEMM_AVX512_PACK8(const uint8_t *const *rows, int64_t kc, const double *tab, double *d) {
+static void pack_b8_e4m3(const uint8_t *const *rows, int64_t kc, const double *tab, double *d) {
   const __m512i p1a = _mm512_loadu_si512((const void *)pk_p1[0]),
                 p1b = _mm512_loadu_si512((const void *)pk_p1[1]),
                 p2a = _mm512_loadu_si512((const void *)pk_p2[0]),
@@ -477,5 +449,14 @@ void XTE_GEMM_AVX512_PACK8(const uint8_t *const *rows, int64_t kc, const double 
     for (j = 0; j < 8; j++) d[j] = tab[rows[j][k]];
 }
 
-const xte_gemm_ukernel XTE_GEMM_AVX512_TABLE = {XTE_GEMM_AVX512_ISA, MR,        NR,
-                                                tile_impl,           sk_decode, sk_block};
+const xte_gemm_ukernel XTE_AVX512_NAME(xte_gemm_ukernel) = {
+    .isa = XTE_AVX512_ISA,
+    .mr = MR,
+    .nr = NR,
+    .tile = tile_impl,
+    .sk_decode = sk_decode,
+    .sk_block = sk_block,
+    .tile_r8 = tile_r8,
+    .tile_r16 = tile_r16,
+    .pack_b8 = pack_b8_e4m3,
+};

@@ -1,15 +1,10 @@
 /* The MoE router driver (src/cpu/moe_router.c) on 16 AVX-512 lanes: the score functions and the
  * top-k filter. Built natively, and a second time against SIMDe (XTE_AVX512_SIMDE, the emulated
- * ISA the tests run everywhere), as src/cpu/avx512/kernels_avx512.c is. The lanes reproduce the
+ * ISA the tests run everywhere), as src/cpu/avx512/quantize_avx512.c is. The lanes reproduce the
  * scalar functions bit for bit (tests/test_moe_router.c compares every ISA). The other MoE
  * drivers use the AVX2 build for this ISA too. */
-#ifdef XTE_AVX512_SIMDE
-#include "cpu/avx512/simde_avx512.h"
-#define XTE_MOE_NAME(x) x##_avx512_simde
-#else
-#include <immintrin.h>
-#define XTE_MOE_NAME(x) x##_avx512
-#endif
+#include "cpu/avx512/isa_avx512.h"
+#define XTE_MOE_NAME(x) XTE_AVX512_NAME(x)
 
 #define XTE_MOE_VW 16
 typedef __m512 xv;
@@ -68,3 +63,11 @@ static inline int xv_cand(int *dst, unsigned m, int base) {
 }
 
 #include "cpu/moe_router.c"
+
+/* the router on 16 lanes; unpermute and SwiGLU are the avx2 build's (src/cpu/moe_cpu.h) */
+const xte_moe_kernels XTE_AVX512_NAME(xte_moe_kernels) = {
+    .router_forward = XTE_AVX512_NAME(xte_cpu_moe_router_forward),
+    .router_backward = XTE_AVX512_NAME(xte_cpu_moe_router_backward),
+    .unpermute = xte_cpu_moe_unpermute_avx2,
+    .swiglu = xte_cpu_moe_swiglu_avx2,
+};

@@ -1,7 +1,7 @@
 /* Scalar attention micro-kernels: the reference the SIMD kernels reproduce bit for bit. */
 #include "cpu/xte_cpu.h"
 #include "numerics/xte_attention_numerics.h"
-#include "xte_attention_ops.h"
+#include "cpu/attention_kernels.h"
 
 static void gemm_scalar(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
                         const float *B, int64_t ldb, float *C, int64_t ldc, int acc) {

@@ -3,7 +3,7 @@
  * exact in fp64 and so is every partial sum, so a plain multiply and add is exact too), then the
  * shared per-element rules. */
 #include "numerics/xte_gemm_numerics.h"
-#include "xte_gemm_ops.h"
+#include "cpu/gemm_kernels.h"
 
 #define MR 4
 #define NR 4
@@ -81,5 +81,11 @@ static void sk_block(int rows, int kl8, const double *a, const double *a_lo, int
     }
 }
 
-const xte_gemm_ukernel xte_gemm_ukernel_scalar = {XTE_CPU_ISA_SCALAR, MR,      NR, tile,
-                                                  sk_decode,          sk_block};
+const xte_gemm_ukernel xte_gemm_ukernel_scalar = {
+    .isa = XTE_CPU_ISA_SCALAR,
+    .mr = MR,
+    .nr = NR,
+    .tile = tile,
+    .sk_decode = sk_decode,
+    .sk_block = sk_block,
+};

@@ -1,6 +1,6 @@
-/* AVX512-VNNI kernels of the exact GEMM for a few rows of A, e4m3 x e4m3 (src/cpu/gemm_vnni.h).
- * Built with -mavx512vnni -mavx512vbmi on top of the AVX-512 flags; run only where
- * xte_gemm_vnni_usable().
+/* AVX512-VNNI kernels of the exact GEMM for a few rows of A, e4m3 x e4m3
+ * (src/cpu/vnni/gemm_vnni.h). Built with -mavx512vnni -mavx512vbmi on top of the AVX-512 flags; run
+ * only where xte_gemm_vnni_usable().
  *
  * Bytes: the digits are those of xte_gemm_e4m3_digits (tables made from it; B's negative codes
  * take their magnitude's negated, with the offsets of gemm_vnni.h); per K block and output the
@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/avx512_transpose.h"
-#include "cpu/gemm_vnni.h"
+#include "cpu/avx512/avx512_transpose.h"
+#include "cpu/vnni/gemm_vnni.h"
 #include "numerics/xte_gemm_digits.h"
 #include "numerics/xte_gemm_numerics.h"
 
@@ -441,3 +441,10 @@ void xte_gemm_vnni_strip(int m, int nblk, int64_t kc, const int8_t *ap, const in
     if (r < m) rows_update(1, r, nblk, bl, ng, ap, corr, nana, sa, bd, nanb, sb + bl * 16, w, ldw);
   }
 }
+
+/* The extension's table, attached to the avx512 ISA table by src/cpu/isa.c where
+ * xte_gemm_vnni_usable(). */
+const xte_gemm_vnni_kernels xte_gemm_vnni_table = {
+    .pack_a = xte_gemm_vnni_pack_a,
+    .strip = xte_gemm_vnni_strip,
+};

@@ -143,7 +143,7 @@ static void copy_u8(uint8_t *dst, const uint8_t *src, int64_t n, int nt) {
 
 static void store_fence(void) {}
 
-const xte_cpu_kernels xte_cpu_kernels_scalar = {
+const xte_quant_kernels xte_quant_kernels_scalar = {
     XTE_CPU_ISA_SCALAR, load_f32,  amax,         amax_cols, quant,      quant_vs,      cast_fp8,
     cast_bf16,          cast_fp16, transpose_u8, load_amax, load_quant, load_quant_vs, quant_blocks,
     block_scales,       copy_u8,   store_fence,  NULL,      NULL,       NULL,          NULL};

@@ -1521,7 +1521,7 @@ static void store_fence(void) {
   _mm_sfence();
 }
 
-const xte_cpu_kernels xte_cpu_kernels_avx2 = {
+const xte_quant_kernels xte_quant_kernels_avx2 = {
     XTE_CPU_ISA_AVX2, load_f32,       amax,         amax_cols,    quant,       quant_vs,
     cast_fp8,         cast_bf16,      cast_fp16,    transpose_u8, load_amax,   load_quant,
     load_quant_vs,    quant_blocks,   block_scales, copy_u8,      store_fence, quant_rc,

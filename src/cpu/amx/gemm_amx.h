@@ -1,8 +1,9 @@
 /* The exact GEMM's AMX-INT8 kernels (src/cpu/amx/gemm_amx.c; built when the compiler takes
- * -mamx-int8: XTE_HAVE_ISA_AMX). e4m3 x e4m3 only, K block 128: every code is split into its three
- * int8 digits (src/numerics/xte_gemm_digits.h), the nine digit products of a K block are summed
- * by TDPBSSD (exact int32 sums per weight, any order), and the block partial is the exact sum
- * rounded once to fp32: the same bytes as the fp64 kernels (docs/numerics.md section 6).
+ * -mamx-int8; attached to the avx512 ISA table by src/cpu/isa.c as xte_gemm_amx_table). e4m3 x e4m3
+ * only, K block 128: every code is split into its three int8 digits
+ * (src/numerics/xte_gemm_digits.h), the nine digit products of a K block are summed by TDPBSSD
+ * (exact int32 sums per weight, any order), and the block partial is the exact sum rounded once to
+ * fp32: the same bytes as the fp64 kernels (docs/numerics.md section 6).
  *
  * Packed layouts, per K panel of nblk blocks (the last may be ragged; missing codes are zeros):
  *   A, one tile of 16 rows: [blk][half][digit][16 rows][64 k]       (6 KiB per block)
@@ -15,8 +16,7 @@
 
 #include <stdint.h>
 
-#define XTE_AMX_TILE_BYTES 1024
-#define XTE_AMX_BLOCK_BYTES (6 * XTE_AMX_TILE_BYTES) /* one 16-wide tile, one K block of 128 */
+#include "cpu/gemm_kernels.h" /* XTE_AMX_BLOCK_BYTES, the extension's table type */
 
 /* 1 when the CPU has AMX-TILE, AMX-INT8 and AVX512-VBMI, the OS enables the tile state and lets
  * this process use it, and XTE_CPU_AMX is not "0". Decided once per process. */

@@ -2,15 +2,7 @@
  * and a second time with XTE_AVX512_SIMDE defined against SIMDe, which emulates the intrinsics,
  * so that these kernels are tested on machines without AVX-512. Lanes reproduce the shared
  * numerics header bit for bit; tails use the header. */
-#ifdef XTE_AVX512_SIMDE
-#include "cpu/avx512/simde_avx512.h"
-#define XTE_AVX512_TABLE xte_cpu_kernels_avx512_simde
-#define XTE_AVX512_ISA XTE_CPU_ISA_AVX512_SIMDE
-#else
-#include <immintrin.h>
-#define XTE_AVX512_TABLE xte_cpu_kernels_avx512
-#define XTE_AVX512_ISA XTE_CPU_ISA_AVX512
-#endif
+#include "cpu/avx512/isa_avx512.h"
 
 #include <string.h>
 
@@ -1621,7 +1613,7 @@ static void store_fence(void) {
   _mm_sfence();
 }
 
-const xte_cpu_kernels XTE_AVX512_TABLE = {
+const xte_quant_kernels XTE_AVX512_NAME(xte_quant_kernels) = {
     XTE_AVX512_ISA, load_f32,  amax,         amax_cols, quant,        quant_vs,       cast_fp8,
     cast_bf16,      cast_fp16, transpose_u8, load_amax, load_quant,   load_quant_vs,  quant_blocks,
     block_scales,   copy_u8,   store_fence,  quant_rc,  transpose_nt, load_quant_dup, quant_sq_run};

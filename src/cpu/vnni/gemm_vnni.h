@@ -1,15 +1,15 @@
 /* The exact GEMM's AVX512-VNNI kernels for a few rows of A (src/cpu/vnni/gemm_vnni.c; built when
- * the compiler takes -mavx512vnni -mavx512vbmi: XTE_HAVE_ISA_VNNI). e4m3 x e4m3 only, K block 128,
- * B read along K. Every code is split into its three int8 digits (src/numerics/xte_gemm_digits.h;
- * B's negative codes take their magnitude's digits negated, an equally exact split) and the
- * digit products of a K block are summed by VPDPBUSD into int32 lanes, one lane per output
- * column (16 columns of B a strip, 4 k per instruction, A's digits broadcast): six products per
- * k instead of nine (Karatsuba: d_0 u_0, d_1 u_1, d_2 u_2 and the products of the pair sums give
- * the five weight sums acc_w, w = i + j), exact int32 sums in any order; they fold to lo / hi
- * (xte_gemm_digits_fold) and the partial is the exact block sum rounded once
- * (xte_gemm_digits_partial), then the block update (xte_gemm_block_update): the bytes of the
- * fp64 and AMX kernels (docs/numerics.md section 6). No B packing: B's codes become digits in an
- * L1 buffer, 16 rows x one K block at a time, and are read once.
+ * the compiler takes -mavx512vnni -mavx512vbmi; attached to the avx512 ISA table by src/cpu/isa.c
+ * as xte_gemm_vnni_table). e4m3 x e4m3 only, K block 128, B read along K. Every code is split into
+ * its three int8 digits (src/numerics/xte_gemm_digits.h; B's negative codes take their magnitude's
+ * digits negated, an equally exact split) and the digit products of a K block are summed by
+ * VPDPBUSD into int32 lanes, one lane per output column (16 columns of B a strip, 4 k per
+ * instruction, A's digits broadcast): six products per k instead of nine (Karatsuba: d_0 u_0, d_1
+ * u_1, d_2 u_2 and the products of the pair sums give the five weight sums acc_w, w = i + j), exact
+ * int32 sums in any order; they fold to lo / hi (xte_gemm_digits_fold) and the partial is the exact
+ * block sum rounded once (xte_gemm_digits_partial), then the block update (xte_gemm_block_update):
+ * the bytes of the fp64 and AMX kernels (docs/numerics.md section 6). No B packing: B's codes
+ * become digits in an L1 buffer, 16 rows x one K block at a time, and are read once.
  *
  * VPDPBUSD multiplies unsigned by signed bytes: A keeps its signed digits d_i, B's are stored
  * with an offset, u_j = d_j + o_j (o = 64, 64, 14: u in [0, 127], [0, 127], [0, 28]). Then
@@ -33,8 +33,7 @@
 
 #include <stdint.h>
 
-#define XTE_VNNI_BLOCK_BYTES 768 /* A, per row and K block: d0, d1, d2, d0+d1, d0+d2, d1+d2 */
-#define XTE_VNNI_BD_BYTES (3 * 32 * 64) /* B digits u0, u1, u2 of a 16-column strip, K block */
+#include "cpu/gemm_kernels.h" /* XTE_VNNI_BLOCK_BYTES, XTE_VNNI_BD_BYTES, the table type */
 
 /* 1 when the CPU has AVX512-F / BW / VNNI / VBMI and XTE_CPU_VNNI is not "0" (the caller runs
  * the avx512 ISA, so the OS state is known to be on). Decided once per process. */

@@ -1,0 +1,72 @@
+/* The CPU attention kernels of an ISA (the attn entry of src/cpu/xte_cpu.h's
+ * xte_cpu_isa_table), what the driver, src/cpu/attention_driver.c, calls; and the driver's test
+ * hooks. */
+#ifndef XTE_CPU_ATTENTION_KERNELS_H
+#define XTE_CPU_ATTENTION_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xte/core.h"
+
+/* ---------------------------------------------------------------- CPU micro-kernels
+ * Every ISA gives the scalar kernels' bytes: each output element is one fixed sequence of IEEE
+ * operations (vectorised across independent outputs, never across a reduction). */
+typedef struct xte_attn_kernels {
+  int isa; /* xte_cpu_isa */
+  /* C[r*ldc + c] = fmaf chain over k = 0 .. K-1 (in order) of A[r*a_rs + k*a_ks] * B[k*ldb + c],
+   * starting from C[r*ldc + c] (acc = 1) or +0 (acc = 0); r < M, c < N; N a multiple of 16. */
+  void (*gemm)(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
+               const float *B, int64_t ldb, float *C, int64_t ldc, int acc);
+  /* p[j] = xte_attn_exp(x[j], m) = xte_expf(x[j] - m) for j < n, n a multiple of 16 */
+  void (*exp_sub)(const float *x, float m, int64_t n, float *p);
+  /* o[c] = xte_attn_rescale(o[c], alpha, pv[c]) = fmaf(o[c], alpha, pv[c]) for c < n, n a
+   * multiple of 16 */
+  void (*rescale)(float *o, float alpha, const float *pv, int64_t n);
+  /* The forward's online-softmax step of one KV block on a transposed tile: column r < n (n a
+   * multiple of 16) is query row r, its 64 slots at S[j * ld + r]. scaled: the logit is
+   * x = S * scale for a[r] <= j < e[r], -inf elsewhere; otherwise S holds the logits x. Per
+   * column, the scalar order: mb = xte_fmaxf chain over j = 0..63 from -inf,
+   * alpha[r] = xte_attn_new_max(&m[r], mb), P[j * ld + r] = xte_attn_exp(x_j, m[r]),
+   * l[r] = fmaf(l[r], alpha[r], xte_attn_sum64(column r of P)). Every column is updated (the
+   * caller keeps m, l of the rows that do not see the block). */
+  void (*fwd_softmax_t)(const float *S, int64_t ld, int64_t n, int scaled, float scale,
+                        const int32_t *a, const int32_t *e, float *m, float *l, float *alpha,
+                        float *P);
+  /* The backward's probabilities and dS of one KV block on a transposed tile (column r < n,
+   * n a multiple of 16, is query row r; slot j at [j * ld + r], j < 64): x as in fwd_softmax_t,
+   * u = xte_expf((x - L[r]) - C[r]) (C NULL: - 0), P = u, dS = (u * (dP - D[r])) * g with
+   * g = G[j * ld + r] (G NULL: g = scale); sum (non-NULL): sum[r] = xte_attn_sum64(column r
+   * of P). */
+  void (*bwd_p_t)(const float *S, const float *dP, const float *G, int64_t ld, int64_t n,
+                  int scaled, float scale, const int32_t *a, const int32_t *e, const float *L,
+                  const float *C, const float *D, float *P, float *dS, float *sum);
+  /* y[j] = xte_expf(x[j]) for j < n, any n, every element through the ISA's lanes (tests) */
+  void (*exp_n)(const float *x, float *y, int64_t n);
+  /* gemm's chains folded into D instead of stored: t = the fmaf chain over k = 0 .. K-1 of
+   * A[r*a_rs + k*a_ks] * B[k*ldb + c] from C0[r*ldc0 + c] (C0 NULL: from +0), then
+   * D[r*ldd + c] = xte_attn_add(D[r*ldd + c], t) (alpha NULL) or
+   * xte_attn_rescale(D[r*ldd + c], alpha[r], t); r < M, c < N, N a multiple of 16. */
+  void (*gemm_fold)(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
+                    const float *B, int64_t ldb, const float *C0, int64_t ldc0, float *D,
+                    int64_t ldd, const float *alpha);
+  /* out[r] = the fmaf chain over c = 0 .. d-1 (in order) from +0 of xte_fmaf(X[r*ld + c],
+   * Y[r*ld + c], .) for r < n (the backward's D = dO . O) */
+  void (*dot_rows)(int64_t n, int64_t d, const float *X, const float *Y, int64_t ld, float *out);
+  /* A tile's rows transposed (a copy: the same bits): dst[k * XTE_ATTN_BM + r] = X[r * ldx + k]
+   * for r < n, k < d, and +0 for n <= r < XTE_ATTN_BM (n <= XTE_ATTN_BM) */
+  void (*load_t)(const float *X, int64_t ldx, int64_t n, int64_t d, float *dst);
+} xte_attn_kernels;
+
+/* Test hook, not public API (no public header declares it): the attention kernels' exp of ISA
+ * isa (exp_n above) on x[0 .. n), into y. XTE_ERROR_UNSUPPORTED when the ISA cannot run here.
+ * Exported only so that tests/test_attention_lanes.c can check every lane exhaustively. */
+XTE_API xte_status xte_internal_attention_exp(xte_cpu_isa isa, const float *x, float *y, int64_t n);
+
+/* Test hook, not public API: sets the most bytes the CPU driver's per-thread fp32 head caches
+ * (bf16 / fp16 / e4m3 inputs, src/cpu/attention_driver.c) may take in all, above which it
+ * converts block by block; returns the previous limit (default 256 MiB). 0 turns them off.
+ * Not thread-safe: for tests that compare the two paths' bytes. */
+XTE_API size_t xte_internal_attention_cache_limit(size_t bytes);
+
+#endif /* XTE_CPU_ATTENTION_KERNELS_H */
