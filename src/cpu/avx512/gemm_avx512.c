@@ -11,110 +11,27 @@
 #define MR 24
 #define NR 8
 
-#define ZERO3(j) c##j##0 = c##j##1 = c##j##2 = _mm512_setzero_pd()
-#define FMA3(j)                                 \
-  do {                                          \
-    __m512d bb = _mm512_set1_pd(b[k * NR + j]); \
-    c##j##0 = _mm512_fmadd_pd(a0, bb, c##j##0); \
-    c##j##1 = _mm512_fmadd_pd(a1, bb, c##j##1); \
-    c##j##2 = _mm512_fmadd_pd(a2, bb, c##j##2); \
-  } while (0)
-#define STORE3(j)                               \
-  do {                                          \
-    _mm512_storeu_pd(P + j * MR, c##j##0);      \
-    _mm512_storeu_pd(P + j * MR + 8, c##j##1);  \
-    _mm512_storeu_pd(P + j * MR + 16, c##j##2); \
-  } while (0)
-
-/* P[j][i] = sum_k a[k][i] * b[k][j] over n rows (fp64, exact for the driver's classes). */
-static inline void block_sum(int n, const double *a, const double *b, double *P) {
-  __m512d c00, c01, c02, c10, c11, c12, c20, c21, c22, c30, c31, c32;
-  __m512d c40, c41, c42, c50, c51, c52, c60, c61, c62, c70, c71, c72;
-  int k;
-  ZERO3(0);
-  ZERO3(1);
-  ZERO3(2);
-  ZERO3(3);
-  ZERO3(4);
-  ZERO3(5);
-  ZERO3(6);
-  ZERO3(7);
-  for (k = 0; k < n; k++) {
-    __m512d a0 = _mm512_loadu_pd(a + k * MR);
-    __m512d a1 = _mm512_loadu_pd(a + k * MR + 8);
-    __m512d a2 = _mm512_loadu_pd(a + k * MR + 16);
-    FMA3(0);
-    FMA3(1);
-    FMA3(2);
-    FMA3(3);
-    FMA3(4);
-    FMA3(5);
-    FMA3(6);
-    FMA3(7);
-  }
-  STORE3(0);
-  STORE3(1);
-  STORE3(2);
-  STORE3(3);
-  STORE3(4);
-  STORE3(5);
-  STORE3(6);
-  STORE3(7);
-}
-
-#define UPD3(j)                                                                                 \
-  do {                                                                                          \
-    __m256 sbj = _mm256_set1_ps(sb[j]);                                                         \
-    float *aj = acc + j * MR;                                                                   \
-    _mm256_storeu_ps(aj, _mm256_fmadd_ps(_mm512_cvtpd_ps(c##j##0), _mm256_mul_ps(s0, sbj),      \
-                                         _mm256_loadu_ps(aj)));                                 \
-    _mm256_storeu_ps(aj + 8, _mm256_fmadd_ps(_mm512_cvtpd_ps(c##j##1), _mm256_mul_ps(s1, sbj),  \
-                                             _mm256_loadu_ps(aj + 8)));                         \
-    _mm256_storeu_ps(aj + 16, _mm256_fmadd_ps(_mm512_cvtpd_ps(c##j##2), _mm256_mul_ps(s2, sbj), \
-                                              _mm256_loadu_ps(aj + 16)));                       \
-  } while (0)
-
-/* One block without a split operand: the partials stay in registers, are rounded to fp32 and
- * folded into acc with the scales sa[0..MR), sb[0..NR) of the block. */
-static inline void block_fused(int n, const double *a, const double *b, const float *sa,
-                               const float *sb, float *acc) {
-  __m512d c00, c01, c02, c10, c11, c12, c20, c21, c22, c30, c31, c32;
-  __m512d c40, c41, c42, c50, c51, c52, c60, c61, c62, c70, c71, c72;
-  __m256 s0, s1, s2;
-  int k;
-  ZERO3(0);
-  ZERO3(1);
-  ZERO3(2);
-  ZERO3(3);
-  ZERO3(4);
-  ZERO3(5);
-  ZERO3(6);
-  ZERO3(7);
-  for (k = 0; k < n; k++) {
-    __m512d a0 = _mm512_loadu_pd(a + k * MR);
-    __m512d a1 = _mm512_loadu_pd(a + k * MR + 8);
-    __m512d a2 = _mm512_loadu_pd(a + k * MR + 16);
-    FMA3(0);
-    FMA3(1);
-    FMA3(2);
-    FMA3(3);
-    FMA3(4);
-    FMA3(5);
-    FMA3(6);
-    FMA3(7);
-  }
-  s0 = _mm256_loadu_ps(sa);
-  s1 = _mm256_loadu_ps(sa + 8);
-  s2 = _mm256_loadu_ps(sa + 16);
-  UPD3(0);
-  UPD3(1);
-  UPD3(2);
-  UPD3(3);
-  UPD3(4);
-  UPD3(5);
-  UPD3(6);
-  UPD3(7);
-}
+/* the vector layer of src/cpu/gemm_template.h: 8 fp64 lanes, their fp32 images in a ymm */
+#define XD_W 8
+typedef __m512d xd;
+typedef __m256 xf;
+#define xd_zero() _mm512_setzero_pd()
+#define xd_ld(p) _mm512_loadu_pd(p)
+#define xd_lda(p) _mm512_load_pd(p)
+#define xd_st(p, v) _mm512_storeu_pd((p), (v))
+#define xd_1(x) _mm512_set1_pd(x)
+#define xd_fma(a, b, c) _mm512_fmadd_pd((a), (b), (c))
+#define xd_cvt(a) _mm512_cvtpd_ps(a)
+#define xf_ld(p) _mm256_loadu_ps(p)
+#define xf_st(p, v) _mm256_storeu_ps((p), (v))
+#define xf_1(x) _mm256_set1_ps(x)
+#define xf_mul(a, b) _mm256_mul_ps((a), (b))
+#define xf_fma(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#ifdef XTE_AVX512_SIMDE
+#define XG_PREFETCH(p) ((void)(p))
+#else
+#define XG_PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#endif
 
 /* RNE_fp32(h + l) exactly (xte_gemm_round2_f32, lane by lane). */
 static inline __m256 round2(__m512d h, __m512d l) {
@@ -131,70 +48,6 @@ static inline __m256 round2(__m512d h, __m512d l) {
   return _mm512_cvtpd_ps(_mm512_castsi512_pd(u));
 }
 
-static void tile_impl(int64_t nblk, const int *kl, const double *a, const double *a_lo,
-                      const double *b, const double *b_lo, const float *sa, const float *sb,
-                      float *acc) {
-  int64_t bl;
-  int split = a_lo != NULL || b_lo != NULL;
-  _Alignas(64) double P[NR * MR];
-  _Alignas(64) double Q[NR * MR];
-  for (bl = 0; bl < nblk; bl++) {
-    const int n = kl[bl];
-    __m256 s0 = _mm256_loadu_ps(sa + bl * MR), s1 = _mm256_loadu_ps(sa + bl * MR + 8),
-           s2 = _mm256_loadu_ps(sa + bl * MR + 16);
-    int j;
-    if (!split) {
-      block_fused(n, a, b, sa + bl * MR, sb + bl * NR, acc);
-      a += n * MR;
-      b += n * NR;
-      continue;
-    }
-    block_sum(n, a, b, P);
-    if (split) block_sum(n, a_lo ? a_lo : a, b_lo ? b_lo : b, Q);
-    for (j = 0; j < NR; j++) {
-      __m256 sbj = _mm256_set1_ps(sb[bl * NR + j]);
-      __m256 p0, p1, p2;
-      float *aj = acc + j * MR;
-      if (split) {
-        p0 = round2(_mm512_load_pd(P + j * MR), _mm512_load_pd(Q + j * MR));
-        p1 = round2(_mm512_load_pd(P + j * MR + 8), _mm512_load_pd(Q + j * MR + 8));
-        p2 = round2(_mm512_load_pd(P + j * MR + 16), _mm512_load_pd(Q + j * MR + 16));
-      } else {
-        p0 = _mm512_cvtpd_ps(_mm512_load_pd(P + j * MR));
-        p1 = _mm512_cvtpd_ps(_mm512_load_pd(P + j * MR + 8));
-        p2 = _mm512_cvtpd_ps(_mm512_load_pd(P + j * MR + 16));
-      }
-      _mm256_storeu_ps(aj, _mm256_fmadd_ps(p0, _mm256_mul_ps(s0, sbj), _mm256_loadu_ps(aj)));
-      _mm256_storeu_ps(aj + 8,
-                       _mm256_fmadd_ps(p1, _mm256_mul_ps(s1, sbj), _mm256_loadu_ps(aj + 8)));
-      _mm256_storeu_ps(aj + 16,
-                       _mm256_fmadd_ps(p2, _mm256_mul_ps(s2, sbj), _mm256_loadu_ps(aj + 16)));
-    }
-    a += n * MR;
-    b += n * NR;
-    if (a_lo) a_lo += n * MR;
-    if (b_lo) b_lo += n * NR;
-  }
-}
-
-/* ---------------------------------------------------------------- small-M path
- * B codes go straight from memory to fp64 in registers: sign-extended to 16 bits, moved into
- * fp16 bit positions (e5m2 is the top byte of fp16; e4m3's 4-bit exponent and 3-bit mantissa
- * shifted by 7 give its value times 2^-8, subnormals included, and its NaN code becomes the fp16
- * NaN), then vcvtph2ps and vcvtps2pd, all exact. */
-#define SK_LDB XTE_GEMM_SK_LDB
-
-static inline __m256i sk_fp16(__m128i c, int e4m3) {
-  __m256i w = _mm256_cvtepi8_epi16(c);
-  if (e4m3) {
-    __m256i h = _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16((short)0xBF80));
-    __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7FFF)),
-                                     _mm256_set1_epi16(0x3F80));
-    return _mm256_blendv_epi8(h, _mm256_set1_epi16(0x7E00), nan);
-  }
-  return _mm256_slli_epi16(w, 8);
-}
-
 /* 16 fp32 values to fp64 at d[0..15] */
 static inline void f32x16_store_pd(double *d, __m512 f) {
   _mm512_storeu_pd(d, _mm512_cvtps_pd(_mm512_castps512_ps256(f)));
@@ -206,44 +59,8 @@ static inline void sk_store16(double *d, __m256i h) {
   f32x16_store_pd(d, _mm512_cvtph_ps(h));
 }
 
-static void sk_decode(const uint8_t *const *rows, int nrows, int kl, int fmt, int split,
-                      const double *t_hi, const double *t_lo, double *bd, double *bd_lo) {
-  const int e4 = fmt == XTE_FP8_E4M3, kl8 = (kl + 7) & ~7, kv = kl & ~15;
-  int j, k;
-  for (j = 0; j < 8; j++) {
-    double *d = bd + j * SK_LDB, *dl = split ? bd_lo + j * SK_LDB : NULL;
-    const uint8_t *r = j < nrows ? rows[j] : NULL;
-    k = 0;
-    if (r) {
-#ifndef XTE_AVX512_SIMDE
-      _mm_prefetch((const char *)(r + 1024), _MM_HINT_T0);
-      _mm_prefetch((const char *)(r + 1024 + 64), _MM_HINT_T0);
-#endif
-      for (; k < kv; k += 16) {
-        __m256i h = sk_fp16(_mm_loadu_si128((const __m128i *)(const void *)(r + k)), e4);
-        if (split) {
-          __m256i hm = _mm256_cmpgt_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7FFF)),
-                                          _mm256_set1_epi16(0x3BFF));
-          sk_store16(d + k, _mm256_and_si256(h, hm));
-          sk_store16(dl + k, _mm256_andnot_si256(hm, h));
-        } else {
-          sk_store16(d + k, h);
-        }
-      }
-      for (; k < kl; k++) {
-        d[k] = t_hi[r[k]];
-        if (dl) dl[k] = t_lo[r[k]];
-      }
-    }
-    for (; k < kl8; k++) {
-      d[k] = 0.0;
-      if (dl) dl[k] = 0.0;
-    }
-  }
-}
-
 /* out = the 8 lane sums of v[0..7], in order (exact here: every partial is exact) */
-static inline __m512d sk_hsum8(const __m512d *v) {
+static inline __m512d sk_hsum(const __m512d *v) {
   __m512d a01 = _mm512_add_pd(_mm512_unpacklo_pd(v[0], v[1]), _mm512_unpackhi_pd(v[0], v[1]));
   __m512d a23 = _mm512_add_pd(_mm512_unpacklo_pd(v[2], v[3]), _mm512_unpackhi_pd(v[2], v[3]));
   __m512d a45 = _mm512_add_pd(_mm512_unpacklo_pd(v[4], v[5]), _mm512_unpackhi_pd(v[4], v[5]));
@@ -255,71 +72,7 @@ static inline __m512d sk_hsum8(const __m512d *v) {
   return _mm512_add_pd(_mm512_shuffle_f64x2(b03, b47, 0x88), _mm512_shuffle_f64x2(b03, b47, 0xDD));
 }
 
-/* out[r] lane j = sum_k ar[r][k] * bd[j][k], R rows (1..3) x 8 columns */
-static inline __attribute__((always_inline)) void sk_dot(const int R, int kl8,
-                                                         const double *const *ar, const double *bd,
-                                                         __m512d *out) {
-  __m512d c[3][8];
-  int r, j, k;
-#pragma GCC unroll 3
-  for (r = 0; r < R; r++)
-#pragma GCC unroll 8
-    for (j = 0; j < 8; j++) c[r][j] = _mm512_setzero_pd();
-  for (k = 0; k < kl8; k += 8) {
-    __m512d av[3];
-#pragma GCC unroll 3
-    for (r = 0; r < R; r++) av[r] = _mm512_loadu_pd(ar[r] + k);
-#pragma GCC unroll 8
-    for (j = 0; j < 8; j++) {
-      __m512d bv = _mm512_loadu_pd(bd + j * SK_LDB + k);
-#pragma GCC unroll 3
-      for (r = 0; r < R; r++) c[r][j] = _mm512_fmadd_pd(av[r], bv, c[r][j]);
-    }
-  }
-#pragma GCC unroll 3
-  for (r = 0; r < R; r++) out[r] = sk_hsum8(c[r]);
-}
-
-static inline void sk_dotn(int R, int kl8, const double *const *ar, const double *bd,
-                           __m512d *out) {
-  if (R == 3)
-    sk_dot(3, kl8, ar, bd, out);
-  else if (R == 2)
-    sk_dot(2, kl8, ar, bd, out);
-  else
-    sk_dot(1, kl8, ar, bd, out);
-}
-
-static inline void sk_fold(__m256 p, float sa, __m256 sb8, float *w) {
-  _mm256_storeu_ps(w,
-                   _mm256_fmadd_ps(p, _mm256_mul_ps(_mm256_set1_ps(sa), sb8), _mm256_loadu_ps(w)));
-}
-
-static void sk_block(int rows, int kl8, const double *a, const double *a_lo, int64_t lda,
-                     const double *bd, const double *bd_lo, const float *sa, const float *sb,
-                     float *w, int64_t ldw) {
-  const __m256 sb8 = _mm256_loadu_ps(sb);
-  __m512d P[3], Q[3];
-  int r, i;
-  if (a_lo) {
-    for (r = 0; r < rows; r++) {
-      const double *ar[2] = {a + r * lda, a_lo + r * lda};
-      sk_dot(2, kl8, ar, bd, P);
-      sk_fold(round2(P[0], P[1]), sa[r], sb8, w + r * ldw);
-    }
-    return;
-  }
-  for (r = 0; r < rows; r += 3) {
-    const int R = rows - r < 3 ? rows - r : 3;
-    const double *ar[3] = {a + r * lda, R > 1 ? a + (r + 1) * lda : a,
-                           R > 2 ? a + (r + 2) * lda : a};
-    sk_dotn(R, kl8, ar, bd, P);
-    if (bd_lo) sk_dotn(R, kl8, ar, bd_lo, Q);
-    for (i = 0; i < R; i++)
-      sk_fold(bd_lo ? round2(P[i], Q[i]) : _mm512_cvtpd_ps(P[i]), sa[r + i], sb8,
-              w + (r + i) * ldw);
-  }
-}
+#include "cpu/gemm_template.h"
 
 /* ---------------------------------------------------------------- partial tiles
  * The tile kernel for a tile whose valid rows are the first 8 R (R = 1, 2): the same packed
@@ -453,7 +206,7 @@ const xte_gemm_ukernel XTE_AVX512_NAME(xte_gemm_ukernel) = {
     .isa = XTE_AVX512_ISA,
     .mr = MR,
     .nr = NR,
-    .tile = tile_impl,
+    .tile = tile,
     .sk_decode = sk_decode,
     .sk_block = sk_block,
     .tile_r8 = tile_r8,
