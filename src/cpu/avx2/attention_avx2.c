@@ -10,114 +10,46 @@
 
 #define AI static inline __attribute__((always_inline))
 
-/* mr rows x nv vectors of 8 columns: the chains start from C0 (NULL: +0); mode 0 stores them to
- * D, mode 1 stores D + chain (xte_attn_add), mode 2 fmaf(D, alpha[row], chain)
- * (xte_attn_rescale) */
-AI void tile(const int mr, const int nv, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
-             const float *B, int64_t ldb, const float *C0, int64_t ldc0, float *D, int64_t ldd,
-             const int mode, const float *alpha) {
-  __m256 c[6][4];
-  int i, v;
-  int64_t k;
-  for (i = 0; i < mr; i++)
-    for (v = 0; v < nv; v++)
-      c[i][v] = C0 ? _mm256_loadu_ps(C0 + i * ldc0 + 8 * v) : _mm256_setzero_ps();
-  /* prefetches (no effect on any value): the next tile's rows of A when they are rows read in
-   * place from a tensor (4 KiB apart, where the hardware prefetchers do not follow; rows of a
-   * packed copy or workspace need none) */
-  if (a_ks == 1 && a_rs > 256)
-    for (i = 0; i < mr; i++)
-      for (k = 0; k < K; k += 16) __builtin_prefetch(A + (mr + i) * a_rs + k, 0, 3);
-  for (k = 0; k < K; k++) {
-    const float *b = B + k * ldb, *a = A + k * a_ks;
-    __m256 bv[4];
-    /* B's rows 4 ahead when they are rows of a tensor read in place */
-    if (ldb > 256 && k + 4 < K) __builtin_prefetch(b + 4 * ldb, 0, 3);
-    for (v = 0; v < nv; v++) bv[v] = _mm256_loadu_ps(b + 8 * v);
-    for (i = 0; i < mr; i++) {
-      __m256 av = _mm256_broadcast_ss(a + i * a_rs);
-      for (v = 0; v < nv; v++) c[i][v] = _mm256_fmadd_ps(av, bv[v], c[i][v]);
-    }
-  }
-  for (i = 0; i < mr; i++) {
-    const __m256 al = mode == 2 ? _mm256_set1_ps(alpha[i]) : _mm256_setzero_ps();
-    for (v = 0; v < nv; v++) {
-      float *d = D + i * ldd + 8 * v;
-      if (mode == 1)
-        c[i][v] = _mm256_add_ps(_mm256_loadu_ps(d), c[i][v]);
-      else if (mode == 2)
-        c[i][v] = _mm256_fmadd_ps(_mm256_loadu_ps(d), al, c[i][v]);
-      _mm256_storeu_ps(d, c[i][v]);
-    }
-  }
-}
-
-#define TILE(MR)                                                                         \
-  tile(MR, 2, K, A + r * a_rs, a_rs, a_ks, b, ldb, C0 ? C0 + c0 + r * ldc0 : NULL, ldc0, \
-       D + c0 + r * ldd, ldd, mode, alpha ? alpha + r : NULL)
-
-AI void gemm_x(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
-               const float *B, int64_t ldb, const float *C0, int64_t ldc0, float *D, int64_t ldd,
-               const int mode, const float *alpha) {
-  int64_t c0, r;
-  for (c0 = 0; c0 < N; c0 += 16) {
-    const float *b = B + c0;
-    for (r = 0; r + 6 <= M; r += 6) TILE(6);
-    switch (M - r) {
-      case 5:
-        TILE(5);
-        break;
-      case 4:
-        TILE(4);
-        break;
-      case 3:
-        TILE(3);
-        break;
-      case 2:
-        TILE(2);
-        break;
-      case 1:
-        TILE(1);
-        break;
-      default:
-        break;
-    }
-  }
-}
-
-static void gemm_avx2(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
-                      const float *B, int64_t ldb, float *C, int64_t ldc, int acc) {
-  gemm_x(M, N, K, A, a_rs, a_ks, B, ldb, acc ? C : NULL, ldc, C, ldc, 0, NULL);
-}
-
-/* the chains (from C0, NULL: +0) folded into D: D + chain (alpha NULL) or fmaf(D, alpha[r], chain)
- */
-static void gemm_fold_avx2(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs,
-                           int64_t a_ks, const float *B, int64_t ldb, const float *C0, int64_t ldc0,
-                           float *D, int64_t ldd, const float *alpha) {
-  if (alpha)
-    gemm_x(M, N, K, A, a_rs, a_ks, B, ldb, C0, ldc0, D, ldd, 2, alpha);
-  else
-    gemm_x(M, N, K, A, a_rs, a_ks, B, ldb, C0, ldc0, D, ldd, 1, NULL);
-}
+/* the vector layer of src/cpu/attention_template.h: 8 fp32 lanes */
+#define XA_W 8
+#define XA_NAME(x) x##_avx2
+typedef __m256 xv;
+typedef __m256i xi;
+#define xv_ld(p) _mm256_loadu_ps(p)
+#define xv_st(p, v) _mm256_storeu_ps((p), (v))
+#define xv_zero() _mm256_setzero_ps()
+#define xv_1(x) _mm256_set1_ps(x)
+#define xv_bcast(p) _mm256_broadcast_ss(p)
+#define xv_ninf() _mm256_castsi256_ps(_mm256_set1_epi32((int)0xFF800000u))
+#define xv_add(a, b) _mm256_add_ps((a), (b))
+#define xv_sub(a, b) _mm256_sub_ps((a), (b))
+#define xv_mul(a, b) _mm256_mul_ps((a), (b))
+#define xv_fma(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define xi_ld(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
+#define xi_1(x) _mm256_set1_epi32(x)
+#define xi_mullo(a, b) _mm256_mullo_epi32((a), (b))
+#define xi_iota() _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)
+#define xv_gather(base, idx) _mm256_i32gather_ps((base), (idx), 4)
+/* one 64-byte line: the 2 vectors of a row of gemm_x's B tile */
+#define XA_PREFETCH_B(p, nv) __builtin_prefetch((p), 0, 3)
 
 /* xte_exp2i for k in the normal range, 8 lanes */
-AI __m256 exp2i_8(__m256i k) {
+AI __m256 exp2i_v(__m256i k) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23));
 }
 
 /* xte_ldexp_small(p, k), 8 lanes: its branches are blends, skipped when no lane takes them (the
  * usual case: the same bits) */
-AI __m256 ldexp_8(__m256 p, __m256i ki) {
+AI __m256 ldexp_v(__m256 p, __m256i ki) {
   const __m256i mlo = _mm256_cmpgt_epi32(_mm256_set1_epi32(XTE_LDEXP_KMIN), ki);
   const __m256i mhi = _mm256_cmpgt_epi32(ki, _mm256_set1_epi32(XTE_LDEXP_KMAX));
-  __m256 res = _mm256_mul_ps(p, exp2i_8(ki));
+  __m256 res = _mm256_mul_ps(p, exp2i_v(ki));
   if (!_mm256_testz_si256(_mm256_or_si256(mlo, mhi), _mm256_or_si256(mlo, mhi))) {
     const __m256 lo = _mm256_mul_ps(
-        _mm256_mul_ps(p, exp2i_8(_mm256_add_epi32(ki, _mm256_set1_epi32(XTE_LDEXP_SPLIT)))),
-        exp2i_8(_mm256_set1_epi32(-XTE_LDEXP_SPLIT)));
+        _mm256_mul_ps(p, exp2i_v(_mm256_add_epi32(ki, _mm256_set1_epi32(XTE_LDEXP_SPLIT)))),
+        exp2i_v(_mm256_set1_epi32(-XTE_LDEXP_SPLIT)));
     const __m256 hi = _mm256_mul_ps(_mm256_mul_ps(p, _mm256_set1_ps(2.0f)),
-                                    exp2i_8(_mm256_sub_epi32(ki, _mm256_set1_epi32(1))));
+                                    exp2i_v(_mm256_sub_epi32(ki, _mm256_set1_epi32(1))));
     res = _mm256_blendv_ps(res, lo, _mm256_castsi256_ps(mlo));
     res = _mm256_blendv_ps(res, hi, _mm256_castsi256_ps(mhi));
   }
@@ -126,7 +58,7 @@ AI __m256 ldexp_8(__m256 p, __m256i ki) {
 
 /* xte_expf, 8 lanes: the same steps with the same constants (xte_math.h); the special cases are
  * blends */
-AI __m256 exp_8(__m256 x) {
+AI __m256 exp_v(__m256 x) {
   const __m256 magic = _mm256_set1_ps(XTE_RINT_MAGIC);
   const __m256 k = _mm256_sub_ps(
       _mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269502162933349609375f)), magic), magic);
@@ -146,8 +78,8 @@ AI __m256 exp_8(__m256 x) {
   if (_mm256_movemask_ps(_mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-86.0f), _CMP_GE_OQ),
                                        _mm256_cmp_ps(x, _mm256_set1_ps(88.0f), _CMP_LE_OQ))) ==
       0xFF)
-    return _mm256_mul_ps(_mm256_add_ps(_mm256_set1_ps(1.0f), p), exp2i_8(_mm256_cvttps_epi32(k)));
-  res = ldexp_8(_mm256_add_ps(_mm256_set1_ps(1.0f), p), _mm256_cvttps_epi32(k));
+    return _mm256_mul_ps(_mm256_add_ps(_mm256_set1_ps(1.0f), p), exp2i_v(_mm256_cvttps_epi32(k)));
+  res = ldexp_v(_mm256_add_ps(_mm256_set1_ps(1.0f), p), _mm256_cvttps_epi32(k));
   res = _mm256_blendv_ps(res, _mm256_setzero_ps(),
                          _mm256_cmp_ps(x, _mm256_set1_ps(-103.97909545898438f), _CMP_LT_OQ));
   res = _mm256_blendv_ps(res, _mm256_castsi256_ps(_mm256_set1_epi32(0x7F800000)),
@@ -155,40 +87,22 @@ AI __m256 exp_8(__m256 x) {
   return _mm256_blendv_ps(res, _mm256_add_ps(x, x), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
-/* xte_attn_exp lane by lane: xte_expf(x - m) */
-static void exp_sub_avx2(const float *x, float m, int64_t n, float *p) {
-  int64_t j;
-  const __m256 mv = _mm256_set1_ps(m);
-  for (j = 0; j + 8 <= n; j += 8)
-    _mm256_storeu_ps(p + j, exp_8(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv)));
-  for (; j < n; j++) p[j] = xte_attn_exp(x[j], m);
-}
-
-/* xte_attn_rescale lane by lane: fmaf(o, alpha, pv) */
-static void rescale_avx2(float *o, float alpha, const float *pv, int64_t n) {
-  int64_t c;
-  const __m256 av = _mm256_set1_ps(alpha);
-  for (c = 0; c + 8 <= n; c += 8)
-    _mm256_storeu_ps(o + c, _mm256_fmadd_ps(_mm256_loadu_ps(o + c), av, _mm256_loadu_ps(pv + c)));
-  for (; c < n; c++) o[c] = xte_attn_rescale(o[c], alpha, pv[c]);
-}
-
 /* xte_fmaxf lane by lane: a NaN in a gives b, a NaN in b gives a, else a > b ? a : b */
-AI __m256 fmax_8(__m256 a, __m256 b) {
+AI __m256 fmax_v(__m256 a, __m256 b) {
   __m256 r = _mm256_blendv_ps(b, a, _mm256_cmp_ps(a, b, _CMP_GT_OQ));
   r = _mm256_blendv_ps(r, a, _mm256_cmp_ps(b, b, _CMP_UNORD_Q));
   return _mm256_blendv_ps(r, b, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
 }
 
-/* fmax_8(mb, b) for an mb that is no NaN (a block max chain from -inf): b where b is NaN is
+/* fmax_v(mb, b) for an mb that is no NaN (a block max chain from -inf): b where b is NaN is
  * the only case to take back */
-AI __m256 fmax_mb_8(__m256 mb, __m256 b) {
+AI __m256 fmax_mb_v(__m256 mb, __m256 b) {
   return _mm256_blendv_ps(_mm256_max_ps(mb, b), mb, _mm256_cmp_ps(b, b, _CMP_UNORD_Q));
 }
 
 /* scaled (see fwd_softmax_t) as 2 when every slot of the 8 columns a[], e[] is visible
  * (a = 0, e = 64): the logit is S * scale with no mask (the same value) */
-AI int scaled_8(int scaled, const int32_t *a, const int32_t *e) {
+AI int scaled_v(int scaled, const int32_t *a, const int32_t *e) {
   const __m256i av = _mm256_loadu_si256((const __m256i *)a),
                 ev = _mm256_loadu_si256((const __m256i *)e);
   if (!scaled) return 0;
@@ -200,7 +114,7 @@ AI int scaled_8(int scaled, const int32_t *a, const int32_t *e) {
 }
 
 /* the logits of slot j of 8 columns (scaled 2: all visible) */
-AI __m256 logit_8(const float *S, int64_t j, int scaled, __m256 sc, __m256i av, __m256i ev) {
+AI __m256 logit_v(const float *S, int64_t j, int scaled, __m256 sc, __m256i av, __m256i ev) {
   const __m256 s = _mm256_loadu_ps(S);
   __m256i jv, vis;
   if (!scaled) return s;
@@ -212,28 +126,17 @@ AI __m256 logit_8(const float *S, int64_t j, int scaled, __m256 sc, __m256i av, 
                           _mm256_mul_ps(s, sc), _mm256_castsi256_ps(vis));
 }
 
-/* The block maxima of ng groups of 8 columns at once (independent fmax chains side by side;
- * each lane's chain in slot order, as the scalar kernel's) */
-AI void block_max(const int ng, const float *S, int64_t ld, int scaled, __m256 sc, const int32_t *a,
-                  const int32_t *e, __m256 *mb) {
-  __m256i av[4], ev[4];
-  int64_t j;
-  int q, all = scaled != 0;
-  for (q = 0; q < ng; q++) {
-    av[q] = _mm256_loadu_si256((const __m256i *)(a + 8 * q));
-    ev[q] = _mm256_loadu_si256((const __m256i *)(e + 8 * q));
-    mb[q] = _mm256_castsi256_ps(_mm256_set1_epi32((int)0xFF800000u));
-    if (scaled_8(scaled, a + 8 * q, e + 8 * q) != 2) all = 0;
+#include "cpu/attention_template.h"
+
+/* 16 columns (2 vectors) at a time */
+AI void gemm_x(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
+               const float *B, int64_t ldb, const float *C0, int64_t ldc0, float *D, int64_t ldd,
+               const int mode, const float *alpha) {
+  int64_t c0, r;
+  for (c0 = 0; c0 < N; c0 += 16) {
+    const float *b = B + c0;
+    XA_ROWS(2);
   }
-  if (all) {
-    for (j = 0; j < 64; j++)
-      for (q = 0; q < ng; q++)
-        mb[q] = fmax_mb_8(mb[q], _mm256_mul_ps(_mm256_loadu_ps(S + j * ld + 8 * q), sc));
-    return;
-  }
-  for (j = 0; j < 64; j++)
-    for (q = 0; q < ng; q++)
-      mb[q] = fmax_mb_8(mb[q], logit_8(S + j * ld + 8 * q, j, scaled, sc, av[q], ev[q]));
 }
 
 /* xte_attn_sum64's slots t (chains t, t + 16, t + 32, t + 48) in the order that lets its tree
@@ -272,9 +175,9 @@ static void fwd_softmax_t_avx2(const float *S, int64_t ld, int64_t n, int scaled
       av = _mm256_loadu_si256((const __m256i *)(a + r));
       ev = _mm256_loadu_si256((const __m256i *)(e + r));
       mo = _mm256_loadu_ps(m + r);
-      mn = fmax_8(mo, mbs[g]);
-      al = exp_8(_mm256_sub_ps(mo, mn));
-      sq = scaled_8(scaled, a + r, e + r);
+      mn = fmax_v(mo, mbs[g]);
+      al = exp_v(_mm256_sub_ps(mo, mn));
+      sq = scaled_v(scaled, a + r, e + r);
       _mm256_storeu_ps(m + r, mn);
       _mm256_storeu_ps(alpha + r, al);
       for (q = 0; q < 16; q++) {
@@ -282,7 +185,7 @@ static void fwd_softmax_t_avx2(const float *S, int64_t ld, int64_t n, int scaled
         int u;
         for (u = 0; u < 4; u++) {
           const int64_t j = t + 16 * u;
-          const __m256 p = exp_8(_mm256_sub_ps(logit_8(S + j * ld + r, j, sq, sc, av, ev), mn));
+          const __m256 p = exp_v(_mm256_sub_ps(logit_v(S + j * ld + r, j, sq, sc, av, ev), mn));
           _mm256_storeu_ps(P + j * ld + r, p);
           x = u ? _mm256_add_ps(x, p) : p;
         }
@@ -306,15 +209,15 @@ static void bwd_p_t_avx2(const float *S, const float *dP, const float *G, int64_
                   ev = _mm256_loadu_si256((const __m256i *)(e + r));
     const __m256 Lv = _mm256_loadu_ps(L + r), Dv = _mm256_loadu_ps(D + r);
     const __m256 Cv = C ? _mm256_loadu_ps(C + r) : _mm256_setzero_ps();
-    const int sq = scaled_8(scaled, a + r, e + r);
+    const int sq = scaled_v(scaled, a + r, e + r);
     __m256 h[4], x = _mm256_setzero_ps();
     for (q = 0; q < 16; q++) {
       const int t = sum64_order[q];
       int u;
       for (u = 0; u < 4; u++) {
         const int64_t j = t + 16 * u;
-        const __m256 y = logit_8(S + j * ld + r, j, sq, sc, av, ev);
-        const __m256 p = exp_8(_mm256_sub_ps(_mm256_sub_ps(y, Lv), Cv));
+        const __m256 y = logit_v(S + j * ld + r, j, sq, sc, av, ev);
+        const __m256 p = exp_v(_mm256_sub_ps(_mm256_sub_ps(y, Lv), Cv));
         const __m256 g = G ? _mm256_loadu_ps(G + j * ld + r) : sc;
         _mm256_storeu_ps(P + j * ld + r, p);
         _mm256_storeu_ps(
@@ -326,40 +229,6 @@ static void bwd_p_t_avx2(const float *S, const float *dP, const float *G, int64_
       if (sum) x = sum64_push(q, x, h);
     }
     if (sum) _mm256_storeu_ps(sum + r, x);
-  }
-}
-
-/* every element through the lanes, the tail too (tests) */
-/* 8 rows per vector (gathers), each lane the scalar chain; the rows past a multiple of 8 one by
- * one */
-static void dot_rows_avx2(int64_t n, int64_t d, const float *X, const float *Y, int64_t ld,
-                          float *out) {
-  int64_t r = 0, c;
-  const __m256i idx =
-      _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)ld));
-  if (ld <= INT32_MAX / 8)
-    for (; r + 8 <= n; r += 8) {
-      __m256 acc = _mm256_setzero_ps();
-      for (c = 0; c < d; c++)
-        acc = _mm256_fmadd_ps(_mm256_i32gather_ps(X + r * ld + c, idx, 4),
-                              _mm256_i32gather_ps(Y + r * ld + c, idx, 4), acc);
-      _mm256_storeu_ps(out + r, acc);
-    }
-  for (; r < n; r++) {
-    float acc = 0.0f;
-    for (c = 0; c < d; c++) acc = xte_fmaf(X[r * ld + c], Y[r * ld + c], acc);
-    out[r] = acc;
-  }
-}
-
-static void exp_n_avx2(const float *x, float *y, int64_t n) {
-  int64_t j;
-  float t[8] = {0};
-  for (j = 0; j + 8 <= n; j += 8) _mm256_storeu_ps(y + j, exp_8(_mm256_loadu_ps(x + j)));
-  if (j < n) {
-    memcpy(t, x + j, (size_t)(n - j) * sizeof(float));
-    _mm256_storeu_ps(t, exp_8(_mm256_loadu_ps(t)));
-    memcpy(y + j, t, (size_t)(n - j) * sizeof(float));
   }
 }
 

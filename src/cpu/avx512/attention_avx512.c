@@ -13,124 +13,49 @@
 
 #define AI static inline __attribute__((always_inline))
 
-/* mr rows x nv vectors of 16 columns: the chains start from C0 (NULL: +0); mode 0 stores them
- * to D, mode 1 stores D + chain (xte_attn_add), mode 2 fmaf(D, alpha[row], chain)
- * (xte_attn_rescale) */
-AI void tile(const int mr, const int nv, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
-             const float *B, int64_t ldb, const float *C0, int64_t ldc0, float *D, int64_t ldd,
-             const int mode, const float *alpha) {
-  __m512 c[6][4];
-  int i, v;
-  int64_t k;
-  for (i = 0; i < mr; i++)
-    for (v = 0; v < nv; v++)
-      c[i][v] = C0 ? _mm512_loadu_ps(C0 + i * ldc0 + 16 * v) : _mm512_setzero_ps();
-  /* prefetches (no effect on any value): the next tile's rows of A when they are rows read in
-   * place from a tensor (4 KiB apart, where the hardware prefetchers do not follow; rows of a
-   * packed copy or workspace need none) */
-  if (a_ks == 1 && a_rs > 256)
-    for (i = 0; i < mr; i++)
-      for (k = 0; k < K; k += 16) __builtin_prefetch(A + (mr + i) * a_rs + k, 0, 3);
-  for (k = 0; k < K; k++) {
-    const float *b = B + k * ldb, *a = A + k * a_ks;
-    __m512 bv[4];
-    /* B's rows 4 ahead when they are rows of a tensor read in place */
-    if (ldb > 256 && k + 4 < K)
-      for (v = 0; v < nv; v++) __builtin_prefetch(b + 4 * ldb + 16 * v, 0, 3);
-    for (v = 0; v < nv; v++) bv[v] = _mm512_loadu_ps(b + 16 * v);
-    for (i = 0; i < mr; i++) {
-      __m512 av = _mm512_set1_ps(a[i * a_rs]);
-      for (v = 0; v < nv; v++) c[i][v] = _mm512_fmadd_ps(av, bv[v], c[i][v]);
-    }
-  }
-  for (i = 0; i < mr; i++) {
-    const __m512 al = mode == 2 ? _mm512_set1_ps(alpha[i]) : _mm512_setzero_ps();
-    for (v = 0; v < nv; v++) {
-      float *d = D + i * ldd + 16 * v;
-      if (mode == 1)
-        c[i][v] = _mm512_add_ps(_mm512_loadu_ps(d), c[i][v]);
-      else if (mode == 2)
-        c[i][v] = _mm512_fmadd_ps(_mm512_loadu_ps(d), al, c[i][v]);
-      _mm512_storeu_ps(d, c[i][v]);
-    }
-  }
-}
-
-#define TILE(MR, NV)                                                                      \
-  tile(MR, NV, K, A + r * a_rs, a_rs, a_ks, b, ldb, C0 ? C0 + c0 + r * ldc0 : NULL, ldc0, \
-       D + c0 + r * ldd, ldd, mode, alpha ? alpha + r : NULL)
-
-#define ROWS(NV)                                 \
-  do {                                           \
-    for (r = 0; r + 6 <= M; r += 6) TILE(6, NV); \
-    switch (M - r) {                             \
-      case 5:                                    \
-        TILE(5, NV);                             \
-        break;                                   \
-      case 4:                                    \
-        TILE(4, NV);                             \
-        break;                                   \
-      case 3:                                    \
-        TILE(3, NV);                             \
-        break;                                   \
-      case 2:                                    \
-        TILE(2, NV);                             \
-        break;                                   \
-      case 1:                                    \
-        TILE(1, NV);                             \
-        break;                                   \
-      default:                                   \
-        break;                                   \
-    }                                            \
+/* the vector layer of src/cpu/attention_template.h: 16 fp32 lanes */
+#define XA_W 16
+#define XA_NAME(x) x##_avx512
+typedef __m512 xv;
+typedef __m512i xi;
+#define xv_ld(p) _mm512_loadu_ps(p)
+#define xv_st(p, v) _mm512_storeu_ps((p), (v))
+#define xv_zero() _mm512_setzero_ps()
+#define xv_1(x) _mm512_set1_ps(x)
+#define xv_bcast(p) _mm512_set1_ps(*(p))
+#define xv_ninf() _mm512_castsi512_ps(_mm512_set1_epi32((int)0xFF800000u))
+#define xv_add(a, b) _mm512_add_ps((a), (b))
+#define xv_sub(a, b) _mm512_sub_ps((a), (b))
+#define xv_mul(a, b) _mm512_mul_ps((a), (b))
+#define xv_fma(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define xi_ld(p) _mm512_loadu_si512(p)
+#define xi_1(x) _mm512_set1_epi32(x)
+#define xi_mullo(a, b) _mm512_mullo_epi32((a), (b))
+#define xi_iota() _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+#define xv_gather(base, idx) _mm512_i32gather_ps((idx), (base), 4)
+#define XA_PREFETCH_B(p, nv)                                                   \
+  do {                                                                         \
+    int pv_;                                                                   \
+    for (pv_ = 0; pv_ < (nv); pv_++) __builtin_prefetch((p) + 16 * pv_, 0, 3); \
   } while (0)
 
-AI void gemm_x(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
-               const float *B, int64_t ldb, const float *C0, int64_t ldc0, float *D, int64_t ldd,
-               const int mode, const float *alpha) {
-  int64_t c0 = 0, r;
-  for (; c0 + 64 <= N; c0 += 64) {
-    const float *b = B + c0;
-    ROWS(4);
-  }
-  for (; c0 < N; c0 += 16) {
-    const float *b = B + c0;
-    ROWS(1);
-  }
-}
-
-static void gemm_avx512(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
-                        const float *B, int64_t ldb, float *C, int64_t ldc, int acc) {
-  gemm_x(M, N, K, A, a_rs, a_ks, B, ldb, acc ? C : NULL, ldc, C, ldc, 0, NULL);
-}
-
-/* the chains (from C0, NULL: +0) folded into D: D + chain (alpha NULL) or fmaf(D, alpha[r], chain)
- */
-static void gemm_fold_avx512(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs,
-                             int64_t a_ks, const float *B, int64_t ldb, const float *C0,
-                             int64_t ldc0, float *D, int64_t ldd, const float *alpha) {
-  if (alpha)
-    gemm_x(M, N, K, A, a_rs, a_ks, B, ldb, C0, ldc0, D, ldd, 2, alpha);
-  else
-    gemm_x(M, N, K, A, a_rs, a_ks, B, ldb, C0, ldc0, D, ldd, 1, NULL);
-}
-
 /* xte_exp2i for k in the normal range, 16 lanes */
-AI __m512 exp2i_16(__m512i k) {
+AI __m512 exp2i_v(__m512i k) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k, _mm512_set1_epi32(127)), 23));
 }
 
 /* xte_ldexp_small(p, k), 16 lanes: its branches are masked moves, skipped when no lane takes
  * them (the usual case: the same bits) */
-AI __m512 ldexp_16(__m512 p, __m512i ki) {
+AI __m512 ldexp_v(__m512 p, __m512i ki) {
   const __mmask16 mlo = _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(XTE_LDEXP_KMIN), ki);
   const __mmask16 mhi = _mm512_cmpgt_epi32_mask(ki, _mm512_set1_epi32(XTE_LDEXP_KMAX));
-  __m512 res = _mm512_mul_ps(p, exp2i_16(ki));
+  __m512 res = _mm512_mul_ps(p, exp2i_v(ki));
   if (mlo | mhi) {
     const __m512 lo = _mm512_mul_ps(
-        _mm512_mul_ps(p, exp2i_16(_mm512_add_epi32(ki, _mm512_set1_epi32(XTE_LDEXP_SPLIT)))),
-        exp2i_16(_mm512_set1_epi32(-XTE_LDEXP_SPLIT)));
+        _mm512_mul_ps(p, exp2i_v(_mm512_add_epi32(ki, _mm512_set1_epi32(XTE_LDEXP_SPLIT)))),
+        exp2i_v(_mm512_set1_epi32(-XTE_LDEXP_SPLIT)));
     const __m512 hi = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_set1_ps(2.0f)),
-                                    exp2i_16(_mm512_sub_epi32(ki, _mm512_set1_epi32(1))));
+                                    exp2i_v(_mm512_sub_epi32(ki, _mm512_set1_epi32(1))));
     res = _mm512_mask_mov_ps(res, mlo, lo);
     res = _mm512_mask_mov_ps(res, mhi, hi);
   }
@@ -139,7 +64,7 @@ AI __m512 ldexp_16(__m512 p, __m512i ki) {
 
 /* xte_expf, 16 lanes: the same steps with the same constants (xte_math.h); the special cases are
  * masked moves */
-AI __m512 exp_16(__m512 x) {
+AI __m512 exp_v(__m512 x) {
   const __m512 magic = _mm512_set1_ps(XTE_RINT_MAGIC);
   const __m512 k = _mm512_sub_ps(
       _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269502162933349609375f)), magic), magic);
@@ -160,7 +85,7 @@ AI __m512 exp_16(__m512 x) {
   if (_mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-86.0f), _CMP_GE_OQ), x,
                               _mm512_set1_ps(88.0f), _CMP_LE_OQ) == 0xFFFF)
     return _mm512_scalef_ps(_mm512_add_ps(_mm512_set1_ps(1.0f), p), k);
-  res = ldexp_16(_mm512_add_ps(_mm512_set1_ps(1.0f), p), _mm512_cvttps_epi32(k));
+  res = ldexp_v(_mm512_add_ps(_mm512_set1_ps(1.0f), p), _mm512_cvttps_epi32(k));
   res = _mm512_mask_mov_ps(res,
                            _mm512_cmp_ps_mask(x, _mm512_set1_ps(-103.97909545898438f), _CMP_LT_OQ),
                            _mm512_setzero_ps());
@@ -170,42 +95,24 @@ AI __m512 exp_16(__m512 x) {
   return _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_add_ps(x, x));
 }
 
-/* xte_attn_exp lane by lane: xte_expf(x - m) */
-static void exp_sub_avx512(const float *x, float m, int64_t n, float *p) {
-  int64_t j;
-  const __m512 mv = _mm512_set1_ps(m);
-  for (j = 0; j + 16 <= n; j += 16)
-    _mm512_storeu_ps(p + j, exp_16(_mm512_sub_ps(_mm512_loadu_ps(x + j), mv)));
-  for (; j < n; j++) p[j] = xte_attn_exp(x[j], m);
-}
-
-/* xte_attn_rescale lane by lane: fmaf(o, alpha, pv) */
-static void rescale_avx512(float *o, float alpha, const float *pv, int64_t n) {
-  int64_t c;
-  const __m512 av = _mm512_set1_ps(alpha);
-  for (c = 0; c + 16 <= n; c += 16)
-    _mm512_storeu_ps(o + c, _mm512_fmadd_ps(_mm512_loadu_ps(o + c), av, _mm512_loadu_ps(pv + c)));
-  for (; c < n; c++) o[c] = xte_attn_rescale(o[c], alpha, pv[c]);
-}
-
 /* xte_fmaxf lane by lane: a NaN in a gives b, a NaN in b gives a, else a > b ? a : b
  * (_mm512_max_ps(a, b) is a > b ? a : b, b when either is NaN: a is taken back where only b is
  * NaN) */
-AI __m512 fmax_16(__m512 a, __m512 b) {
+AI __m512 fmax_v(__m512 a, __m512 b) {
   const __mmask16 k =
       _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(a, a, _CMP_ORD_Q), b, b, _CMP_UNORD_Q);
   return _mm512_mask_mov_ps(_mm512_max_ps(a, b), k, a);
 }
 
-/* fmax_16(mb, b) for an mb that is no NaN (a block max chain from -inf): b where b is NaN is
+/* fmax_v(mb, b) for an mb that is no NaN (a block max chain from -inf): b where b is NaN is
  * the only case to take back */
-AI __m512 fmax_mb_16(__m512 mb, __m512 b) {
+AI __m512 fmax_mb_v(__m512 mb, __m512 b) {
   return _mm512_mask_mov_ps(_mm512_max_ps(mb, b), _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q), mb);
 }
 
 /* scaled (see fwd_softmax_t) as 2 when every slot of the 16 columns a[], e[] is visible
  * (a = 0, e = 64): the logit is S * scale with no mask (the same value) */
-AI int scaled_16(int scaled, const int32_t *a, const int32_t *e) {
+AI int scaled_v(int scaled, const int32_t *a, const int32_t *e) {
   if (!scaled) return 0;
   return (_mm512_mask_cmpge_epi32_mask(
               _mm512_cmpeq_epi32_mask(_mm512_loadu_si512(a), _mm512_setzero_si512()),
@@ -215,7 +122,7 @@ AI int scaled_16(int scaled, const int32_t *a, const int32_t *e) {
 }
 
 /* the logits of slot j of 16 columns (scaled 2: all visible) */
-AI __m512 logit_16(const float *S, int64_t j, int scaled, __m512 sc, __m512i av, __m512i ev) {
+AI __m512 logit_v(const float *S, int64_t j, int scaled, __m512 sc, __m512i av, __m512i ev) {
   const __m512 s = _mm512_loadu_ps(S);
   __m512i jv;
   __mmask16 vis;
@@ -227,28 +134,21 @@ AI __m512 logit_16(const float *S, int64_t j, int scaled, __m512 sc, __m512i av,
                             _mm512_mul_ps(s, sc));
 }
 
-/* The block maxima of ng groups of 16 columns at once (independent fmax chains side by side;
- * each lane's chain in slot order, as the scalar kernel's) */
-AI void block_max(const int ng, const float *S, int64_t ld, int scaled, __m512 sc, const int32_t *a,
-                  const int32_t *e, __m512 *mb) {
-  __m512i av[4], ev[4];
-  int64_t j;
-  int q, all = scaled != 0;
-  for (q = 0; q < ng; q++) {
-    av[q] = _mm512_loadu_si512(a + 16 * q);
-    ev[q] = _mm512_loadu_si512(e + 16 * q);
-    mb[q] = _mm512_castsi512_ps(_mm512_set1_epi32((int)0xFF800000u));
-    if (scaled_16(scaled, a + 16 * q, e + 16 * q) != 2) all = 0;
+#include "cpu/attention_template.h"
+
+/* 64 columns (4 vectors) at a time, then 16 */
+AI void gemm_x(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
+               const float *B, int64_t ldb, const float *C0, int64_t ldc0, float *D, int64_t ldd,
+               const int mode, const float *alpha) {
+  int64_t c0 = 0, r;
+  for (; c0 + 64 <= N; c0 += 64) {
+    const float *b = B + c0;
+    XA_ROWS(4);
   }
-  if (all) {
-    for (j = 0; j < 64; j++)
-      for (q = 0; q < ng; q++)
-        mb[q] = fmax_mb_16(mb[q], _mm512_mul_ps(_mm512_loadu_ps(S + j * ld + 16 * q), sc));
-    return;
+  for (; c0 < N; c0 += 16) {
+    const float *b = B + c0;
+    XA_ROWS(1);
   }
-  for (j = 0; j < 64; j++)
-    for (q = 0; q < ng; q++)
-      mb[q] = fmax_mb_16(mb[q], logit_16(S + j * ld + 16 * q, j, scaled, sc, av[q], ev[q]));
 }
 
 /* the scalar kernel's order, 16 columns (query rows) per vector */
@@ -278,16 +178,16 @@ static void fwd_softmax_t_avx512(const float *S, int64_t ld, int64_t n, int scal
     for (q = 0; q < ng; q++) {
       const __m512i av = _mm512_loadu_si512(a + r0 + 16 * q),
                     ev = _mm512_loadu_si512(e + r0 + 16 * q);
-      const __m512 mo = _mm512_loadu_ps(m + r0 + 16 * q), mn = fmax_16(mo, mbs[q]),
-                   al = exp_16(_mm512_sub_ps(mo, mn));
+      const __m512 mo = _mm512_loadu_ps(m + r0 + 16 * q), mn = fmax_v(mo, mbs[q]),
+                   al = exp_v(_mm512_sub_ps(mo, mn));
       __m512 v[16];
       int sq;
       r = r0 + 16 * q;
-      sq = scaled_16(scaled, a + r, e + r);
+      sq = scaled_v(scaled, a + r, e + r);
       _mm512_storeu_ps(m + r, mn);
       _mm512_storeu_ps(alpha + r, al);
       for (j = 0; j < 64; j++) {
-        const __m512 p = exp_16(_mm512_sub_ps(logit_16(S + j * ld + r, j, sq, sc, av, ev), mn));
+        const __m512 p = exp_v(_mm512_sub_ps(logit_v(S + j * ld + r, j, sq, sc, av, ev), mn));
         _mm512_storeu_ps(P + j * ld + r, p);
         v[j & 15] = j < 16 ? p : _mm512_add_ps(v[j & 15], p);
       }
@@ -312,11 +212,11 @@ static void bwd_p_t_avx512(const float *S, const float *dP, const float *G, int6
     const __m512i av = _mm512_loadu_si512(a + r), ev = _mm512_loadu_si512(e + r);
     const __m512 Lv = _mm512_loadu_ps(L + r), Dv = _mm512_loadu_ps(D + r);
     const __m512 Cv = C ? _mm512_loadu_ps(C + r) : _mm512_setzero_ps();
-    const int sq = scaled_16(scaled, a + r, e + r);
+    const int sq = scaled_v(scaled, a + r, e + r);
     __m512 v[16];
     for (j = 0; j < 64; j++) {
-      const __m512 x = logit_16(S + j * ld + r, j, sq, sc, av, ev);
-      const __m512 u = exp_16(_mm512_sub_ps(_mm512_sub_ps(x, Lv), Cv));
+      const __m512 x = logit_v(S + j * ld + r, j, sq, sc, av, ev);
+      const __m512 u = exp_v(_mm512_sub_ps(_mm512_sub_ps(x, Lv), Cv));
       const __m512 g = G ? _mm512_loadu_ps(G + j * ld + r) : sc;
       _mm512_storeu_ps(P + j * ld + r, u);
       _mm512_storeu_ps(
@@ -330,41 +230,6 @@ static void bwd_p_t_avx512(const float *S, const float *dP, const float *G, int6
       for (q = 0; q < 2; q++) v[q] = _mm512_add_ps(v[q], v[q + 2]);
       _mm512_storeu_ps(sum + r, _mm512_add_ps(v[0], v[1]));
     }
-  }
-}
-
-/* 16 rows per vector (gathers), each lane the scalar chain; the rows past a multiple of 16
- * one by one */
-static void dot_rows_avx512(int64_t n, int64_t d, const float *X, const float *Y, int64_t ld,
-                            float *out) {
-  int64_t r = 0, c;
-  const __m512i idx =
-      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                         _mm512_set1_epi32((int)ld));
-  if (ld <= INT32_MAX / 16)
-    for (; r + 16 <= n; r += 16) {
-      __m512 acc = _mm512_setzero_ps();
-      for (c = 0; c < d; c++)
-        acc = _mm512_fmadd_ps(_mm512_i32gather_ps(idx, X + r * ld + c, 4),
-                              _mm512_i32gather_ps(idx, Y + r * ld + c, 4), acc);
-      _mm512_storeu_ps(out + r, acc);
-    }
-  for (; r < n; r++) {
-    float acc = 0.0f;
-    for (c = 0; c < d; c++) acc = xte_fmaf(X[r * ld + c], Y[r * ld + c], acc);
-    out[r] = acc;
-  }
-}
-
-/* every element through the lanes, the tail too (tests) */
-static void exp_n_avx512(const float *x, float *y, int64_t n) {
-  int64_t j;
-  float t[16] = {0};
-  for (j = 0; j + 16 <= n; j += 16) _mm512_storeu_ps(y + j, exp_16(_mm512_loadu_ps(x + j)));
-  if (j < n) {
-    memcpy(t, x + j, (size_t)(n - j) * sizeof(float));
-    _mm512_storeu_ps(t, exp_16(_mm512_loadu_ps(t)));
-    memcpy(y + j, t, (size_t)(n - j) * sizeof(float));
   }
 }
 
