@@ -13,21 +13,46 @@
  *   AI              static inline __attribute__((always_inline))
  *   xv, xi          the fp32 and the int32 vector of XA_W lanes
  *   xv_ld(p) xv_st(p, v) xv_zero() xv_1(x) xv_ninf() xv_add(a, b) xv_sub(a, b) xv_mul(a, b)
- *   xv_fma(a, b, c) xv_bcast(p)       loads, stores, +0, broadcasts, -inf, arithmetic, a b + c
+ *   xv_fma(a, b, c) xv_fnma(a, b, c) xv_bcast(p)
+ *                                     loads, stores, +0, broadcasts, -inf, arithmetic, +-a b + c
  *   xi_ld(p) xi_1(x) xi_mullo(a, b) xi_iota()   int32 load, broadcast, product, lanes 0..XA_W-1
  *   xv_gather(base, idx)              lane i: base[idx lane i] (scale 4)
  *   XA_PREFETCH_B(p, nv)              prefetches of the nv vectors of columns at p
- *   xv exp_v(xv x)                    xte_expf lane by lane
  *   xv fmax_mb_v(xv mb, xv b)         xte_fmaxf(mb, b) for an mb that is no NaN
  *   int scaled_v(int scaled, const int32_t *a, const int32_t *e)
  *                                     scaled, or 2 when every slot of the XA_W columns is visible
  *   xv logit_v(const float *S, int64_t j, int scaled, xv sc, xi av, xi ev)
  *                                     the logits of slot j of XA_W columns
- * and, after including it, gemm_x (declared below): the GEMM's column blocking over XA_TILE and
- * XA_ROWS. This file defines tile, block_max and the kernels gemm, gemm_fold, exp_sub, rescale,
- * dot_rows and exp_n of xte_attn_kernels (src/cpu/attention_kernels.h), named by XA_NAME. */
+ * and, after including it (both declared below):
+ *   gemm_x                            the GEMM's column blocking over XA_TILE and XA_ROWS
+ *   xv exp_v(xv x)                    xte_expf lane by lane, from exp_poly_v This file defines
+ * tile, block_max and the kernels gemm, gemm_fold, exp_sub, rescale, dot_rows and exp_n of
+ * xte_attn_kernels (src/cpu/attention_kernels.h), named by XA_NAME. */
 #ifndef XTE_CPU_ATTENTION_TEMPLATE_H
 #define XTE_CPU_ATTENTION_TEMPLATE_H
+
+/* xte_expf's range reduction and polynomial, lane by lane (the same steps with the same
+ * constants, xte_math.h): *kp = k = rint(x log2(e)) and the result p, xte_expf(x) being
+ * (1 + p) 2^k where no special case is taken */
+AI xv exp_poly_v(xv x, xv *kp) {
+  const xv magic = xv_1(XTE_RINT_MAGIC);
+  const xv k = xv_sub(xv_add(xv_mul(x, xv_1(1.44269502162933349609375f)), magic), magic);
+  xv r = xv_fnma(k, xv_1(0.693147182464599609375f), x);
+  xv p;
+  r = xv_fnma(k, xv_1(-1.904654323148236e-09f), r);
+  p = xv_1(2.48015873015873e-05f);
+  p = xv_fma(p, r, xv_1(1.98412698412698e-04f));
+  p = xv_fma(p, r, xv_1(1.38888888888889e-03f));
+  p = xv_fma(p, r, xv_1(8.33333333333333e-03f));
+  p = xv_fma(p, r, xv_1(4.16666666666667e-02f));
+  p = xv_fma(p, r, xv_1(1.66666666666667e-01f));
+  p = xv_fma(p, r, xv_1(0.5f));
+  *kp = k;
+  return xv_fma(p, xv_mul(r, r), r);
+}
+
+/* xte_expf lane by lane, defined by the including file */
+AI xv exp_v(xv x);
 
 /* mr rows x nv vectors of XA_W columns: the chains start from C0 (NULL: +0); mode 0 stores them
  * to D, mode 1 stores D + chain (xte_attn_add), mode 2 fmaf(D, alpha[row], chain)

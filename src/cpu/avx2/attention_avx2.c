@@ -25,6 +25,7 @@ typedef __m256i xi;
 #define xv_sub(a, b) _mm256_sub_ps((a), (b))
 #define xv_mul(a, b) _mm256_mul_ps((a), (b))
 #define xv_fma(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define xv_fnma(a, b, c) _mm256_fnmadd_ps((a), (b), (c))
 #define xi_ld(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
 #define xi_1(x) _mm256_set1_epi32(x)
 #define xi_mullo(a, b) _mm256_mullo_epi32((a), (b))
@@ -32,60 +33,6 @@ typedef __m256i xi;
 #define xv_gather(base, idx) _mm256_i32gather_ps((base), (idx), 4)
 /* one 64-byte line: the 2 vectors of a row of gemm_x's B tile */
 #define XA_PREFETCH_B(p, nv) __builtin_prefetch((p), 0, 3)
-
-/* xte_exp2i for k in the normal range, 8 lanes */
-AI __m256 exp2i_v(__m256i k) {
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23));
-}
-
-/* xte_ldexp_small(p, k), 8 lanes: its branches are blends, skipped when no lane takes them (the
- * usual case: the same bits) */
-AI __m256 ldexp_v(__m256 p, __m256i ki) {
-  const __m256i mlo = _mm256_cmpgt_epi32(_mm256_set1_epi32(XTE_LDEXP_KMIN), ki);
-  const __m256i mhi = _mm256_cmpgt_epi32(ki, _mm256_set1_epi32(XTE_LDEXP_KMAX));
-  __m256 res = _mm256_mul_ps(p, exp2i_v(ki));
-  if (!_mm256_testz_si256(_mm256_or_si256(mlo, mhi), _mm256_or_si256(mlo, mhi))) {
-    const __m256 lo = _mm256_mul_ps(
-        _mm256_mul_ps(p, exp2i_v(_mm256_add_epi32(ki, _mm256_set1_epi32(XTE_LDEXP_SPLIT)))),
-        exp2i_v(_mm256_set1_epi32(-XTE_LDEXP_SPLIT)));
-    const __m256 hi = _mm256_mul_ps(_mm256_mul_ps(p, _mm256_set1_ps(2.0f)),
-                                    exp2i_v(_mm256_sub_epi32(ki, _mm256_set1_epi32(1))));
-    res = _mm256_blendv_ps(res, lo, _mm256_castsi256_ps(mlo));
-    res = _mm256_blendv_ps(res, hi, _mm256_castsi256_ps(mhi));
-  }
-  return res;
-}
-
-/* xte_expf, 8 lanes: the same steps with the same constants (xte_math.h); the special cases are
- * blends */
-AI __m256 exp_v(__m256 x) {
-  const __m256 magic = _mm256_set1_ps(XTE_RINT_MAGIC);
-  const __m256 k = _mm256_sub_ps(
-      _mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269502162933349609375f)), magic), magic);
-  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693147182464599609375f), x);
-  __m256 p, res;
-  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-1.904654323148236e-09f), r);
-  p = _mm256_set1_ps(2.48015873015873e-05f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.98412698412698e-04f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.38888888888889e-03f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.33333333333333e-03f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.16666666666667e-02f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.66666666666667e-01f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
-  /* every lane in [-86, 88] (no NaN): k in [-124, 127], no branch of xte_ldexp_small and no
-   * special case is taken, the result is (1 + p) 2^k (the same bits as the path below) */
-  if (_mm256_movemask_ps(_mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-86.0f), _CMP_GE_OQ),
-                                       _mm256_cmp_ps(x, _mm256_set1_ps(88.0f), _CMP_LE_OQ))) ==
-      0xFF)
-    return _mm256_mul_ps(_mm256_add_ps(_mm256_set1_ps(1.0f), p), exp2i_v(_mm256_cvttps_epi32(k)));
-  res = ldexp_v(_mm256_add_ps(_mm256_set1_ps(1.0f), p), _mm256_cvttps_epi32(k));
-  res = _mm256_blendv_ps(res, _mm256_setzero_ps(),
-                         _mm256_cmp_ps(x, _mm256_set1_ps(-103.97909545898438f), _CMP_LT_OQ));
-  res = _mm256_blendv_ps(res, _mm256_castsi256_ps(_mm256_set1_epi32(0x7F800000)),
-                         _mm256_cmp_ps(x, _mm256_set1_ps(88.72283935546875f), _CMP_GT_OQ));
-  return _mm256_blendv_ps(res, _mm256_add_ps(x, x), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-}
 
 /* xte_fmaxf lane by lane: a NaN in a gives b, a NaN in b gives a, else a > b ? a : b */
 AI __m256 fmax_v(__m256 a, __m256 b) {
@@ -127,6 +74,48 @@ AI __m256 logit_v(const float *S, int64_t j, int scaled, __m256 sc, __m256i av, 
 }
 
 #include "cpu/attention_template.h"
+
+/* xte_exp2i for k in the normal range, 8 lanes */
+AI __m256 exp2i_v(__m256i k) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23));
+}
+
+/* xte_ldexp_small(p, k), 8 lanes: its branches are blends, skipped when no lane takes them (the
+ * usual case: the same bits) */
+AI __m256 ldexp_v(__m256 p, __m256i ki) {
+  const __m256i mlo = _mm256_cmpgt_epi32(_mm256_set1_epi32(XTE_LDEXP_KMIN), ki);
+  const __m256i mhi = _mm256_cmpgt_epi32(ki, _mm256_set1_epi32(XTE_LDEXP_KMAX));
+  __m256 res = _mm256_mul_ps(p, exp2i_v(ki));
+  if (!_mm256_testz_si256(_mm256_or_si256(mlo, mhi), _mm256_or_si256(mlo, mhi))) {
+    const __m256 lo = _mm256_mul_ps(
+        _mm256_mul_ps(p, exp2i_v(_mm256_add_epi32(ki, _mm256_set1_epi32(XTE_LDEXP_SPLIT)))),
+        exp2i_v(_mm256_set1_epi32(-XTE_LDEXP_SPLIT)));
+    const __m256 hi = _mm256_mul_ps(_mm256_mul_ps(p, _mm256_set1_ps(2.0f)),
+                                    exp2i_v(_mm256_sub_epi32(ki, _mm256_set1_epi32(1))));
+    res = _mm256_blendv_ps(res, lo, _mm256_castsi256_ps(mlo));
+    res = _mm256_blendv_ps(res, hi, _mm256_castsi256_ps(mhi));
+  }
+  return res;
+}
+
+/* xte_expf, 8 lanes: exp_poly_v's reduction and polynomial, then 2^k; the special cases are
+ * blends */
+AI __m256 exp_v(__m256 x) {
+  __m256 k, res;
+  const __m256 p = exp_poly_v(x, &k);
+  /* every lane in [-86, 88] (no NaN): k in [-124, 127], no branch of xte_ldexp_small and no
+   * special case is taken, the result is (1 + p) 2^k (the same bits as the path below) */
+  if (_mm256_movemask_ps(_mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-86.0f), _CMP_GE_OQ),
+                                       _mm256_cmp_ps(x, _mm256_set1_ps(88.0f), _CMP_LE_OQ))) ==
+      0xFF)
+    return _mm256_mul_ps(_mm256_add_ps(_mm256_set1_ps(1.0f), p), exp2i_v(_mm256_cvttps_epi32(k)));
+  res = ldexp_v(_mm256_add_ps(_mm256_set1_ps(1.0f), p), _mm256_cvttps_epi32(k));
+  res = _mm256_blendv_ps(res, _mm256_setzero_ps(),
+                         _mm256_cmp_ps(x, _mm256_set1_ps(-103.97909545898438f), _CMP_LT_OQ));
+  res = _mm256_blendv_ps(res, _mm256_castsi256_ps(_mm256_set1_epi32(0x7F800000)),
+                         _mm256_cmp_ps(x, _mm256_set1_ps(88.72283935546875f), _CMP_GT_OQ));
+  return _mm256_blendv_ps(res, _mm256_add_ps(x, x), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
 
 /* 16 columns (2 vectors) at a time */
 AI void gemm_x(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,

@@ -28,6 +28,7 @@ typedef __m512i xi;
 #define xv_sub(a, b) _mm512_sub_ps((a), (b))
 #define xv_mul(a, b) _mm512_mul_ps((a), (b))
 #define xv_fma(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define xv_fnma(a, b, c) _mm512_fnmadd_ps((a), (b), (c))
 #define xi_ld(p) _mm512_loadu_si512(p)
 #define xi_1(x) _mm512_set1_epi32(x)
 #define xi_mullo(a, b) _mm512_mullo_epi32((a), (b))
@@ -38,62 +39,6 @@ typedef __m512i xi;
     int pv_;                                                                   \
     for (pv_ = 0; pv_ < (nv); pv_++) __builtin_prefetch((p) + 16 * pv_, 0, 3); \
   } while (0)
-
-/* xte_exp2i for k in the normal range, 16 lanes */
-AI __m512 exp2i_v(__m512i k) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k, _mm512_set1_epi32(127)), 23));
-}
-
-/* xte_ldexp_small(p, k), 16 lanes: its branches are masked moves, skipped when no lane takes
- * them (the usual case: the same bits) */
-AI __m512 ldexp_v(__m512 p, __m512i ki) {
-  const __mmask16 mlo = _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(XTE_LDEXP_KMIN), ki);
-  const __mmask16 mhi = _mm512_cmpgt_epi32_mask(ki, _mm512_set1_epi32(XTE_LDEXP_KMAX));
-  __m512 res = _mm512_mul_ps(p, exp2i_v(ki));
-  if (mlo | mhi) {
-    const __m512 lo = _mm512_mul_ps(
-        _mm512_mul_ps(p, exp2i_v(_mm512_add_epi32(ki, _mm512_set1_epi32(XTE_LDEXP_SPLIT)))),
-        exp2i_v(_mm512_set1_epi32(-XTE_LDEXP_SPLIT)));
-    const __m512 hi = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_set1_ps(2.0f)),
-                                    exp2i_v(_mm512_sub_epi32(ki, _mm512_set1_epi32(1))));
-    res = _mm512_mask_mov_ps(res, mlo, lo);
-    res = _mm512_mask_mov_ps(res, mhi, hi);
-  }
-  return res;
-}
-
-/* xte_expf, 16 lanes: the same steps with the same constants (xte_math.h); the special cases are
- * masked moves */
-AI __m512 exp_v(__m512 x) {
-  const __m512 magic = _mm512_set1_ps(XTE_RINT_MAGIC);
-  const __m512 k = _mm512_sub_ps(
-      _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269502162933349609375f)), magic), magic);
-  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693147182464599609375f), x);
-  __m512 p, res;
-  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-1.904654323148236e-09f), r);
-  p = _mm512_set1_ps(2.48015873015873e-05f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.98412698412698e-04f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.38888888888889e-03f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.33333333333333e-03f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.16666666666667e-02f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.66666666666667e-01f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
-  /* every lane in [-86, 88] (no NaN): k in [-124, 127], no branch of xte_ldexp_small and no
-   * special case is taken, the result is (1 + p) 2^k (the same bits as the path below): a
-   * scalef, exact here (1 + p in [0.7, 1.5), so the product is a normal float) */
-  if (_mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-86.0f), _CMP_GE_OQ), x,
-                              _mm512_set1_ps(88.0f), _CMP_LE_OQ) == 0xFFFF)
-    return _mm512_scalef_ps(_mm512_add_ps(_mm512_set1_ps(1.0f), p), k);
-  res = ldexp_v(_mm512_add_ps(_mm512_set1_ps(1.0f), p), _mm512_cvttps_epi32(k));
-  res = _mm512_mask_mov_ps(res,
-                           _mm512_cmp_ps_mask(x, _mm512_set1_ps(-103.97909545898438f), _CMP_LT_OQ),
-                           _mm512_setzero_ps());
-  res =
-      _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.72283935546875f), _CMP_GT_OQ),
-                         _mm512_castsi512_ps(_mm512_set1_epi32(0x7F800000)));
-  return _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_add_ps(x, x));
-}
 
 /* xte_fmaxf lane by lane: a NaN in a gives b, a NaN in b gives a, else a > b ? a : b
  * (_mm512_max_ps(a, b) is a > b ? a : b, b when either is NaN: a is taken back where only b is
@@ -135,6 +80,50 @@ AI __m512 logit_v(const float *S, int64_t j, int scaled, __m512 sc, __m512i av, 
 }
 
 #include "cpu/attention_template.h"
+
+/* xte_exp2i for k in the normal range, 16 lanes */
+AI __m512 exp2i_v(__m512i k) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k, _mm512_set1_epi32(127)), 23));
+}
+
+/* xte_ldexp_small(p, k), 16 lanes: its branches are masked moves, skipped when no lane takes
+ * them (the usual case: the same bits) */
+AI __m512 ldexp_v(__m512 p, __m512i ki) {
+  const __mmask16 mlo = _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(XTE_LDEXP_KMIN), ki);
+  const __mmask16 mhi = _mm512_cmpgt_epi32_mask(ki, _mm512_set1_epi32(XTE_LDEXP_KMAX));
+  __m512 res = _mm512_mul_ps(p, exp2i_v(ki));
+  if (mlo | mhi) {
+    const __m512 lo = _mm512_mul_ps(
+        _mm512_mul_ps(p, exp2i_v(_mm512_add_epi32(ki, _mm512_set1_epi32(XTE_LDEXP_SPLIT)))),
+        exp2i_v(_mm512_set1_epi32(-XTE_LDEXP_SPLIT)));
+    const __m512 hi = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_set1_ps(2.0f)),
+                                    exp2i_v(_mm512_sub_epi32(ki, _mm512_set1_epi32(1))));
+    res = _mm512_mask_mov_ps(res, mlo, lo);
+    res = _mm512_mask_mov_ps(res, mhi, hi);
+  }
+  return res;
+}
+
+/* xte_expf, 16 lanes: exp_poly_v's reduction and polynomial, then 2^k; the special cases are
+ * masked moves */
+AI __m512 exp_v(__m512 x) {
+  __m512 k, res;
+  const __m512 p = exp_poly_v(x, &k);
+  /* every lane in [-86, 88] (no NaN): k in [-124, 127], no branch of xte_ldexp_small and no
+   * special case is taken, the result is (1 + p) 2^k (the same bits as the path below): a
+   * scalef, exact here (1 + p in [0.7, 1.5), so the product is a normal float) */
+  if (_mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-86.0f), _CMP_GE_OQ), x,
+                              _mm512_set1_ps(88.0f), _CMP_LE_OQ) == 0xFFFF)
+    return _mm512_scalef_ps(_mm512_add_ps(_mm512_set1_ps(1.0f), p), k);
+  res = ldexp_v(_mm512_add_ps(_mm512_set1_ps(1.0f), p), _mm512_cvttps_epi32(k));
+  res = _mm512_mask_mov_ps(res,
+                           _mm512_cmp_ps_mask(x, _mm512_set1_ps(-103.97909545898438f), _CMP_LT_OQ),
+                           _mm512_setzero_ps());
+  res =
+      _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.72283935546875f), _CMP_GT_OQ),
+                         _mm512_castsi512_ps(_mm512_set1_epi32(0x7F800000)));
+  return _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_add_ps(x, x));
+}
 
 /* 64 columns (4 vectors) at a time, then 16 */
 AI void gemm_x(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
