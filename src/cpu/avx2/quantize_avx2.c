@@ -314,46 +314,27 @@ XTE_AI __m256 ld8(const void *src, int kind, int64_t i) {
   return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)src + i)));
 }
 
-XTE_AI float ld1(const void *src, int kind, int64_t i) {
-  if (kind == XTE_NUM_IN_F32) return ((const float *)src)[i];
-  if (kind == XTE_NUM_IN_BF16) return xte_bf16_to_f32(((const uint16_t *)src)[i]);
-  return xte_fp16_to_f32(((const uint16_t *)src)[i]);
-}
+/* the vector layer of cpu/quantize_template.h: 8 fp32 lanes */
+#define XQ_W 8
+#define xq_f __m256
+#define xq_zero() _mm256_setzero_ps()
+#define xq_max(a, b) _mm256_max_ps((a), (b))
+#define xq_abs(x) abs8(x)
+#define xq_ld(p) _mm256_loadu_ps(p)
+#define xq_st(p, v) _mm256_storeu_ps((p), (v))
+#define xq_ldk(src, kind, i) ld8((src), (kind), (i))
+#define xq_hmax(v) hmax8(v)
 
-XTE_AI float load_amax_body(const void *src, int kind, int64_t n, float *acc) {
-  __m256 m0 = _mm256_setzero_ps(), m1 = _mm256_setzero_ps();
-  int64_t i = 0;
-  float r;
-  if (acc) {
-    for (; i + 8 <= n; i += 8) {
-      __m256 ax = abs8(ld8(src, kind, i));
-      m0 = _mm256_max_ps(ax, m0);
-      _mm256_storeu_ps(acc + i, _mm256_max_ps(ax, _mm256_loadu_ps(acc + i)));
-    }
-  } else {
-    for (; i + 16 <= n; i += 16) {
-      m0 = _mm256_max_ps(abs8(ld8(src, kind, i)), m0);
-      m1 = _mm256_max_ps(abs8(ld8(src, kind, i + 8)), m1);
-    }
-    for (; i + 8 <= n; i += 8) m0 = _mm256_max_ps(abs8(ld8(src, kind, i)), m0);
-  }
-  r = hmax8(_mm256_max_ps(m0, m1));
-  for (; i < n; i++) {
-    float x = ld1(src, kind, i);
-    r = xte_amax_update(r, x);
-    if (acc) acc[i] = xte_amax_update(acc[i], x);
-  }
-  return r;
-}
+#include "cpu/quantize_template.h"
 
 static float load_amax_r1(const void *src, int in_kind, int64_t n, float *acc) {
   switch (in_kind) {
     case XTE_NUM_IN_F32:
-      return load_amax_body(src, XTE_NUM_IN_F32, n, acc);
+      return load_amax_row(src, XTE_NUM_IN_F32, n, acc);
     case XTE_NUM_IN_BF16:
-      return load_amax_body(src, XTE_NUM_IN_BF16, n, acc);
+      return load_amax_row(src, XTE_NUM_IN_BF16, n, acc);
     default:
-      return load_amax_body(src, XTE_NUM_IN_F16, n, acc);
+      return load_amax_row(src, XTE_NUM_IN_F16, n, acc);
   }
 }
 
@@ -1115,8 +1096,8 @@ XTE_AI float quant_blocks_grp(const void *src, int64_t lds, int kind, int64_t ro
       for (c = 0; c < nch; c++)
         for (b = 0; b < nb; b++)
           amf[c * nb + b] =
-              load_amax_body((const char *)ROW(src, cr[c], lds, es) + (size_t)(co[c] + bw * b) * es,
-                             kind, bw, NULL);
+              load_amax_row((const char *)ROW(src, cr[c], lds, es) + (size_t)(co[c] + bw * b) * es,
+                            kind, bw, NULL);
     for (c = 0; c < nch; c++)
       for (b = 0; b < nb; b++) {
         xte_block_scale bs = xte_quant_block_scale(a, amf[c * nb + b]);
@@ -1163,7 +1144,7 @@ XTE_AI float quant_blocks_grp(const void *src, int64_t lds, int kind, int64_t ro
       int64_t j, bi;
       for (j = cpr * 128, bi = cpr * nb; j < n; j += bw, bi++) {
         const int64_t len = n - j < bw ? n - j : bw;
-        const float am = load_amax_body(s + (size_t)j * es, kind, len, acc ? acc + j : NULL);
+        const float am = load_amax_row(s + (size_t)j * es, kind, len, acc ? acc + j : NULL);
         const xte_block_scale bs = xte_quant_block_scale(a, am);
         sc[r * nbr + bi] = bs;
         m = xte_fmaxf(m, am);

@@ -151,12 +151,6 @@ XTE_AI __m512 ld16(const void *src, int kind, int64_t i) {
 #endif
 }
 
-XTE_AI float ld1(const void *src, int kind, int64_t i) {
-  if (kind == XTE_NUM_IN_F32) return ((const float *)src)[i];
-  if (kind == XTE_NUM_IN_BF16) return xte_bf16_to_f32(((const uint16_t *)src)[i]);
-  return xte_fp16_to_f32(((const uint16_t *)src)[i]);
-}
-
 static inline float hmax16(__m512 v) {
   __m256 h = _mm256_max_ps(_mm512_castps512_ps256(v),
                            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
@@ -165,6 +159,19 @@ static inline float hmax16(__m512 v) {
   m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
   return _mm_cvtss_f32(m);
 }
+
+/* the vector layer of cpu/quantize_template.h: 16 fp32 lanes */
+#define XQ_W 16
+#define xq_f __m512
+#define xq_zero() _mm512_setzero_ps()
+#define xq_max(a, b) _mm512_max_ps((a), (b))
+#define xq_abs(x) abs16(x)
+#define xq_ld(p) _mm512_loadu_ps(p)
+#define xq_st(p, v) _mm512_storeu_ps((p), (v))
+#define xq_ldk(src, kind, i) ld16((src), (kind), (i))
+#define xq_hmax(v) hmax16(v)
+
+#include "cpu/quantize_template.h"
 
 static void load_f32(const void *src, int in_kind, int64_t n, float *dst) {
   int64_t i = 0;
@@ -532,32 +539,6 @@ XTE_AI V16 p2w_pack(V16 c0, V16 c1) {
  * (and the block width) as constants: always inlined into one copy per kind. */
 
 #define ROW(p, r, ld, es) ((const char *)(p) + (size_t)(r) * (size_t)(ld) * (es))
-
-XTE_AI float load_amax_row(const void *src, int kind, int64_t n, float *acc) {
-  __m512 m0 = _mm512_setzero_ps(), m1 = _mm512_setzero_ps();
-  int64_t i = 0;
-  float r;
-  if (acc) {
-    for (; i + 16 <= n; i += 16) {
-      __m512 ax = abs16(ld16(src, kind, i));
-      m0 = _mm512_max_ps(ax, m0);
-      _mm512_storeu_ps(acc + i, _mm512_max_ps(ax, _mm512_loadu_ps(acc + i)));
-    }
-  } else {
-    for (; i + 32 <= n; i += 32) {
-      m0 = _mm512_max_ps(abs16(ld16(src, kind, i)), m0);
-      m1 = _mm512_max_ps(abs16(ld16(src, kind, i + 16)), m1);
-    }
-    for (; i + 16 <= n; i += 16) m0 = _mm512_max_ps(abs16(ld16(src, kind, i)), m0);
-  }
-  r = hmax16(_mm512_max_ps(m0, m1));
-  for (; i < n; i++) {
-    float x = ld1(src, kind, i);
-    r = xte_amax_update(r, x);
-    if (acc) acc[i] = xte_amax_update(acc[i], x);
-  }
-  return r;
-}
 
 XTE_AI float load_amax_body(const void *src, int64_t lds, int kind, int64_t rows, int64_t n,
                             float *acc) {

@@ -1,0 +1,57 @@
+/* The quantize kernels' loops that are one algorithm at every vector width, written once over a
+ * small fp32 vector layer and compiled per ISA: src/cpu/avx2/quantize_avx2.c (8 lanes) and
+ * src/cpu/avx512/quantize_avx512.c (16 lanes, natively and against SIMDe) define the layer below
+ * and include this file, as the GEMM kernels share src/cpu/gemm_template.h. Every output element
+ * takes the same operations on every ISA, so the bytes are the scalar kernel's.
+ *
+ * The including file defines, before including this file:
+ *   XQ_W            the fp32 lanes of xq_f
+ *   xq_f            the fp32 vector of XQ_W lanes
+ *   xq_zero()       +0 in every lane
+ *   xq_max(a, b)    lane by lane max, b where either is NaN (maxps)
+ *   xq_abs(x)       |x| lane by lane (the sign bit cleared)
+ *   xq_ld(p)        an unaligned load of XQ_W floats; xq_st(p, v) an unaligned store
+ *   xq_ldk(src, kind, i)   XQ_W elements src[i..] of input kind kind (XTE_NUM_IN_*) as fp32
+ *   xq_hmax(v)      the max over v's lanes (v holds no NaN)
+ *   XTE_AI          static inline __attribute__((always_inline))
+ * It defines the static always-inline functions ld1 and load_amax_row. The bodies take the input
+ * kind as a constant: the callers inline them into one copy per kind. */
+#ifndef XTE_CPU_QUANTIZE_TEMPLATE_H
+#define XTE_CPU_QUANTIZE_TEMPLATE_H
+
+/* element i of src (input kind kind) as fp32, the header's conversion */
+XTE_AI float ld1(const void *src, int kind, int64_t i) {
+  if (kind == XTE_NUM_IN_F32) return ((const float *)src)[i];
+  if (kind == XTE_NUM_IN_BF16) return xte_bf16_to_f32(((const uint16_t *)src)[i]);
+  return xte_fp16_to_f32(((const uint16_t *)src)[i]);
+}
+
+/* max |x| over the n elements of one row (NaN as xte_amax_update has it); with acc, also
+ * acc[i] = max(acc[i], |x[i]|). Without acc two accumulators hide the max latency. */
+XTE_AI float load_amax_row(const void *src, int kind, int64_t n, float *acc) {
+  xq_f m0 = xq_zero(), m1 = xq_zero();
+  int64_t i = 0;
+  float r;
+  if (acc) {
+    for (; i + XQ_W <= n; i += XQ_W) {
+      xq_f ax = xq_abs(xq_ldk(src, kind, i));
+      m0 = xq_max(ax, m0);
+      xq_st(acc + i, xq_max(ax, xq_ld(acc + i)));
+    }
+  } else {
+    for (; i + 2 * XQ_W <= n; i += 2 * XQ_W) {
+      m0 = xq_max(xq_abs(xq_ldk(src, kind, i)), m0);
+      m1 = xq_max(xq_abs(xq_ldk(src, kind, i + XQ_W)), m1);
+    }
+    for (; i + XQ_W <= n; i += XQ_W) m0 = xq_max(xq_abs(xq_ldk(src, kind, i)), m0);
+  }
+  r = xq_hmax(xq_max(m0, m1));
+  for (; i < n; i++) {
+    float x = ld1(src, kind, i);
+    r = xte_amax_update(r, x);
+    if (acc) acc[i] = xte_amax_update(acc[i], x);
+  }
+  return r;
+}
+
+#endif
