@@ -13,8 +13,10 @@
  *   xq_ld(p)        an unaligned load of XQ_W floats; xq_st(p, v) an unaligned store
  *   xq_ldk(src, kind, i)   XQ_W elements src[i..] of input kind kind (XTE_NUM_IN_*) as fp32
  *   xq_hmax(v)      the max over v's lanes (v holds no NaN)
+ *   xq_stream_u8(d, s)   sizeof(xq_f) bytes from s (unaligned) to d (aligned), non-temporal
  *   XTE_AI          static inline __attribute__((always_inline))
- * It defines the static always-inline functions ld1 and load_amax_row. The bodies take the input
+ * It defines the static functions amax_cols and copy_u8 of xte_quant_kernels (src/cpu/xte_cpu.h)
+ * and the always-inline ld1 and load_amax_row. The bodies take the input
  * kind as a constant: the callers inline them into one copy per kind. */
 #ifndef XTE_CPU_QUANTIZE_TEMPLATE_H
 #define XTE_CPU_QUANTIZE_TEMPLATE_H
@@ -52,6 +54,28 @@ XTE_AI float load_amax_row(const void *src, int kind, int64_t n, float *acc) {
     if (acc) acc[i] = xte_amax_update(acc[i], x);
   }
   return r;
+}
+
+/* acc[c] = max(acc[c], |x[r][c]|) over rows, XQ_W columns at a time (maxps returns acc where
+ * x is NaN: NaN never wins, as xte_amax_update) */
+static void amax_cols(const float *x, int64_t rows, int64_t cols, int64_t ld, float *acc) {
+  int64_t r, c = 0;
+  for (; c + XQ_W <= cols; c += XQ_W) {
+    xq_f m = xq_ld(acc + c);
+    for (r = 0; r < rows; r++) m = xq_max(xq_abs(xq_ld(x + r * ld + c)), m);
+    xq_st(acc + c, m);
+  }
+  for (; c < cols; c++)
+    for (r = 0; r < rows; r++) acc[c] = xte_amax_update(acc[c], x[r * ld + c]);
+}
+
+/* n bytes from src to dst; with nt and dst aligned to a vector, non-temporal vector stores */
+static void copy_u8(uint8_t *dst, const uint8_t *src, int64_t n, int nt) {
+  const int64_t vb = (int64_t)sizeof(xq_f);
+  int64_t i = 0;
+  if (nt && !((uintptr_t)dst & (uintptr_t)(vb - 1)))
+    for (; i + vb <= n; i += vb) xq_stream_u8(dst + i, src + i);
+  if (i < n) memcpy(dst + i, src + i, (size_t)(n - i));
 }
 
 #endif

@@ -147,17 +147,6 @@ static float amax(const float *x, int64_t n) {
   return m;
 }
 
-static void amax_cols(const float *x, int64_t rows, int64_t cols, int64_t ld, float *acc) {
-  int64_t r, c = 0;
-  for (; c + 8 <= cols; c += 8) {
-    __m256 m = _mm256_loadu_ps(acc + c);
-    for (r = 0; r < rows; r++) m = _mm256_max_ps(abs8(_mm256_loadu_ps(x + r * ld + c)), m);
-    _mm256_storeu_ps(acc + c, m);
-  }
-  for (; c < cols; c++)
-    for (r = 0; r < rows; r++) acc[c] = xte_amax_update(acc[c], x[r * ld + c]);
-}
-
 static void quant(const float *x, int64_t n, float scale, int fmt, int sat, uint8_t *q) {
   fp8k k = fp8k_make(fmt, sat);
   __m256 s = _mm256_set1_ps(scale);
@@ -324,6 +313,8 @@ XTE_AI __m256 ld8(const void *src, int kind, int64_t i) {
 #define xq_st(p, v) _mm256_storeu_ps((p), (v))
 #define xq_ldk(src, kind, i) ld8((src), (kind), (i))
 #define xq_hmax(v) hmax8(v)
+#define xq_stream_u8(d, s) \
+  _mm256_stream_si256((__m256i *)(d), _mm256_loadu_si256((const __m256i *)(s)))
 
 #include "cpu/quantize_template.h"
 
@@ -1488,14 +1479,6 @@ static int quant_sq_run(const void *src, int64_t lds, int in_kind, int64_t nr, i
     quant_sq_run_body(src, lds, nr, g, s, fmt, sat, q, ldq, nt, q2, nsrc, nrn, gn, nam, pf, pf_rows,
                       pf_bytes, 0);
   return 1;
-}
-
-static void copy_u8(uint8_t *dst, const uint8_t *src, int64_t n, int nt) {
-  int64_t i = 0;
-  if (nt && !((uintptr_t)dst & 31))
-    for (; i + 32 <= n; i += 32)
-      _mm256_stream_si256((__m256i *)(dst + i), _mm256_loadu_si256((const __m256i *)(src + i)));
-  if (i < n) memcpy(dst + i, src + i, (size_t)(n - i));
 }
 
 static void store_fence(void) {

@@ -170,6 +170,7 @@ static inline float hmax16(__m512 v) {
 #define xq_st(p, v) _mm512_storeu_ps((p), (v))
 #define xq_ldk(src, kind, i) ld16((src), (kind), (i))
 #define xq_hmax(v) hmax16(v)
+#define xq_stream_u8(d, s) _mm512_stream_si512((void *)(d), _mm512_loadu_si512((const void *)(s)))
 
 #include "cpu/quantize_template.h"
 
@@ -203,17 +204,6 @@ static float amax(const float *x, int64_t n) {
   for (j = 0; j < 16; j++) r = xte_fmaxf(r, lanes[j]);
   for (; i < n; i++) r = xte_amax_update(r, x[i]);
   return r;
-}
-
-static void amax_cols(const float *x, int64_t rows, int64_t cols, int64_t ld, float *acc) {
-  int64_t r, c = 0;
-  for (; c + 16 <= cols; c += 16) {
-    __m512 m = _mm512_loadu_ps(acc + c);
-    for (r = 0; r < rows; r++) m = _mm512_max_ps(abs16(_mm512_loadu_ps(x + r * ld + c)), m);
-    _mm512_storeu_ps(acc + c, m);
-  }
-  for (; c < cols; c++)
-    for (r = 0; r < rows; r++) acc[c] = xte_amax_update(acc[c], x[r * ld + c]);
 }
 
 static void quant(const float *x, int64_t n, float scale, int fmt, int sat, uint8_t *q) {
@@ -1580,14 +1570,6 @@ static int quant_sq_run(const void *src, int64_t lds, int in_kind, int64_t nr, i
     quant_sq_run_body(src, lds, nr, g, s, fmt, sat, q, ldq, nt, q2, nsrc, nrn, gn, nam, pf, pf_rows,
                       pf_bytes, 0);
   return 1;
-}
-
-static void copy_u8(uint8_t *dst, const uint8_t *src, int64_t n, int nt) {
-  int64_t i = 0;
-  if (nt && !((uintptr_t)dst & 63))
-    for (; i + 64 <= n; i += 64)
-      _mm512_stream_si512((void *)(dst + i), _mm512_loadu_si512((const void *)(src + i)));
-  if (i < n) memcpy(dst + i, src + i, (size_t)(n - i));
 }
 
 static void store_fence(void) {
