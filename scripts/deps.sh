@@ -3,7 +3,8 @@
 set -euo pipefail
 pkgs=(cmake ninja-build pkg-config gcc g++ libhwloc-dev libopenblas-dev libcriterion-dev
       openmpi-bin libopenmpi-dev
-      libbenchmark-dev libsimde-dev python3 python3-venv clang libclang-rt-14-dev)
+      libbenchmark-dev libsimde-dev python3 python3-venv clang libclang-rt-14-dev
+      qemu-user)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
