@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/attention_kernels.h"
 #include "cpu/gemm_kernels.h"
+#include "cpu/moe_cpu.h"
 #include "cpu/xte_cpu.h"
 #include "xte_internal.h"
 
@@ -206,6 +208,22 @@ const char *xte_cpu_isa_note(void) {
 const char *xte_cpu_isa_unavailable(xte_cpu_isa isa) {
   ensure_isa();
   return (unsigned)isa < XTE_CPU_ISA_COUNT ? isa_why[isa] : "not an xte_cpu_isa";
+}
+
+xte_status xte_internal_cpu_isa_kernels(xte_cpu_isa isa, int out[6]) {
+  const xte_cpu_isa_table *T = xte_cpu_isa_table_for(isa);
+  if (!out) return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "out is NULL");
+  if (!T)
+    return xte_set_error(XTE_ERROR_UNSUPPORTED, "isa %s cannot run here: %s", xte_cpu_isa_name(isa),
+                         xte_cpu_isa_unavailable(isa));
+  out[0] = T->quant->isa;
+  out[1] = T->gemm->isa;
+  out[2] = T->attn->isa;
+  out[3] = T->moe->isa;
+  out[4] = T->amx != NULL;
+  out[5] = T->vnni != NULL;
+  xte_clear_error();
+  return XTE_SUCCESS;
 }
 
 void xte_cpu_isa_info(xte_backend_info *info) {

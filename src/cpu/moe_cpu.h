@@ -28,6 +28,7 @@ xte_status xte_cpu_moe_dispatch_layout(const xte_dispatch_args *a, void *handle)
  * drivers whose loops each ISA compiles with its own code generation or vector lanes, all with
  * the scalar build's bytes (tests compare every ISA). */
 typedef struct xte_moe_kernels {
+  int isa; /* xte_cpu_isa */
   xte_status (*router_forward)(const xte_router_args *a, void *handle);
   xte_status (*router_backward)(const xte_router_bwd_args *a, void *handle);
   xte_status (*unpermute)(const xte_unpermute_args *a, int which, void *handle);

@@ -144,6 +144,13 @@ void xte_cpu_isa_info(xte_backend_info *info);
 /* What became of XTE_CPU_ISA when it named an ISA that cannot run here or no ISA (NULL: nothing
  * to say), and why an ISA cannot run here (NULL: it can). */
 const char *xte_cpu_isa_note(void);
+
+/* Test hook, not public API (no public header declares it): the ISA each kernel family of ISA
+ * isa's table was built for, out[0..3] = quant, gemm, attn, moe (each must be isa: a table that
+ * points at another folder's kernels would give the same bytes and pass every byte test), and
+ * out[4], out[5] = 1 where the AMX / VNNI extensions are attached. XTE_ERROR_UNSUPPORTED when the
+ * ISA cannot run here. */
+XTE_API xte_status xte_internal_cpu_isa_kernels(xte_cpu_isa isa, int out[6]);
 const char *xte_cpu_isa_unavailable(xte_cpu_isa isa);
 
 /* ---------------------------------------------------------------- thread pool

@@ -98,6 +98,7 @@ static inline int xv_cand(int *dst, unsigned m, int base) {
 #include "cpu/moe_swiglu.c"
 
 const xte_moe_kernels xte_moe_kernels_avx2 = {
+    .isa = XTE_CPU_ISA_AVX2,
     .router_forward = xte_cpu_moe_router_forward_avx2,
     .router_backward = xte_cpu_moe_router_backward_avx2,
     .unpermute = xte_cpu_moe_unpermute_avx2,

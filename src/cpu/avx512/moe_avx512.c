@@ -66,6 +66,7 @@ static inline int xv_cand(int *dst, unsigned m, int base) {
 
 /* the router on 16 lanes; unpermute and SwiGLU are the avx2 build's (src/cpu/moe_cpu.h) */
 const xte_moe_kernels XTE_AVX512_NAME(xte_moe_kernels) = {
+    .isa = XTE_AVX512_ISA,
     .router_forward = XTE_AVX512_NAME(xte_cpu_moe_router_forward),
     .router_backward = XTE_AVX512_NAME(xte_cpu_moe_router_backward),
     .unpermute = xte_cpu_moe_unpermute_avx2,

@@ -10,6 +10,7 @@ extern const xte_gemm_ukernel xte_gemm_ukernel_scalar;   /* gemm_scalar.c */
 extern const xte_attn_kernels xte_attn_kernels_scalar;   /* attention_scalar.c */
 
 static const xte_moe_kernels moe_scalar = {
+    .isa = XTE_CPU_ISA_SCALAR,
     .router_forward = xte_cpu_moe_router_forward_scalar,
     .router_backward = xte_cpu_moe_router_backward_scalar,
     .unpermute = xte_cpu_moe_unpermute_scalar,
