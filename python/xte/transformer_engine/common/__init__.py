@@ -1,0 +1,1 @@
+"""transformer_engine.common over xte: the FP8 recipes (xte.transformer_engine.common.recipe)."""
