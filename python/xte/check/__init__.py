@@ -20,8 +20,10 @@ The CLI is `python -m xte.check` (and `xte check`, which runs it): see xte/check
 
 from ._io import load, save, to_host
 from ._report import Report, Verdict
+from .attention import attention_reference, check_attention
 from .gemm import check_gemm, check_gemm_grouped, fast_bound
 from .quantize import check_cast, check_quantize
 
 __all__ = ["Report", "Verdict", "load", "save", "to_host", "check_quantize", "check_cast",
-           "check_gemm", "check_gemm_grouped", "fast_bound"]
+           "check_gemm", "check_gemm_grouped", "fast_bound",
+           "check_attention", "attention_reference"]
