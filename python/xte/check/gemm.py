@@ -277,11 +277,20 @@ def check_gemm_grouped(a, b, out, *, kind="contiguous", group_sizes=None, masked
     A = np.asarray(xte.dequantize(qa), np.float64)
     G = np.asarray(qb.data).shape[0]
     Bg = []
-    for g in range(G):
-        sg = xte.as_quantized(np.asarray(qb.data)[g], np.asarray(qb.scale_inv)[g],
+    bd, bs = np.asarray(qb.data), np.asarray(qb.scale_inv)
+    if "128x128" in _mode(qb) or "per_tensor" in _mode(qb) or C.layout_name(
+            getattr(qb.layout, "name", qb.layout)) == "compact":
+        # the scales describe the [G * rows, cols] tensor (128x128 tiles may span groups)
+        sf = xte.as_quantized(bd.reshape(-1, bd.shape[-1]), bs.reshape(-1, bs.shape[-1]),
                               recipe=qb.recipe, block=qb.scaling_mode, layout=qb.layout)
-        v = np.asarray(xte.dequantize(sg), np.float64)
-        Bg.append(v if trans_b else v.T)
+        flat = np.asarray(xte.dequantize(sf), np.float64).reshape(bd.shape)
+        Bg = [flat[g] if trans_b else flat[g].T for g in range(G)]
+    else:
+        for g in range(G):
+            sg = xte.as_quantized(bd[g], bs[g], recipe=qb.recipe, block=qb.scaling_mode,
+                                  layout=qb.layout)
+            v = np.asarray(xte.dequantize(sg), np.float64)
+            Bg.append(v if trans_b else v.T)
     S = np.zeros(got.shape, np.float64)
     V = np.zeros(got.shape, np.float64)
     valid = np.zeros(got.shape[:-1], bool)

@@ -109,7 +109,8 @@ def _classify_scale(g, e, mx, pow2_claimed, alts, gi):
     gv, ev = float(_scale_value(g, mx)), float(_scale_value(e, mx))
     for label, s in alts.items():
         a = s[gi]
-        if np.asarray(a).tobytes() == np.asarray(g).tobytes():
+        if np.asarray(a).tobytes() == np.asarray(g).tobytes() and a.tobytes() != \
+                np.asarray(e).tobytes():
             if label.endswith("force_pow_2=False"):
                 return "power-of-two rounding missing (equals the recipe without force_pow_2)"
             if label.endswith("force_pow_2=True"):
@@ -323,8 +324,8 @@ def check_quantize(x, data, scale_inv, recipe="te_block", block=None, layout=Non
 def _scales_diff(got_s, exp_sc, exp_grid, GR, GC, kind, lay, mx, pow2, classes, examples, x, r,
                  b, f, columnwise, saturate, amax_epsilon, force_pow_2, scale):
     """Classify a scale buffer that differs from the expected bytes; returns (grid, why)."""
-    unit = np.uint8 if mx else np.float32
-    exp_grid = np.asarray(exp_grid).astype(unit, copy=False)
+    exp_grid = (np.ascontiguousarray(exp_grid).view(np.uint8) if mx else
+                np.asarray(exp_grid, np.float32))
     # the right scales in another layout (or transposed)?
     lays = ["compact", "te_gemm", "deepgemm"] + (["mx_swizzled"] if mx else [])
     cands = [(lay, True)] + [(L, tr) for L in lays for tr in (False, True) if L != lay]
@@ -359,7 +360,8 @@ def _scales_diff(got_s, exp_sc, exp_grid, GR, GC, kind, lay, mx, pow2, classes, 
     where = np.argwhere(gd != ed)
     alts = _alt_scales(x, r, b, f, columnwise, saturate, amax_epsilon, force_pow_2, scale) \
         if len(where) else {}
-    alts = {k: v.reshape(GR, GC) for k, v in alts.items() if v.size == GR * GC}
+    alts = {k: (np.ascontiguousarray(v).view(np.uint8) if mx else v).reshape(GR, GC)
+            for k, v in alts.items() if v.size == GR * GC}
     for t in where:
         gi = C.idx(t)
         cls = _classify_scale(grid[gi], exp_grid[gi], mx, pow2, alts, gi)

@@ -1,0 +1,509 @@
+"""xte.check: planted faults are found and named, correct outputs pass, files round-trip, and
+the CLI runs through `python -m xte.check` and the built `xte` program (`xte check`).
+
+Correct outputs come from xte itself and from independent NumPy references (xte.testing's
+recipe oracles, the fp64 / naive attention of xte.check.attention, NumPy permutes). Each planted
+fault is one the issue names: a flipped scale bit, a non-power-of-two scale, a saturating cast
+where the recipe does not saturate, a transposed scale layout, a GEMM output perturbed just
+inside and just outside the FAST bound, an attention gradient computed in a worse order, a
+router breaking ties the other way (and a permutation with two rows swapped).
+"""
+# ctest: no-isa-variants
+
+import json
+import os
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import xte
+from xte import testing
+from xte.check import (attention_reference, check_attention, check_cast, check_gemm,
+                       check_gemm_grouped, check_permute, check_quantize, check_router,
+                       fast_bound, load, save)
+from xte.check.__main__ import main as cli_main
+from xte.check.gemm import _rows_along_k
+
+BF16 = ml_dtypes.bfloat16
+
+
+def _x(M, K, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((M, K)) * np.exp(rng.uniform(-3, 3, (M, 1)))).astype(np.float32)
+
+
+# ----------------------------------------------------------------------------- quantize
+
+@pytest.mark.parametrize("recipe,block,layout,columnwise", [
+    ("te_block", "1x128", "compact", False), ("te_block", "1x128", "te_gemm", False),
+    ("te_block", "128x128", "te_gemm", False), ("te_block", "1x128", "compact", True),
+    ("deepgemm", "1x128", "deepgemm", False), ("deepgemm_ue8m0", "128x128", "compact", False),
+    ("mtfp8", "1x128", "compact", True), ("mx_te", "1x32", "mx_swizzled", False),
+    ("mx_ocp", "1x32", "compact", False), ("te_current", "per_tensor", "compact", False)])
+def test_quantize_correct_passes_xte_and_numpy(recipe, block, layout, columnwise):
+    x = _x(70, 300)
+    q = xte.quantize(x, recipe, block=block, layout=layout, rowwise=not columnwise,
+                     columnwise=columnwise)
+    d, s = (q.columnwise_data, q.columnwise_scale_inv) if columnwise else (q.data, q.scale_inv)
+    rep = check_quantize(x, d, s, recipe, block, layout, columnwise=columnwise)
+    assert rep.ok, rep.table()
+    # the independent NumPy oracle's bytes pass too
+    rd, rs = testing.reference_quantize(x, recipe, block, columnwise=columnwise)
+    kind = testing.reference_grid_kind(recipe, block, columnwise)
+    rs = testing.reference_scale_layout(rs, kind, layout)
+    rep = check_quantize(x, rd, rs, recipe, block, layout, columnwise=columnwise)
+    assert rep.ok, rep.table()
+
+
+def test_quantize_flipped_scale_bit():
+    x = _x(16, 256)
+    q = xte.quantize(x, "te_block")
+    s = np.asarray(q.scale_inv).copy()
+    s.view(np.uint32)[5, 1] ^= np.uint32(1 << 9)
+    rep = check_quantize(x, q.data, s, "te_block", "1x128")
+    v = rep["scale_inv"]
+    assert not v.passed and v.classes == {"scale bit flip": 1}, rep.table()
+    assert v.examples[0]["block"] == [5, 1]
+    assert rep["data"].passed
+    # an E8M0 scale (MXFP8) with one bit flipped
+    q = xte.quantize(x, "mx_te")
+    s = np.asarray(q.scale_inv).view(np.uint8).copy()
+    s[3, 2] ^= 0x10
+    rep = check_quantize(x, q.data, s, "mx_te", "1x32")
+    assert rep["scale_inv"].classes == {"scale bit flip": 1}, rep.table()
+
+
+def test_quantize_non_power_of_two_scale():
+    x = _x(16, 256, seed=1)
+    # TE's Float8BlockScaling rounds the scale down to a power of two; this producer did not
+    q = xte.quantize(x, "te_block", force_pow_2=False)
+    rep = check_quantize(x, q.data, q.scale_inv, "te_block", "1x128")
+    v = rep["scale_inv"]
+    assert not v.passed
+    assert list(v.classes) == ["power-of-two rounding missing (equals the recipe without "
+                               "force_pow_2)"], rep.table()
+    assert rep["data"].classes.get("in a block whose scale differs", 0) > 0
+    # one scale replaced by a value that is no recipe's: still named as a non-power-of-two
+    q = xte.quantize(x, "te_block")
+    s = np.asarray(q.scale_inv).copy()
+    s[2, 0] = np.float32(s[2, 0] * np.float32(1.3))
+    rep = check_quantize(x, q.data, s, "te_block", "1x128")
+    assert list(rep["scale_inv"].classes) == [
+        "power-of-two rounding missing (scale not a power of two)"], rep.table()
+
+
+def test_saturating_cast_where_recipe_does_not_saturate():
+    x = np.array([[1.0, 500.0, -1e6, np.inf, -np.inf, np.nan, 2.0 ** -12, 464.0]], np.float32)
+    sat = testing.reference_fp8(x, "e4m3", saturate=True)
+    rep = check_cast(x, sat, "e4m3", saturate=False)
+    v = rep["y"]
+    assert not v.passed
+    assert v.classes == {"saturating cast where the recipe does not saturate": 4}, rep.table()
+    assert check_cast(x, sat, "e4m3", saturate=True).ok
+    assert check_cast(x, testing.reference_fp8(x, "e4m3", saturate=False), "e4m3",
+                      saturate=False).ok
+    # the reverse: a non-saturating cast where the recipe saturates
+    rep = check_cast(x, testing.reference_fp8(x, "e4m3", saturate=False), "e4m3")
+    assert rep["y"].classes == {"non-saturating cast where the recipe saturates": 4}
+    # delayed scaling claimed non-saturating, a producer that saturated
+    xs = _x(8, 64) * 100
+    q = xte.quantize(xs, "te_delayed", scale=8.0)
+    rep = check_quantize(xs, q.data, q.scale_inv, "te_delayed", saturate=False, scale=8.0)
+    d = rep["data"]
+    assert not d.passed and set(d.classes) == {
+        "saturating cast where the recipe does not saturate"}, rep.table()
+
+
+def test_saturating_cast_torch():
+    torch = pytest.importorskip("torch")
+    x = np.array([[3.0, 600.0, -7e4, np.inf]], np.float32)
+    y = torch.from_numpy(x).to(torch.float8_e4m3fn)
+    rep = check_cast(x, y, "e4m3", saturate=False)
+    if not rep.ok:  # torch >= 2.12 saturates its e4m3 casts
+        assert set(rep["y"].classes) == {"saturating cast where the recipe does not saturate"}
+    assert check_cast(x, y, "e4m3", saturate=True).ok or not rep.ok
+
+
+@pytest.mark.parametrize("M", [16, 70])
+def test_quantize_transposed_scale_layout(M):
+    x = _x(M, 384, seed=2)
+    q = xte.quantize(x, "te_block", layout="te_gemm")
+    s = np.ascontiguousarray(np.asarray(q.scale_inv).T)
+    rep = check_quantize(x, q.data, s, "te_block", "1x128", "te_gemm")
+    v = rep["scale_inv"]
+    assert not v.passed and list(v.classes) == ["scale layout mix-up"], rep.table()
+    assert "transposed te_gemm" in v.why
+    assert rep["data"].passed
+    # compact scales given where te_gemm is claimed
+    qc = xte.quantize(x, "te_block")
+    rep = check_quantize(x, qc.data, qc.scale_inv, "te_block", "1x128", "te_gemm")
+    assert list(rep["scale_inv"].classes) == ["scale layout mix-up"], rep.table()
+
+
+def test_quantize_data_faults_named():
+    x = _x(4, 128, seed=3)
+    x[0, 5] = np.nan
+    x[1, 3] = 1e-30 * 0  # a zero: its sign
+    q = xte.quantize(x, "te_block")
+    d = np.asarray(q.data).view(np.uint8).copy()
+    d[0, 5] ^= 0x80                      # NaN sign
+    d[1, 3] = 0x80                       # -0 for +0
+    code = int(d[2, 7])
+    d[2, 7] = (code & 0x80) | ((code & 0x7F) - 1 if code & 0x7F else 1)
+    d = d.T.copy().T                     # same bytes, another memory order
+    rep = check_quantize(x, d.view(ml_dtypes.float8_e4m3fn), q.scale_inv, "te_block")
+    cls = rep["data"].classes
+    assert cls.get("NaN encoding") == 1 and cls.get("sign of zero") == 1, rep.table()
+    assert sum(cls.values()) == 3
+    # the data transposed (square)
+    xs = _x(128, 128, seed=4)
+    q = xte.quantize(xs, "te_block", block="128x128")
+    rep = check_quantize(xs, np.ascontiguousarray(np.asarray(q.data).T), q.scale_inv,
+                         "te_block", "128x128")
+    assert "data transposed (layout mix-up)" in rep["data"].classes
+
+
+# ----------------------------------------------------------------------------- GEMM
+
+def _gemm_case(M=24, N=40, K=300, seed=5):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    w = rng.standard_normal((N, K)).astype(np.float32)
+    return xte.per_token_cast_to_fp8(x), xte.per_block_cast_to_fp8(w)
+
+
+def _bound(a, b, d, out_dtype="float32"):
+    qa = xte.as_quantized(*a, block="1x128")
+    qb = xte.as_quantized(*b, block="128x128")
+    A, B = _rows_along_k(qa, False), _rows_along_k(qb, False)
+    return fast_bound(np.abs(A) @ np.abs(B).T, A.shape[1], 128, out_dtype,
+                      np.asarray(d, np.float64))
+
+
+@pytest.mark.parametrize("out_dtype", ["float32", "bfloat16"])
+def test_gemm_correct_passes(out_dtype):
+    a, b = _gemm_case()
+    d = xte.gemm(a, b, out_dtype=out_dtype)
+    for mode in ("fast", "exact"):
+        rep = check_gemm(a, b, d, block_a="1x128", block_b="128x128", mode=mode)
+        assert rep.ok, rep.table()
+    assert rep["out"].stats["bit_identical"] == d.size
+    # an fp64 product of the dequantized operands rounded once (the NumPy reference) is within
+    # the FAST bound, and DeepGEMM's calc_diff against fp64 is tiny
+    qa, qb = xte.as_quantized(*a, block="1x128"), xte.as_quantized(*b, block="128x128")
+    ref = (_rows_along_k(qa, False) @ _rows_along_k(qb, False).T).astype(np.float32)
+    if out_dtype == "bfloat16":
+        ref = ref.astype(BF16)
+    rep = check_gemm(a, b, ref, block_a="1x128", block_b="128x128")
+    assert rep.ok, rep.table()
+    assert rep["out"].stats["calc_diff"] < 1e-5
+
+
+@pytest.mark.parametrize("out_dtype", ["float32", "bfloat16"])
+def test_gemm_perturbed_inside_and_outside_the_fast_bound(out_dtype):
+    a, b = _gemm_case(seed=6)
+    d = np.asarray(xte.gemm(a, b, out_dtype=out_dtype))
+    bnd = _bound(a, b, d, out_dtype)
+    for frac, ok in ((0.9, True), (1.1, False)):
+        p = d.astype(np.float64)
+        for (i, j), sgn in (((3, 5), 1), ((17, 30), -1)):
+            p[i, j] += sgn * frac * bnd[i, j]
+        p = p.astype(np.float32).astype(d.dtype)
+        err = np.abs(p.astype(np.float64) - d.astype(np.float64))
+        assert (err[3, 5] <= bnd[3, 5]) == ok  # the planted error really is inside / outside
+        rep = check_gemm(a, b, p, block_a="1x128", block_b="128x128")
+        v = rep["out"]
+        assert v.passed == ok, rep.table()
+        if ok:
+            assert v.classes == {"within the FAST bound, not bit-identical": 2}
+            assert 0.8 < v.stats["max_error_in_bounds"] <= 1
+            # exact mode wants xte's bytes
+            assert not check_gemm(a, b, p, block_a="1x128", block_b="128x128",
+                                  mode="exact").ok
+        else:
+            assert v.classes == {"beyond the FAST bound": 2}, rep.table()
+            assert {tuple(e["index"]) for e in v.examples} == {(3, 5), (17, 30)}
+    # NaN where the exact product is finite
+    p = d.copy()
+    p[0, 0] = np.nan
+    rep = check_gemm(a, b, p, block_a="1x128", block_b="128x128")
+    assert rep["out"].classes == {"NaN where the exact result is finite": 1}
+
+
+def test_gemm_grouped_padding_rows():
+    rng = np.random.default_rng(7)
+    sizes, align, K, N = [5, 0, 9], 8, 256, 40
+    rows = sum(-(-m // align) * align for m in sizes)
+    x = rng.standard_normal((rows, K)).astype(np.float32)
+    w = rng.standard_normal((3, N, K)).astype(np.float32)
+    a = xte.per_token_cast_to_fp8(x)
+    # the 128x128 tiles of B tile the [G * N, K] tensor
+    bd, bs = xte.per_block_cast_to_fp8(w.reshape(3 * N, K))
+    b = (np.asarray(bd).reshape(3, N, K), np.asarray(bs))
+    before = np.full((rows, N), 7.0, np.float32)
+    qa = xte.as_quantized(*a, block="1x128")
+    qb = xte.as_quantized(*b, block="128x128")
+    d = xte.gemm_grouped(qa, qb, before.copy(), group_sizes=sizes, alignment=align)
+    kw = dict(group_sizes=sizes, alignment=align, block_a="1x128", block_b="128x128")
+    rep = check_gemm_grouped(a, b, d, out_before=before, **kw)
+    assert rep.ok, rep.table()
+    assert rep["out.padding_rows"].stats["padding_rows"] == rows - sum(sizes)
+    bad = np.asarray(d).copy()
+    bad[5:8] = 0.0                      # a producer that zeroes the padding rows of group 0
+    rep = check_gemm_grouped(a, b, bad, out_before=before, **kw)
+    assert rep["out"].passed and not rep["out.padding_rows"].passed
+    assert rep["out.padding_rows"].classes == {"padding rows written": 3}
+    assert check_gemm_grouped(a, b, bad, padding="zero", **kw)["out.padding_rows"].passed \
+        is False  # rows 14.. still hold 7.0
+
+
+# ----------------------------------------------------------------------------- attention
+
+def _attn_case(dtype=BF16, b=1, s=192, h=2, hk=1, d=16, seed=8):
+    rng = np.random.default_rng(seed)
+    q, k, v, do = (rng.standard_normal((b, s, hh, d)).astype(dtype)
+                   for hh in (h, hk, hk, h))
+    return q, k, v, do
+
+
+def test_attention_correct_passes():
+    q, k, v, do = _attn_case()
+    kw = dict(mask="causal", window=(40, -1))
+    o, lse = xte.attention_fwd(q, k, v, **kw)
+    dq, dk, dv = xte.attention_bwd(q, k, v, o, do, lse, **kw)
+    rep = check_attention(q, k, v, o, lse, d_out=do, dq=dq, dk=dk, dv=dv, **kw)
+    assert rep.ok and len(rep) == 5, rep.table()
+    # the naive computation in the input precision passes its own criterion
+    nai = attention_reference(q, k, v, do, prec="naive", **kw)
+    rep = check_attention(q, k, v, nai["out"].astype(BF16), nai["lse"], d_out=do,
+                          dq=nai["dq"].astype(BF16), dk=nai["dk"].astype(BF16),
+                          dv=nai["dv"].astype(BF16), **kw)
+    assert rep.ok, rep.table()
+
+
+def test_attention_gradient_in_a_worse_order():
+    q, k, v, do = _attn_case(s=256, seed=9)
+    o, lse = xte.attention_fwd(q, k, v)
+    dq, dk, dv = xte.attention_bwd(q, k, v, o, do, lse)
+    # dV = P^T dO accumulated query row by query row in bf16 (a running bf16 sum)
+    ref = attention_reference(q, k, v, do)
+    qf, kf = q.astype(np.float64), k.astype(np.float64)
+    s = np.einsum("bqhd,bkhd->bhqk", qf, np.repeat(kf, 2, axis=2)) / np.sqrt(16.0)
+    P = np.exp(s - ref["lse"][..., None]).astype(np.float32)
+    worse = np.zeros(dv.shape, BF16)
+    for h in range(2):
+        acc = np.zeros((256, 16), BF16)
+        for i in range(256):
+            acc = (acc.astype(np.float32) + P[0, h, i][:, None] *
+                   do[0, i, h].astype(np.float32)[None, :]).astype(BF16)
+        worse[0, :, 0] = (worse[0, :, 0].astype(np.float32) + acc.astype(np.float32)).astype(BF16)
+    rep = check_attention(q, k, v, d_out=do, dq=dq, dk=dk, dv=worse)
+    v_ = rep["dv"]
+    assert not v_.passed, rep.table()
+    assert v_.classes == {"beyond 2x the naive error (FlashAttention's criterion)": 1}
+    assert v_.stats["ratio_to_naive"] > 2
+    assert rep["dq"].passed and rep["dk"].passed
+
+
+def test_attention_rows_that_see_no_key():
+    # bottom-right causal with more queries than keys: the first rows see no key
+    rng = np.random.default_rng(10)
+    q = rng.standard_normal((1, 12, 1, 8)).astype(np.float32)
+    k = rng.standard_normal((1, 5, 1, 8)).astype(np.float32)
+    v = rng.standard_normal((1, 5, 1, 8)).astype(np.float32)
+    o, lse = xte.attention_fwd(q, k, v, mask="causal_bottom_right")
+    rep = check_attention(q, k, v, o, lse, mask="causal_bottom_right")
+    assert rep.ok, rep.table()
+    assert rep["lse"].stats["no_key_rows"] == 7
+    l2 = np.asarray(lse).copy()
+    l2[np.isinf(l2)] = np.inf          # FlashAttention's +inf
+    o2 = np.asarray(o).copy()
+    o2[0, 0, 0, :] = np.nan
+    rep = check_attention(q, k, v, o2, l2, mask="causal_bottom_right")
+    assert list(rep["lse"].classes) == [
+        "no-key rows: lse +inf (FlashAttention's convention; contract -inf)"]
+    assert rep["out"].classes == {"no-key rows: out NaN (contract 0)": 8}
+
+
+# ----------------------------------------------------------------------------- MoE
+
+def _tie_logits():
+    rng = np.random.default_rng(11)
+    lg = rng.standard_normal((16, 8)).astype(np.float32)
+    # token 3: experts 1 and 6 tie for the last (4th) place
+    lg[3] = [3.0, 0.5, 2.5, -1.0, 2.0, -2.0, 0.5, -0.5]
+    return lg
+
+
+@pytest.mark.parametrize("score", ["sigmoid", "softmax"])
+def test_router_breaks_ties_the_other_way(score):
+    lg = _tie_logits()
+    p, m = xte.fused_topk_with_score_function(lg, 4, score_function=score)
+    m = np.asarray(m)
+    assert m[3, 1] and not m[3, 6]     # the documented rule: the lower index wins
+    assert check_router(lg, p, m, topk=4, score_function=score).ok
+    m2 = m.copy()
+    m2[3, 1], m2[3, 6] = False, True
+    p2 = np.asarray(p).copy()
+    p2[3, 6], p2[3, 1] = p2[3, 1], 0
+    rep = check_router(lg, p2, m2, topk=4, score_function=score)
+    v = rep["selection"]
+    assert not v.passed and v.classes == {"tie broken toward the higher expert index": 1}
+    assert v.examples[0]["token"] == 3
+    # with topk indices in place of the map, and a wrong (non-tied) choice
+    ti = np.argsort(-np.asarray(lg), axis=1, kind="stable")[:, :4].copy()
+    ti[5, 3] = np.argsort(-lg[5])[6]
+    rep = check_router(lg, topk_idx=ti, topk=4, score_function=score)
+    assert rep["selection"].classes == {"wrong selection": 1}, rep.table()
+
+
+def test_router_probs_ulps():
+    lg = _tie_logits()
+    p, m = xte.fused_topk_with_score_function(lg, 2, score_function="sigmoid")
+    p2 = np.asarray(p).copy()
+    sel = np.argwhere(np.asarray(m))[0]
+    p2[tuple(sel)] = np.nextafter(p2[tuple(sel)], np.float32(2), dtype=np.float32)
+    rep = check_router(lg, p2, m, topk=2, score_function="sigmoid")
+    assert rep["probs"].classes == {"probs beyond 0 ulps": 1}
+    assert check_router(lg, p2, m, topk=2, score_function="sigmoid", prob_ulps=1).ok
+
+
+def test_permute_bytes():
+    rng = np.random.default_rng(12)
+    T, E, H = 10, 4, 6
+    m = np.zeros((T, E), np.uint8)
+    for t in range(T):
+        m[t, rng.choice(E, 2, replace=False)] = 1
+    x = rng.standard_normal((T, H)).astype(np.float32)
+    # the NumPy reference: expert-major, tokens ascending, each expert padded to 4 rows
+    rows = []
+    for e in range(E):
+        toks = np.nonzero(m[:, e])[0]
+        rows += [x[t] for t in toks] + [np.zeros(H, np.float32)] * (-len(toks) % 4)
+    ref = np.stack(rows)
+    assert check_permute(x, m, ref, align=4).ok
+    bad = ref.copy()
+    bad[[0, 1]] = bad[[1, 0]]
+    rep = check_permute(x, m, bad, align=4)
+    assert rep["permuted"].classes == {"row order (the row belongs elsewhere)": 2}
+
+
+# ----------------------------------------------------------------------------- files, CLI
+
+def _arrays():
+    x = _x(4, 160)
+    q = xte.quantize(x, "te_block")
+    mq = xte.quantize(x, "mx_te")
+    return {"x": x, "xb": x.astype(BF16), "data": np.asarray(q.data),
+            "scale_inv": np.asarray(q.scale_inv),
+            "e8m0": np.asarray(mq.scale_inv).view(ml_dtypes.float8_e8m0fnu),
+            "e5": x.astype(ml_dtypes.float8_e5m2), "idx": np.arange(5, dtype=np.int64)}
+
+
+@pytest.mark.parametrize("ext", [".safetensors", ".npz", ".pt", ".npy", "raw.safetensors"])
+def test_file_round_trips(tmp_path, ext, monkeypatch):
+    arrays = _arrays()
+    if ext == ".pt":
+        pytest.importorskip("torch")
+    if ext.endswith(".safetensors") and ext != "raw.safetensors":
+        pytest.importorskip("safetensors")
+    if ext == ".npy":
+        for k, a in arrays.items():
+            p = tmp_path / f"{k}.npy"
+            save(p, {k: a})
+            got = load(p, dtypes={k: a.dtype.name})[k]
+            testing.assert_bitwise_equal(got, a)
+        return
+    p = tmp_path / ("t" + ext)
+    if ext == "raw.safetensors":  # the NumPy-only writer and reader (no torch)
+        from xte.check import _io
+        _io._save_safetensors_raw(p, arrays)
+        got = _io._safetensors_raw(p)
+    else:
+        save(p, arrays)
+        got = load(p)
+    assert set(got) == set(arrays)
+    for k, a in arrays.items():
+        testing.assert_bitwise_equal(got[k], a, msg=k)
+
+
+def test_live_torch_tensors():
+    torch = pytest.importorskip("torch")
+    x = _x(8, 256)
+    q = xte.quantize(torch.from_numpy(x), "te_block")
+    assert isinstance(q.data, torch.Tensor)
+    rep = check_quantize(torch.from_numpy(x), q.data, q.scale_inv, "te_block")
+    assert rep.ok, rep.table()
+    assert rep.notes == []  # CPU tensors: nothing copied
+
+
+def _write_cases(tmp_path):
+    x = _x(8, 256)
+    q = xte.quantize(x, "te_block", layout="te_gemm")
+    s = np.asarray(q.scale_inv).copy()
+    save(tmp_path / "good.safetensors", {"x": x, "data": q.data, "scale_inv": s})
+    s2 = s.copy()
+    s2.view(np.uint32)[1, 2] ^= np.uint32(1)
+    save(tmp_path / "bad.npz", {"x": x, "data": q.data, "scale_inv": s2})
+    a, b = _gemm_case(M=8, N=16, K=256)
+    d = xte.gemm(a, b, out_dtype="bfloat16")
+    save(tmp_path / "gemm.pt" if _have("torch") else tmp_path / "gemm.npz",
+         {"a": a[0], "a_scales": a[1], "b": b[0], "b_scales": b[1], "out": d})
+    return tmp_path / ("gemm.pt" if _have("torch") else "gemm.npz")
+
+
+def _have(m):
+    import importlib.util
+    return importlib.util.find_spec(m) is not None
+
+
+def test_cli_python_module(tmp_path, capsys):
+    pytest.importorskip("safetensors")
+    g = _write_cases(tmp_path)
+    good = str(tmp_path / "good.safetensors")
+    assert cli_main(["quantize", good, "--recipe", "te_block", "--block", "1x128",
+                     "--layout", "te_gemm"]) == 0
+    out = capsys.readouterr().out
+    assert "PASS    quantize  data" in out
+    js = tmp_path / "r.json"
+    assert cli_main(["quantize", str(tmp_path / "bad.npz"), "--layout", "te_gemm",
+                     "--json", str(js), "--quiet"]) == 1
+    r = json.loads(js.read_text())
+    assert not r["ok"]
+    v = {x["name"]: x for x in r["verdicts"]}
+    assert v["scale_inv"]["status"] == "FAIL" and v["scale_inv"]["classes"] == {
+        "scale bit flip": 1}
+    assert cli_main(["gemm", str(g), "--mode", "exact"]) == 0
+    assert cli_main(["quantize", good, "--data", "missing"]) == 2
+
+
+def _xte_bin():
+    b = os.environ.get("XTE_BIN")
+    if not b and os.environ.get("XTE_LIBRARY"):
+        b = os.path.join(os.path.dirname(os.environ["XTE_LIBRARY"]), "xte")
+    return b if b and os.access(b, os.X_OK) else None
+
+
+def test_cli_xte_program(tmp_path):
+    pytest.importorskip("safetensors")
+    b = _xte_bin()
+    if b is None:
+        pytest.skip("no built xte program (XTE_BIN, or xte next to XTE_LIBRARY)")
+    _write_cases(tmp_path)
+    env = dict(os.environ, XTE_PYTHON=sys.executable)
+    r = subprocess.run([b, "check", "quantize", str(tmp_path / "good.safetensors"),
+                        "--recipe", "te_block", "--block", "1x128", "--layout", "te_gemm",
+                        "--json", "-"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["ok"] is True
+    r = subprocess.run([b, "check", "quantize", str(tmp_path / "bad.npz"), "--layout",
+                        "te_gemm", "--quiet"], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 1 and "FAIL quantize scale_inv" in r.stdout, r.stdout + r.stderr
+    # no interpreter: a clear message, status 2
+    r = subprocess.run([b, "check", "quantize"], env=dict(env, XTE_PYTHON="/nonexistent/py"),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "cannot run the Python interpreter" in r.stderr
