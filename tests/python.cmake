@@ -13,6 +13,9 @@ if(Python3_Interpreter_FOUND)
   set(XTE_PYTEST sh ${CMAKE_CURRENT_SOURCE_DIR}/python/run_pytest.sh
                  ${CMAKE_CURRENT_BINARY_DIR}/pyvenv ${Python3_EXECUTABLE})
   set(XTE_PYTEST_ENV "XTE_LIBRARY=$<TARGET_FILE:xte>" "PYTHONPATH=${PROJECT_SOURCE_DIR}/python")
+  if(TARGET xte_cli) # the xte program, for test_check.py's `xte check` runs
+    list(APPEND XTE_PYTEST_ENV "XTE_BIN=$<TARGET_FILE:xte_cli>")
+  endif()
 
   add_test(NAME test_python_env COMMAND ${XTE_PYTEST} --setup)
   set_tests_properties(test_python_env PROPERTIES

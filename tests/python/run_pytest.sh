@@ -2,7 +2,7 @@
 # Runs pytest on tests/python in a virtual environment kept in the build tree.
 # Usage: run_pytest.sh VENV_DIR PYTHON --setup          make the environment only (ctest fixture)
 #        run_pytest.sh VENV_DIR PYTHON [pytest args...] make it when needed, then run pytest
-# The environment gets numpy, ml_dtypes, pytest and torch from the package index with pip, each
+# The environment gets numpy, ml_dtypes, pytest, safetensors and torch from the package index with pip, each
 # only when missing (torch from PyPI: its CUDA build, ~3 min and ~5 GB once; the tests use it on
 # the CPU; the CPU-only index download.pytorch.org/whl/cpu is added when it answers). ctest sets
 # XTE_LIBRARY (the built libxte.so) and PYTHONPATH (<repo>/python) for the xte package.
@@ -49,6 +49,14 @@ prepare() {
     if ! pip_install numpy ml_dtypes pytest; then
       echo "run_pytest: pip could not install numpy, ml_dtypes, pytest: skipped"
       return $skip
+    fi
+  fi
+  # safetensors for xte.check's file reader (test_check.py skips its safetensors cases without)
+  if ! have safetensors; then
+    echo "run_pytest: installing safetensors into $venv"
+    if ! pip_install safetensors && [ "$require" = 1 ]; then
+      echo "run_pytest: pip could not install safetensors (XTE_REQUIRE_PYTHON_TESTS=1): failed"
+      return 1
     fi
   fi
   # a failed torch install is tried once per environment (again with XTE_REQUIRE_PYTHON_TESTS=1)
