@@ -85,12 +85,12 @@ int xte_cmd_check(int argc, char **argv) {
       s = e ? e + 1 : s + len;
     }
   }
-  if (!found && lib[0]) found = try_beside(lib, "../share/xte/python", dir, sizeof dir);
+  if (!found && lib[0]) found = try_beside(lib, "../share/xte/python", dir, sizeof dir) ? 2 : 0;
   if (!found) {
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0) {
       exe[n] = 0;
-      found = try_beside(exe, "../share/xte/python", dir, sizeof dir);
+      found = try_beside(exe, "../share/xte/python", dir, sizeof dir) ? 2 : 0;
     }
   }
   if (!found && XTE_PYTHON_SOURCE_DIR[0] &&

@@ -503,6 +503,13 @@ def test_cli_xte_program(tmp_path):
                         "te_gemm", "--quiet"], env=env, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 1 and "FAIL quantize scale_inv" in r.stdout, r.stdout + r.stderr
+    # without PYTHONPATH / XTE_LIBRARY: the package from the source tree the program was built
+    # from, the library it runs on (dladdr)
+    bare = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "XTE_LIBRARY")}
+    r = subprocess.run([b, "check", "quantize", str(tmp_path / "good.safetensors"), "--layout",
+                        "te_gemm", "--quiet"], env=bare, capture_output=True, text=True,
+                       timeout=120, cwd=str(tmp_path))
+    assert r.returncode == 0 and "PASS quantize data" in r.stdout, r.stdout + r.stderr
     # no interpreter: a clear message, status 2
     r = subprocess.run([b, "check", "quantize"], env=dict(env, XTE_PYTHON="/nonexistent/py"),
                        capture_output=True, text=True, timeout=60)
