@@ -75,7 +75,7 @@ def _ext(path):
                      ".bin from torch.save)")
 
 
-def load(path, dtypes=None):
+def load(path, dtypes=None, *, _reader=None):
     """{name: NumPy array} of a file. A .npy holds one array, named after the file's stem; a
     torch.save file a tensor (named likewise), a dict of tensors, or a list / tuple of them
     (named '0', '1', ...). dtypes: {name: dtype name} to read raw bytes as bf16 / fp8 / e8m0."""
@@ -83,7 +83,7 @@ def load(path, dtypes=None):
     stem = os.path.splitext(os.path.basename(str(path)))[0]
     out = {}
     if e == ".safetensors":
-        out = _load_safetensors(path)
+        out = _load_safetensors(path, _reader)
     elif e == ".npy":
         out = {stem: np.load(path, allow_pickle=False)}
     elif e == ".npz":
@@ -102,19 +102,30 @@ def load(path, dtypes=None):
     return out
 
 
-def _load_safetensors(path):
-    try:
-        import safetensors
-    except ImportError as err:
-        raise ImportError("reading .safetensors needs the `safetensors` package "
-                          "(pip install safetensors)") from err
-    del safetensors
-    try:
-        import torch  # noqa: F401  bf16 / fp8 need torch's loader (NumPy has no such dtypes)
-        from safetensors.torch import load_file
-        return {k: to_host(v) for k, v in load_file(str(path), device="cpu").items()}
-    except ImportError:
-        return _safetensors_raw(path)
+def _load_safetensors(path, reader=None):
+    """The safetensors package's NumPy loader; for dtypes NumPy cannot name (bf16, fp8, e8m0)
+    its torch loader when torch is already imported, else the format read directly (an 8-byte
+    header length, a JSON header, raw little-endian bytes), which avoids importing torch.
+    reader: 'numpy', 'torch' or 'raw' to force one (tests)."""
+    import sys
+    if reader in (None, "numpy"):
+        try:
+            from safetensors.numpy import load_file
+            return dict(load_file(str(path)))
+        except ImportError:
+            if reader == "numpy":
+                raise
+        except (TypeError, ValueError, AttributeError, KeyError):  # a dtype NumPy cannot name
+            if reader == "numpy":
+                raise
+    if reader == "torch" or (reader is None and "torch" in sys.modules):
+        try:
+            from safetensors.torch import load_file
+            return {k: to_host(v) for k, v in load_file(str(path), device="cpu").items()}
+        except ImportError:
+            if reader == "torch":
+                raise
+    return _safetensors_raw(path)
 
 
 def _safetensors_raw(path):
