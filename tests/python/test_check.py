@@ -260,6 +260,41 @@ def test_gemm_grouped_padding_rows():
         is False  # rows 14.. still hold 7.0
 
 
+def test_gemm_k_grouped_and_masked():
+    rng = np.random.default_rng(13)
+    ks, M, N = [128, 256, 100], 6, 10
+    x = rng.standard_normal((M, sum(ks))).astype(np.float32)
+    y = rng.standard_normal((N, sum(ks))).astype(np.float32)
+    A, B = xte.quantize(x, "te_block"), xte.quantize(y, "te_block")
+    d = np.asarray(xte.gemm_grouped(A, B, kind="k", group_sizes=ks, out_dtype="float32"))
+    rep = check_gemm_grouped(A, B, d, kind="k", group_sizes=ks)
+    assert rep.ok, rep.table()
+    # each group's bound has its own K: 0.9 of group 2's (K = 100) passes, 1.1 fails
+    Ar, Br = _rows_along_k(A, False)[:, 384:], _rows_along_k(B, False)[:, 384:]
+    bnd = fast_bound(np.abs(Ar) @ np.abs(Br).T, 100, 128, "float32", d[2])
+    for frac, ok in ((0.9, True), (1.1, False)):
+        p = d.astype(np.float64)
+        p[2, 1, 2] += frac * bnd[1, 2]
+        rep = check_gemm_grouped(A, B, p.astype(np.float32), kind="k", group_sizes=ks)
+        assert rep["out"].passed == ok, rep.table()
+    # masked: rows past masked_m are padding
+    G, mmax, K = 2, 12, 256
+    xa = rng.standard_normal((G * mmax, K)).astype(np.float32)
+    wb = rng.standard_normal((G * 128, K)).astype(np.float32)
+    ad, asf = xte.per_token_cast_to_fp8(xa)
+    bd, bsf = xte.per_block_cast_to_fp8(wb)
+    qa = xte.as_quantized(np.asarray(ad).reshape(G, mmax, K), np.asarray(asf).reshape(G, mmax, -1),
+                          block="1x128")
+    qb = xte.as_quantized(np.asarray(bd).reshape(G, 128, K), np.asarray(bsf).reshape(G, 1, -1),
+                          block="128x128")
+    mm = np.array([7, 0], np.int32)
+    before = np.zeros((G, mmax, 128), np.float32)
+    d = xte.gemm_grouped(qa, qb, before.copy(), kind="masked", masked_m=mm)
+    rep = check_gemm_grouped(qa, qb, d, kind="masked", masked_m=mm, out_before=before)
+    assert rep.ok, rep.table()
+    assert rep["out.padding_rows"].stats["padding_rows"] == 2 * mmax - 7
+
+
 # ----------------------------------------------------------------------------- attention
 
 def _attn_case(dtype=BF16, b=1, s=192, h=2, hk=1, d=16, seed=8):

@@ -90,7 +90,7 @@ def _parser():
     g.add_argument("--no-trans-b", action="store_true", help="B is [K, N] (default [N, K])")
     g.add_argument("--mode", choices=("fast", "exact"), default="fast")
     g.add_argument("--calc-diff-max", type=float)
-    g.add_argument("--kind", choices=("contiguous", "masked"), default="contiguous")
+    g.add_argument("--kind", choices=("contiguous", "masked", "k"), default="contiguous")
     g.add_argument("--group-sizes", help="a tensor name or a comma list")
     g.add_argument("--masked-m", default="masked_m")
     g.add_argument("--alignment", type=int, default=0)
@@ -160,6 +160,7 @@ def _run(o, ns):
         return check_gemm_grouped(A, B, ns.get(o.out), kind=o.kind, group_sizes=gs,
                                   masked_m=opt(o.masked_m) if o.kind == "masked" else None,
                                   alignment=o.alignment, out_before=opt(o.out_before),
+                                  trans_a=o.trans_a,
                                   padding=o.padding, **kw)
     if o.family == "attention":
         wl, wr = (int(v) for v in o.window.split(","))

@@ -98,7 +98,7 @@ def _scale_min(q):
 
 def fast_bound(S, K, kb, out_dtype, d_exact, smin_a=1.0, smin_b=1.0, epilogue_adds=0):
     """The FAST bound of include/xte/gemm.h for every output (see the module text)."""
-    nb = max(1, -(-int(K) // kb))
+    nb = np.maximum(1, -(-np.asarray(K, np.int64) // kb))  # K: a scalar or per group
     coef = kb * 2.0 ** -13 + (nb + 2) * 2.0 ** -23
     Z = 0.0
     if smin_a * smin_b < 2.0 ** -126:
@@ -126,8 +126,12 @@ def _judge(name, got, exp, S, K, kb, V, mode, smin, epi, rows_mask, classes, exa
     od = got.dtype.name
     g = got.astype(np.float64)
     e = exp.astype(np.float64)
+    if np.ndim(K):  # per group (K-grouped): one K per output
+        K = np.broadcast_to(K, got.shape)
     if rows_mask is not None:
         g, e, S_, V_ = g[rows_mask], e[rows_mask], S[rows_mask], V[rows_mask]
+        if np.ndim(K):
+            K = K[rows_mask]
     else:
         S_, V_ = S, V
     bnd = fast_bound(S_, K, kb, od, e, smin[0], smin[1], epi)
@@ -243,15 +247,36 @@ def check_gemm(a, b, out, *, trans_a=False, trans_b=True, c=None, bias=None, mod
     return rep
 
 
+def _grouped_b(qb, G, trans_b):
+    """Each group's op(B) rows [N, K] in fp64 from B [G, N, K] (trans_b) or [G, K, N]."""
+    import xte
+    bd, bs = np.asarray(qb.data), np.asarray(qb.scale_inv)
+    if "128x128" in _mode(qb) or "per_tensor" in _mode(qb) or C.layout_name(
+            getattr(qb.layout, "name", qb.layout)) == "compact":
+        # the scales describe the [G * rows, cols] tensor (128x128 tiles may span groups)
+        sf = xte.as_quantized(bd.reshape(-1, bd.shape[-1]), bs.reshape(-1, bs.shape[-1]),
+                              recipe=qb.recipe, block=qb.scaling_mode, layout=qb.layout)
+        flat = np.asarray(xte.dequantize(sf), np.float64).reshape(bd.shape)
+        return [flat[g] if trans_b else flat[g].T for g in range(G)]
+    out = []
+    for g in range(G):
+        sg = xte.as_quantized(bd[g], bs[g], recipe=qb.recipe, block=qb.scaling_mode,
+                              layout=qb.layout)
+        v = np.asarray(xte.dequantize(sg), np.float64)
+        out.append(v if trans_b else v.T)
+    return out
+
+
 def check_gemm_grouped(a, b, out, *, kind="contiguous", group_sizes=None, masked_m=None,
-                       alignment=0, trans_b=True, c=None, bias=None, mode="fast", block_a=None,
+                       alignment=0, trans_a=False, trans_b=True, c=None, bias=None, mode="fast", block_a=None,
                        block_b=None, recipe_a=None, recipe_b=None, layout_a=None,
                        layout_b=None, out_before=None, padding=None, calc_diff_max=None,
                        name="out", report=None):
     """Judge a grouped GEMM (MoE experts) as xte.gemm_grouped defines it: kind 'contiguous'
     (a [rows, K], groups of group_sizes rows each padded to `alignment`; DeepGEMM's
     m_grouped_fp8_gemm_nt_contiguous), 'masked' (a [G, m_max, K], masked_m valid rows) or 'k'
-    (K split in group_sizes segments, out [G, M, N]). b: [G, N, K] (trans_b, default).
+    (K split in group_sizes segments, out [G, M, N]; op(a) [M, sum K], op(b) [N, sum K] with
+    trans_a / trans_b as xte.gemm_grouped: the bound takes each group's own K). b: [G, N, K] (trans_b, default).
     Padding rows (past a group's rows): with out_before (the buffer before the call) a changed
     padding row fails ('padding rows written': the contract never writes them); padding='zero'
     claims they are zero. Otherwise their content is reported only. Other arguments as
@@ -272,29 +297,30 @@ def check_gemm_grouped(a, b, out, *, kind="contiguous", group_sizes=None, masked
     exp = xte.gemm_grouped(qa, qb, exp, kind=kind, group_sizes=sizes,
                            masked_m=None if masked_m is None else
                            np.asarray(masked_m, np.int32), alignment=alignment,
-                           trans_b=trans_b, c=c, bias=bias, mode="exact")
+                           trans_a=trans_a, trans_b=trans_b, c=c, bias=bias, mode="exact")
     exp = np.asarray(exp)
-    A = np.asarray(xte.dequantize(qa), np.float64)
-    G = np.asarray(qb.data).shape[0]
-    Bg = []
-    bd, bs = np.asarray(qb.data), np.asarray(qb.scale_inv)
-    if "128x128" in _mode(qb) or "per_tensor" in _mode(qb) or C.layout_name(
-            getattr(qb.layout, "name", qb.layout)) == "compact":
-        # the scales describe the [G * rows, cols] tensor (128x128 tiles may span groups)
-        sf = xte.as_quantized(bd.reshape(-1, bd.shape[-1]), bs.reshape(-1, bs.shape[-1]),
-                              recipe=qb.recipe, block=qb.scaling_mode, layout=qb.layout)
-        flat = np.asarray(xte.dequantize(sf), np.float64).reshape(bd.shape)
-        Bg = [flat[g] if trans_b else flat[g].T for g in range(G)]
-    else:
-        for g in range(G):
-            sg = xte.as_quantized(bd[g], bs[g], recipe=qb.recipe, block=qb.scaling_mode,
-                                  layout=qb.layout)
-            v = np.asarray(xte.dequantize(sg), np.float64)
-            Bg.append(v if trans_b else v.T)
     S = np.zeros(got.shape, np.float64)
     V = np.zeros(got.shape, np.float64)
     valid = np.zeros(got.shape[:-1], bool)
-    Kmax = A.shape[-1]
+    if kind == "k":
+        # op(a) [M, sum K], op(b) [N, sum K]; each group's bound takes its own K
+        Ar = _rows_along_k(qa, bool(trans_a))
+        Br = _rows_along_k(qb, not bool(trans_b))
+        G = len(sizes)
+        Kmax = np.zeros((G, 1, 1), np.int64)
+        k0 = 0
+        for g, kk in enumerate(sizes):
+            seg = slice(k0, k0 + kk)
+            S[g] = np.abs(Ar[:, seg]) @ np.abs(Br[:, seg]).T
+            V[g] = _exact_product(Ar[:, seg], Br[:, seg], None if c is None else c[g], bias)
+            valid[g] = True
+            Kmax[g] = kk
+            k0 += kk
+    else:
+        A = np.asarray(xte.dequantize(qa), np.float64)
+        Kmax = A.shape[-1]
+        G = np.asarray(qb.data).shape[0]
+        Bg = _grouped_b(qb, G, trans_b)
     if kind == "contiguous":
         off = 0
         al = max(1, int(alignment))
@@ -310,9 +336,7 @@ def check_gemm_grouped(a, b, out, *, kind="contiguous", group_sizes=None, masked
             S[g, :m] = np.abs(A[g, :m]) @ np.abs(Bg[g]).T
             V[g, :m] = _exact_product(A[g, :m], Bg[g], None if c is None else c[g, :m], bias)
             valid[g, :m] = True
-    elif kind == "k":
-        raise NotImplementedError("check_gemm_grouped: kind='k' is not judged yet")
-    else:
+    elif kind != "k":
         raise ValueError(f"kind: {kind!r}")
     rep.claim.setdefault("gemm_grouped", []).append(
         {"tensor": name, "kind": kind, "groups": G, "mode": mode, "out_dtype": od})
