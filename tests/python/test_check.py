@@ -395,6 +395,36 @@ def test_router_breaks_ties_the_other_way(score):
     assert rep["selection"].classes == {"wrong selection": 1}, rep.table()
 
 
+def test_router_key_rounding_and_group_ties():
+    # two logits two ulps apart whose sigmoid keys xte's fp32 orders one way, fp64 the other
+    lg = np.array([[0xBF62CC0F, 0xBF62CC0D]], np.uint32).view(np.float32)
+    # token 1: keys a few ulps apart that fp32 and fp64 order alike (expert 1 first)
+    lg = np.concatenate([lg, np.array([[1.0, 1.0 + 4 * 2.0 ** -23]], np.float32)])
+    p, m, s = xte.fused_topk_with_score_function(lg, 1, score_function="sigmoid",
+                                                 return_intermediate=True)
+    s = np.asarray(s)
+    assert s[0, 0] > s[0, 1]
+    k64 = 1 / (1 + np.exp(-lg.astype(np.float64)))
+    assert k64[0, 0] < k64[0, 1]
+    ti = np.array([[1], [0]])          # a producer with exact keys on token 0; wrong on token 1
+    rep = check_router(lg, topk_idx=ti, topk=1, score_function="sigmoid")
+    assert rep["selection"].classes == {
+        "key rounding (fp64 keys side with the producer)": 1,
+        "key rounding (fp64 keys side with xte)": 1}, rep.table()
+    assert not rep.ok
+    assert check_router(lg, topk_idx=ti, topk=1, score_function="sigmoid",
+                        allow_key_rounding=True).ok
+    # group-limited: groups 0 and 1 tie; the rule keeps group 0
+    lg = np.array([[2.0, 1.0, 1.0, 2.0, 0.0, -1.0, -3.0, -2.0]], np.float32)
+    kw = dict(topk=2, score_function="sigmoid", num_groups=4, group_topk=1)
+    p, m = xte.fused_topk_with_score_function(lg, **kw)
+    assert check_router(lg, p, m, **kw).ok
+    m2 = np.zeros_like(np.asarray(m))
+    m2[0, [2, 3]] = True
+    rep = check_router(lg, None, m2, **kw)
+    assert rep["selection"].classes == {"group tie order": 1}, rep.table()
+
+
 def test_router_probs_ulps():
     lg = _tie_logits()
     p, m = xte.fused_topk_with_score_function(lg, 2, score_function="sigmoid")

@@ -55,18 +55,19 @@ def _sets(routing_map, topk_idx, probs, T, E):
     return [set(np.nonzero(p[t])[0].tolist()) for t in range(T)]
 
 
-def _group_rank_sets(key, sel_groups_n, E, num_groups, group_topk, topk):
+def _group_scores(key, E, num_groups, group_topk, topk, f32):
     """Group scores as xte forms them: the sum of each group's top (topk / group_topk) keys in
-    rank order from +0 (fp32)."""
+    rank order from +0 (fp32 adds for the fp32 keys; fp64 for the fp64 keys)."""
     per = E // num_groups
     n = topk // group_topk
-    sc = np.zeros(num_groups, np.float32)
+    dt = np.float32 if f32 else np.float64
+    sc = np.zeros(num_groups, dt)
     for g in range(num_groups):
-        ks = key[g * per:(g + 1) * per].astype(np.float32)
+        ks = np.asarray(key[g * per:(g + 1) * per], dt)
         order = sorted(range(per), key=lambda i: (-ks[i], i))[:n]
-        acc = np.float32(0)
+        acc = dt(0)
         for i in order:
-            acc = np.float32(acc + ks[i])
+            acc = dt(acc + ks[i])
         sc[g] = acc
     return sc
 
@@ -79,16 +80,18 @@ def _classify_token(sx, sp, k32, k64, groups, E):
         gx = {e // per for e in sx}
         gp = {e // per for e in sp}
         if gx != gp:
-            s32 = _group_rank_sets(k32, None, E, num_groups, group_topk, topk)
-            s64 = _group_rank_sets(k64, None, E, num_groups, group_topk, topk) \
-                if False else np.array([np.sort(k64[g * per:(g + 1) * per])[::-1][
-                    :topk // group_topk].sum() for g in range(num_groups)])
+            s32 = _group_scores(k32, E, num_groups, group_topk, topk, True)
+            s64 = _group_scores(k64, E, num_groups, group_topk, topk, False)
             ox, op = sorted(gx - gp), sorted(gp - gx)
-            if len(ox) == len(op) and all(s32[a] == s32[b] for a, b in zip(ox, op)):
+            if len(ox) != len(op):
+                return "wrong group selection"
+            if np.array_equal(np.sort(s32[ox]), np.sort(s32[op])):
                 return "group tie order"
             if min(s64[op]) > max(s64[ox]):
                 return "group key rounding (fp64 keys side with the producer)"
-            if np.allclose(s32[ox], s32[op], rtol=2.0 ** -18, atol=0):
+            rel = np.max(np.abs(np.sort(s32[ox]) - np.sort(s32[op]))) / max(
+                float(np.max(np.abs(s32[ox]))), 1e-30)
+            if rel <= 2.0 ** -18:
                 return "group key rounding (fp64 keys side with xte)"
             return "wrong group selection"
     if len(only_x) != len(only_p):
