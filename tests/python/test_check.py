@@ -23,6 +23,7 @@ import xte
 from xte import testing
 from xte.check import (attention_reference, check_attention, check_cast, check_gemm,
                        check_gemm_grouped, check_permute, check_quantize, check_router,
+                       check_unpermute,
                        fast_bound, load, save)
 from xte.check.__main__ import main as cli_main
 from xte.check.gemm import _rows_along_k
@@ -343,6 +344,25 @@ def test_attention_gradient_in_a_worse_order():
     assert rep["dq"].passed and rep["dk"].passed
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_attention_thd_softcap_alibi(dtype):
+    rng = np.random.default_rng(15)
+    cu = np.array([0, 40, 40, 105], np.int32)     # an empty sequence in the middle
+    q = rng.standard_normal((105, 4, 16)).astype(dtype)
+    k = rng.standard_normal((105, 2, 16)).astype(dtype)
+    v = rng.standard_normal((105, 2, 8)).astype(dtype)
+    do = rng.standard_normal((105, 4, 8)).astype(dtype)
+    kw = dict(layout="thd", mask="causal", softcap=5.0, cu_seqlens_q=cu, cu_seqlens_kv=cu,
+              alibi_slopes=np.array([0.5, 0.25, 0.125, 0.0625], np.float32))
+    o, lse = xte.attention_fwd(q, k, v, **kw)
+    dq, dk, dv = xte.attention_bwd(q, k, v, o, do, lse, **kw)
+    rep = check_attention(q, k, v, o, lse, d_out=do, dq=dq, dk=dk, dv=dv, **kw)
+    assert rep.ok, rep.table()
+    # the same outputs judged without the ALiBi claim fail
+    kw.pop("alibi_slopes")
+    assert not check_attention(q, k, v, o, lse, **kw).ok
+
+
 def test_attention_rows_that_see_no_key():
     # bottom-right causal with more queries than keys: the first rows see no key
     rng = np.random.default_rng(10)
@@ -582,3 +602,23 @@ def test_cli_xte_program(tmp_path):
     r = subprocess.run([b, "check", "quantize"], env=dict(env, XTE_PYTHON="/nonexistent/py"),
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "cannot run the Python interpreter" in r.stderr
+
+
+def test_unpermute_ulps():
+    rng = np.random.default_rng(14)
+    T, E, H = 12, 4, 8
+    m = np.zeros((T, E), np.uint8)
+    for t in range(T):
+        m[t, rng.choice(E, 2, replace=False)] = 1
+    probs = (rng.uniform(0, 1, (T, E)) * m).astype(np.float32)
+    x = rng.standard_normal((T, H)).astype(np.float32)
+    perm, rid = xte.moe_permute(x, m)
+    eo = (np.asarray(perm) * 3).astype(np.float32)
+    out = np.asarray(xte.moe_unpermute(eo, rid, probs))
+    assert check_unpermute(eo, m, out, probs).ok
+    bad = out.copy()
+    bad[4, 2] = np.nextafter(bad[4, 2], np.float32(np.inf), dtype=np.float32)
+    bad[4, 2] = np.nextafter(bad[4, 2], np.float32(np.inf), dtype=np.float32)
+    rep = check_unpermute(eo, m, bad, probs)
+    assert rep["unpermuted"].classes == {"beyond 0 ulps of xte": 1}, rep.table()
+    assert check_unpermute(eo, m, bad, probs, ulps=2).ok

@@ -13,7 +13,7 @@ module each:
                                               the input precision (FlashAttention's criterion),
                                               rows that see no key
     moe       check_router, check_aux_loss,   selection differences classified (tie order, key
-              check_permute                   rounding, group ties), prob ulps, row bytes
+              check_permute, check_unpermute  rounding, group ties), prob ulps, row bytes
 
 The CLI is `python -m xte.check` (and `xte check`, which runs it): see xte/check/__main__.py.
 """
@@ -22,10 +22,11 @@ from ._io import load, save, to_host
 from ._report import Report, Verdict
 from .attention import attention_reference, check_attention
 from .gemm import check_gemm, check_gemm_grouped, fast_bound
-from .moe import check_aux_loss, check_permute, check_router
+from .moe import check_aux_loss, check_permute, check_router, check_unpermute
 from .quantize import check_cast, check_quantize
 
 __all__ = ["Report", "Verdict", "load", "save", "to_host", "check_quantize", "check_cast",
            "check_gemm", "check_gemm_grouped", "fast_bound",
            "check_attention", "attention_reference",
-           "check_router", "check_aux_loss", "check_permute"]
+           "check_router", "check_aux_loss", "check_permute",
+           "check_unpermute"]

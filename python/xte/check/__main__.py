@@ -2,7 +2,8 @@
 
     python -m xte.check FAMILY FILE [FILE ...] [options]
 
-FAMILY: quantize, cast, gemm, grouped-gemm, attention, router, aux-loss, permute. The FILEs
+FAMILY: quantize, cast, gemm, grouped-gemm, attention, router, aux-loss, permute,
+unpermute. The FILEs
 (.safetensors, .npy, .npz, torch.save .pt / .pth / .bin) are read into one namespace (a later
 file's tensor replaces an earlier one of the same name); each tensor option names a tensor there
 (default: the option's own name, e.g. --data data) or FILE:NAME in a given file. Options name
@@ -19,7 +20,7 @@ import numpy as np
 from ._io import load
 
 FAMILIES = ("quantize", "cast", "gemm", "grouped-gemm", "attention", "router", "aux-loss",
-            "permute")
+            "permute", "unpermute")
 
 
 class _Namespace:
@@ -124,6 +125,8 @@ def _parser():
     r.add_argument("--num-experts", type=int)
     r.add_argument("--coeff", type=float)
     r.add_argument("--inp", default="inp")
+    r.add_argument("--expert-out", default="expert_out", help="unpermute: the permuted rows")
+    r.add_argument("--ulps", type=float, default=0, help="unpermute / aux-loss tolerance")
     r.add_argument("--align", type=int, default=1)
     r.add_argument("--num-out-tokens", type=int, default=-1)
     return p
@@ -131,7 +134,7 @@ def _parser():
 
 def _run(o, ns):
     from . import (check_attention, check_aux_loss, check_cast, check_gemm, check_gemm_grouped,
-                   check_permute, check_quantize, check_router)
+                   check_permute, check_quantize, check_router, check_unpermute)
     opt = lambda ref: ns.get(ref, required=False)  # noqa: E731
     if o.family == "quantize":
         return check_quantize(ns.get(o.x), ns.get(o.data), ns.get(o.scales), o.recipe, o.block,
@@ -185,7 +188,11 @@ def _run(o, ns):
                 raise ValueError(f"--{n.replace('_', '-')} is required")
         return check_aux_loss(ns.get(o.probs), ns.get(o.tokens_per_expert), o.total_num_tokens,
                               o.num_experts, o.topk, o.coeff, ns.get(o.aux),
-                              ulps=o.prob_ulps)
+                              ulps=o.ulps)
+    if o.family == "unpermute":
+        return check_unpermute(ns.get(o.expert_out), ns.get(o.routing_map), ns.get(o.out),
+                               opt(o.probs), num_out_tokens=o.num_out_tokens, align=o.align,
+                               ulps=o.ulps)
     return check_permute(ns.get(o.inp), ns.get(o.routing_map), ns.get(o.out),
                          num_out_tokens=o.num_out_tokens, align=o.align)
 

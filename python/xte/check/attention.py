@@ -15,7 +15,7 @@ For each tensor given (out, lse, dq, dk, dv) the check computes
 Rows that see no key (masks, windows, empty sequences) are judged apart: the contract gives out 0,
 lse -inf and zero gradients there; a NaN, +inf LSE (FlashAttention's convention) or non-zero
 output is named. Layouts BSHD, SBHD and THD (cu_seqlens), masks none / causal (top-left) /
-causal_bottom_right, sliding windows, GQA and softcap are supported; ALiBi is not.
+causal_bottom_right, sliding windows, GQA, softcap and ALiBi are supported (not e4m3 inputs).
 """
 
 import numpy as np
@@ -53,7 +53,7 @@ def _visible(Lq, Lkv, mask, window):
     return vis
 
 
-def _one(q, k, v, do, vis, scale, softcap, prec, dtype):
+def _one(q, k, v, do, vis, scale, softcap, prec, dtype, alibi=None):
     """Forward (o, lse) and, with do, backward (dq, dk, dv) of one (sequence, query head) in
     fp64 (prec 'fp64') or naively in the input precision (prec 'naive')."""
     f = np.float64 if prec == "fp64" else np.float32
@@ -63,8 +63,12 @@ def _one(q, k, v, do, vis, scale, softcap, prec, dtype):
     if softcap:
         th = np.tanh(s / f(softcap))
         s = th * f(softcap)
+    if alibi is not None:  # -|i + off - j| * slope, off = Lkv - Lq
+        Lq, Lkv = vis.shape
+        dist = np.abs(np.arange(Lq)[:, None] + (Lkv - Lq) - np.arange(Lkv)[None, :])
+        s = (s - dist.astype(f) * f(alibi)).astype(f)
     s = np.where(vis, s, -np.inf).astype(f)
-    m = np.max(s, axis=1, keepdims=True)
+    m = np.max(s, axis=1, keepdims=True, initial=-np.inf)  # no keys at all: -inf
     seen = np.isfinite(m[:, 0])
     m = np.where(np.isfinite(m), m, 0).astype(f)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -124,8 +128,8 @@ def _put(layout, out, seq, val):
 
 
 def attention_reference(q, k, v, d_out=None, *, layout="bshd", mask="none", window=(-1, -1),
-                        softmax_scale=None, softcap=0.0, cu_seqlens_q=None, cu_seqlens_kv=None,
-                        prec="fp64"):
+                        softmax_scale=None, softcap=0.0, alibi_slopes=None, cu_seqlens_q=None,
+                        cu_seqlens_kv=None, prec="fp64"):
     """{'out', 'lse', ('dq', 'dk', 'dv'), 'seen'} of the full attention in fp64 (prec='fp64')
     or naively in the inputs' precision (prec='naive'). lse as xte lays it out ([b, h, s] for
     BSHD / SBHD, [total, h] for THD); 'seen': [rows..., h] True where a query row sees a key."""
@@ -148,6 +152,8 @@ def attention_reference(q, k, v, d_out=None, *, layout="bshd", mask="none", wind
         grads = {"dq": np.zeros(qf.shape, f), "dk": np.zeros(kf.shape, f),
                  "dv": np.zeros(vf.shape, f)}
     for nq, nk in zip(sq, sk):
+        if nq[1] == 0:  # an empty sequence: no rows
+            continue
         Q, K, V = _get(layout, qf, nq), _get(layout, kf, nk), _get(layout, vf, nk)
         DO = None if dof is None else _get(layout, dof, nq)
         vis = _visible(nq[1], nk[1], mask, window)
@@ -157,7 +163,8 @@ def attention_reference(q, k, v, d_out=None, *, layout="bshd", mask="none", wind
         dq_s, dk_s, dv_s = np.zeros(Q.shape, f), np.zeros(K.shape, f), np.zeros(V.shape, f)
         for h in range(hq):
             r = _one(Q[:, h], K[:, h // G], V[:, h // G], None if DO is None else DO[:, h], vis,
-                     scale, softcap, prec, dtype)
+                     scale, softcap, prec, dtype,
+                     None if alibi_slopes is None else float(np.asarray(alibi_slopes)[h]))
             o_s[:, h], l_s[:, h] = r["out"], r["lse"]
             sn[:, h] = np.isfinite(r["lse"])
             if DO is not None:
@@ -195,7 +202,8 @@ def _seen_lse_layout(layout, seen):
 
 def check_attention(q, k, v, out=None, lse=None, *, d_out=None, dq=None, dk=None, dv=None,
                     layout="bshd", mask="none", window=(-1, -1), softmax_scale=None, softcap=0.0,
-                    cu_seqlens_q=None, cu_seqlens_kv=None, name="", report=None):
+                    alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_kv=None, name="",
+                    report=None):
     """Judge attention outputs (forward: out [.., h_q, d_v], lse as xte lays it out; backward:
     dq, dk, dv with d_out) that another library produced from q, k, v (fp32 / bf16 / fp16) with
     the given options (those of xte.attention_fwd). Each tensor given gets a verdict by
@@ -217,7 +225,8 @@ def check_attention(q, k, v, out=None, lse=None, *, d_out=None, dq=None, dk=None
     if need_bwd and d_out is None:
         raise ValueError("d_out: needed to judge dq / dk / dv")
     kw = dict(layout=layout, mask=mask, window=window, softmax_scale=softmax_scale,
-              softcap=softcap, cu_seqlens_q=cu_q, cu_seqlens_kv=cu_k)
+              softcap=softcap, alibi_slopes=to_host(alibi_slopes, "alibi_slopes", n),
+              cu_seqlens_q=cu_q, cu_seqlens_kv=cu_k)
     ref = attention_reference(q, k, v, d_out if need_bwd else None, prec="fp64", **kw)
     nai = attention_reference(q, k, v, d_out if need_bwd else None, prec="naive", **kw)
     rep.claim.setdefault("attention", []).append(

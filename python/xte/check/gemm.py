@@ -268,15 +268,16 @@ def _grouped_b(qb, G, trans_b):
 
 
 def check_gemm_grouped(a, b, out, *, kind="contiguous", group_sizes=None, masked_m=None,
-                       alignment=0, trans_a=False, trans_b=True, c=None, bias=None, mode="fast", block_a=None,
-                       block_b=None, recipe_a=None, recipe_b=None, layout_a=None,
-                       layout_b=None, out_before=None, padding=None, calc_diff_max=None,
-                       name="out", report=None):
+                       alignment=0, trans_a=False, trans_b=True, c=None, bias=None,
+                       mode="fast", block_a=None, block_b=None, recipe_a=None, recipe_b=None,
+                       layout_a=None, layout_b=None, out_before=None, padding=None,
+                       calc_diff_max=None, name="out", report=None):
     """Judge a grouped GEMM (MoE experts) as xte.gemm_grouped defines it: kind 'contiguous'
     (a [rows, K], groups of group_sizes rows each padded to `alignment`; DeepGEMM's
     m_grouped_fp8_gemm_nt_contiguous), 'masked' (a [G, m_max, K], masked_m valid rows) or 'k'
     (K split in group_sizes segments, out [G, M, N]; op(a) [M, sum K], op(b) [N, sum K] with
-    trans_a / trans_b as xte.gemm_grouped: the bound takes each group's own K). b: [G, N, K] (trans_b, default).
+    trans_a / trans_b as xte.gemm_grouped: the bound takes each group's own K). b: [G, N, K]
+    (trans_b, the default) for contiguous / masked.
     Padding rows (past a group's rows): with out_before (the buffer before the call) a changed
     padding row fails ('padding rows written': the contract never writes them); padding='zero'
     claims they are zero. Otherwise their content is reported only. Other arguments as

@@ -13,7 +13,8 @@ token whose selected experts differ:
 Probabilities of tokens selected alike are compared in ulps (prob_ulps: the tolerance, default 0,
 the contract's bytes). check_aux_loss compares the aux loss in ulps and against fp64;
 check_permute compares the permuted rows byte for byte ('row order' when the rows are there but
-elsewhere, 'padding rows not zero', 'row bytes differ').
+elsewhere, 'padding rows not zero', 'row bytes differ'); check_unpermute compares the combined
+output in ulps of xte's and reports its error against the fp64 sum.
 """
 
 import numpy as np
@@ -22,7 +23,7 @@ from . import _common as C
 from ._io import to_host
 from ._report import Report, Verdict
 
-__all__ = ["check_router", "check_aux_loss", "check_permute"]
+__all__ = ["check_router", "check_aux_loss", "check_permute", "check_unpermute"]
 
 _MAX_EXAMPLES = 5
 
@@ -264,4 +265,66 @@ def check_permute(inp, routing_map, out, *, num_out_tokens=-1, align=1, map_type
            ", ".join(f"{k} ({c})" for k, c in classes.items()))
     rep.verdicts.append(Verdict("permuted", "permute", ok, why, classes,
                                 {"rows": int(exp.shape[0]), "differing": nd}, examples))
+    return rep
+
+
+def check_unpermute(expert_out, routing_map, out, merging_probs=None, *, num_out_tokens=-1,
+                    align=1, ulps=0, report=None):
+    """Judge an unpermuted (combined) output (TE's moe_unpermute): out[t] = sum over t's experts
+    (ascending) of probs[t, e] * expert_out[row of (t, e)]. expert_out: the permuted rows
+    [rows, H] (expert-major, as moe_permute laid them out with this routing_map [T, E], cap and
+    align); merging_probs fp32 [T, E] (None: weight 1). The contract's bytes are an fmaf chain
+    over the slots from +0 rounded once; the verdict allows `ulps` (default 0) in the output
+    dtype and reports the error against the fp64 sum."""
+    import xte
+    rep = report if report is not None else Report()
+    eo = to_host(expert_out, "expert_out", rep.notes)
+    rm = np.asarray(to_host(routing_map, "routing_map", rep.notes)).astype(np.uint8)
+    got = to_host(out, "out", rep.notes)
+    probs = to_host(merging_probs, "merging_probs", rep.notes)
+    T = rm.shape[0]
+    dummy = np.zeros((T, 1), np.float32)
+    _, rid = xte.moe_permute(dummy, rm, num_out_tokens, align=align)
+    exp = np.asarray(xte.moe_unpermute(eo, rid, probs, out_dtype=got.dtype.name))
+    rows = np.asarray(rid.row_map)
+    e64 = np.asarray(eo).astype(np.float64)
+    ref = np.zeros(exp.shape, np.float64)
+    for t in range(T):
+        experts = np.nonzero(rm[t])[0]
+        for j, e in enumerate(experts):
+            r = rows[t, j]
+            if r >= 0:
+                w = 1.0 if probs is None else float(np.asarray(probs)[t, e])
+                ref[t] += w * e64[r]
+    od = got.dtype.name if got.dtype.name in ("float32", "bfloat16") else "float32"
+    if got.shape != exp.shape:
+        rep.verdicts.append(Verdict("unpermuted", "unpermute", False,
+                                    f"shape {list(got.shape)}, expected {list(exp.shape)}",
+                                    {"shape": 1}))
+        return rep
+    g = got.astype(np.float64)
+    ul = C.ulps_between(g, exp.astype(np.float64), od)
+    with np.errstate(invalid="ignore"):
+        e_fp64 = float(np.nanmax(np.abs(g - ref))) if g.size else 0.0
+        e_xte = float(np.nanmax(np.abs(exp.astype(np.float64) - ref))) if g.size else 0.0
+    nan_bad = int(np.sum(np.isnan(g) != np.isnan(exp.astype(np.float64))))
+    nbad = int(np.sum(ul > ulps)) + nan_bad
+    classes, examples = {}, []
+    C.count(classes, f"beyond {ulps} ulps of xte", int(np.sum(ul > ulps)))
+    C.count(classes, "NaN disagreement", nan_bad)
+    for i in np.argsort(-np.nan_to_num(ul, nan=np.inf), axis=None)[:_MAX_EXAMPLES]:
+        ij = np.unravel_index(i, ul.shape)
+        if not ul[ij] > ulps:
+            break
+        examples.append({"index": C.idx(ij), "expected": float(exp[ij]), "got": float(g[ij]),
+                         "fp64": float(ref[ij]), "ulps": float(ul[ij])})
+    ok = nbad == 0
+    mx = float(np.nanmax(ul)) if ul.size else 0.0
+    why = (f"max {mx:.3g} ulps of xte (tolerance {ulps}); max error vs fp64 {e_fp64:.3g} "
+           f"(xte's {e_xte:.3g})")
+    if not ok:
+        why = f"{nbad} of {g.size} values differ: " + why
+    rep.verdicts.append(Verdict("unpermuted", "unpermute", ok, why, classes,
+                                {"max_ulps": mx, "error_fp64": e_fp64, "xte_error_fp64": e_xte},
+                                examples))
     return rep
