@@ -176,12 +176,25 @@ def _gemm_case(M=24, N=40, K=300, seed=5):
     return xte.per_token_cast_to_fp8(x), xte.per_block_cast_to_fp8(w)
 
 
+def _dequant(pair, block):
+    """fp64 values of a DeepGEMM (data, compact scales) pair, written here from the layout."""
+    data, sf = (np.asarray(t) for t in pair)
+    v = data.astype(np.float64)
+    bm = 128 if block == "128x128" else 1
+    full = np.repeat(np.repeat(sf.astype(np.float64), bm, axis=0), 128, axis=1)
+    return v * full[:v.shape[0], :v.shape[1]]
+
+
 def _bound(a, b, d, out_dtype="float32"):
-    qa = xte.as_quantized(*a, block="1x128")
-    qb = xte.as_quantized(*b, block="128x128")
-    A, B = _rows_along_k(qa, False), _rows_along_k(qb, False)
-    return fast_bound(np.abs(A) @ np.abs(B).T, A.shape[1], 128, out_dtype,
-                      np.asarray(d, np.float64))
+    """include/xte/gemm.h's FAST bound restated: (KB 2^-13 + (nb + 2) 2^-23) S + u_out |D|
+    with normal scales (KB = 128, u_out = 2^-8 for bf16, 0 for fp32)."""
+    A, B = _dequant(a, "1x128"), _dequant(b, "128x128")
+    K = A.shape[1]
+    nb = -(-K // 128)
+    u_out = 2.0 ** -8 if out_dtype == "bfloat16" else 0.0
+    S = np.abs(A) @ np.abs(B).T
+    return (128 * 2.0 ** -13 + (nb + 2) * 2.0 ** -23) * S + u_out * np.abs(
+        np.asarray(d, np.float64))
 
 
 @pytest.mark.parametrize("out_dtype", ["float32", "bfloat16"])
@@ -208,6 +221,9 @@ def test_gemm_perturbed_inside_and_outside_the_fast_bound(out_dtype):
     a, b = _gemm_case(seed=6)
     d = np.asarray(xte.gemm(a, b, out_dtype=out_dtype))
     bnd = _bound(a, b, d, out_dtype)
+    A, B = _dequant(a, "1x128"), _dequant(b, "128x128")
+    np.testing.assert_allclose(fast_bound(np.abs(A) @ np.abs(B).T, A.shape[1], 128, out_dtype,
+                                          d.astype(np.float64)), bnd, rtol=1e-12)
     for frac, ok in ((0.9, True), (1.1, False)):
         p = d.astype(np.float64)
         for (i, j), sgn in (((3, 5), 1), ((17, 30), -1)):
@@ -272,7 +288,7 @@ def test_gemm_k_grouped_and_masked():
     assert rep.ok, rep.table()
     # each group's bound has its own K: 0.9 of group 2's (K = 100) passes, 1.1 fails
     Ar, Br = _rows_along_k(A, False)[:, 384:], _rows_along_k(B, False)[:, 384:]
-    bnd = fast_bound(np.abs(Ar) @ np.abs(Br).T, 100, 128, "float32", d[2])
+    bnd = (128 * 2.0 ** -13 + 3 * 2.0 ** -23) * (np.abs(Ar) @ np.abs(Br).T)  # nb = 1
     for frac, ok in ((0.9, True), (1.1, False)):
         p = d.astype(np.float64)
         p[2, 1, 2] += frac * bnd[1, 2]
@@ -318,6 +334,21 @@ def test_attention_correct_passes():
                           dq=nai["dq"].astype(BF16), dk=nai["dk"].astype(BF16),
                           dv=nai["dv"].astype(BF16), **kw)
     assert rep.ok, rep.table()
+
+
+def test_attention_naive_is_the_input_precision_computation():
+    """The naive reference is FlashAttention's reference with upcast off: fp32 logits and
+    softmax, P rounded to the dtype before P V, the output rounded to the dtype; restated."""
+    q, k, v, do = _attn_case(s=64, h=1, hk=1, seed=16)
+    nai = attention_reference(q, k, v, do, prec="naive")
+    q32, k32, v32 = (t[0, :, 0].astype(np.float32) for t in (q, k, v))
+    s = (q32 @ k32.T) * np.float32(1 / np.sqrt(np.float32(16)))
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    P = (p / p.sum(axis=1, keepdims=True)).astype(BF16).astype(np.float32)
+    o = (P @ v32).astype(BF16)
+    testing.assert_bitwise_equal(nai["out"][0, :, 0].astype(BF16), o)
+    dv = (P.T @ do[0, :, 0].astype(np.float32)).astype(BF16)
+    testing.assert_bitwise_equal(nai["dv"][0, :, 0].astype(BF16), dv)
 
 
 def test_attention_gradient_in_a_worse_order():
