@@ -11,7 +11,8 @@ scales: 'scale layout mix-up' (the buffer holds the right scales in another layo
     added', 'power-of-two rounding direction' (both powers of two, another exponent: floor vs
     ceil, OCP MX vs TE MXFP8), 'scale rounding' (within 4 ulps), 'scale of recipe R' (the
     value another xte recipe gives), 'scale value' (anything else), 'scale shape'.
-data: 'in a block whose scale differs', 'non-saturating cast where the recipe saturates',
+data: 'follows its block's (differing) scale' (the codes its given scale gives), 'in a block
+    whose scale differs' (codes its given scale does not give either), 'non-saturating cast where the recipe saturates',
     'saturating cast where the recipe does not saturate', 'NaN encoding', 'subnormal flushed to
     zero', 'sign of zero', 'rounded toward zero' / 'rounding (one code)', 'element value',
     'data transposed'; 'in the last (partial) block' counts differences at a block boundary.
@@ -167,15 +168,26 @@ def _fmt_code(c, fmt):
     return f"0x{int(c):02X} ({C.fp8_value(np.uint8(c), fmt):.9g})"
 
 
-def _compare_data(exp, got, fmt, xcopy, scale_diff_at, kind, block, saturate, classes,
-                  examples, partial_last):
+def _own_scale_codes(xcopy, sinv, fmt, saturate):
+    """The codes a block's own (producer's) scale_inv gives: fp8(x * fp32(1 / scale_inv))."""
+    from ..testing import reference_fp8
+    with np.errstate(all="ignore"):
+        sc = (np.float32(1) / np.asarray(sinv, np.float32)).astype(np.float32)
+        y = (np.asarray(xcopy, np.float32) * sc).astype(np.float32)
+    return np.asarray(reference_fp8(y, fmt, saturate)).view(np.uint8)
+
+
+def _compare_data(exp, got, fmt, xcopy, scale_diff_at, own, saturate, classes, examples,
+                  partial_last):
+    """own: the codes each element gets from its block's given scale (None: not known)."""
     diff = exp != got
     n = int(diff.sum())
     where = np.argwhere(diff)
     for t in where:
         i, j = int(t[0]), int(t[1])
         if scale_diff_at is not None and scale_diff_at[i, j]:
-            cls = "in a block whose scale differs"
+            cls = ("follows its block's (differing) scale" if own is not None and
+                   own[i, j] == got[i, j] else "in a block whose scale differs")
         else:
             cls = classify_code(int(exp[i, j]), int(got[i, j]), fmt,
                                 None if xcopy is None else xcopy[i, j], saturate)
@@ -294,15 +306,18 @@ def check_quantize(x, data, scale_inv, recipe="te_block", block=None, layout=Non
           and np.array_equal(got_d.T, exp_d)):
         transposed = True
         got_d = got_d.T
-    scale_diff_at = None
+    scale_diff_at = own = None
+    xc = xcopy if xcopy.shape == exp_d.shape else None
     if got_grid is not None and not s_ok:
         gi, gj = C.element_block(kind, R, Cn, b)
         gd = np.asarray(got_grid).view(np.uint8 if mx else np.uint32)
         ed = np.asarray(exp_grid).view(np.uint8 if mx else np.uint32)
         scale_diff_at = (gd != ed)[gi, gj]
-    n = _compare_data(exp_d, got_d, f, xcopy if xcopy.shape == exp_d.shape else None,
-                      scale_diff_at, kind, b, saturate, d_classes, d_examples,
-                      _partial_last(kind, R, Cn, b))
+        if xc is not None:
+            gval = _scale_value(gd, True) if mx else np.asarray(got_grid, np.float32)
+            own = _own_scale_codes(xc, np.asarray(gval, np.float32)[gi, gj], f, saturate)
+    n = _compare_data(exp_d, got_d, f, xc, scale_diff_at, own, saturate, d_classes,
+                      d_examples, _partial_last(kind, R, Cn, b))
     if transposed:
         C.count(d_classes, "data transposed (layout mix-up)", exp_d.size)
     ok = n == 0 and not transposed
