@@ -145,6 +145,15 @@ def test_quantize_transposed_scale_layout(M):
     assert list(rep["scale_inv"].classes) == ["scale layout mix-up"], rep.table()
 
 
+def test_quantize_block_size_mix_up():
+    x = _x(8, 512, seed=17)
+    q = xte.quantize(x, "te_block", block="128x128")
+    rep = check_quantize(x, q.data, q.scale_inv, "te_block", "1x128")
+    v = rep["scale_inv"]
+    assert v.classes == {"block size or layout mix-up (scale shape)": 1}, rep.table()
+    assert "128x128 blocks in the compact layout" in v.why
+
+
 def test_quantize_data_faults_named():
     x = _x(4, 128, seed=3)
     x[0, 5] = np.nan

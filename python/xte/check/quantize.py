@@ -336,6 +336,27 @@ def check_quantize(x, data, scale_inv, recipe="te_block", block=None, layout=Non
     return rep
 
 
+def _shape_fits(x, r, columnwise, shape, mx):
+    """The (block, layout) pairs whose scale buffer has this shape, for the recipe's family."""
+    import xte
+    M, K = np.asarray(x).shape
+    fams = (("1x32", "mx_te"),) if mx else (("1x128", r), ("128x128", r),
+                                             ("per_tensor", "te_current"))
+    lays = ("compact", "te_gemm", "deepgemm") + (("mx_swizzled",) if mx else ())
+    fits = []
+    for blk, rec in fams:
+        if rec in ("mx_te", "mx_ocp", "te_current", "te_delayed") and blk == "1x128":
+            rec = "te_block"
+        for L in lays:
+            try:
+                sh = xte.quantize_scale_shape(M, K, blk, rec, L, columnwise)
+            except Exception:  # a combination without a layout
+                continue
+            if tuple(sh) == shape or (len(shape) == 1 and sh[0] * sh[1] == shape[0]):
+                fits.append(f"{blk} blocks in the {L} layout")
+    return fits
+
+
 def _scales_diff(got_s, exp_sc, exp_grid, GR, GC, kind, lay, mx, pow2, classes, examples, x, r,
                  b, f, columnwise, saturate, amax_epsilon, force_pow_2, scale):
     """Classify a scale buffer that differs from the expected bytes; returns (grid, why)."""
@@ -361,6 +382,11 @@ def _scales_diff(got_s, exp_sc, exp_grid, GR, GC, kind, lay, mx, pow2, classes, 
                                   f"{what} (claimed {lay})")
     got = C.from_layout(got_s, GR, GC, kind, lay if kind != "per_tensor" else "compact")
     if got is None:
+        fits = _shape_fits(x, r, columnwise, tuple(got_s.shape), mx)
+        if fits:
+            C.count(classes, "block size or layout mix-up (scale shape)")
+            return None, (f"scale shape {list(got_s.shape)}, expected {list(exp_sc.shape)} for "
+                          f"{b} blocks in the {lay} layout; it fits " + ", ".join(fits))
         C.count(classes, "scale shape")
         return None, (f"scale shape {list(got_s.shape)}, expected {list(exp_sc.shape)} for "
                       f"{b} blocks in the {lay} layout")
