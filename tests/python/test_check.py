@@ -226,6 +226,32 @@ def test_gemm_correct_passes(out_dtype):
     assert rep["out"].stats["calc_diff"] < 1e-5
 
 
+@pytest.mark.parametrize("recipe,block,fmt_b", [("mx_te", "1x32", "e4m3"),
+                                                ("te_current", "per_tensor", "e4m3"),
+                                                ("te_block", "1x128", "e5m2")])
+def test_gemm_other_scalings_and_wgrad(recipe, block, fmt_b):
+    rng = np.random.default_rng(18)
+    x = rng.standard_normal((16, 200)).astype(np.float32)
+    w = rng.standard_normal((24, 200)).astype(np.float32)
+    a = xte.quantize(x, recipe, block=block)
+    b = xte.quantize(w, recipe, block=block, fmt=fmt_b)
+    d = np.asarray(xte.gemm(a, b, out_dtype="float32"))
+    assert check_gemm(a, b, d).ok
+    assert check_gemm((a.data, a.scale_inv), (b.data, b.scale_inv), d, block_a=block,
+                      block_b=block, recipe_a=recipe, recipe_b=recipe).ok
+    p = d.copy()
+    p[1, 1] += np.float32(0.5) * np.abs(p).max()
+    assert check_gemm(a, b, p)["out"].classes == {"beyond the FAST bound": 1}
+    # wgrad: dW = dY^T X from the columnwise (transposed) copies
+    dy = rng.standard_normal((160, 24)).astype(np.float32)
+    xx = rng.standard_normal((160, 200)).astype(np.float32)
+    qa = xte.quantize(dy, "te_block", columnwise=True)
+    qb = xte.quantize(xx, "te_block", columnwise=True)
+    dw = np.asarray(xte.gemm(qa, qb, trans_a=True, trans_b=False, out_dtype="float32"))
+    rep = check_gemm(qa, qb, dw, trans_a=True, trans_b=False)
+    assert rep.ok and rep["out"].stats["outputs"] == 24 * 200, rep.table()
+
+
 @pytest.mark.parametrize("out_dtype", ["float32", "bfloat16"])
 def test_gemm_perturbed_inside_and_outside_the_fast_bound(out_dtype):
     a, b = _gemm_case(seed=6)
