@@ -633,6 +633,25 @@ def test_cli_python_module(tmp_path, capsys):
         "scale bit flip": 1}
     assert cli_main(["gemm", str(g), "--mode", "exact"]) == 0
     assert cli_main(["quantize", good, "--data", "missing"]) == 2
+    # attention, router, permute from .npz files
+    q, k, v, do = _attn_case(s=64, seed=19)
+    o, lse = xte.attention_fwd(q, k, v, mask="causal")
+    save(tmp_path / "attn.npz", {"q": q, "k": k, "v": v, "out": o, "lse": lse})
+    assert cli_main(["attention", str(tmp_path / "attn.npz"), "--mask", "causal"]) == 0
+    assert cli_main(["attention", str(tmp_path / "attn.npz")]) == 1  # not the mask it used
+    lg = _tie_logits()
+    p, m = xte.fused_topk_with_score_function(lg, 4, score_function="sigmoid")
+    m2 = np.asarray(m).copy()
+    m2[3, 1], m2[3, 6] = False, True
+    save(tmp_path / "router.npz", {"logits": lg, "probs": p, "routing_map": m2})
+    capsys.readouterr()
+    assert cli_main(["router", str(tmp_path / "router.npz"), "--topk", "4",
+                     "--score-function", "sigmoid", "--quiet"]) == 1
+    assert "tie broken toward the higher expert index" in capsys.readouterr().out
+    x = _x(16, 8)
+    perm, _ = xte.moe_permute(x, np.asarray(m).astype(np.uint8), align=4)
+    save(tmp_path / "perm.npz", {"inp": x, "routing_map": np.asarray(m), "out": perm})
+    assert cli_main(["permute", str(tmp_path / "perm.npz"), "--align", "4"]) == 0
 
 
 def _xte_bin():
