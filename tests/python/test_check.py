@@ -21,7 +21,8 @@ import pytest
 
 import xte
 from xte import testing
-from xte.check import (attention_reference, check_attention, check_cast, check_gemm,
+from xte.check import (attention_reference, check_attention, check_aux_loss, check_cast,
+                       check_gemm,
                        check_gemm_grouped, check_permute, check_quantize, check_router,
                        check_unpermute,
                        fast_bound, load, save)
@@ -708,3 +709,28 @@ def test_unpermute_ulps():
     rep = check_unpermute(eo, m, bad, probs)
     assert rep["unpermuted"].classes == {"beyond 0 ulps of xte": 1}, rep.table()
     assert check_unpermute(eo, m, bad, probs, ulps=2).ok
+
+
+def test_aux_loss_and_report_json():
+    rng = np.random.default_rng(20)
+    T, E, k = 64, 8, 2
+    probs = rng.uniform(0, 1, (T, E)).astype(np.float32)
+    tpe = rng.integers(0, 20, E).astype(np.int64)
+    aux = np.asarray(xte.fused_moe_aux_loss(probs, tpe, T, E, k, 0.01))
+    rep = check_aux_loss(probs, tpe, T, E, k, 0.01, aux)
+    assert rep.ok, rep.table()
+    # TE's PyTorch formula in fp32 (another summation order): a few ulps off xte's bytes
+    other = np.float32(np.float32(E * 0.01 / (k * T * T)) *
+                       np.sum(probs.sum(axis=0, dtype=np.float32) * tpe.astype(np.float32)))
+    rep = check_aux_loss(probs, tpe, T, E, k, 0.01, other, ulps=8)
+    assert rep.ok, rep.table()
+    bad = np.float32(aux * np.float32(1.001))
+    rep = check_aux_loss(probs, tpe, T, E, k, 0.01, bad, ulps=8)
+    assert rep["aux_loss"].classes == {"beyond 8 ulps": 1}
+    # the JSON report is strict JSON (no NaN / inf literals) and carries every verdict
+    q, kk, v, _ = _attn_case(s=8, seed=21)
+    o, lse = xte.attention_fwd(q, kk, v)
+    rep.extend(check_attention(q, kk, v, o, lse))
+    js = json.loads(rep.to_json())
+    assert [x["name"] for x in js["verdicts"]] == ["aux_loss", "out", "lse"]
+    assert js["ok"] is False and js["verdicts"][1]["status"] == "PASS"
