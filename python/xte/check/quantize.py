@@ -10,12 +10,15 @@ scales: 'scale layout mix-up' (the buffer holds the right scales in another layo
     producer did not: it equals the same recipe without force_pow_2), 'power-of-two rounding
     added', 'power-of-two rounding direction' (both powers of two, another exponent: floor vs
     ceil, OCP MX vs TE MXFP8), 'scale rounding' (within 4 ulps), 'scale of recipe R' (the
-    value another xte recipe gives), 'scale value' (anything else), 'scale shape'.
+    value another xte recipe gives), 'scale value' (anything else), 'block size or layout
+    mix-up (scale shape)' (the buffer's shape is that of other blocks or another layout),
+    'scale shape'.
 data: 'follows its block's (differing) scale' (the codes its given scale gives), 'in a block
-    whose scale differs' (codes its given scale does not give either), 'non-saturating cast where the recipe saturates',
-    'saturating cast where the recipe does not saturate', 'NaN encoding', 'subnormal flushed to
-    zero', 'sign of zero', 'rounded toward zero' / 'rounding (one code)', 'element value',
-    'data transposed'; 'in the last (partial) block' counts differences at a block boundary.
+    whose scale differs' (codes its given scale does not give either), 'non-saturating cast
+    where the recipe saturates', 'saturating cast where the recipe does not saturate', 'NaN
+    encoding', 'subnormal flushed to zero', 'sign of zero', 'rounded toward zero' / 'rounding
+    (one code)', 'element value', 'data transposed'; 'in the last (partial) block' counts
+    differences at a block boundary.
 
 check_cast does the same for xte.cast (fp32 / bf16 / fp16 to e4m3 / e5m2 / bf16 / fp16 / e8m0,
 saturating or not), without scales.
