@@ -157,6 +157,7 @@ def test_quantize_block_size_mix_up():
 
 def test_quantize_data_faults_named():
     x = _x(4, 128, seed=3)
+    x[3, :8] *= 1e-4                      # a few elements far below the block's amax
     x[0, 5] = np.nan
     x[1, 3] = 1e-30 * 0  # a zero: its sign
     q = xte.quantize(x, "te_block")
@@ -165,11 +166,15 @@ def test_quantize_data_faults_named():
     d[1, 3] = 0x80                       # -0 for +0
     code = int(d[2, 7])
     d[2, 7] = (code & 0x80) | ((code & 0x7F) - 1 if code & 0x7F else 1)
+    sub = np.argwhere(((d & 0x78) == 0) & ((d & 0x07) != 0))   # subnormal codes
+    assert len(sub)
+    d[tuple(sub[0])] &= 0x80             # flushed to zero (FTZ)
     d = d.T.copy().T                     # same bytes, another memory order
     rep = check_quantize(x, d.view(ml_dtypes.float8_e4m3fn), q.scale_inv, "te_block")
     cls = rep["data"].classes
     assert cls.get("NaN encoding") == 1 and cls.get("sign of zero") == 1, rep.table()
-    assert sum(cls.values()) == 3
+    assert cls.get("subnormal flushed to zero") == 1, rep.table()
+    assert sum(cls.values()) == 4
     # the data transposed (square)
     xs = _x(128, 128, seed=4)
     q = xte.quantize(xs, "te_block", block="128x128")
