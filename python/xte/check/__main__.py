@@ -98,7 +98,8 @@ def _parser():
     g.add_argument("--out-before", help="the output buffer before the call (padding rows)")
     g.add_argument("--padding", choices=("zero",))
     a = p.add_argument_group("attention")
-    for n in ("q", "k", "v", "lse", "d-out", "dq", "dk", "dv", "cu-seqlens-q", "cu-seqlens-kv"):
+    for n in ("q", "k", "v", "lse", "d-out", "dq", "dk", "dv", "cu-seqlens-q", "cu-seqlens-kv",
+              "alibi-slopes"):
         a.add_argument("--" + n, default=n.replace("-", "_"))
     a.add_argument("--attn-layout", default="bshd", help="bshd, sbhd, thd")
     a.add_argument("--mask", default="none")
@@ -171,6 +172,7 @@ def _run(o, ns):
                                d_out=opt(o.d_out), dq=opt(o.dq), dk=opt(o.dk), dv=opt(o.dv),
                                layout=o.attn_layout, mask=o.mask, window=(wl, wr),
                                softmax_scale=o.softmax_scale, softcap=o.softcap,
+                               alibi_slopes=opt(o.alibi_slopes),
                                cu_seqlens_q=opt(o.cu_seqlens_q),
                                cu_seqlens_kv=opt(o.cu_seqlens_kv))
     if o.family == "router":
