@@ -49,8 +49,8 @@ static void usage(void) {
   printf(
       "usage: xte check FAMILY FILE [FILE ...] [options]\n"
       "  runs python3 -m xte.check (the xte Python package) with these arguments;\n"
-      "  FAMILY: quantize, cast, gemm, grouped-gemm, attention, router, aux-loss, permute,\n"
-      "  unpermute.\n"
+      "  FAMILY: quantize, cast, gemm, grouped-gemm, attention, router, router-backward,\n"
+      "  aux-loss, permute, unpermute.\n"
       "  `xte check --help` after the family (e.g. `xte check quantize --help`) lists the\n"
       "  options; docs/python.md, \"Validating another library's outputs\".\n"
       "  Environment: XTE_PYTHON (the interpreter), PYTHONPATH, XTE_LIBRARY.\n");

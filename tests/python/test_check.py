@@ -24,6 +24,7 @@ from xte import testing
 from xte.check import (attention_reference, check_attention, check_aux_loss, check_cast,
                        check_gemm,
                        check_gemm_grouped, check_permute, check_quantize, check_router,
+                       check_router_backward,
                        check_unpermute,
                        fast_bound, load, save)
 from xte.check.__main__ import main as cli_main
@@ -739,3 +740,27 @@ def test_aux_loss_and_report_json():
     js = json.loads(rep.to_json())
     assert [x["name"] for x in js["verdicts"]] == ["aux_loss", "out", "lse"]
     assert js["ok"] is False and js["verdicts"][1]["status"] == "PASS"
+
+
+@pytest.mark.parametrize("score,pre", [("softmax", True), ("softmax", False), ("sigmoid", False),
+                                       ("sqrtsoftplus", False)])
+def test_router_backward(score, pre):
+    pytest.importorskip("torch")
+    rng = np.random.default_rng(22)
+    lg = rng.standard_normal((16, 8)).astype(np.float32)
+    gp = rng.standard_normal((16, 8)).astype(np.float32)
+    kw = dict(topk=3, score_function=score, use_pre_softmax=pre, scaling_factor=1.5)
+    _, m, saved = xte.fused_topk_with_score_function(lg, 3, use_pre_softmax=pre,
+                                                     scaling_factor=1.5, score_function=score,
+                                                     return_intermediate=True)
+    g = np.asarray(xte.fused_topk_with_score_function_backward(
+        np.asarray(m).astype(np.uint8), saved, gp, 3, use_pre_softmax=pre, scaling_factor=1.5,
+        score_function=score, logits=lg))
+    rep = check_router_backward(lg, gp, g, **kw)
+    v = rep["grad_logits"]
+    assert v.passed, rep.table()
+    assert v.stats["xte_error_fp64"] < 1e-5 * max(1.0, np.abs(g).max())
+    bad = g.copy()
+    bad[2, 3] += np.float32(1e-3)
+    rep = check_router_backward(lg, gp, bad, **kw)
+    assert rep["grad_logits"].classes == {"beyond 0 ulps of xte": 1}, rep.table()

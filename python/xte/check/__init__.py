@@ -22,11 +22,12 @@ from ._io import load, save, to_host
 from ._report import Report, Verdict
 from .attention import attention_reference, check_attention
 from .gemm import check_gemm, check_gemm_grouped, fast_bound
-from .moe import check_aux_loss, check_permute, check_router, check_unpermute
+from .moe import (check_aux_loss, check_permute, check_router, check_router_backward,
+                  check_unpermute)
 from .quantize import check_cast, check_quantize
 
 __all__ = ["Report", "Verdict", "load", "save", "to_host", "check_quantize", "check_cast",
            "check_gemm", "check_gemm_grouped", "fast_bound",
            "check_attention", "attention_reference",
-           "check_router", "check_aux_loss", "check_permute",
-           "check_unpermute"]
+           "check_router", "check_router_backward", "check_aux_loss",
+           "check_permute", "check_unpermute"]

@@ -2,8 +2,8 @@
 
     python -m xte.check FAMILY FILE [FILE ...] [options]
 
-FAMILY: quantize, cast, gemm, grouped-gemm, attention, router, aux-loss, permute,
-unpermute. The FILEs
+FAMILY: quantize, cast, gemm, grouped-gemm, attention, router, router-backward, aux-loss,
+permute, unpermute. The FILEs
 (.safetensors, .npy, .npz, torch.save .pt / .pth / .bin) are read into one namespace (a later
 file's tensor replaces an earlier one of the same name); each tensor option names a tensor there
 (default: the option's own name, e.g. --data data) or FILE:NAME in a given file. Options name
@@ -19,8 +19,8 @@ import numpy as np
 
 from ._io import load
 
-FAMILIES = ("quantize", "cast", "gemm", "grouped-gemm", "attention", "router", "aux-loss",
-            "permute", "unpermute")
+FAMILIES = ("quantize", "cast", "gemm", "grouped-gemm", "attention", "router",
+            "router-backward", "aux-loss", "permute", "unpermute")
 
 
 class _Namespace:
@@ -112,6 +112,8 @@ def _parser():
     r.add_argument("--routing-map", default="routing_map")
     r.add_argument("--topk-idx", default="topk_idx")
     r.add_argument("--expert-bias", default="expert_bias")
+    r.add_argument("--grad-probs", default="grad_probs")
+    r.add_argument("--grad-logits", default="grad_logits")
     r.add_argument("--topk", type=int)
     r.add_argument("--score-function", default="softmax")
     r.add_argument("--pre-softmax", action="store_true")
@@ -135,7 +137,8 @@ def _parser():
 
 def _run(o, ns):
     from . import (check_attention, check_aux_loss, check_cast, check_gemm, check_gemm_grouped,
-                   check_permute, check_quantize, check_router, check_unpermute)
+                   check_permute, check_quantize, check_router, check_router_backward,
+                   check_unpermute)
     opt = lambda ref: ns.get(ref, required=False)  # noqa: E731
     if o.family == "quantize":
         return check_quantize(ns.get(o.x), ns.get(o.data), ns.get(o.scales), o.recipe, o.block,
@@ -184,6 +187,15 @@ def _run(o, ns):
                             group_topk=o.group_topk, scaling_factor=o.scaling_factor,
                             expert_bias=opt(o.expert_bias), prob_ulps=o.prob_ulps,
                             allow_key_rounding=o.allow_key_rounding)
+    if o.family == "router-backward":
+        if o.topk is None:
+            raise ValueError("--topk is required")
+        return check_router_backward(ns.get(o.logits), ns.get(o.grad_probs),
+                                     ns.get(o.grad_logits), topk=o.topk,
+                                     score_function=o.score_function,
+                                     use_pre_softmax=o.pre_softmax, num_groups=o.num_groups,
+                                     group_topk=o.group_topk, scaling_factor=o.scaling_factor,
+                                     expert_bias=opt(o.expert_bias), ulps=o.ulps)
     if o.family == "aux-loss":
         for n in ("topk", "total_num_tokens", "num_experts", "coeff"):
             if getattr(o, n) is None:

@@ -12,6 +12,7 @@ token whose selected experts differ:
 - 'wrong selection': anything else.
 Probabilities of tokens selected alike are compared in ulps (prob_ulps: the tolerance, default 0,
 the contract's bytes). check_aux_loss compares the aux loss in ulps and against fp64;
+check_router_backward compares grad_logits in ulps of xte's and against the fp64 gradient;
 check_permute compares the permuted rows byte for byte ('row order' when the rows are there but
 elsewhere, 'padding rows not zero', 'row bytes differ'); check_unpermute compares the combined
 output in ulps of xte's and reports its error against the fp64 sum.
@@ -23,7 +24,8 @@ from . import _common as C
 from ._io import to_host
 from ._report import Report, Verdict
 
-__all__ = ["check_router", "check_aux_loss", "check_permute", "check_unpermute"]
+__all__ = ["check_router", "check_router_backward", "check_aux_loss", "check_permute",
+           "check_unpermute"]
 
 _MAX_EXAMPLES = 5
 
@@ -326,5 +328,93 @@ def check_unpermute(expert_out, routing_map, out, merging_probs=None, *, num_out
         why = f"{nbad} of {g.size} values differ: " + why
     rep.verdicts.append(Verdict("unpermuted", "unpermute", ok, why, classes,
                                 {"max_ulps": mx, "error_fp64": e_fp64, "xte_error_fp64": e_xte},
+                                examples))
+    return rep
+
+
+def _router_grad64(logits, mask, grad_probs, topk, score_function, use_pre_softmax,
+                   scaling_factor):
+    """d(sum grad_probs * probs) / d logits in fp64 with the selection held fixed (torch
+    autograd), or None without torch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    x = torch.tensor(np.asarray(logits, np.float64), requires_grad=True)
+    sel = torch.tensor(np.asarray(mask, bool))
+    sf = 1.0 if scaling_factor is None else float(scaling_factor)
+    if score_function == "softmax":
+        if use_pre_softmax:
+            w = torch.softmax(x, dim=1)
+        else:
+            w = torch.softmax(x.masked_fill(~sel, float("-inf")), dim=1)
+    else:
+        s = torch.sigmoid(x) if score_function == "sigmoid" else torch.sqrt(
+            torch.nn.functional.softplus(x))
+        if topk > 1:
+            w = s / ((s * sel).sum(dim=1, keepdim=True) + 1e-20)
+        else:
+            w = s
+    probs = torch.where(sel, sf * w, torch.zeros_like(w))
+    (probs * torch.tensor(np.asarray(grad_probs, np.float64))).sum().backward()
+    return x.grad.numpy()
+
+
+def check_router_backward(logits, grad_probs, grad_logits, *, topk, score_function="softmax",
+                          use_pre_softmax=False, num_groups=None, group_topk=None,
+                          scaling_factor=None, expert_bias=None, ulps=0, report=None):
+    """Judge a router backward (TE's fused_topk_with_score_function backward): grad_logits
+    [T, E] from grad_probs [T, E] and the forward's selection on logits. Compared in ulps of
+    xte's (docs/numerics.md section 8; tolerance `ulps`, default 0: the contract's bytes) at the
+    output dtype; the error against the fp64 gradient (selection held fixed) is reported."""
+    import xte
+    rep = report if report is not None else Report()
+    n = rep.notes
+    logits = to_host(logits, "logits", n)
+    gp = np.asarray(to_host(grad_probs, "grad_probs", n), np.float32)
+    got = to_host(grad_logits, "grad_logits", n)
+    bias = to_host(expert_bias, "expert_bias", n)
+    kw = dict(use_pre_softmax=use_pre_softmax, scaling_factor=scaling_factor,
+              score_function=score_function)
+    _, m, saved = xte.fused_topk_with_score_function(
+        logits, topk, num_groups=num_groups, group_topk=group_topk, expert_bias=bias,
+        return_intermediate=True, **kw)
+    od = got.dtype.name if got.dtype.name in ("float32", "bfloat16") else "float32"
+    exp = np.asarray(xte.fused_topk_with_score_function_backward(
+        np.asarray(m).astype(np.uint8), saved, gp, topk, logits=logits, num_groups=num_groups,
+        group_topk=group_topk, dtype=od, **kw))
+    if got.shape != exp.shape:
+        rep.verdicts.append(Verdict("grad_logits", "router", False, f"shape {list(got.shape)}, "
+                                    f"expected {list(exp.shape)}", {"shape": 1}))
+        return rep
+    g = got.astype(np.float64)
+    e = exp.astype(np.float64)
+    ul = C.ulps_between(g, e, od)
+    ref = _router_grad64(logits, np.asarray(m).astype(bool), gp, topk, score_function,
+                         use_pre_softmax, scaling_factor)
+    classes, examples = {}, []
+    nbad = int(np.sum(ul > ulps))
+    C.count(classes, f"beyond {ulps} ulps of xte", nbad)
+    for i in np.argsort(-np.nan_to_num(ul, nan=np.inf), axis=None)[:_MAX_EXAMPLES]:
+        ij = np.unravel_index(i, ul.shape)
+        if not ul[ij] > ulps:
+            break
+        ex = {"index": C.idx(ij), "expected": float(e[ij]), "got": float(g[ij]),
+              "ulps": float(ul[ij])}
+        if ref is not None:
+            ex["fp64"] = float(ref[ij])
+        examples.append(ex)
+    mx = float(np.nanmax(ul)) if ul.size else 0.0
+    stats = {"max_ulps": mx}
+    why = f"max {mx:.3g} ulps of xte (tolerance {ulps})"
+    if ref is not None:
+        with np.errstate(invalid="ignore"):
+            stats["error_fp64"] = float(np.nanmax(np.abs(g - ref)))
+            stats["xte_error_fp64"] = float(np.nanmax(np.abs(e - ref)))
+        why += (f"; max error vs fp64 {stats['error_fp64']:.3g} "
+                f"(xte's {stats['xte_error_fp64']:.3g})")
+    if nbad:
+        why = f"{nbad} of {g.size} gradients differ: " + why
+    rep.verdicts.append(Verdict("grad_logits", "router", nbad == 0, why, classes, stats,
                                 examples))
     return rep
