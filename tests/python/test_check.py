@@ -437,6 +437,24 @@ def test_attention_thd_softcap_alibi(dtype):
     assert not check_attention(q, k, v, o, lse, **kw).ok
 
 
+def test_attention_fp8_forward():
+    rng = np.random.default_rng(23)
+    b, sq, h, d = 2, 40, 2, 16
+    q8, k8, v8 = (rng.standard_normal((b, sq, h, d)).astype(ml_dtypes.float8_e4m3fn)
+                  for _ in range(3))
+    ds = [rng.uniform(0.5, 2, (b, h)).astype(np.float32) for _ in range(3)]
+    kw = dict(descale_q=ds[0], descale_k=ds[1], descale_v=ds[2], mask="causal")
+    for od in ("float32", "bfloat16"):
+        o, lse = xte.attention_fwd(q8, k8, v8, out_dtype=od, **kw)
+        rep = check_attention(q8, k8, v8, o, lse, **kw)
+        assert rep.ok, rep.table()
+    # the descale of v left out by the producer
+    o2, lse2 = xte.attention_fwd(q8, k8, v8, out_dtype="float32", descale_q=ds[0],
+                                 descale_k=ds[1], mask="causal")
+    rep = check_attention(q8, k8, v8, o2, lse2, **kw)
+    assert not rep["out"].passed and rep["lse"].passed, rep.table()
+
+
 def test_attention_rows_that_see_no_key():
     # bottom-right causal with more queries than keys: the first rows see no key
     rng = np.random.default_rng(10)

@@ -99,7 +99,7 @@ def _parser():
     g.add_argument("--padding", choices=("zero",))
     a = p.add_argument_group("attention")
     for n in ("q", "k", "v", "lse", "d-out", "dq", "dk", "dv", "cu-seqlens-q", "cu-seqlens-kv",
-              "alibi-slopes"):
+              "alibi-slopes", "descale-q", "descale-k", "descale-v"):
         a.add_argument("--" + n, default=n.replace("-", "_"))
     a.add_argument("--attn-layout", default="bshd", help="bshd, sbhd, thd")
     a.add_argument("--mask", default="none")
@@ -176,6 +176,8 @@ def _run(o, ns):
                                layout=o.attn_layout, mask=o.mask, window=(wl, wr),
                                softmax_scale=o.softmax_scale, softcap=o.softcap,
                                alibi_slopes=opt(o.alibi_slopes),
+                               descale_q=opt(o.descale_q), descale_k=opt(o.descale_k),
+                               descale_v=opt(o.descale_v),
                                cu_seqlens_q=opt(o.cu_seqlens_q),
                                cu_seqlens_kv=opt(o.cu_seqlens_kv))
     if o.family == "router":

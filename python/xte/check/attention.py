@@ -15,7 +15,9 @@ For each tensor given (out, lse, dq, dk, dv) the check computes
 Rows that see no key (masks, windows, empty sequences) are judged apart: the contract gives out 0,
 lse -inf and zero gradients there; a NaN, +inf LSE (FlashAttention's convention) or non-zero
 output is named. Layouts BSHD, SBHD and THD (cu_seqlens), masks none / causal (top-left) /
-causal_bottom_right, sliding windows, GQA, softcap and ALiBi are supported (not e4m3 inputs).
+causal_bottom_right, sliding windows, GQA, softcap and ALiBi are supported, and the e4m3
+forward with descale_q / _k / _v ([batch, h_kv]): its references run on the descaled inputs in
+fp32, the naive output rounded to the output dtype, atol 1e-5 (fp32 out) or 2^-8 (bf16 out).
 """
 
 import numpy as np
@@ -200,10 +202,28 @@ def _seen_lse_layout(layout, seen):
     return seen
 
 
+def _descaled(x, desc, layout, cu, G):
+    """e4m3 codes times their descale factor [batch, h_kv] (head h uses h // G), in fp32."""
+    v = np.asarray(x).astype(np.float32)
+    d = np.asarray(desc, np.float32)
+    if d.ndim == 1:
+        d = d.reshape(-1, v.shape[-2] // G)
+    h = np.arange(v.shape[-2]) // G
+    if layout == "bshd":
+        return (v * d[:, h][:, None, :, None]).astype(np.float32)
+    if layout == "sbhd":
+        return (v * d[:, h][None, :, :, None]).astype(np.float32)
+    out = v.copy()
+    cu = np.asarray(cu, np.int64)
+    for n in range(len(cu) - 1):
+        out[cu[n]:cu[n + 1]] = v[cu[n]:cu[n + 1]] * d[n, h][None, :, None]
+    return out.astype(np.float32)
+
+
 def check_attention(q, k, v, out=None, lse=None, *, d_out=None, dq=None, dk=None, dv=None,
                     layout="bshd", mask="none", window=(-1, -1), softmax_scale=None, softcap=0.0,
-                    alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_kv=None, name="",
-                    report=None):
+                    alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_kv=None, descale_q=None,
+                    descale_k=None, descale_v=None, name="", report=None):
     """Judge attention outputs (forward: out [.., h_q, d_v], lse as xte lays it out; backward:
     dq, dk, dv with d_out) that another library produced from q, k, v (fp32 / bf16 / fp16) with
     the given options (those of xte.attention_fwd). Each tensor given gets a verdict by
@@ -219,8 +239,22 @@ def check_attention(q, k, v, out=None, lse=None, *, d_out=None, dq=None, dk=None
     cu_k = to_host(cu_seqlens_kv, "cu_seqlens_kv", n)
     layout = str(layout).lower()
     dtype = q.dtype.name
+    fp8_out = None
+    if dtype == "float8_e4m3fn":
+        # FP8 forward (docs/numerics.md section 7): the references run on the descaled inputs
+        # in fp32; the naive output is rounded to the output's dtype
+        if any(given[t] is not None for t in ("dq", "dk", "dv")):
+            raise ValueError("dq / dk / dv: the e4m3 attention has no backward")
+        G = q.shape[-2] // k.shape[-2]
+        ones = np.ones((1, 1), np.float32)
+        q, k, v = (_descaled(t, ones if dsc is None else to_host(dsc, nm, n), layout, cu_q, g)
+                   for t, dsc, nm, g in ((q, descale_q, "descale_q", G),
+                                         (k, descale_k, "descale_k", 1),
+                                         (v, descale_v, "descale_v", 1)))
+        fp8_out = given["out"].dtype.name if given["out"] is not None else "bfloat16"
+        dtype = "float32"
     if dtype not in _ATOL:
-        raise TypeError(f"q: dtype {dtype}, expected float32 / bfloat16 / float16")
+        raise TypeError(f"q: dtype {dtype}, expected float32 / bfloat16 / float16 / e4m3")
     need_bwd = any(given[t] is not None for t in ("dq", "dk", "dv"))
     if need_bwd and d_out is None:
         raise ValueError("d_out: needed to judge dq / dk / dv")
@@ -233,6 +267,9 @@ def check_attention(q, k, v, out=None, lse=None, *, d_out=None, dq=None, dk=None
         {"layout": layout, "mask": mask, "window": list(window) if window else None,
          "softcap": softcap, "dtype": dtype, "backward": need_bwd})
     atol = _ATOL[dtype] * (2.0 if softcap and dtype == "float32" else 1.0)
+    if fp8_out is not None:
+        atol = 1e-5 if fp8_out == "float32" else 2.0 ** -8
+        nai["out"] = _round(nai["out"], fp8_out if fp8_out in _ATOL else "float32")
     seen_rows = ref["seen"]
     pre = f"{name}." if name else ""
     for t in ("out", "lse", "dq", "dk", "dv"):
