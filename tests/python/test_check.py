@@ -259,6 +259,32 @@ def test_gemm_other_scalings_and_wgrad(recipe, block, fmt_b):
     assert rep.ok and rep["out"].stats["outputs"] == 24 * 200, rep.table()
 
 
+def _round_bits(v, bits):
+    m, e = np.frexp(v)
+    return np.ldexp(np.round(m * 2.0 ** bits) / 2.0 ** bits, e)
+
+
+def test_gemm_tensor_core_like_output_passes_fast_only():
+    """A DeepGEMM-like FAST product: each 128-block partial kept to 14 significant bits (as
+    Hopper's FP8 tensor cores accumulate), then acc += (sa sb) p in fp32 block by block."""
+    a, b = _gemm_case(M=32, N=136, K=640, seed=24)
+    A8, sa = np.asarray(a[0]).astype(np.float64), np.asarray(a[1])
+    B8, sb = np.asarray(b[0]).astype(np.float64), np.asarray(b[1])
+    M, K = A8.shape
+    N = B8.shape[0]
+    acc = np.zeros((M, N), np.float32)
+    for kb in range(K // 128):
+        p = _round_bits(A8[:, kb * 128:(kb + 1) * 128] @ B8[:, kb * 128:(kb + 1) * 128].T, 14)
+        s = (sa[:, kb][:, None] * np.repeat(sb[:, kb], 128)[None, :N]).astype(np.float32)
+        acc = (acc + (p.astype(np.float32) * s).astype(np.float32)).astype(np.float32)
+    d = acc.astype(BF16)
+    rep = check_gemm(a, b, d, block_a="1x128", block_b="128x128", calc_diff_max=1e-3)
+    v = rep["out"]
+    assert v.passed and v.stats["max_error_in_bounds"] < 0.5, rep.table()
+    assert v.stats["bit_identical"] < d.size
+    assert not check_gemm(a, b, d, block_a="1x128", block_b="128x128", mode="exact").ok
+
+
 @pytest.mark.parametrize("out_dtype", ["float32", "bfloat16"])
 def test_gemm_perturbed_inside_and_outside_the_fast_bound(out_dtype):
     a, b = _gemm_case(seed=6)
