@@ -115,18 +115,6 @@ def ulps_between(a, b, dtype="float32"):
     return d
 
 
-def grid_shape(kind, R, C, block):
-    """(GR, GC) of a copy's block grid: 1xB [R, ceil(C/B)], 128x128, Bx1 [ceil(R/B), C]."""
-    if kind == "per_tensor":
-        return 1, 1
-    B = 32 if block == "1x32" else 128
-    if kind == "128x128":
-        return -(-R // 128), -(-C // 128)
-    if kind == "Bx1":
-        return -(-R // B), C
-    return R, -(-C // B)
-
-
 def element_block(kind, R, C, block):
     """Two index arrays [R, C] giving each element's (gi, gj) in the block grid."""
     i = np.arange(R)[:, None]
