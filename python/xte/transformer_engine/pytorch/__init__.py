@@ -13,5 +13,6 @@ from .constants import DType  # noqa: F401
 from .quantization import *  # noqa: F401,F403
 from .tensor import (Float8BlockQuantizer, Float8BlockwiseQTensor,  # noqa: F401
                      Float8BlockwiseQTensorStorage, Float8CurrentScalingQuantizer,
-                     Float8Quantizer, Float8Tensor, Float8TensorStorage, Quantizer)
+                     Float8Quantizer, Float8Tensor, Float8TensorStorage, MXFP8Quantizer,
+                     MXFP8Tensor, MXFP8TensorStorage, Quantizer)
 from .utils import get_device_compute_capability, is_bf16_available  # noqa: F401

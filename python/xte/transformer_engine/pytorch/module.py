@@ -21,9 +21,9 @@ import torch
 from torch import nn
 
 from ...nn import functional as _F
-from .quantization import FP8GlobalStateManager
+from .quantization import FP8GlobalStateManager, get_align_size_for_quantization
 
-__all__ = ["Linear", "LayerNormLinear", "GroupedLinear"]
+__all__ = ["Linear", "LayerNormLinear", "GroupedLinear", "Fp8Padding", "Fp8Unpadding"]
 
 
 def _refuse(**opts):
@@ -241,6 +241,50 @@ class GroupedLinear(nn.Module):
     def extra_repr(self):
         return (f"num_gemms={self.num_gemms}, in_features={self.in_features}, "
                 f"out_features={self.out_features}, bias={self.use_bias}")
+
+
+def _aligned_splits(module, m_splits):
+    if len(m_splits) != module.num_gemms:
+        raise ValueError("Number of splits should match number of GEMMs.")
+    if module.align_size is None:
+        module.align_size = get_align_size_for_quantization(
+            FP8GlobalStateManager.get_fp8_recipe())
+    a = module.align_size
+    return [int(m) for m in m_splits], [(int(m) + a - 1) // a * a for m in m_splits]
+
+
+class Fp8Padding(nn.Module):
+    """TE's Fp8Padding: pads each of num_gemms row groups of inp with zero rows to a multiple of
+    align_size (None: the autocast recipe's alignment, 16; 32 for MXFP8). forward(inp,
+    m_splits) -> (padded, padded_m_splits); the gradient drops the padding rows."""
+
+    def __init__(self, num_gemms, align_size=None):
+        super().__init__()
+        self.num_gemms, self.align_size = num_gemms, align_size
+
+    def forward(self, inp, m_splits):
+        splits, padded = _aligned_splits(self, m_splits)
+        if splits == padded:
+            return inp, splits
+        parts = torch.split(inp, splits)
+        out = torch.cat([torch.nn.functional.pad(p, (0,) * (2 * p.dim() - 1) + (q - m,))
+                         for p, m, q in zip(parts, splits, padded)])
+        return out, padded
+
+
+class Fp8Unpadding(nn.Module):
+    """TE's Fp8Unpadding: the inverse of Fp8Padding. forward(inp, m_splits) keeps the first
+    m_splits[g] rows of each padded group."""
+
+    def __init__(self, num_gemms, align_size=None):
+        super().__init__()
+        self.num_gemms, self.align_size = num_gemms, align_size
+
+    def forward(self, inp, m_splits):
+        splits, padded = _aligned_splits(self, m_splits)
+        if splits == padded:
+            return inp
+        return torch.cat([p[:m] for p, m in zip(torch.split(inp, padded), splits)])
 
 
 del math

@@ -19,7 +19,7 @@ __all__ = ["autocast", "fp8_autocast", "fp8_model_init", "quantized_model_init",
            "is_fp8_available", "is_mxfp8_available", "is_fp8_block_scaling_available",
            "is_nvfp4_available", "get_default_recipe", "get_default_fp8_recipe",
            "get_fp8_torch_dtype", "get_fp8_te_dtype", "get_fp8_max", "check_recipe_support",
-           "FP8GlobalStateManager"]
+           "get_align_size_for_quantization", "FP8GlobalStateManager"]
 
 
 def _yes(return_reason):
@@ -53,6 +53,18 @@ def get_default_fp8_recipe():
 
 
 get_default_recipe = get_default_fp8_recipe
+
+
+def get_align_size_for_quantization(recipe):
+    """Row alignment of grouped quantized operands (TE's values): a custom recipe's
+    quantization_alignment, 32 for MXFP8, 128 for NVFP4, else 16."""
+    if recipe.custom():
+        return recipe.quantization_alignment
+    if recipe.mxfp8():
+        return 32
+    if recipe.nvfp4():
+        return 128
+    return 16
 
 
 def _fwd_e4m3(recipe, fprop_tensor):

@@ -10,6 +10,10 @@ produce, with TE's attribute names and layouts.
         current scaling: _data [M, K], _scale_inv [1], _transpose [K, M].
     Float8Quantizer(scale, amax, fp8_dtype, rowwise, columnwise)  per-tensor with the caller's
         scale (TE's delayed-scaling quantizer; amax receives max |x|).
+    MXFP8Quantizer(fp8_dtype, rowwise, columnwise)  1x32 blocks, E8M0 scales as TE / cuBLAS
+        (XTE_RECIPE_MX_TE), TE's unswizzled padded scale layout: rowwise [roundup(M, 128),
+        roundup(K / 32, 4)], columnwise (data not transposed, 32x1 blocks) [roundup(M / 32, 4),
+        roundup(K, 128)], zero padding.
 
 The arithmetic is xte.quantize's (recipes TE_BLOCK, TE_CURRENT, TE_DELAYED; docs/numerics.md).
 Data are uint8 bytes (view them as torch.float8_e4m3fn / float8_e5m2), scales fp32. The
@@ -26,7 +30,8 @@ from ..constants import DType, TE_DType_To_Torch
 
 __all__ = ["Quantizer", "Float8BlockQuantizer", "Float8BlockwiseQTensor",
            "Float8BlockwiseQTensorStorage", "Float8CurrentScalingQuantizer", "Float8Quantizer",
-           "Float8Tensor", "Float8TensorStorage"]
+           "Float8Tensor", "Float8TensorStorage", "MXFP8Quantizer", "MXFP8Tensor",
+           "MXFP8TensorStorage"]
 
 _FMT = {DType.kFloat8E4M3: "e4m3", DType.kFloat8E5M2: "e5m2"}
 
@@ -343,3 +348,115 @@ class Float8Quantizer(_PerTensorQuantizer):
         s = self.scale
         return {"scale": float(s.reshape(-1)[0]) if isinstance(s, torch.Tensor) else float(s),
                 "amax": self.amax}
+
+
+class MXFP8TensorStorage:
+    """TE's MXFP8 tensor fields: _rowwise_data / _columnwise_data (uint8, both the logical
+    shape), _rowwise_scale_inv / _columnwise_scale_inv (E8M0 bytes, uint8, TE's padded layout),
+    _fp8_dtype, _quantizer, _with_gemm_swizzled_scales (False)."""
+
+    def __init__(self, shape, dtype, rowwise_data, rowwise_scale_inv, columnwise_data,
+                 columnwise_scale_inv, fp8_dtype, quantizer):
+        self._shape = torch.Size(shape)
+        self._dtype = dtype
+        self._rowwise_data = rowwise_data
+        self._rowwise_scale_inv = rowwise_scale_inv
+        self._columnwise_data = columnwise_data
+        self._columnwise_scale_inv = columnwise_scale_inv
+        self._fp8_dtype = fp8_dtype
+        self._quantizer = quantizer
+        self._with_gemm_swizzled_scales = False
+
+    shape = property(lambda self: self._shape)
+    dtype = property(lambda self: self._dtype)
+    device = property(lambda self: (self._rowwise_data if self._rowwise_data is not None
+                                    else self._columnwise_data).device)
+
+    def size(self, dim=None):
+        return self._shape if dim is None else self._shape[dim]
+
+    def dequantize(self, *, dtype=None):
+        """x = fp32(q * 2^(e - 127)) from the rowwise copy, else the columnwise one."""
+        dtype = self._dtype if dtype is None else dtype
+        M, K = _2d(self._shape)
+        tfp8 = TE_DType_To_Torch[self._fp8_dtype]
+        if self._rowwise_data is not None:
+            q = self._rowwise_data.reshape(M, K).view(tfp8).float()
+            e = self._rowwise_scale_inv[:M, :-(-K // 32)].to(torch.int32)
+            s = torch.exp2((e - 127).float()).repeat_interleave(32, 1)[:, :K]
+        else:
+            q = self._columnwise_data.reshape(M, K).view(tfp8).float()
+            e = self._columnwise_scale_inv[:-(-M // 32), :K].to(torch.int32)
+            s = torch.exp2((e - 127).float()).repeat_interleave(32, 0)[:M]
+        return (q * s).to(dtype).reshape(self._shape)
+
+
+MXFP8Tensor = MXFP8TensorStorage
+
+
+class MXFP8Quantizer(Quantizer):
+    """TE's MXFP8Quantizer (XTE_RECIPE_MX_TE): 1x32 rowwise / 32x1 columnwise blocks, E8M0
+    scales in TE's unswizzled padded layout (the compact scales are copied into it: a copy of
+    the scales only)."""
+
+    def __init__(self, fp8_dtype, *, rowwise=True, columnwise=True, with_2d_quantization=False):
+        super().__init__(rowwise=rowwise, columnwise=columnwise)
+        self.dtype = DType.cast(fp8_dtype)
+        _fmt(self.dtype)
+        if with_2d_quantization:
+            raise NotImplementedError("xte: MXFP8 2-D quantization (with_2d_quantization) is "
+                                      "not supported")
+        self.with_2d_quantization = False
+
+    def get_scale_shape(self, shape, columnwise):
+        M, K = _2d(shape)
+        if columnwise:
+            return (_round_up(M // 32, 4), _round_up(K, 128))
+        return (_round_up(M, 128), _round_up(K // 32, 4))
+
+    def get_columnwise_shape(self, shape):
+        return tuple(shape)
+
+    def make_empty(self, shape, *, dtype=torch.float32, device=None, requires_grad=False,
+                   pin_memory=False):
+        self._check_usage()
+        M, K = _2d(shape)
+        if M % 32 or K % 32:
+            raise ValueError(f"MXFP8: shape {tuple(shape)}: the flattened dimensions must be "
+                             "multiples of 32 (as TE)")
+        device = torch.device("cpu") if device is None else torch.device(device)
+        rd = rs = cd = cs = None
+        if self.rowwise_usage:
+            rd = torch.empty(tuple(shape), dtype=torch.uint8, device=device)
+            rs = torch.zeros(self.get_scale_shape(shape, False), dtype=torch.uint8,
+                             device=device)
+        if self.columnwise_usage:
+            cd = torch.empty(tuple(shape), dtype=torch.uint8, device=device)
+            cs = torch.zeros(self.get_scale_shape(shape, True), dtype=torch.uint8,
+                             device=device)
+        return MXFP8TensorStorage(shape, dtype, rd, rs, cd, cs, self.dtype, self)
+
+    def update_quantized(self, src, dst, *, noop_flag=None):
+        if not isinstance(dst, MXFP8TensorStorage):
+            raise TypeError(f"Cannot store MXFP8 data in {type(dst)} type.")
+        if noop_flag is not None and bool(noop_flag.reshape(-1)[0] != 0):
+            return dst
+        M, K = _2d(src.shape)
+        x = src.to(dst.device).contiguous().reshape(M, K)
+        rowwise, columnwise = dst._rowwise_data is not None, dst._columnwise_data is not None
+        tfp8 = TE_DType_To_Torch[self.dtype]
+        rs = torch.empty((M, K // 32), dtype=torch.uint8) if rowwise else None
+        cs = torch.empty((M // 32, K), dtype=torch.uint8) if columnwise else None
+        out = _QT(dst._rowwise_data.view(M, K).view(tfp8) if rowwise else None,
+                  rs.view(torch.float8_e8m0fnu) if rowwise else None, scaling_mode="1x32",
+                  recipe="mx_te", layout="compact",
+                  columnwise_data=dst._columnwise_data.view(M, K).view(tfp8) if columnwise
+                  else None,
+                  columnwise_scale_inv=cs.view(torch.float8_e8m0fnu) if columnwise else None)
+        _xq(x, "mx_te", fmt=_fmt(self.dtype), rowwise=rowwise, columnwise=columnwise, out=out)
+        if rowwise:
+            dst._rowwise_scale_inv.zero_()[:M, :K // 32].copy_(rs)
+        if columnwise:
+            dst._columnwise_scale_inv.zero_()[:M // 32, :K].copy_(cs)
+        dst._fp8_dtype = self.dtype
+        return dst
