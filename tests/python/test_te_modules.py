@@ -466,3 +466,25 @@ def test_grouped_linear_high_precision_outside_autocast():
     ref = torch.cat([torch.nn.functional.linear(x[:3], gl.weight0, gl.bias0),
                      torch.nn.functional.linear(x[3:], gl.weight1, gl.bias1)])
     torch.testing.assert_close(y, ref, rtol=1e-6, atol=1e-6)
+
+
+def test_torch_compile_fullgraph_modules():
+    """te.Linear and te.GroupedLinear under torch.compile(fullgraph=True), the autocast inside
+    the compiled function (the recipe built outside it, as TE requires): the eager bytes."""
+    torch.manual_seed(2)
+    lin = te.Linear(256, 128)
+    gl = te.GroupedLinear(2, 128, 96, bias=False)
+    rcp = recipe.Float8BlockScaling()
+
+    def f(x):
+        with te.autocast(enabled=True, recipe=rcp):
+            return gl(lin(x), torch.tensor([128, 128]))
+
+    x = torch.randn(256, 256, requires_grad=True)
+    y0 = f(x)
+    y0.sum().backward()
+    g0 = x.grad.clone()
+    x.grad = None
+    y1 = torch.compile(f, fullgraph=True)(x)
+    y1.sum().backward()
+    assert torch.equal(y0, y1) and torch.equal(g0, x.grad)
