@@ -15,8 +15,6 @@ fuse_wgrad_accumulation, delay_wgrad_compute, fp8_output / fp8_grad, parameters_
 single_grouped_weight / single_grouped_bias); is_first_microbatch is accepted (xte quantizes
 the weight on every forward, which gives the bytes TE's weight cache would hold).
 """
-import math
-
 import torch
 from torch import nn
 
@@ -286,5 +284,3 @@ class Fp8Unpadding(nn.Module):
             return inp
         return torch.cat([p[:m] for p, m in zip(torch.split(inp, padded), splits)])
 
-
-del math

@@ -130,7 +130,6 @@ class Float8BlockwiseQTensorStorage:
         """The high-precision tensor (from the rowwise copy, else the columnwise one)."""
         dtype = self._dtype if dtype is None else dtype
         q = self._xte()
-        M, K = _2d(self._shape)
         if self._rowwise_data is not None:
             return _xdq(q, dtype=dtype).reshape(self._shape)
         return _xdq(q, columnwise=True, dtype=dtype).t().contiguous().reshape(self._shape)
@@ -294,7 +293,6 @@ class _PerTensorQuantizer(Quantizer):
         M, K = _2d(src.shape)
         x = src.to(dst.device).contiguous().reshape(M, K)
         rowwise, columnwise = dst._data is not None, dst._transpose is not None
-        tfp8 = TE_DType_To_Torch[self.dtype]
         q = _xq(x, self._recipe, fmt=_fmt(self.dtype), rowwise=rowwise, columnwise=columnwise,
                 **self._kw())
         if rowwise:
@@ -305,7 +303,6 @@ class _PerTensorQuantizer(Quantizer):
             dst._scale_inv.copy_(q.columnwise_scale_inv.reshape(1))
             dst._transpose_invalid = False
         dst._fp8_dtype = self.dtype
-        del tfp8
         return dst
 
 
