@@ -38,8 +38,15 @@ from xte.transformer_engine.pytorch.constants import TE_DType  # noqa: E402
 F64 = torch.float64
 NPF8 = {torch.float8_e4m3fn: ml_dtypes.float8_e4m3fn, torch.float8_e5m2: ml_dtypes.float8_e5m2}
 FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
-DT_MAX = {torch.float32: np.finfo(np.float32).max, torch.bfloat16: np.float32(3.3895314e38)}
-U = {torch.float32: 2.0 ** -24, torch.bfloat16: 2.0 ** -8}
+DT_MAX = {torch.float32: np.finfo(np.float32).max, torch.bfloat16: np.float32(3.3895314e38),
+          torch.float16: np.float32(65504.0)}
+# unit roundoffs (RNE) of the outputs. fp16 outputs are the GEMM's fp32 result rounded to fp16:
+# |fp16(t) - ref| <= |t - ref| + 2^-11 |t| (+ 2^-25 absolute below fp16's normal range), which
+# the bound below covers with u = 2^-11 + 2^-23, one more 2^-24 |A||B| term (nb + 2 <= 2048)
+# and ABS[fp16] = 2^-25.
+U = {torch.float32: 2.0 ** -24, torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11 + 2.0 ** -23}
+EXTRA = {torch.float32: 0, torch.bfloat16: 0, torch.float16: 1}
+ABS = {torch.float32: 0.0, torch.bfloat16: 0.0, torch.float16: 2.0 ** -25}
 
 
 # ----------------------------------------------------------------------------- NumPy oracle
@@ -113,10 +120,11 @@ def np_mx_deq64(xv):
     return torch.from_numpy(q.view(ml_dtypes.float8_e4m3fn).astype(np.float64) * s)
 
 
-def gemm_ref(A, B, nb, u, bias=None, r=1):
+def gemm_ref(A, B, nb, u, bias=None, r=1, dtype=None):
     ref = A @ B.T + (0 if bias is None else bias)
     absprod = A.abs() @ B.abs().T + (0 if bias is None else bias.abs())
-    return ref, (r * nb + 2) * 2.0 ** -24 * absprod + u * ref.abs()
+    extra, absb = (EXTRA[dtype], ABS[dtype]) if dtype is not None else (0, 0.0)
+    return ref, (r * nb + 2 + extra) * 2.0 ** -24 * absprod + u * ref.abs() + absb
 
 
 def assert_within(out, ref, bound, what):
@@ -142,7 +150,7 @@ def special_input(M, K, dtype, g):
 
 
 @pytest.mark.parametrize("dim", [1, 2])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("qdt", [torch.float8_e4m3fn, torch.float8_e5m2])
 @pytest.mark.parametrize("pow2,eps", [(True, 0.0), (False, 0.0), (False, 0.25)])
 @pytest.mark.parametrize("M,K", [(131, 300), (1, 5), (256, 128)])
@@ -309,7 +317,7 @@ def test_autocast_state_and_refusals():
 # ----------------------------------------------------------------------------- Linear
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("pow2", [True, False])
 def test_linear_fwd_bwd_against_fp64(dtype, pow2):
     g = torch.Generator().manual_seed(21)
@@ -328,15 +336,15 @@ def test_linear_fwd_bwd_against_fp64(dtype, pow2):
     x2, dy2, W = x.detach().reshape(M, K), dy.reshape(M, N), lin.weight.detach()
     r = 1 if pow2 else 2
     ref, bnd = gemm_ref(fq64(x2, 1, 128, pow2=pow2), fq64(W, 128, 128, pow2=pow2),
-                        -(-K // 128), U[dtype], lin.bias.detach().to(F64), r)
+                        -(-K // 128), U[dtype], lin.bias.detach().to(F64), r, dtype)
     assert_within(y.reshape(M, N), ref, bnd, "y")
     ref, bnd = gemm_ref(fq64(dy2, 1, 128, pow2=pow2),
                         fq64(W, 128, 128, pow2=pow2).T.contiguous(), -(-N // 128), U[dtype],
-                        r=r)
+                        r=r, dtype=dtype)
     assert_within(x.grad.reshape(M, K), ref, bnd, "dx")
     ref, bnd = gemm_ref(fq64(dy2.t().contiguous(), 1, 128, pow2=pow2),
                         fq64(x2.t().contiguous(), 1, 128, pow2=pow2), -(-M // 128), U[dtype],
-                        r=r)
+                        r=r, dtype=dtype)
     assert lin.weight.grad.dtype == dtype
     assert_within(lin.weight.grad, ref, bnd, "dW")
     assert lin.bias.grad.dtype == dtype

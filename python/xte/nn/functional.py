@@ -53,10 +53,18 @@ def _fmts(fmt):
 
 
 def _out_dt(t):
+    """The GEMM's output dtype for a tensor of t's dtype: fp32 / bf16 as they are, fp16 through
+    fp32 (the GEMM writes fp32 or bf16; _fin rounds the fp32 result to fp16)."""
     d = dtype_of(t.dtype)
+    if d == DType.FP16:
+        return int(DType.FP32)
     if d not in (DType.FP32, DType.BF16):
-        raise TypeError(f"xte.nn: dtype {t.dtype} (fp32 or bf16 outputs only)")
+        raise TypeError(f"xte.nn: dtype {t.dtype} (fp32, bf16 or fp16 only)")
     return int(d)
+
+
+def _fin(t, dtype):
+    return t if t.dtype == dtype else t.to(dtype)
 
 
 def _pow2(v):
@@ -133,14 +141,13 @@ class _Linear(torch.autograd.Function):
         y = _ops.gemm(xq[0], xq[1], None, None, _meta(plan, 1), wq[0], wq[1], None, None,
                       _meta(plan, 2), None, b32, False, False, False, _EXACT, _out_dt(x))
         ctx.save_for_backward(xq[2], xq[3], wq[0], wq[1], wq[2], wq[3])
-        ctx.cfg = (plan, _out_dt(x), _out_dt(weight),
-                   None if bias is None else bias.dtype)
-        return y
+        ctx.cfg = (plan, x.dtype, weight.dtype, None if bias is None else bias.dtype)
+        return _fin(y, x.dtype)
 
     @staticmethod
     def backward(ctx, dy):
         xc, xcs, w, ws, wc, wcs = ctx.saved_tensors
-        plan, xdt, wdt, bdt = ctx.cfg
+        plan, xt, wt, bdt = ctx.cfg
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         dy = dy.contiguous()
         dx = dw = db = None
@@ -148,11 +155,13 @@ class _Linear(torch.autograd.Function):
             dyq = _q(dy, plan, 3, need_dx, need_dw)
             mg = _meta(plan, 3)
         if need_dx:
-            dx = _ops.gemm(dyq[0], dyq[1], None, None, mg, w, ws, wc, wcs, _meta(plan, 2),
-                           None, None, False, True, False, _EXACT, xdt)
+            dx = _fin(_ops.gemm(dyq[0], dyq[1], None, None, mg, w, ws, wc, wcs, _meta(plan, 2),
+                                None, None, False, True, False, _EXACT,
+                                _out_dt(torch.empty(0, dtype=xt))), xt)
         if need_dw:
-            dw = _ops.gemm(None, None, dyq[2], dyq[3], mg, None, None, xc, xcs, _meta(plan, 1),
-                           None, None, True, True, False, _EXACT, wdt)
+            dw = _fin(_ops.gemm(None, None, dyq[2], dyq[3], mg, None, None, xc, xcs,
+                                _meta(plan, 1), None, None, True, True, False, _EXACT,
+                                _out_dt(torch.empty(0, dtype=wt))), wt)
         if bdt is not None and ctx.needs_input_grad[2]:
             db = dy.sum(0, dtype=torch.float32).to(bdt)
         return dx, dw, db, None
@@ -205,17 +214,17 @@ class _GroupedLinear(torch.autograd.Function):
                               False, _EXACT, _out_dt(x))
         if N_pad != N:
             y = y[:, :N].contiguous()
+        y = _fin(y, x.dtype)
         ctx.save_for_backward(xq[2], xq[3], wd, ws, m_splits)
-        wdts = [_out_dt(w) for w in weights]
-        if len(set(wdts)) != 1:
+        if len({w.dtype for w in weights}) != 1:
             raise TypeError("grouped_linear: the expert weights have different dtypes")
-        ctx.cfg = (plan, _out_dt(x), wdts, E, N, N_pad, K)
+        ctx.cfg = (plan, x.dtype, weights[0].dtype, E, N, N_pad, K)
         return y
 
     @staticmethod
     def backward(ctx, dy):
         xc, xcs, wd, ws, m_splits = ctx.saved_tensors
-        plan, xdt, wdts, E, N, N_pad, K = ctx.cfg
+        plan, xt, wt, E, N, N_pad, K = ctx.cfg
         need_dx = ctx.needs_input_grad[0]
         need_dw = any(ctx.needs_input_grad[3:])
         dy = dy.contiguous()
@@ -228,12 +237,14 @@ class _GroupedLinear(torch.autograd.Function):
             dq = _q(dyp, plan, 3, True, False)
             dx = _ops.gemm_grouped(dq[0], dq[1], None, None, mg, wd, ws, None, None,
                                    _meta(plan, 2), None, None, m_splits, None, E, 0, 0, False,
-                                   True, False, _EXACT, xdt)
+                                   True, False, _EXACT, _out_dt(torch.empty(0, dtype=xt)))
+            dx = _fin(dx, xt)
         if need_dw:
             dq = _q(dy, plan, 3, False, True)
             dw = _ops.gemm_grouped(None, None, dq[2], dq[3], mg, None, None, xc, xcs,
                                    _meta(plan, 1), None, None, m_splits, None, E, 2, 0, True,
-                                   True, False, _EXACT, wdts[0])
+                                   True, False, _EXACT, _out_dt(torch.empty(0, dtype=wt)))
+            dw = _fin(dw, wt)
             dws = [dw[g] if ctx.needs_input_grad[3 + g] else None for g in range(E)]
         return (dx, None, None) + tuple(dws)
 
