@@ -280,10 +280,10 @@ def grouped_linear(x, weight, m_splits, recipe="te_block", fmt="e4m3", bias=None
             raise ValueError(f"m_splits: sum {sum(splits)} != rows of x {x.shape[0]}")
         if use_grouped and any(m % 128 for m in splits[:-1]):
             use_grouped = False
+    ms = m_splits
+    if not isinstance(ms, torch.Tensor):
+        ms = torch.tensor([int(v) for v in m_splits], dtype=torch.int64)
     if use_grouped:
-        ms = m_splits
-        if not isinstance(ms, torch.Tensor):
-            ms = torch.tensor(splits, dtype=torch.int64)
         y = _GroupedLinear.apply(x, ms, plan, *weights)
     else:
         if splits is None:
@@ -298,7 +298,6 @@ def grouped_linear(x, weight, m_splits, recipe="te_block", fmt="e4m3", bias=None
         y = torch.cat(outs)
     if bias is not None:
         b = torch.stack(list(bias)) if not isinstance(bias, torch.Tensor) else bias
-        ms = m_splits if isinstance(m_splits, torch.Tensor) else torch.tensor(splits)
         y = y + torch.repeat_interleave(b.to(y.dtype), ms.to(torch.int64), dim=0,
                                         output_size=y.shape[0])
     return y
