@@ -35,7 +35,8 @@ class Linear(nn.Module):
 
 class GroupedLinear(nn.Module):
     """num_gemms experts, weight [num_gemms, out, in] (TE's GroupedLinear with one stacked
-    weight); forward(x [R, in], m_splits) -> [R, out] (xte.nn.functional.grouped_linear)."""
+    weight); forward(x [R, in], m_splits) -> [R, out] (xte.nn.functional.grouped_linear).
+    Each expert's weight is quantized on its own (any out % 128), as TE does."""
 
     def __init__(self, num_gemms, in_features, out_features, *, recipe="te_block", fmt="e4m3",
                  params_dtype=torch.float32, device=None):
