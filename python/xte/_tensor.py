@@ -269,7 +269,8 @@ def _ld(shape, strides, name):
 
 
 _Shape = ctypes.c_int64 * _lib.MAX_RANK
-# an xte_tensor built from packed bytes: about 3x faster than the ctypes constructor
+# an xte_tensor built from packed bytes: cheaper than the ctypes Structure constructor
+# (docs/performance.md, Python call overhead)
 _pack = __import__("struct").Struct("@Pii%dqq" % _lib.MAX_RANK).pack
 _from_bytes = Tensor.from_buffer_copy
 _ZEROS = [(0,) * (_lib.MAX_RANK - r) for r in range(_lib.MAX_RANK + 1)]

@@ -228,17 +228,17 @@ static void load_rows(const actx *c, const xte_attn_tensor *X, int64_t b, int64_
 /* ---------------------------------------------------------------- per-thread head caches
  * bf16 / fp16 / e4m3 operands are converted to fp32 once per head and thread, not once per
  * block and tile, and fp32 ones copied (rows of a [s, h, d] tensor lie h d floats apart, 4 KiB
- * for h d = 1024, so the rows a GEMM tile reads map to the same few L1 sets and miss: 1.2-1.4x
- * slower GEMMs than on the copy): each thread keeps, after its workspace, the fp32 rows of the
- * (sequence, KV head) it last worked on (forward and pass B: K [skv][dqp], V [skv][dvp]; pass A: Q
- * [G][sq][dqp] and dO [G][sq][dvp] of the KV head's query heads), padding columns zero, tagged with
- * b * hkv + hk + 1 (0: empty) in its first 16 floats. The tasks of a head are listed one after
- * the other (make_q_tasks, make_kv_tasks), so a thread converts a head about once per head it
- * visits instead of once per query tile (forward, pass B) or KV block (pass A). The conversion
- * is exact and the kernels read the same numbers, so no byte changes. The caches are sized with
- * the workspaces (allocated before any output byte); past cache_limit bytes in all, fp32 is read
- * in place and the other dtypes converted block by block. cache_limit also caps the backward's
- * S store (plan_store; 0: none). */
+ * for h d = 1024, so the rows a GEMM tile reads map to the same few L1 sets and miss, and the
+ * GEMMs run slower than on a contiguous copy): each thread keeps, after its workspace, the fp32
+ * rows of the (sequence, KV head) it last worked on (forward and pass B: K [skv][dqp], V
+ * [skv][dvp]; pass A: Q [G][sq][dqp] and dO [G][sq][dvp] of the KV head's query heads), padding
+ * columns zero, tagged with b * hkv + hk + 1 (0: empty) in its first 16 floats. The tasks of a head
+ * are listed one after the other (make_q_tasks, make_kv_tasks), so a thread converts a head about
+ * once per head it visits instead of once per query tile (forward, pass B) or KV block (pass A).
+ * The conversion is exact and the kernels read the same numbers, so no byte changes. The caches are
+ * sized with the workspaces (allocated before any output byte); past cache_limit bytes in all, fp32
+ * is read in place and the other dtypes converted block by block. cache_limit also caps the
+ * backward's S store (plan_store; 0: none). */
 static size_t cache_limit = (size_t)256 << 20;
 
 size_t xte_internal_attention_cache_limit(size_t bytes) {
@@ -1128,13 +1128,13 @@ static size_t max_size(size_t x, size_t y) {
 }
 
 /* The S store (see s_slot): a budget of 8 MiB per thread (at least 16 MiB, at most the head
- * caches' limit), reused round after round; bigger stores spend more on the page faults of their
- * first touch than recomputing S and dP costs (s 1024: 0.9x with 32 MiB per thread). As many
+ * caches' limit), reused round after round; a bigger store spends more on the page faults of its
+ * first touch than recomputing S and dP costs (docs/performance.md, attention). As many
  * whole pairs per round as fit, else one pair and as many units as fit (then with the running
  * sums sacc), else no store. A pair that does not fit gets four times the budget: each of its
  * rounds moves pass A's running sums through memory and waits for both passes, and its work
- * (quadratic in the sequence, like the store) dwarfs the faults (s 4096, 2 threads: 1.16x full,
- * 1.25x causal; s 2048 1.0). Allocated here, before any output byte. */
+ * (quadratic in the sequence, like the store) dwarfs the faults. Allocated here, before any output
+ * byte. */
 static xte_status plan_store(actx *c) {
   const xte_attn_args *a = c->a;
   const int64_t npairs = a->batch * a->hkv;

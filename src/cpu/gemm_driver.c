@@ -138,8 +138,7 @@ static void strip_scales(const xte_gemm_operand *B, const int64_t *gi, int nv, i
 
 /* The scales of rows i0 .. i0 + nv - 1 of operand o (0 for rows nv .. width - 1; width <= MAX_W)
  * in nblk K blocks of kstep codes from k0: out[b * width + j] = scale_at(o, row / bi, k / bk),
- * with one division per row and one per block (two per value were 10% of an AMX 16-row GEMM's
- * time, model 167 VM). */
+ * with one division per row and one per block, not two per value. */
 static void panel_scales(const xte_gemm_operand *o, int64_t i0, int nv, int width, int64_t k0,
                          int nblk, int64_t kstep, float *out) {
   int64_t gi[MAX_W];
@@ -159,8 +158,8 @@ static void panel_scales(const xte_gemm_operand *o, int64_t i0, int nv, int widt
 }
 
 /* A full micro-panel of W rows through the table, unrolled (W = 8: the AVX-512 NR and the AVX2
- * MR; W = 6: the AVX2 NR; W = 24: the AVX-512 MR). The loop over W rows of the general case, not
- * unrolled, ran at about 7 instructions per value (AVX2, M = 128: 17% of the GEMM's time). */
+ * MR; W = 6: the AVX2 NR; W = 24: the AVX-512 MR): the general case's loop over W rows costs
+ * several times the instructions per value. */
 static inline __attribute__((always_inline)) void decode_rows(const int W, const uint8_t *const *rp,
                                                               int64_t kc, const double *t,
                                                               double *d) {
@@ -518,10 +517,10 @@ static void sk_range(void *vctx, int64_t sb0, int64_t se, int tid) {
  * the digit kernels of src/cpu/vnni/gemm_vnni.h on strips of 16 columns: per thread, sk_a holds A's
  * digits [row][block] of the panel, then the corrections, scales and NaN flags of A; sk_alo the
  * strip's B scales [block][16] and, from VNNI_SK_BD on, its B digits. */
-/* the most rows on these kernels with AMX (more rows take amx_small_range); without AMX every
- * small-M problem. One thread, M x 2048 x 7168 e4m3 (B in L3), model 167 VM, time of the other
- * path over this one: AMX m 6 1.45, 8 1.08, 12 0.80, 16 0.66, 32 0.58; fp64 (no AMX) m 1 2.0,
- * 4 1.4, 8 1.51, 12 1.51, 16 1.48, 32 1.36 */
+/* the most rows on these kernels with AMX (more rows take amx_small_range, whose cost per weight
+ * code does not grow with the rows); without AMX every small-M problem (faster than the fp64
+ * small-M kernels at every row count). The crossover is measured: docs/performance.md, small-M
+ * GEMM. */
 #define VNNI_SK_MAXM_AMX 8
 #define VNNI_SK_MAXM XTE_GEMM_SK_MAXM
 #define VNNI_SK_ROWBLK (XTE_VNNI_BLOCK_BYTES + 16) /* A bytes per row and block, all in sk_a */
@@ -663,9 +662,9 @@ static void amx_compute_range(void *vctx, int64_t b, int64_t e, int tid) {
  * barrier. Per thread, in sk_a: B digits [AMX_NBLK blocks], A digits [panel][row tile][blocks],
  * then the NaN masks and scales of both. */
 #define AMX_SK_CH 16 /* column tiles per chunk: 32 rows x 256 columns of fp32 W (sk_w) */
-/* fewer rows stay on the fp64 small-M kernels: one thread, B of 2048 x 7168 codes (L3), model 167
- * VM: m 1 4.1-5.6 ms fp64 vs 6.4-9.4 here; m 5 6.6-9.3 vs 6.4-9.5; m 6 7.8-10.6 vs 6.6-9.2; m 16
- * 15.6-22 vs 6.5-9.7 */
+/* fewer rows stay on the fp64 small-M kernels: the tile instructions cost the same for 1 or 16
+ * rows, so the digit products pay only from about this many rows up (docs/performance.md,
+ * small-M GEMM) */
 #define AMX_SK_MINM 5
 #define AMX_SK_ABYTES (448 * 1024) /* A digits (+ masks, scales) of a K super-panel, in sk_a */
 

@@ -344,11 +344,9 @@ static void quant_range_square(qctx *c, int64_t b, int64_t e, qbuf *B, float *am
  * beside the conversion, so that the core keeps many misses in flight without bursts of
  * prefetches. The transposed copy is made from the run's codes (q2) after it. A run with a NaN or
  * a scale the kernel does not take goes tile by tile the general way (the same bytes). 0: not
- * taken (nothing written). Measured on Zen 5 (issue 16), 128 MiB input on one core: 128x128 bf16
- * row 11-15 -> 30-43 GB/s (run widths of 64-128 KiB did best, 256 KiB less, 32 KiB much less;
- * prefetching the next run's rows a few rows ahead instead of the run after: about half the
- * gain); with the transposed copy, two threads, 64 KiB runs gave 34-46 GB/s against 29-32 for
- * 128 KiB (AVX-512). */
+ * taken (nothing written). The run widths below are the measured best (docs/performance.md,
+ * quantize): wide enough to keep misses in flight, narrow enough for a run's input to stay in L2
+ * and, with the transposed copy, its codes in L1. */
 #define PIPE_WIDE (128 << 10)
 #define PIPE_WIDE_COL (64 << 10) /* with the transposed copy: its codes (q2) stay in L1 */
 static int quant_range_pipe(qctx *c, int64_t b, int64_t e, qbuf *B, float *am) {
@@ -492,10 +490,10 @@ xte_status xte_cpu_quantize(const xte_quant_args *a, void *handle) {
   /* streaming stores once what the call reads and writes is past what the caches would keep:
    * rows, past the last-level cache; tile walks (128 x 128 blocks, columnwise copies), already
    * past the L2s of the threads. A tile writes each copy as 128 pieces of 128 bytes a row stride
-   * apart, and with ordinary stores (each line read for ownership first) the tile walk ran 2-4x
-   * slower than with streaming stores from 2 MiB inputs up, well inside the L3 too (one core, both
-   * ISAs; prefetching the lines into L2 first won back a third of it). Rows lose little either
-   * way: they keep the old rule (the next kernel may find them in L3). */
+   * apart, and with ordinary stores (each line read for ownership first) such a walk is much
+   * slower than with streaming stores once the input is past the L2s, inside the L3 too
+   * (docs/performance.md, quantize). Rows lose little either way: they stream only past the
+   * last-level cache (the next kernel may find them in L3). */
   out_bytes = (size_t)a->M * (size_t)a->K * ((a->row_q ? 1u : 0u) + (a->col_q ? 1u : 0u));
   if (tile_walk(a)) {
     big = xte_cpu_l2() * (size_t)(small ? 1 : xte_cpu_threads());

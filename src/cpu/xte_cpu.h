@@ -9,8 +9,8 @@
 #include "xte_kernel_args.h"
 
 /* Streaming rows: the row kernels also prefetch into L2 the input XTE_PF_FAR bytes past the
- * chunk they convert (within the tensor); the hardware prefetchers alone leave a core waiting on
- * memory (1x128 bf16 rows at 64 MiB, one core: 16 -> 20 GB/s; two cores 25-29 -> 34-41). */
+ * chunk they convert (within the tensor): the hardware prefetchers alone leave a core waiting on
+ * memory for inputs past the last-level cache (docs/performance.md, quantize). */
 #define XTE_PF_FAR (16 << 10)
 
 static inline void xte_prefetch_far(const xte_quant_args *a, const void *p, size_t bytes) {

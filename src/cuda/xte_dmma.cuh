@@ -72,8 +72,7 @@ __device__ __forceinline__ void xte_dmma_m8n8k4(double d[2], double a, double b,
    * names. The barrier also separates this call's reads from the next call's writes into the
    * other buffer, and the call after that (same buffer) writes only after every lane passed the
    * next call's barrier, i.e. after this call's reads: one barrier per MMA (the runner's cost of
-   * a warp exchange is its barriers: one __shfl_sync per value, 12 per MMA, made the DMMA pass of
-   * test_simt_gemm about 20 times slower). */
+   * a warp exchange is its barriers: one __shfl_sync per value would be 12 barriers per MMA). */
   static double xch[2][32][32][2]; /* [buffer][warp of the block][lane][a, b] */
   static unsigned phase[32][32];   /* per lane: calls made (all lanes of a warp make the same) */
   if (warpSize != 32) {

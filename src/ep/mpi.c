@@ -206,8 +206,9 @@ static void *stage_get(mpi_ctx *c, int side, size_t bytes) {
 /* The block exchange as contiguous bytes (MPI_Alltoallv of MPI_BYTE, which Open MPI's shared
  * memory transport moves with one copy): a side with one block per peer goes in place, any
  * other side through a staging buffer (packed before, unpacked after). The rank's blocks to
- * itself are copied here. Derived datatypes (XTE_EP_MPI_DATATYPES=1) avoid the staging copy but
- * moved 7 KB rows slower than staging plus contiguous bytes here (Open MPI 4.1, shared memory). */
+ * itself are copied here. Derived datatypes (XTE_EP_MPI_DATATYPES=1) avoid the staging copy, but
+ * an MPI that packs them itself (Open MPI over shared memory) moves rows of a few KB slower that
+ * way than staging plus contiguous bytes (docs/performance.md, expert parallelism). */
 static xte_status mpi_alltoallw(void *ctx, const intptr_t *saddr, const int64_t *slen,
                                 const int64_t *soff, const intptr_t *raddr, const int64_t *rlen,
                                 const int64_t *roff) {

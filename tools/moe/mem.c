@@ -69,18 +69,15 @@ void progress_init(double t0, int on) {
 /* Page-aligned, zeroed, every page present before any kernel runs (no page fault inside a timed
  * kernel). Large buffers are mmap()ed and their pages faulted in by the team's threads, each on
  * its part (madvise(MADV_POPULATE_WRITE): the kernel's populate path without a trap per page,
- * about 2.4x faster in this VM than touching each page (6 GB: 5.2 s against 12.8 s on one
- * thread, when it was MAP_POPULATE); a write per page where the kernel lacks it), except the FP8
+ * cheaper than touching each page; a write per page where the kernel lacks it), except the FP8
  * weights (CAT_WEIGHT): the weight generation writes every byte of them, on the library's
  * threads, and faults their pages in as it goes (17 GB for Kimi-K2: touching them first would
  * cost a pass of its own). The weights are MADV_HUGEPAGE (m->thp, --huge-pages 1, the default):
- * in this VM the first touch is what the setup costs (the kernel's fault, zeroing and the
- * host's own fault; the FP8 codes themselves take about 2 CPU-seconds for Kimi-K2's 17 GB), and
- * 2 MiB pages cut it from 11-12 to 7-8.5 CPU-seconds (and 65 to 36-54 s of wall time at load
- * 15-20), although with THP defrag = madvise some of those faults compact memory synchronously
- * (compact_stall rose by about 5k in such a run; --huge-pages 0 turns the advice off). The
- * other buffers: no MADV_HUGEPAGE. In dry mode only counts. NULL (and failed set) when the
- * allocation fails. */
+ * the first touch (the kernel's fault and zeroing, in a VM the host's fault too) is most of
+ * what the setup costs, and 2 MiB pages take a 512th of the faults, although with THP defrag =
+ * madvise some of them compact memory synchronously (--huge-pages 0 turns the advice off; the
+ * measurements: docs/performance.md, the xte moe layer). The other buffers: no MADV_HUGEPAGE. In
+ * dry mode only counts. NULL (and failed set) when the allocation fails. */
 #define MMAP_MIN ((size_t)16 << 20)
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */

@@ -57,9 +57,10 @@ double cmp_maxrel(const cmp *c) {
 }
 
 const char *const moe_cmp_names[C_COUNT] = {"out", "dx", "dW down", "dW gate/up"};
-/* Bounds the run must meet (FP8 e4m3 1x128 / 128x128 with bf16 activations: the measured relative
- * error is about 6-7% after the two chained GEMMs and the SwiGLU, DeepGEMM's diff about 2e-3;
- * a wrong kernel gives errors of order 1). */
+/* Bounds the run must meet (FP8 e4m3 1x128 / 128x128 with bf16 activations): above the errors
+ * of two chained FP8 GEMMs and the SwiGLU with every block recipe (docs/numerics.md section 8;
+ * the measured errors: docs/performance.md, the xte moe layer), far below a wrong kernel's errors
+ * of order 1. */
 const double moe_bound_rel = 0.10, moe_bound_diff = 0.006;
 
 static int64_t busiest_expert(const layer *L) {

@@ -280,7 +280,7 @@ static inline void tr64x16(const uint8_t *s, int64_t lds, uint8_t *d, int64_t ld
 /* The transposed copy straight into its destination (no buffer and copy pass): 64-byte rows,
  * streaming stores when nt and the destination rows are 64-byte aligned. Column groups outer: the
  * lines of a destination row leave one right after the other (the memory takes them faster than
- * all first lines, then all second ones: 1x128 with the transposed copy, 64 MiB, one core +3%) */
+ * all first lines, then all second ones) */
 static void transpose_nt(const uint8_t *src, int64_t rows, int64_t cols, int64_t lds, uint8_t *dst,
                          int64_t ldd, int nt) {
   const int64_t r64 = rows & ~(int64_t)63, c16 = cols & ~(int64_t)15;

@@ -140,8 +140,8 @@ static void tile_r16(int64_t nblk, const int *kl, const double *a, const double 
  * and NaN included), the 8 x 16 fp16 block transposed to k-major order by two levels of
  * VPERMT2W (AVX512BW), then vcvtph2ps, * 2^8 and vcvtps2pd, all exact, stored in order. Gives
  * the driver's table values (NaN codes give a NaN); the tail goes through the table tab. The
- * transpose on 16-bit images takes 8 permutes per 128 values where one on the fp64 values took
- * 48 shuffles: 1.5x faster (model 167 VM, 0.42 -> 0.27 ns per code). */
+ * transpose on 16-bit images takes 8 permutes per 128 values where one on the fp64 values takes
+ * 48 shuffles. */
 
 /* sk_fp16 on 32 codes (two rows' 16) */
 static inline __m512i sk_fp16_32(__m256i c) {

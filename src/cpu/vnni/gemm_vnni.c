@@ -243,8 +243,8 @@ static inline void update16(__m512i lo, __m512i hi, const int32_t *corr, int nan
  *
  * VN_ROW: c<s>q += the VPDPBUSD products of v<q> (unsigned) and row r's dword of digit vector q
  * at group g broadcast (signed), the broadcast embedded in the instruction ({1to16}): GCC emits a
- * separate VPBROADCASTD for the intrinsic, which costs a third more per product here (model 167
- * VM); the six in one asm statement (one per product: GCC copied each accumulator through another
+ * separate VPBROADCASTD for the intrinsic, an extra instruction per product; the six in one asm
+ * statement (one per product: GCC copied each accumulator through another
  * register around it in the one-row kernel with the lookups, fused1). */
 typedef int32_t vn_dword __attribute__((may_alias)); /* 4 digit bytes read as one operand */
 #define VN_BC(r, q, g) (a[r] + 128 * q + 4 * (g))
@@ -310,8 +310,9 @@ static __attribute__((noinline)) void rows2(int ng, const int8_t *const *a, cons
 /* One row of A with B's digits made on the way: per group, b_digits' lookups of the codes in
  * VNNI order (xt, vector g: k 4 g .. 4 g + 3 of every column) beside the six products, no digit
  * stored. One loop keeps the lookups' shuffles beside the VPDPBUSD chains (a pass storing the
- * digits, then rows1, ran them one after the other): 1.11-1.19x for one row (model 167 VM); two
- * rows gained nothing, more lost to the stores. The tables as locals (a btabs copy spilled). */
+ * digits, then rows1, runs them one after the other), which pays for one row only: with two rows
+ * the chains already overlap, and more rows would remake the digits per pair. The tables as
+ * locals (a btabs copy spilled). */
 static __attribute__((noinline)) void fused1(int ng, const int8_t *const *a, const uint8_t *xt,
                                              const btabs *Tp, __m512i *P, __m512i *markp) {
   const __m512i z = _mm512_setzero_si512();
@@ -435,7 +436,7 @@ void xte_gemm_vnni_strip(int m, int nblk, int64_t kc, const int8_t *ap, const in
       continue;
     }
     nanb = nan_columns(mark);
-    /* rows in pairs (the four-row kernel runs slower per product here, model 167 VM) */
+    /* rows in pairs (a four-row kernel issues more loads per product: docs/performance.md) */
     for (r = 0; r + 2 <= m; r += 2)
       rows_update(2, r, nblk, bl, ng, ap, corr, nana, sa, bd, nanb, sb + bl * 16, w, ldw);
     if (r < m) rows_update(1, r, nblk, bl, ng, ap, corr, nana, sa, bd, nanb, sb + bl * 16, w, ldw);
