@@ -146,6 +146,10 @@ def render_torch(path, flt):
 
 
 def render_summary(spec_lines):
+    spec_lines = [s for s in spec_lines if s.strip()]
+    if not spec_lines:
+        return ["(No report listed yet: one line \"operator | docs/perf/FILE.json | case\" per row"
+                " inside this marker.)"]
     lines = ["| operator | case | ratio | anchor | machine | date, commit | command |",
              "|---|---|---|---|---|---|---|"]
     for spec in spec_lines:
