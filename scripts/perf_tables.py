@@ -5,7 +5,8 @@
     python3 scripts/perf_tables.py record --command CMD [--commit SHA] REPORT.json OUT.json
     python3 scripts/perf_tables.py show REPORT.json [--filter S]
 
-A generated table sits between two marker comments; everything between them is replaced:
+A generated table sits between two marker comments, each at the start of a line; everything
+between them is replaced:
 
     <!-- perf_tables: bench docs/perf/gemm-m512.json [filter=S] -->
     ...
@@ -38,7 +39,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BEGIN = re.compile(r"<!-- perf_tables: (.*?)-->\n", re.S)
+BEGIN = re.compile(r"^<!-- perf_tables: (.*?)-->\n", re.S | re.M)  # markers start a line
 END = "<!-- /perf_tables -->"
 
 
@@ -197,8 +198,8 @@ def regenerate(text):
     for m in BEGIN.finditer(text):
         if m.start() < pos:
             continue
-        end = text.find(END, m.end())
-        if end < 0:
+        end = text.find("\n" + END, m.end() - 1) + 1
+        if end <= 0:
             raise SystemExit(f"perf_tables: no {END} after {m.group(0).strip()}")
         out.append(text[pos:m.end()])
         out.append("\n".join(render(m.group(1))) + "\n")
