@@ -4,6 +4,8 @@ The rendering is checked on small reports written here (the shapes `xte bench --
 bench_torch_anchors.py --json write), and the repository's docs/performance.md must be up to date
 with the reports it names (no generated table edited by hand, no marker pointing nowhere)."""
 
+# ctest: no-isa-variants
+
 import json
 import pathlib
 import subprocess
