@@ -332,8 +332,8 @@ static int next_run(const char *act, int64_t rb, int64_t *r, int64_t *e) {
 /* ---------------------------------------------------------------- scheduler
  * Each thread that takes tasks owns a contiguous range of the pass's list (the lists go head by
  * head, so a thread stays on its own heads and fills its head cache once per head instead of
- * every thread filling every head: at 2 threads the tasks of one head used to alternate between
- * them); a thread whose range is done takes the next tasks of the others' ranges (an atomic
+ * every thread filling every head, as one shared counter would make the threads alternate over a
+ * head's tasks); a thread whose range is done takes the next tasks of the others' ranges (an atomic
  * counter per range). Which thread runs a task never changes a byte. */
 static void sched_thread(void *p, int64_t begin, int64_t end, int tid) {
   actx *c = (actx *)p;
