@@ -289,7 +289,7 @@ def _np_ndarray():
     _ndarray = np.ndarray
     return _ndarray
 
-# NumPy's __array_interface__ builds a dict per call (about 8 us of a 3 us C call). The data
+# NumPy's __array_interface__ builds a dict per call, several times the C call's own cost. The data
 # pointer is read instead from the array object's C struct (PyArrayObject: the object header,
 # then `char *data`, a layout NumPy has kept since 1.0), after checking once against
 # __array_interface__ on arrays with and without an offset; any mismatch keeps the slow path.

@@ -162,8 +162,8 @@ void xte_parallel_for(int64_t n, xte_range_fn fn, void *ctx);
 /* The same with at most max_threads threads (callers that sized per-thread buffers). */
 void xte_parallel_for_max(int64_t n, int max_threads, xte_range_fn fn, void *ctx);
 /* The max_threads for a streaming job over `elements` elements: 1 (the calling thread) below
- * XTE_SMALL_JOB_ELEMENTS, where waking the pool costs more than the work (a 4 x 128 quantize:
- * 5 us on one thread, 14-166 us with a second one woken), else 0 (no cap). */
+ * XTE_SMALL_JOB_ELEMENTS, where waking the pool costs more than the work (docs/performance.md,
+ * Python call overhead), else 0 (no cap). */
 #define XTE_SMALL_JOB_ELEMENTS ((int64_t)1 << 15)
 static inline int xte_threads_for(int64_t elements) {
   return elements < XTE_SMALL_JOB_ELEMENTS ? 1 : 0;
