@@ -350,7 +350,7 @@ struct host_gemm_rt {
  *
  * XTE_DEVICE_PLANT (the dry run's planted bugs, this stand-in only): "kernel" ignores a forced
  * kernel (the SIMT kernel runs, and is reported as what ran); "fast" makes every FAST call fall
- * back ("planted fallback"). */
+ * back ("planted fallback"); "fast-bias" makes the FAST calls with a bias fall back. */
 xte_status gemm(const xte_gemm_args *a, void *) {
   if (const char *w = std::getenv("SIMT_WARP_SIZE")) simt::set_warp_size(std::atoi(w));
   const char *k = std::getenv("SIMT_GEMM_KERNEL");
@@ -363,6 +363,8 @@ xte_status gemm(const xte_gemm_args *a, void *) {
       fast_why = xte_lt_plan(a, 9, i, &call);
     if (!fast_why && a->num_problems <= 0) fast_why = "no problem";
     if (!fast_why && plant && !std::strcmp(plant, "fast")) fast_why = "planted fallback";
+    if (!fast_why && plant && !std::strcmp(plant, "fast-bias") && a->bias)
+      fast_why = "planted fallback of a call with a bias";
     if (!fast_why) {
       host_gemm_rt rt{g_svc, XTE_GEMM_KERNEL_SIMT};
       const xte_status st = xte_gemm_run(rt, a);
