@@ -31,6 +31,8 @@ unset XTE_CUDA_GEMM_KERNEL XTE_DEVICE_PLANT XTE_DEVICE_ONLY XTE_GPU_REPORT XTE_D
 export XTE_DEVICE_DRYRUN=1 XTE_BUILD_DIR=$b XTE_PLUGIN_DIR=$b/tests/simt/plugin XTE_DEVICE_HUGE=0
 export PATH=$src/tests/device/stub:$PATH
 export XTE_NCCL_LIBRARY=$b/tests/simt/fake_nccl/libxte_fake_nccl.so
+# no cuBLASLt for the anchors (the toolkit's would find no device): the step says SKIPPED
+export XTE_CUBLASLT_LIBRARY=/nonexistent/libcublasLt-dry-run.so.13
 unset XTE_STUB_DRIVER XTE_STUB_CUDA
 fails=0
 fail() {
@@ -45,7 +47,7 @@ case $mode in
   plant-fast) export XTE_DEVICE_PLANT=fast XTE_DEVICE_ONLY='^fast$' ;;
   plant-bias) export XTE_DEVICE_PLANT=fast-bias XTE_DEVICE_ONLY='^fast$' ;;
   driver) export XTE_STUB_DRIVER=550.54.15 XTE_STUB_CUDA=12.4 ;;
-  deadline) export XTE_DEVICE_DEADLINE=${XTE_DRYRUN_DEADLINE:-25} ;;
+  deadline) export XTE_DEVICE_DEADLINE=${XTE_DRYRUN_DEADLINE:-14} ;;
   full) ;;
   *)
     echo "dryrun: unknown mode $mode"
@@ -110,6 +112,7 @@ case $mode in
   plant-fast)
     [ $rc -eq 1 ] || fail "exit $rc, expected 1"
     expect '^plugin: FAILED \(FAST fell back to the exact kernel where cuBLASLt should run: .*planted fallback'
+    expect '^fast: FAILED'
     ;;
   plant-bias)
     [ $rc -eq 1 ] || fail "exit $rc, expected 1"
