@@ -222,11 +222,21 @@ if [ "$dry" = 1 ]; then
 else
   hash_now=$(bash tests/device/srchash.sh 2>/dev/null)
   hash_built=$(sed -n 's/^srchash //p' "$bdir/xte_carried.txt" 2>/dev/null)
-  if [ -n "$hash_built" ] && [ "$hash_built" = "$hash_now" ] && have "${bins[@]}"; then
+  why=""
+  if [ -z "$hash_built" ] || ! have "${bins[@]}"; then
+    why="no carried build in $bdir"
+  elif [ "$hash_built" != "$hash_now" ]; then
+    why="the carried build's sources ($hash_built) are not this tree's ($hash_now)"
+  elif ! XTE_PLUGIN_DIR=$(cd "$bdir" && pwd) LD_LIBRARY_PATH=$bdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+    "$bdir/tests/xte_device_info" >"$logs/carried-check.log" 2>&1 ||
+    ! grep -q 'libxte_cuda.so loaded' "$logs/carried-check.log"; then
+    # built on another system: its C / C++ runtime may be older here (GLIBC_2.xx not found)
+    why="the carried binaries do not run here: $(grep -m1 -iE 'glibc|not found|error|not loaded' \
+      "$logs/carried-check.log" | cut -c1-160)"
+  fi
+  if [ -z "$why" ]; then
     verdict build PASSED "carried: $(grep -E '^(arch|built)' "$bdir/xte_carried.txt" | tr '\n' ' ')"
   else
-    why="no carried build in $bdir"
-    [ -n "$hash_built" ] && why="the carried build's sources ($hash_built) are not this tree's ($hash_now)"
     note "build: $why: building here"
     if [ ${#need_build_tools[@]} -gt 0 ]; then
       verdict build FAILED "$why, and no build here: missing ${need_build_tools[*]}"
