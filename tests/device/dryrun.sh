@@ -30,6 +30,8 @@ mkdir -p "$out"
 unset XTE_CUDA_GEMM_KERNEL XTE_DEVICE_PLANT XTE_DEVICE_ONLY XTE_GPU_REPORT XTE_DEVICE_DEADLINE
 export XTE_DEVICE_DRYRUN=1 XTE_BUILD_DIR=$b XTE_PLUGIN_DIR=$b/tests/simt/plugin XTE_DEVICE_HUGE=0
 export PATH=$src/tests/device/stub:$PATH
+# the runtime a CUDA 13 plugin links (the stand-in has none; without nvcc run.sh could not tell)
+export XTE_DEVICE_CUDA_RUNTIME=13.0
 export XTE_NCCL_LIBRARY=$b/tests/simt/fake_nccl/libxte_fake_nccl.so
 # no cuBLASLt for the anchors (the toolkit's would find no device): the step says SKIPPED
 export XTE_CUBLASLT_LIBRARY=/nonexistent/libcublasLt-dry-run.so.13

@@ -36,6 +36,8 @@
 #   XTE_DEVICE_ONLY      an extended regex: only the steps whose name matches run (the others
 #                        say SKIPPED: not selected); the tools, driver and plugin steps always run
 #   XTE_DEVICE_HUGE=0    leave out the > 2^31-element step (about 20 GiB of host memory)
+#   XTE_DEVICE_CUDA_RUNTIME  the CUDA runtime the plugin links (default: the carried build's
+#                        record, else nvcc's version; the dry run says 13.0)
 #   XTE_DEVICE_DRYRUN=1  the CI dry run (tests/device/dryrun.sh): the build as it is, the plugin
 #                        XTE_PLUGIN_DIR names (the host SIMT runner's), small shapes, host memory
 #   run.sh --targets     prints the build targets it needs (tests/device/build.sh builds them)
@@ -170,8 +172,8 @@ verdict tools PASSED "timeout$([ ${#need_build_tools[@]} -eq 0 ] && echo ', cmak
 # ---------------------------------------------------------------- driver
 # The plugin links the CUDA runtime statically (src/cuda/CMakeLists.txt): the driver must
 # support that runtime's version (CUDA 13.x: the R580 branch or newer; 12.x: R525 or newer).
-rt_needed=""
-[ -f "$bdir/xte_carried.txt" ] && rt_needed=$(sed -n 's/^cuda_runtime //p' "$bdir/xte_carried.txt")
+rt_needed=${XTE_DEVICE_CUDA_RUNTIME:-}
+[ -z "$rt_needed" ] && [ -f "$bdir/xte_carried.txt" ] && rt_needed=$(sed -n 's/^cuda_runtime //p' "$bdir/xte_carried.txt")
 [ -z "$rt_needed" ] && command -v nvcc >/dev/null &&
   rt_needed=$(nvcc --version | sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1/p' | head -1)
 have_gpu=0 cc_major=0
@@ -363,11 +365,19 @@ if gpu_step_ok ep-nccl && selected ep-nccl; then
       [ -e "$f" ] && export XTE_NCCL_LIBRARY="$f" && break
     done
   fi
+  ep_skipped=0
   if [ -z "${XTE_NCCL_LIBRARY:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl.so.2 '; then
     verdict ep-nccl SKIPPED "no libnccl.so.2 (ldconfig, /usr/local/cuda*) and no XTE_NCCL_LIBRARY"
-  elif [ ! -x "$T/test_ep_nccl_device" ]; then
+    ep_skipped=1
+  fi
+  ep=("$T/test_ep_nccl_device")
+  # the dry run in a build without nvcc: the same program built for the runner, in its real mode
+  [ "$dry" = 1 ] && [ ! -x "${ep[0]}" ] && ep=("$T/simt/test_simt_ep" --real)
+  if [ $ep_skipped = 1 ]; then
+    : # SKIPPED above
+  elif [ ! -x "${ep[0]}" ]; then
     verdict ep-nccl FAILED "test_ep_nccl_device is not in the build"
-  elif run_step ep-nccl 90 "$T/test_ep_nccl_device"; then
+  elif run_step ep-nccl 90 "${ep[@]}"; then
     show ep-nccl '^test_simt_ep|^FAIL'
     ranks=$(sed -n 's/.*up to \([0-9]*\) ranks.*/\1/p' "$logs/ep-nccl.log" | tail -1)
     judge ep-nccl "NCCL EP on device memory = CPU bytes, 1 to ${ranks:-?} rank(s)"
