@@ -619,8 +619,8 @@ static void huge_rows_cases() {
   if (p0 >= 0 && p1 > p0) {
     buf bad = rm;
     ((int32_t *)bad.data())[p1] = r[p0];
-    unpermute_one(g, "rows 2^31 x 0, repeated row", bad, rows, 0, XTE_DTYPE_BF16, XTE_DTYPE_FP32,
-                  1, 0, false);
+    unpermute_one(g, "rows 2^31 x 0, repeated row", bad, rows, 0, XTE_DTYPE_BF16, XTE_DTYPE_FP32, 1,
+                  0, false);
     ((int32_t *)bad.data())[p1] = 0; /* row 0, used by no other slot: valid again */
     unpermute_one(g, "rows 2^31 x 0, row 0", bad, rows, 0, XTE_DTYPE_FP32, XTE_DTYPE_BF16, 0, 0,
                   false);
