@@ -43,7 +43,6 @@
 #   run.sh --targets     prints the build targets it needs (tests/device/build.sh builds them)
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
-root=$(pwd)
 
 targets="xte xte_cuda test_gpu_quantize test_device_moe test_device_router xte_device_info \
 xte_device_bench test_ep_nccl_device xte_cli"
