@@ -543,8 +543,11 @@ __global__ void __launch_bounds__(XTE_ATTN_NT)
 /* ---------------------------------------------------------------- backward pass A: dK, dV
  * Block: (sequence b, KV head hk, 64-key block kb, quarter q of 16 keys), blockIdx.x =
  * ((b * hkv + hk) * nkb + kb) * 4 + q. */
-__global__ void __launch_bounds__(XTE_ATTN_NT)
-    xte_attn_dkv_kernel(xte_attn_args a, int64_t nkb, const float *Dbuf, const float *Cbuf) {
+/* (min 1 block per SM: without it ptxas held sm_90a to 96 registers and spilled the work-list
+ * decode; it takes 104) */
+__global__ void __launch_bounds__(XTE_ATTN_NT, 1)
+    xte_attn_dkv_kernel(xte_attn_args a, int64_t nkb, const int64_t *kvoff, const float *Dbuf,
+                        const float *Cbuf) {
   const int BN = XTE_ATTN_BN, BM = XTE_ATTN_BM, KC = XTE_ATTN_KC;
   __shared__ float sK[XTE_ATTN_KC][XTE_ATTN_DMAX]; /* the dK sums */
   __shared__ float sV[XTE_ATTN_KC][XTE_ATTN_DMAX]; /* the dV sums */
@@ -554,9 +557,23 @@ __global__ void __launch_bounds__(XTE_ATTN_NT)
   __shared__ int64_t slo[XTE_ATTN_BM], shi[XTE_ATTN_BM];
   __shared__ int sact[XTE_ATTN_BM];
   const int tid = (int)threadIdx.x;
-  const int64_t quarter = (int64_t)blockIdx.x % (BN / KC), rest = (int64_t)blockIdx.x / (BN / KC);
-  const int64_t kb = rest % nkb, bh = rest / nkb;
-  const int64_t hk = bh % a.hkv, b = bh / a.hkv;
+  /* the block: (b, hk, kb, quarter) from blockIdx.x = ((b * hkv + hk) * nkb + kb) * 4 + quarter,
+   * or with a work list from blockIdx.x = (global key block * 4 + quarter) * hkv + hk (below
+   * 2^31: 32-bit steps) */
+  int64_t quarter, kb, hk, b;
+  if (kvoff) {
+    const uint32_t hkv = (uint32_t)a.hkv, g = blockIdx.x / hkv;
+    hk = (int64_t)(blockIdx.x - g * hkv);
+    quarter = (int64_t)(g % (BN / KC));
+    b = xte_attn_work_seq(kvoff, a.batch, (int64_t)(g / (BN / KC)));
+    kb = (int64_t)(g / (BN / KC)) - kvoff[b];
+  } else {
+    const int64_t rest = (int64_t)blockIdx.x / (BN / KC), bh = rest / nkb;
+    quarter = (int64_t)blockIdx.x % (BN / KC);
+    kb = rest % nkb;
+    hk = bh % a.hkv;
+    b = bh / a.hkv;
+  }
   const int64_t G = a.hq / a.hkv;
   const int64_t dq = a.dqk, dv = a.dv;
   int64_t qt0, lq, kt0, lkv;
@@ -775,14 +792,13 @@ xte_status xte_attn_bwd_run(RT &rt, const xte_attn_args *a) {
   if (a->no_output) return XTE_SUCCESS;
   const int64_t ntile = (mq + XTE_ATTN_R - 1) / XTE_ATTN_R;
   const int64_t nkb = (mkv + XTE_ATTN_BN - 1) / XTE_ATTN_BN;
-  const int64_t *qoff = lists;
+  const int64_t *qoff = lists, *kvoff = lists ? lists + a->batch + 1 : nullptr;
   void *ws = nullptr;
   xte_status st = lists ? xte_attn_grid(rt.svc, nq, a->hq, 1, &gq)
                         : xte_attn_grid(rt.svc, a->batch, a->hq, ntile, &gq);
-  /* (pass A keeps batch x hkv x the longest's key blocks: a work list there made its kernel
-   * spill registers; its blocks past a sequence's keys return at once) */
   if (st == XTE_SUCCESS)
-    st = xte_attn_grid(rt.svc, a->batch * a->hkv, nkb, XTE_ATTN_BN / XTE_ATTN_KC, &gkv);
+    st = lists ? xte_attn_grid(rt.svc, nkv, a->hkv, XTE_ATTN_BN / XTE_ATTN_KC, &gkv)
+               : xte_attn_grid(rt.svc, a->batch * a->hkv, nkb, XTE_ATTN_BN / XTE_ATTN_KC, &gkv);
   /* D and corr, indexed like the LSE: allocated before the first output byte */
   if (st == XTE_SUCCESS &&
       (__builtin_mul_overflow(a->packed ? a->total_q : a->batch * a->sq, a->hq, &nl) ||
@@ -799,7 +815,8 @@ xte_status xte_attn_bwd_run(RT &rt, const xte_attn_args *a) {
   if (st == XTE_SUCCESS && gq > 0)
     st = rt.launch(gq, xte_attn_dq_kernel, *a, ntile, qoff, Dbuf, Cbuf);
   if (st == XTE_SUCCESS && gkv > 0)
-    st = rt.launch(gkv, xte_attn_dkv_kernel, *a, nkb, (const float *)Dbuf, (const float *)Cbuf);
+    st = rt.launch(gkv, xte_attn_dkv_kernel, *a, nkb, kvoff, (const float *)Dbuf,
+                   (const float *)Cbuf);
   if (st == XTE_SUCCESS) st = rt.finish();
   rt.release(ws);
   if (lists) rt.release(lists);
