@@ -145,6 +145,9 @@ static inline void report(const std::string &desc, const char *what) {
  * differ, the first one. */
 static inline bool same(const char *what, const std::string &desc, const void *g, const void *c,
                         size_t n) {
+#ifdef SIMT_DEVICE_MODE
+  (void)xte_stream_synchronize(gpu); /* work the launches left queued (a memset) done first */
+#endif
   const uint8_t *a = (const uint8_t *)g, *b = (const uint8_t *)c;
   if (n == 0 || std::memcmp(a, b, n) == 0) return true;
   size_t i = 0, diff = 0;
