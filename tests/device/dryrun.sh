@@ -105,6 +105,10 @@ case $mode in
     expect '^ep-nccl: PASSED'
     expect '^ep-nccl-ranks: SKIPPED \(one GPU'
     expect '^verdicts: [0-9]+ PASSED, 0 FAILED, [0-9]+ SKIPPED, 0 NOT RUN'
+    for t in 'quantize 1x128 rowwise' 'exact GEMM simt' 'exact GEMM dmma16' 'exact GEMM imma' \
+      'exact attention fwd' 'exact attention bwd'; do
+      expect "^target: $t.*: measured [0-9.]+"
+    done
     ;;
   plant-kernel)
     [ $rc -eq 1 ] || fail "exit $rc, expected 1 (the planted bug must turn the run red)"

@@ -446,4 +446,24 @@ for tool in memcheck racecheck; do
   fi
 done
 
+# ---------------------------------------------------------------- targets (information, not verdicts)
+# The rates of the CUDA issues' targets beside what this run measured (in the dry run the host
+# runner's rates, far below: the lines only show that the logs are read).
+target() { # target WHAT MEASURED MIN UNIT
+  [ -n "$2" ] || return 0
+  local met
+  met=$(awk -v m="$2" -v t="$3" 'BEGIN { print (m + 0 >= t + 0) ? "met" : "MISSED" }')
+  note "target: $1 >= $3$4: measured $2$4 ($met)"
+}
+col() { # col LOG ROW-REGEX N: field N of the first table row matching ROW-REGEX
+  [ -f "$logs/$1.log" ] && grep -m1 -E "$2" "$logs/$1.log" | awk -F'|' -v n="$3" '{ gsub(/[^0-9.]/, "", $n); print $n }'
+}
+target "quantize 1x128 rowwise, x d2d copy" "$(col time-quantize '^\| quantize 1x128 rowwise' 5)" 0.6 ""
+target "exact GEMM simt" "$(col gemm-simt '^\| exact GEMM \(kernel' 4)" 15 " TFLOPS"
+target "exact GEMM dmma16" "$(col gemm-dmma16 '^\| exact GEMM \(kernel' 4)" 40 " TFLOPS"
+target "exact GEMM dmma4" "$(col gemm-dmma4 '^\| exact GEMM \(kernel' 4)" 40 " TFLOPS"
+target "exact GEMM imma (int8 digits)" "$(col gemm-imma '^\| exact GEMM \(kernel' 4)" 100 " TFLOPS"
+target "exact attention fwd (full)" "$(col bytes-attention '^\| full fwd' 4)" 25 " TFLOPS"
+target "exact attention bwd (full)" "$(col bytes-attention '^\| full bwd' 4)" 15 " TFLOPS"
+
 finish
