@@ -344,7 +344,8 @@ struct host_gemm_rt {
  *
  * XTE_GEMM_FAST: the stand-in for cuBLASLt. The real applicability decision of the CUDA plugin
  * (xte_lt_plan of src/cuda/xte_cublaslt.h, as on a compute capability 9.x device) decides; where
- * it applies, the call is computed by the exact kernel (its bytes are within the FAST bound) and
+ * it applies, the call is computed by the exact kernel chosen as for EXACT (its bytes are within
+ * the FAST bound) and
  * reported as path=cublaslt with lib=simt-stand-in; else it is reported as the exact kernel and
  * why, as cublaslt.cu reports a fallback.
  *
@@ -357,25 +358,6 @@ xte_status gemm(const xte_gemm_args *a, void *) {
   const char *plant = std::getenv("XTE_DEVICE_PLANT");
   int requested = xte_gemm_kernel_requested(std::getenv("XTE_CUDA_GEMM_KERNEL"));
   const char *fast_why = nullptr, *not_honoured = nullptr;
-  if (a->mode == 1) { /* XTE_GEMM_FAST */
-    xte_lt_call call;
-    for (int64_t i = 0; i < a->num_problems && !fast_why; i++)
-      fast_why = xte_lt_plan(a, 9, i, &call);
-    if (!fast_why && a->num_problems <= 0) fast_why = "no problem";
-    if (!fast_why && plant && !std::strcmp(plant, "fast")) fast_why = "planted fallback";
-    if (!fast_why && plant && !std::strcmp(plant, "fast-bias") && a->bias)
-      fast_why = "planted fallback of a call with a bias";
-    if (!fast_why) {
-      host_gemm_rt rt{g_svc, XTE_GEMM_KERNEL_SIMT};
-      const xte_status st = xte_gemm_run(rt, a);
-      if (st == XTE_SUCCESS)
-        xte_gpu_report_lt(
-            "simt-stand-in", 130000, (long long)a->num_problems,
-            a->bias ? xte_lt_bias_type(a->d_dtype == XTE_DTYPE_BF16 ? XTE_LT_R_16BF : XTE_LT_R_32F)
-                    : -1);
-      return st;
-    }
-  }
   int kern = XTE_GEMM_KERNEL_SIMT;
   if (k && warpSize == 32 && !std::strcmp(k, "dmma")) kern = XTE_GEMM_KERNEL_DMMA4;
   if (k && warpSize == 32 && !std::strcmp(k, "dmma16")) kern = XTE_GEMM_KERNEL_DMMA16;
@@ -393,6 +375,25 @@ xte_status gemm(const xte_gemm_args *a, void *) {
     if (plant && !std::strcmp(plant, "kernel")) kern = XTE_GEMM_KERNEL_SIMT; /* planted */
   } else if (requested == -2) {
     not_honoured = "XTE_CUDA_GEMM_KERNEL: not simt, dmma4, dmma16, imma or auto";
+  }
+  if (a->mode == 1) { /* XTE_GEMM_FAST */
+    xte_lt_call call;
+    for (int64_t i = 0; i < a->num_problems && !fast_why; i++)
+      fast_why = xte_lt_plan(a, 9, i, &call);
+    if (!fast_why && a->num_problems <= 0) fast_why = "no problem";
+    if (!fast_why && plant && !std::strcmp(plant, "fast")) fast_why = "planted fallback";
+    if (!fast_why && plant && !std::strcmp(plant, "fast-bias") && a->bias)
+      fast_why = "planted fallback of a call with a bias";
+    if (!fast_why) {
+      host_gemm_rt rt{g_svc, kern}; /* the kernel EXACT would run (coverage) */
+      const xte_status st = xte_gemm_run(rt, a);
+      if (st == XTE_SUCCESS)
+        xte_gpu_report_lt(
+            "simt-stand-in", 130000, (long long)a->num_problems,
+            a->bias ? xte_lt_bias_type(a->d_dtype == XTE_DTYPE_BF16 ? XTE_LT_R_16BF : XTE_LT_R_32F)
+                    : -1);
+      return st;
+    }
   }
   host_gemm_rt rt{g_svc, kern};
   const xte_status st = xte_gemm_run(rt, a);
