@@ -31,6 +31,9 @@ jobs=${XTE_JOBS:-$(nproc)}
 #                     the OS-thread engine without ASan; bytes checked by the main build
 #  test_simt_{gemm,attention}_nansim   the same kernels as test_simt_{gemm,attention}, which run
 #                     here (about 50-60 s each on the OS-thread engine without ASan)
+#  device_dryrun_*    the device script's logic (tests/device/dryrun.sh), not memory safety; its
+#                     MoE and router steps are the runner's test_simt_moe / _router (above: minutes
+#                     on the OS-thread engine under ASan); the main build runs them
 #  <t> of the per-ISA tests (tests/CMakeLists.txt XTE_PER_ISA_TESTS)   the default ISA is the
 #                     best one the machine runs, so <t> repeats one of <t>@scalar/avx2/avx512,
 #                     which all run here
@@ -38,7 +41,7 @@ jobs=${XTE_JOBS:-$(nproc)}
 # runs it; here its per-ISA variants report skipped), to keep CI's second build short.
 default_exclude='_exhaustive$|^test_quantize_pow2_sweep$|^test_attention_lanes$|^test_install$'
 default_exclude+='|^test_python|^check_gpu|^test_gpu|^check_kernels_O0$|^test_ep_mpi|^test_simt_moe'
-default_exclude+='|^test_simt_router|^test_simt_gemm_nansim|^test_simt_attention_nansim'
+default_exclude+='|^test_simt_router|^test_simt_gemm_nansim|^test_simt_attention_nansim|^device_dryrun'
 default_exclude+='|^(test_attention_(fwd|bwd|fp8|accuracy)|test_gemm_blas|test_threads|test_moe_swiglu)$'
 exclude=${XTE_SANITIZE_EXCLUDE:-$default_exclude}
 

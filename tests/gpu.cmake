@@ -43,7 +43,10 @@ target_compile_options(xte_device_info PRIVATE ${XTE_C_FLAGS})
 
 # A short benchmark table of the CUDA ops against a device-to-device copy (tests/device/run.sh).
 add_executable(xte_device_bench ${CMAKE_CURRENT_SOURCE_DIR}/device/gpu_bench.c)
-target_link_libraries(xte_device_bench PRIVATE xte::xte)
+target_link_libraries(xte_device_bench PRIVATE xte::xte ${CMAKE_DL_LIBS})
+# src/cuda/xte_cublaslt.h (the cuBLASLt loader, plain C) for the cuBLASLt anchors
+target_include_directories(xte_device_bench PRIVATE ${PROJECT_SOURCE_DIR}/src
+                           ${PROJECT_BINARY_DIR}/include)
 target_compile_options(xte_device_bench PRIVATE ${XTE_C_FLAGS})
 
 # test_gpu_fast_lt: the cuBLASLt FAST path's loader, applicability table and ABI values
@@ -85,3 +88,23 @@ if(TARGET xte_cuda)
   set_target_properties(test_ep_nccl_device PROPERTIES C_STANDARD 11)
   add_dependencies(test_ep_nccl_device xte_cuda)
 endif()
+
+# test_device_moe, test_device_router: tests/simt/test_simt_moe.cpp and test_simt_router.cpp in
+# device mode (SIMT_DEVICE_MODE, see tests/simt/simt_test_common.h): the same cases, byte for byte
+# against the CPU backend, on the real CUDA plugin with managed memory: permute / unpermute and
+# their backwards, sort chunks, the dispatch layout; the router, aux scores / loss, SwiGLU and the
+# fused quantize. tests/device/run.sh runs them (not ctest tests: they need a GPU; the device
+# script's dry run runs them on the host SIMT runner's plugin with SIMT_DEVICE_MEMORY=host).
+# Host C++20 only, like tests/simt.
+find_package(Threads REQUIRED)
+foreach(what moe router)
+  add_executable(test_device_${what} ${CMAKE_CURRENT_SOURCE_DIR}/simt/test_simt_${what}.cpp)
+  target_link_libraries(test_device_${what} PRIVATE xte::xte Threads::Threads ${CMAKE_DL_LIBS})
+  target_compile_options(test_device_${what} PRIVATE -ffp-contract=off -fno-fast-math
+    -fno-strict-aliasing -Wall -Wextra -Wno-unknown-pragmas $<$<BOOL:${XTE_WERROR}>:-Werror>)
+  target_compile_definitions(test_device_${what} PRIVATE SIMT_DEVICE_MODE SIMT_PLUGIN_DIR="")
+  target_include_directories(test_device_${what} PRIVATE ${PROJECT_SOURCE_DIR}/tests/simt
+                             ${PROJECT_SOURCE_DIR}/src)
+  set_target_properties(test_device_${what} PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON
+                        CXX_EXTENSIONS OFF)
+endforeach()

@@ -281,3 +281,25 @@ Test(fast_lt, plugin_refuses) {
                  "FAST on the default (CPU) stream: %s", xte_last_error());
   }
 }
+
+/* cuBLASLt's FP8 table lists a bf16 bias (CUDA_R_16BF) for fp32 and bf16 outputs: FAST sets that
+ * type (a CUDA_R_32F bias had every FAST call with a bias refused by the heuristic). */
+Test(fast_lt, bias_type) {
+  cr_expect_eq(xte_lt_bias_type(XTE_LT_R_32F), XTE_LT_R_16BF);
+  cr_expect_eq(xte_lt_bias_type(XTE_LT_R_16BF), XTE_LT_R_16BF);
+}
+
+/* libcublasLt (hundreds of MB) is loaded at the first FAST call that could use it, never when
+ * libxte loads the plugin: after the plugin's init (xte info) it is not in the process. */
+Test(fast_lt, loaded_lazily) {
+  static char buf[8192];
+  void *h;
+  cr_assert_eq(xte_backend_info_string(buf, sizeof buf), XTE_SUCCESS);
+#ifdef XTE_TEST_HAVE_CUDA_PLUGIN
+  cr_expect(strstr(buf, "libxte_cuda.so loaded") != NULL, "the plugin did not load:\n%s", buf);
+#endif
+  h = dlopen("libcublasLt.so.13", RTLD_LAZY | RTLD_NOLOAD);
+  if (!h) h = dlopen("libcublasLt.so.12", RTLD_LAZY | RTLD_NOLOAD);
+  cr_expect(h == NULL, "libcublasLt is loaded after the plugin's init:\n%s", buf);
+  if (h) dlclose(h);
+}

@@ -24,10 +24,12 @@
  *    that has a row seeing the 64-key block (the activity test uses the whole 64-key block, as
  *    the CPU): thread (row, key) computes p and dS; thread (key, column) runs the chain over the
  *    tile's active rows in order from +0 and adds it to the key's running sum;
- *  - no atomics, no warp-level operation (block-wide steps through shared memory and
+ *  - no atomics in the compute kernels, no warp-level operation (block-wide steps through shared
+ * memory and
  *    __syncthreads), so nothing depends on the warp size or on scheduling;
- *  - cu_seqlens (device memory) are checked by a one-thread kernel in the CPU's scan order; the
- *    host reads its verdict and reports the CPU's message before anything is written;
+ *  - cu_seqlens (device memory) are checked in parallel (every sequence at once; the first faulty
+ *    one found by atomicMin, so the verdict is the CPU's scan order's); the host reads the verdict
+ *    and reports the CPU's message before anything is written;
  *  - every NaN written is the canonical one (xte_attn_nan, bf16 0x7FC0, fp16 0x7E00). */
 #ifndef XTE_ATTENTION_KERNELS_CUH
 #define XTE_ATTENTION_KERNELS_CUH
@@ -134,35 +136,60 @@ __device__ __forceinline__ int64_t xte_attn_max(int64_t x, int64_t y) {
 }
 
 /* ---------------------------------------------------------------- cu_seqlens check
- * One thread, the CPU's order (check_cu for q, then for kv). v[0]: 0 good, 1 cu[0] < 0,
- * 2 decreasing, 3 a length past the max, 4 cu[batch] past the tensor; v[1]: 0 q / 1 kv;
- * v[2]: b; v[3], v[4]: the values of the message; v[5], v[6]: the longest q / kv sequence. */
+ * In parallel, with the CPU's verdict: the CPU scans q (cu[0], then the sequences in order, then
+ * cu[batch]) and then kv, and reports the first fault. Here w[0] / w[1] get the first sequence b
+ * whose q / kv length is negative or past the max (atomicMin over all sequences at once: the
+ * same b the scan stops at), w[2] / w[3] the longest q / kv sequence (atomicMax); one thread then
+ * composes the CPU's verdict from them: v[0]: 0 good, 1 cu[0] < 0, 2 decreasing, 3 a length past
+ * the max, 4 cu[batch] past the tensor; v[1]: 0 q / 1 kv; v[2]: b; v[3], v[4]: the values of the
+ * message; v[5], v[6]: the longest q / kv sequence. */
+#define XTE_ATTN_CHECK_NONE 0xFFFFFFFFFFFFFFFFull
+
+__global__ void __launch_bounds__(XTE_ATTN_NT) xte_attn_check_init(unsigned long long *w) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  w[0] = w[1] = XTE_ATTN_CHECK_NONE;
+  w[2] = w[3] = 0;
+}
+
+__global__ void __launch_bounds__(XTE_ATTN_NT)
+    xte_attn_check_scan(xte_attn_args a, unsigned long long *w) {
+  for (int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; b < a.batch;
+       b += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t lq = (int64_t)a.cu_q[b + 1] - a.cu_q[b],
+                  lk = (int64_t)a.cu_kv[b + 1] - a.cu_kv[b];
+    if (lq < 0 || lq > a.sq)
+      atomicMin(w, (unsigned long long)b);
+    else
+      atomicMax(w + 2, (unsigned long long)lq);
+    if (lk < 0 || lk > a.skv)
+      atomicMin(w + 1, (unsigned long long)b);
+    else
+      atomicMax(w + 3, (unsigned long long)lk);
+  }
+}
+
+/* the verdict of one side (cu, its first faulty sequence bad) into v; 1 when faulty */
 __device__ __forceinline__ int xte_attn_check_one(const int32_t *cu, int64_t batch, int64_t total,
-                                                  int64_t maxlen, int packed, int64_t *v,
-                                                  int64_t *longest) {
-  *longest = 0;
+                                                  int64_t maxlen, int packed,
+                                                  unsigned long long bad, int64_t *v) {
   if (packed && cu[0] < 0) {
     v[0] = 1;
     v[3] = cu[0];
     return 1;
   }
-  for (int64_t b = 0; b < batch; b++) {
-    const int64_t len = (int64_t)cu[b + 1] - cu[b];
+  if (bad != XTE_ATTN_CHECK_NONE) {
+    const int64_t b = (int64_t)bad, len = (int64_t)cu[b + 1] - cu[b];
+    v[2] = b;
     if (len < 0) {
       v[0] = 2;
-      v[2] = b;
       v[3] = cu[b];
       v[4] = cu[b + 1];
-      return 1;
-    }
-    if (len > maxlen) {
+    } else {
       v[0] = 3;
-      v[2] = b;
       v[3] = len;
       v[4] = maxlen;
-      return 1;
     }
-    if (len > *longest) *longest = len;
+    return 1;
   }
   if (packed && (int64_t)cu[batch] > total) {
     v[0] = 4;
@@ -173,14 +200,79 @@ __device__ __forceinline__ int xte_attn_check_one(const int32_t *cu, int64_t bat
   return 0;
 }
 
-__global__ void __launch_bounds__(XTE_ATTN_NT) xte_attn_check_kernel(xte_attn_args a, int64_t *v) {
+__global__ void __launch_bounds__(XTE_ATTN_NT)
+    xte_attn_check_kernel(xte_attn_args a, const unsigned long long *w, int64_t *v) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   for (int i = 0; i < 8; i++) v[i] = 0;
-  v[1] = 0;
-  if (xte_attn_check_one(a.cu_q, a.batch, a.total_q, a.sq, a.packed, v, &v[5])) return;
+  if (xte_attn_check_one(a.cu_q, a.batch, a.total_q, a.sq, a.packed, w[0], v)) return;
   v[1] = 1;
-  if (xte_attn_check_one(a.cu_kv, a.batch, a.total_kv, a.skv, a.packed, v, &v[6])) return;
+  if (xte_attn_check_one(a.cu_kv, a.batch, a.total_kv, a.skv, a.packed, w[1], v)) return;
   v[1] = 0;
+  v[5] = (int64_t)w[2];
+  v[6] = (int64_t)w[3];
+}
+
+/* ---------------------------------------------------------------- work lists
+ * With cu_seqlens, the grids are sized by the real work, not by batch x heads x the longest
+ * sequence's tiles (THD with many empty or short sequences): off[b] is the exclusive prefix sum
+ * of the units of the sequences before b (q: 16-row tiles; kv: 64-key blocks), off[batch] the
+ * total; a block finds its sequence by binary search. One block scans (block-wide steps through
+ * shared memory, no warp-level operation), chunk after chunk. A faulty cu_seqlens (refused
+ * before any launch that reads the lists) counts a negative length as 0. */
+__global__ void __launch_bounds__(XTE_ATTN_NT)
+    xte_attn_work_scan(xte_attn_args a, int64_t *qoff, int64_t *kvoff) {
+  __shared__ int64_t sq[XTE_ATTN_NT], sk[XTE_ATTN_NT];
+  __shared__ int64_t carry[2];
+  const int tid = (int)threadIdx.x, nt = (int)blockDim.x;
+  if (tid == 0) carry[0] = carry[1] = 0;
+  __syncthreads();
+  for (int64_t c0 = 0; c0 < a.batch; c0 += nt) {
+    const int64_t b = c0 + tid;
+    int64_t uq = 0, uk = 0;
+    if (b < a.batch) {
+      const int64_t lq = (int64_t)a.cu_q[b + 1] - a.cu_q[b],
+                    lk = (int64_t)a.cu_kv[b + 1] - a.cu_kv[b];
+      uq = lq > 0 ? (lq + XTE_ATTN_R - 1) / XTE_ATTN_R : 0;
+      uk = lk > 0 ? (lk + XTE_ATTN_BN - 1) / XTE_ATTN_BN : 0;
+    }
+    sq[tid] = uq;
+    sk[tid] = uk;
+    __syncthreads();
+    for (int d = 1; d < nt; d *= 2) { /* inclusive scan (Hillis-Steele) */
+      const int64_t xq = tid >= d ? sq[tid - d] : 0, xk = tid >= d ? sk[tid - d] : 0;
+      __syncthreads();
+      sq[tid] += xq;
+      sk[tid] += xk;
+      __syncthreads();
+    }
+    if (b < a.batch) {
+      qoff[b] = carry[0] + sq[tid] - uq;
+      kvoff[b] = carry[1] + sk[tid] - uk;
+    }
+    __syncthreads();
+    if (tid == nt - 1) {
+      carry[0] += sq[tid];
+      carry[1] += sk[tid];
+    }
+    __syncthreads();
+  }
+  if (tid == 0) {
+    qoff[a.batch] = carry[0];
+    kvoff[a.batch] = carry[1];
+  }
+}
+
+/* The sequence of unit g of a work list off (off[b] <= g < off[b + 1]; g < off[batch]). */
+__device__ __forceinline__ int64_t xte_attn_work_seq(const int64_t *off, int64_t batch, int64_t g) {
+  int64_t lo = 0, hi = batch - 1;
+  while (lo < hi) { /* the last b with off[b] <= g: empty sequences before it are skipped */
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (off[mid] <= g)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
 }
 
 /* ---------------------------------------------------------------- padding
@@ -223,7 +315,8 @@ __global__ void __launch_bounds__(XTE_ATTN_NT)
 /* ---------------------------------------------------------------- forward
  * Block: (sequence b, query head h, rows [i0, i0 + 16)), blockIdx.x = (b * hq + h) * ntile +
  * tile. */
-__global__ void __launch_bounds__(XTE_ATTN_NT) xte_attn_fwd_kernel(xte_attn_args a, int64_t ntile) {
+__global__ void __launch_bounds__(XTE_ATTN_NT)
+    xte_attn_fwd_kernel(xte_attn_args a, int64_t ntile, const int64_t *qoff) {
   const int R = XTE_ATTN_R, BN = XTE_ATTN_BN;
   __shared__ float sX[XTE_ATTN_R][XTE_ATTN_BN]; /* logits, then probabilities */
   __shared__ float sO[XTE_ATTN_R][XTE_ATTN_DMAX];
@@ -231,8 +324,18 @@ __global__ void __launch_bounds__(XTE_ATTN_NT) xte_attn_fwd_kernel(xte_attn_args
   __shared__ int64_t slo[XTE_ATTN_R], shi[XTE_ATTN_R];
   __shared__ int sact[XTE_ATTN_R];
   const int tid = (int)threadIdx.x;
-  const int64_t tile = (int64_t)blockIdx.x % ntile, bh = (int64_t)blockIdx.x / ntile;
-  const int64_t h = bh % a.hq, b = bh / a.hq, hk = h / (a.hq / a.hkv);
+  int64_t tile, h, b;
+  if (qoff) { /* the work list: blockIdx.x = global tile * hq + h */
+    const int64_t g = (int64_t)blockIdx.x / a.hq;
+    h = (int64_t)blockIdx.x % a.hq;
+    b = xte_attn_work_seq(qoff, a.batch, g);
+    tile = g - qoff[b];
+  } else {
+    tile = (int64_t)blockIdx.x % ntile;
+    h = (int64_t)blockIdx.x / ntile % a.hq;
+    b = (int64_t)blockIdx.x / ntile / a.hq;
+  }
+  const int64_t hk = h / (a.hq / a.hkv);
   const int64_t dq = a.dqk, dv = a.dv;
   int64_t qt0, lq, kt0, lkv;
   xte_attn_seq(a, 0, b, &qt0, &lq);
@@ -325,7 +428,8 @@ __global__ void __launch_bounds__(XTE_ATTN_NT) xte_attn_fwd_kernel(xte_attn_args
 /* ---------------------------------------------------------------- backward pass B: D, dQ, corr
  * Block as the forward's. Dbuf, Cbuf: indexed like the LSE. */
 __global__ void __launch_bounds__(XTE_ATTN_NT)
-    xte_attn_dq_kernel(xte_attn_args a, int64_t ntile, float *Dbuf, float *Cbuf) {
+    xte_attn_dq_kernel(xte_attn_args a, int64_t ntile, const int64_t *qoff, float *Dbuf,
+                       float *Cbuf) {
   const int R = XTE_ATTN_R, BN = XTE_ATTN_BN;
   __shared__ float sP[XTE_ATTN_R][XTE_ATTN_BN];
   __shared__ float sDS[XTE_ATTN_R][XTE_ATTN_BN];
@@ -334,8 +438,18 @@ __global__ void __launch_bounds__(XTE_ATTN_NT)
   __shared__ int64_t slo[XTE_ATTN_R], shi[XTE_ATTN_R];
   __shared__ int sact[XTE_ATTN_R];
   const int tid = (int)threadIdx.x;
-  const int64_t tile = (int64_t)blockIdx.x % ntile, bh = (int64_t)blockIdx.x / ntile;
-  const int64_t h = bh % a.hq, b = bh / a.hq, hk = h / (a.hq / a.hkv);
+  int64_t tile, h, b;
+  if (qoff) { /* the work list: blockIdx.x = global tile * hq + h */
+    const int64_t g = (int64_t)blockIdx.x / a.hq;
+    h = (int64_t)blockIdx.x % a.hq;
+    b = xte_attn_work_seq(qoff, a.batch, g);
+    tile = g - qoff[b];
+  } else {
+    tile = (int64_t)blockIdx.x % ntile;
+    h = (int64_t)blockIdx.x / ntile % a.hq;
+    b = (int64_t)blockIdx.x / ntile / a.hq;
+  }
+  const int64_t hk = h / (a.hq / a.hkv);
   const int64_t dq = a.dqk, dv = a.dv;
   int64_t qt0, lq, kt0, lkv;
   xte_attn_seq(a, 0, b, &qt0, &lq);
@@ -429,8 +543,11 @@ __global__ void __launch_bounds__(XTE_ATTN_NT)
 /* ---------------------------------------------------------------- backward pass A: dK, dV
  * Block: (sequence b, KV head hk, 64-key block kb, quarter q of 16 keys), blockIdx.x =
  * ((b * hkv + hk) * nkb + kb) * 4 + q. */
-__global__ void __launch_bounds__(XTE_ATTN_NT)
-    xte_attn_dkv_kernel(xte_attn_args a, int64_t nkb, const float *Dbuf, const float *Cbuf) {
+/* (min 1 block per SM: without it ptxas held sm_90a to 96 registers and spilled the work-list
+ * decode; it takes 104) */
+__global__ void __launch_bounds__(XTE_ATTN_NT, 1)
+    xte_attn_dkv_kernel(xte_attn_args a, int64_t nkb, const int64_t *kvoff, const float *Dbuf,
+                        const float *Cbuf) {
   const int BN = XTE_ATTN_BN, BM = XTE_ATTN_BM, KC = XTE_ATTN_KC;
   __shared__ float sK[XTE_ATTN_KC][XTE_ATTN_DMAX]; /* the dK sums */
   __shared__ float sV[XTE_ATTN_KC][XTE_ATTN_DMAX]; /* the dV sums */
@@ -440,9 +557,24 @@ __global__ void __launch_bounds__(XTE_ATTN_NT)
   __shared__ int64_t slo[XTE_ATTN_BM], shi[XTE_ATTN_BM];
   __shared__ int sact[XTE_ATTN_BM];
   const int tid = (int)threadIdx.x;
-  const int64_t quarter = (int64_t)blockIdx.x % (BN / KC), rest = (int64_t)blockIdx.x / (BN / KC);
-  const int64_t kb = rest % nkb, bh = rest / nkb;
-  const int64_t hk = bh % a.hkv, b = bh / a.hkv, G = a.hq / a.hkv;
+  /* the block: (b, hk, kb, quarter) from blockIdx.x = ((b * hkv + hk) * nkb + kb) * 4 + quarter,
+   * or with a work list from blockIdx.x = (global key block * 4 + quarter) * hkv + hk (below
+   * 2^31: 32-bit steps) */
+  int64_t quarter, kb, hk, b;
+  if (kvoff) {
+    const uint32_t hkv = (uint32_t)a.hkv, g = blockIdx.x / hkv;
+    hk = (int64_t)(blockIdx.x - g * hkv);
+    quarter = (int64_t)(g % (BN / KC));
+    b = xte_attn_work_seq(kvoff, a.batch, (int64_t)(g / (BN / KC)));
+    kb = (int64_t)(g / (BN / KC)) - kvoff[b];
+  } else {
+    const int64_t rest = (int64_t)blockIdx.x / (BN / KC), bh = rest / nkb;
+    quarter = (int64_t)blockIdx.x % (BN / KC);
+    kb = rest % nkb;
+    hk = bh % a.hkv;
+    b = bh / a.hkv;
+  }
+  const int64_t G = a.hq / a.hkv;
   const int64_t dq = a.dqk, dv = a.dv;
   int64_t qt0, lq, kt0, lkv;
   xte_attn_seq(a, 0, b, &qt0, &lq);
@@ -546,16 +678,29 @@ __global__ void __launch_bounds__(XTE_ATTN_NT)
  * const void *dev, size_t), template launch(int64_t grid, kernel, args...) (XTE_ATTN_NT threads),
  * xte_status finish(), and svc (the core's set_error). */
 
-/* Checks the cu_seqlens (device memory) as the CPU does and gives the longest sequences. */
+/* Checks the cu_seqlens (device memory) as the CPU does and gives the longest sequences; with
+ * cu_seqlens also the work lists (*lists: qoff [batch + 1] then kvoff [batch + 1], device memory
+ * the caller releases; *nq / *nkv their totals). */
 template <class RT>
-xte_status xte_attn_prepare(RT &rt, const xte_attn_args *a, int64_t *mq, int64_t *mkv) {
+xte_status xte_attn_prepare(RT &rt, const xte_attn_args *a, int64_t *mq, int64_t *mkv,
+                            int64_t **lists, int64_t *nq, int64_t *nkv) {
   *mq = a->sq;
   *mkv = a->skv;
+  *lists = nullptr;
   if (!a->packed && !a->cu_q) return XTE_SUCCESS;
-  int64_t v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  void *dv = nullptr;
-  XTE_ATTN_TRY(rt.alloc(&dv, sizeof v));
-  xte_status st = rt.launch(1, xte_attn_check_kernel, *a, (int64_t *)dv);
+  int64_t v[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tot[2] = {0, 0};
+  void *dv = nullptr, *dl = nullptr;
+  size_t lbytes;
+  if (__builtin_mul_overflow((size_t)a->batch + 1, 2 * sizeof(int64_t), &lbytes))
+    return rt.svc->set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: work list size overflows");
+  XTE_ATTN_TRY(rt.alloc(&dv, sizeof v + 4 * sizeof(unsigned long long)));
+  unsigned long long *w = (unsigned long long *)((char *)dv + sizeof v);
+  int64_t grid = (a->batch + XTE_ATTN_NT - 1) / XTE_ATTN_NT;
+  if (grid > XTE_ATTN_GRID_CAP) grid = XTE_ATTN_GRID_CAP;
+  xte_status st = rt.launch(1, xte_attn_check_init, w);
+  if (st == XTE_SUCCESS && grid > 0) st = rt.launch(grid, xte_attn_check_scan, *a, w);
+  if (st == XTE_SUCCESS)
+    st = rt.launch(1, xte_attn_check_kernel, *a, (const unsigned long long *)w, (int64_t *)dv);
   if (st == XTE_SUCCESS) st = rt.read(v, dv, sizeof v);
   rt.release(dv);
   XTE_ATTN_TRY(st);
@@ -582,6 +727,19 @@ xte_status xte_attn_prepare(RT &rt, const xte_attn_args *a, int64_t *mq, int64_t
   }
   *mq = v[5];
   *mkv = v[6];
+  if (a->no_output || a->batch <= 0) return XTE_SUCCESS;
+  XTE_ATTN_TRY(rt.alloc(&dl, lbytes));
+  int64_t *qoff = (int64_t *)dl, *kvoff = qoff + a->batch + 1;
+  st = rt.launch(1, xte_attn_work_scan, *a, qoff, kvoff);
+  if (st == XTE_SUCCESS) st = rt.read(&tot[0], qoff + a->batch, sizeof(int64_t));
+  if (st == XTE_SUCCESS) st = rt.read(&tot[1], kvoff + a->batch, sizeof(int64_t));
+  if (st != XTE_SUCCESS) {
+    rt.release(dl);
+    return st;
+  }
+  *lists = qoff;
+  *nq = tot[0];
+  *nkv = tot[1];
   return XTE_SUCCESS;
 }
 
@@ -612,40 +770,56 @@ xte_status xte_attn_pad(RT &rt, const xte_attn_args *a, int kv, int fwd) {
 
 template <class RT>
 xte_status xte_attn_fwd_run(RT &rt, const xte_attn_args *a) {
-  int64_t mq, mkv, grid = 0;
-  XTE_ATTN_TRY(xte_attn_prepare(rt, a, &mq, &mkv));
+  int64_t mq, mkv, grid = 0, nq = 0, nkv = 0, *lists = nullptr;
+  XTE_ATTN_TRY(xte_attn_prepare(rt, a, &mq, &mkv, &lists, &nq, &nkv));
   if (a->no_output) return XTE_SUCCESS;
   const int64_t ntile = (mq + XTE_ATTN_R - 1) / XTE_ATTN_R;
-  XTE_ATTN_TRY(xte_attn_grid(rt.svc, a->batch, a->hq, ntile, &grid));
-  XTE_ATTN_TRY(xte_attn_pad(rt, a, 0, 1));
-  if (grid > 0) XTE_ATTN_TRY(rt.launch(grid, xte_attn_fwd_kernel, *a, ntile));
-  return rt.finish();
+  xte_status st = lists ? xte_attn_grid(rt.svc, nq, a->hq, 1, &grid)
+                        : xte_attn_grid(rt.svc, a->batch, a->hq, ntile, &grid);
+  if (st == XTE_SUCCESS) st = xte_attn_pad(rt, a, 0, 1);
+  if (st == XTE_SUCCESS && grid > 0)
+    st = rt.launch(grid, xte_attn_fwd_kernel, *a, ntile, (const int64_t *)lists);
+  if (st == XTE_SUCCESS) st = rt.finish();
+  if (lists) rt.release(lists);
+  return st;
 }
 
 template <class RT>
 xte_status xte_attn_bwd_run(RT &rt, const xte_attn_args *a) {
-  int64_t mq, mkv, gq = 0, gkv = 0, nl;
-  size_t bytes;
-  XTE_ATTN_TRY(xte_attn_prepare(rt, a, &mq, &mkv));
+  int64_t mq, mkv, gq = 0, gkv = 0, nl = 0, nq = 0, nkv = 0, *lists = nullptr;
+  size_t bytes = 0;
+  XTE_ATTN_TRY(xte_attn_prepare(rt, a, &mq, &mkv, &lists, &nq, &nkv));
   if (a->no_output) return XTE_SUCCESS;
   const int64_t ntile = (mq + XTE_ATTN_R - 1) / XTE_ATTN_R;
   const int64_t nkb = (mkv + XTE_ATTN_BN - 1) / XTE_ATTN_BN;
-  XTE_ATTN_TRY(xte_attn_grid(rt.svc, a->batch, a->hq, ntile, &gq));
-  XTE_ATTN_TRY(xte_attn_grid(rt.svc, a->batch * a->hkv, nkb, XTE_ATTN_BN / XTE_ATTN_KC, &gkv));
-  /* D and corr, indexed like the LSE: allocated before the first output byte */
-  if (__builtin_mul_overflow(a->packed ? a->total_q : a->batch * a->sq, a->hq, &nl) ||
-      __builtin_mul_overflow((size_t)nl * 2 + 16, sizeof(float), &bytes))
-    return rt.svc->set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: D buffer size overflows");
+  const int64_t *qoff = lists, *kvoff = lists ? lists + a->batch + 1 : nullptr;
   void *ws = nullptr;
-  XTE_ATTN_TRY(rt.alloc(&ws, bytes));
+  xte_status st = lists ? xte_attn_grid(rt.svc, nq, a->hq, 1, &gq)
+                        : xte_attn_grid(rt.svc, a->batch, a->hq, ntile, &gq);
+  if (st == XTE_SUCCESS)
+    st = lists ? xte_attn_grid(rt.svc, nkv, a->hkv, XTE_ATTN_BN / XTE_ATTN_KC, &gkv)
+               : xte_attn_grid(rt.svc, a->batch * a->hkv, nkb, XTE_ATTN_BN / XTE_ATTN_KC, &gkv);
+  /* D and corr, indexed like the LSE: allocated before the first output byte */
+  if (st == XTE_SUCCESS &&
+      (__builtin_mul_overflow(a->packed ? a->total_q : a->batch * a->sq, a->hq, &nl) ||
+       __builtin_mul_overflow((size_t)nl * 2 + 16, sizeof(float), &bytes)))
+    st = rt.svc->set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: D buffer size overflows");
+  if (st == XTE_SUCCESS) st = rt.alloc(&ws, bytes);
+  if (st != XTE_SUCCESS) {
+    if (lists) rt.release(lists);
+    return st;
+  }
   float *Dbuf = (float *)ws, *Cbuf = Dbuf + nl;
-  xte_status st = xte_attn_pad(rt, a, 0, 0);
+  st = xte_attn_pad(rt, a, 0, 0);
   if (st == XTE_SUCCESS) st = xte_attn_pad(rt, a, 1, 0);
-  if (st == XTE_SUCCESS && gq > 0) st = rt.launch(gq, xte_attn_dq_kernel, *a, ntile, Dbuf, Cbuf);
+  if (st == XTE_SUCCESS && gq > 0)
+    st = rt.launch(gq, xte_attn_dq_kernel, *a, ntile, qoff, Dbuf, Cbuf);
   if (st == XTE_SUCCESS && gkv > 0)
-    st = rt.launch(gkv, xte_attn_dkv_kernel, *a, nkb, (const float *)Dbuf, (const float *)Cbuf);
+    st = rt.launch(gkv, xte_attn_dkv_kernel, *a, nkb, kvoff, (const float *)Dbuf,
+                   (const float *)Cbuf);
   if (st == XTE_SUCCESS) st = rt.finish();
   rt.release(ws);
+  if (lists) rt.release(lists);
   return st;
 }
 

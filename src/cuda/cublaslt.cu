@@ -8,10 +8,13 @@
 #include "cuda/xte_cublaslt.h"
 #include "cuda/xte_fast.h"
 #include "cuda/xte_gpu.h"
+#include "cuda/xte_gpu_report.h"
+#include "numerics/xte_numerics.h"
 
 #if defined(__MUSACC__) || defined(XTE_MUSA)
 
-bool xte_gpu_gemm_fast(const xte_gemm_args *, xte_gpu_stream *, xte_status *) {
+bool xte_gpu_gemm_fast(const xte_gemm_args *a, xte_gpu_stream *, xte_status *, const char **why) {
+  *why = a->mode != 1 ? "EXACT mode" : "no cuBLASLt on " XTE_GPU_NAME;
   return false;
 }
 
@@ -81,6 +84,14 @@ void lt_repack(cudaStream_t st, const xte_gemm_operand &o, const xte_lt_operand 
   // clang-format on
 }
 
+/* The caller's fp32 bias [n] as the bf16 bias cuBLASLt's FP8 table lists for fp32 and bf16
+ * outputs (round to nearest even: xte_f32_to_bf16). */
+__global__ void lt_bias_bf16(const float *src, int64_t n, uint16_t *dst) {
+  for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n;
+       t += (int64_t)gridDim.x * blockDim.x)
+    dst[t] = xte_f32_to_bf16(src[t]);
+}
+
 /* The cuBLASLt descriptors of one call. */
 struct lt_descs {
   const xte_lt_api *api;
@@ -97,13 +108,14 @@ struct lt_descs {
     if (la) api->layout_destroy(la);
     if (op) api->desc_destroy(op);
   }
-  /* scale pointers are set at enqueue time (repacked ones live in the workspace) */
-  bool build(const xte_lt_call &c) {
+  /* scale pointers are set at enqueue time (repacked ones live in the workspace); bias: the bias
+   * in the dtype xte_lt_bias_type names (the bf16 copy in the workspace), NULL when planning */
+  bool build(const xte_lt_call &c, const void *bias = nullptr) {
     const int32_t ta = XTE_LT_OP_T, tb = XTE_LT_OP_N;
     const int32_t sa = c.b.scale_mode, sb = c.a.scale_mode; /* cuBLASLt's A is our B */
     const int8_t fast = 0;
     const uint32_t epi = c.bias ? XTE_LT_EPILOGUE_BIAS : XTE_LT_EPILOGUE_DEFAULT;
-    const int32_t bias_type = XTE_LT_R_32F;
+    const int32_t bias_type = xte_lt_bias_type(c.d_type);
     const uint64_t ws = XTE_LT_WORKSPACE;
     if (api->desc_create(&op, XTE_LT_COMPUTE_32F, XTE_LT_R_32F) != XTE_LT_OK) return false;
     if (api->desc_set(op, XTE_LT_DESC_TRANSA, &ta, sizeof ta) != XTE_LT_OK ||
@@ -113,9 +125,11 @@ struct lt_descs {
         api->desc_set(op, XTE_LT_DESC_B_SCALE_MODE, &sb, sizeof sb) != XTE_LT_OK ||
         api->desc_set(op, XTE_LT_DESC_EPILOGUE, &epi, sizeof epi) != XTE_LT_OK)
       return false;
+    /* planning: the caller's bias stands in for the bf16 copy (same alignment class) */
+    const void *bias_ptr = bias ? bias : (const void *)c.bias;
     if (c.bias &&
         (api->desc_set(op, XTE_LT_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type) != XTE_LT_OK ||
-         api->desc_set(op, XTE_LT_DESC_BIAS_POINTER, &c.bias, sizeof c.bias) != XTE_LT_OK))
+         api->desc_set(op, XTE_LT_DESC_BIAS_POINTER, &bias_ptr, sizeof bias_ptr) != XTE_LT_OK))
       return false;
     /* cuBLASLt's A: our B stored [k, n] column-major (rows of B K-contiguous), op T */
     if (api->layout_create(&la, c.b.type, (uint64_t)c.k, (uint64_t)c.n, c.b.ld) != XTE_LT_OK ||
@@ -164,44 +178,70 @@ size_t rup256(size_t b) {
 
 }  // namespace
 
-bool xte_gpu_gemm_fast(const xte_gemm_args *a, xte_gpu_stream *h, xte_status *st) {
+bool xte_gpu_gemm_fast(const xte_gemm_args *a, xte_gpu_stream *h, xte_status *st,
+                       const char **why) {
   const xte_lt_api *api;
   const cudaError_t prior = cudaPeekAtLastError();
   void *handle, *ws = nullptr;
-  size_t repack_bytes = 0;
+  size_t repack_bytes = 0, bias_bytes = 0;
   xte_lt_call *calls;
   xte_lt_algo *algos;
-  int64_t i;
+  int64_t i, ncalls = 0;
   bool ok = true;
-  if (a->mode != 1 /* XTE_GEMM_FAST */ || a->num_problems <= 0) return false;
-  api = xte_lt_get();
-  if (!api->usable) return false;
+  if (a->mode != 1 /* XTE_GEMM_FAST */) {
+    *why = "EXACT mode";
+    return false;
+  }
+  if (a->num_problems <= 0) {
+    *why = "no problem";
+    return false;
+  }
   {
     const int major = cc_major(h->device, prior);
     xte_lt_call probe;
-    /* a cheap first look (problem 0) before any allocation */
-    if (xte_lt_plan(a, major, 0, &probe) != NULL) return false;
+    /* a cheap first look (problem 0) before the library or any allocation */
+    if ((*why = xte_lt_plan(a, major, 0, &probe)) != NULL) return false;
+  }
+  api = xte_lt_get(); /* loaded here, at the first FAST call that could use it */
+  if (!api->usable) {
+    *why = api->why;
+    return false;
+  }
+  {
+    const int major = cc_major(h->device, prior);
     calls = (xte_lt_call *)calloc((size_t)a->num_problems, sizeof *calls);
     algos = (xte_lt_algo *)calloc((size_t)a->num_problems, sizeof *algos);
     if (!calls || !algos) {
       free(calls);
       free(algos);
+      *why = "out of host memory for the plan";
       return false;
     }
     for (i = 0; i < a->num_problems && ok; i++) {
-      ok = xte_lt_plan(a, major, i, &calls[i]) == NULL;
+      const char *w = xte_lt_plan(a, major, i, &calls[i]);
+      ok = w == NULL;
+      if (!ok) *why = w;
       if (ok) {
         const size_t rb =
             rup256((size_t)calls[i].a.s_floats * 4) + rup256((size_t)calls[i].b.s_floats * 4);
         if (rb > repack_bytes) repack_bytes = rb;
+        if (calls[i].bias) bias_bytes = rup256((size_t)calls[i].n * 2);
       }
     }
   }
   handle = ok ? lt_handle(api, h->device) : nullptr;
+  if (ok && !handle) *why = "cublasLtCreate failed";
   for (i = 0; i < a->num_problems && ok && handle; i++) {
     if (calls[i].empty) continue;
     lt_descs d(api);
-    ok = d.build(calls[i]) && lt_pick(api, handle, d, &algos[i]);
+    if (!d.build(calls[i])) {
+      ok = false;
+      *why = "cuBLASLt refused a descriptor attribute";
+    } else if (!lt_pick(api, handle, d, &algos[i])) {
+      ok = false;
+      *why = "cuBLASLt's heuristic gave no algorithm without split-K for this shape";
+    }
+    ncalls++;
   }
   if (!ok || !handle) {
     free(calls);
@@ -211,11 +251,21 @@ bool xte_gpu_gemm_fast(const xte_gemm_args *a, xte_gpu_stream *h, xte_status *st
   /* every problem runs here: from now on errors are reported, not passed to the exact kernel */
   {
     xte_gpu_lock lock(h);
-    *st = xte_gpu_workspace(h, 256 + XTE_LT_WORKSPACE + repack_bytes, &ws);
+    *st = xte_gpu_workspace(h, 256 + XTE_LT_WORKSPACE + repack_bytes + bias_bytes, &ws);
     if (*st == XTE_SUCCESS) {
       char *base = (char *)ws + (256 - (uintptr_t)ws % 256) % 256;
       float *rep_a = (float *)(base + XTE_LT_WORKSPACE);
+      uint16_t *bias16 = (uint16_t *)((char *)rep_a + repack_bytes);
       const float one = 1.0f, zero = 0.0f;
+      if (bias_bytes) { /* one bf16 copy of the bias: every problem has the same N columns */
+        int64_t nb = 0, j;
+        for (j = 0; j < a->num_problems; j++)
+          if (calls[j].bias && calls[j].n > nb) nb = calls[j].n;
+        // clang-format off
+        lt_bias_bf16<<<(unsigned)((nb + 255) / 256 < 1024 ? (nb + 255) / 256 : 1024), 256, 0,
+                       h->stream>>>(a->bias, nb, bias16);
+        // clang-format on
+      }
       for (i = 0; i < a->num_problems && *st == XTE_SUCCESS; i++) {
         const xte_lt_call &c = calls[i];
         const float *sa = c.a.scale, *sb = c.b.scale;
@@ -234,7 +284,7 @@ bool xte_gpu_gemm_fast(const xte_gemm_args *a, xte_gpu_stream *h, xte_status *st
         if (*st != XTE_SUCCESS) break;
         {
           lt_descs d(api);
-          if (!d.build(c) ||
+          if (!d.build(c, c.bias ? (const void *)bias16 : nullptr) ||
               api->desc_set(d.op, XTE_LT_DESC_A_SCALE_POINTER, &sb, sizeof sb) != XTE_LT_OK ||
               api->desc_set(d.op, XTE_LT_DESC_B_SCALE_POINTER, &sa, sizeof sa) != XTE_LT_OK) {
             *st = xte_gpu_services()->set_error(
@@ -253,17 +303,15 @@ bool xte_gpu_gemm_fast(const xte_gemm_args *a, xte_gpu_stream *h, xte_status *st
       if (*st == XTE_SUCCESS) *st = xte_gpu_launch_check(prior, "FAST GEMM (cuBLASLt) launch");
     }
   }
+  if (*st == XTE_SUCCESS)
+    xte_gpu_report_lt(api->lib, api->version, ncalls,
+                      a->bias ? xte_lt_bias_type(calls[0].d_type) : -1);
   free(calls);
   free(algos);
   return true;
 }
 
 void xte_gpu_fast_describe(int dev, char *buf, size_t size) {
-  const xte_lt_api *api = xte_lt_get();
-  if (!api->usable) {
-    snprintf(buf, size, "FAST: exact kernel (%s)", api->why);
-    return;
-  }
   if (dev >= 0) {
     const int major = cc_major(dev, cudaPeekAtLastError());
     if (major != 9) {
@@ -272,8 +320,18 @@ void xte_gpu_fast_describe(int dev, char *buf, size_t size) {
       return;
     }
   }
-  snprintf(buf, size, "FAST: cuBLASLt %zu.%zu.%zu", api->version / 10000, api->version / 100 % 100,
-           api->version % 100);
+  if (!xte_lt_loaded()) {
+    snprintf(buf, size, "FAST: cuBLASLt (loaded at the first FAST call)");
+    return;
+  }
+  {
+    const xte_lt_api *api = xte_lt_get();
+    if (!api->usable)
+      snprintf(buf, size, "FAST: exact kernel (%s)", api->why);
+    else
+      snprintf(buf, size, "FAST: cuBLASLt %zu.%zu.%zu", api->version / 10000,
+               api->version / 100 % 100, api->version % 100);
+  }
 }
 
 #endif

@@ -5,7 +5,8 @@
  * kernel, elsewhere and on MUSA. Stage 3, the int8 digit kernel (gemm_imma_kernels.cuh, e4m3 x
  * e4m3 only, sm_80+), runs only on request for now. All give the same bytes.
  * XTE_CUDA_GEMM_KERNEL=simt / dmma4 / dmma16 / imma forces one (read at every call: the device
- * script times each). The kernels and the host
+ * script runs each); every call reports the kernel that really ran (src/cuda/xte_gpu_report.h),
+ * and why a forced one could not. The kernels and the host
  * steps live in gemm_kernels.cuh, written against a runtime policy; this file gives it the CUDA
  * runtime. tests/simt/simt_plugin.cpp gives the same driver the host SIMT runner: keep the two
  * policies in step (same operations, same order). */
@@ -17,6 +18,7 @@
 #include "cuda/gemm_kernels.cuh"
 #include "cuda/xte_fast.h" /* XTE_GEMM_FAST through cuBLASLt (cublaslt.cu) */
 #include "cuda/xte_gpu.h"
+#include "cuda/xte_gpu_report.h"
 
 namespace {
 
@@ -26,6 +28,7 @@ struct cuda_gemm_rt {
   const xte_core_services *svc;
   cudaError_t prior; /* the application's pending error, left alone */
   int dmma;          /* the kernel: XTE_GEMM_KERNEL_SIMT / DMMA4 / DMMA16 / IMMA */
+  unsigned ran = 0;  /* bit k: kernel k was launched (xte_gemm_launch_split) */
 
   xte_status alloc(void **p, size_t bytes) {
     return xte_gpu_check(cudaMalloc(p, bytes), "cudaMalloc (GEMM workspace)");
@@ -94,14 +97,16 @@ int dmma_query(int dev, cudaError_t prior) {
 }
 
 /* The kernel of this call (XTE_GEMM_KERNEL_*): m16n8k16 where the device runs it, else m8n8k4
- * where it runs that, else SIMT. XTE_CUDA_GEMM_KERNEL=simt / dmma4 / dmma16 / imma forces one
- * (read at every call: the device script times each); a forced MMA kernel the device cannot run,
- * and imma with an operand that is not e4m3, give the automatic choice. The int8 digit kernel is
- * not an automatic choice yet (never timed on a GPU). */
-int dmma_selected(int dev, cudaError_t prior, const xte_gemm_args *a) {
-  const char *env = getenv("XTE_CUDA_GEMM_KERNEL");
-  if (env && strcmp(env, "simt") == 0) return XTE_GEMM_KERNEL_SIMT;
-  int ok;
+ * where it runs that, else SIMT. requested (XTE_CUDA_GEMM_KERNEL: xte_gemm_kernel_requested)
+ * forces one (read at every call: the device script runs each); a forced kernel the device
+ * cannot run, or imma with an operand that is not e4m3, gives the automatic choice and *why says
+ * so (the report carries it: a forced kernel that did not run is visible, never silent). The int8
+ * digit kernel is not an automatic choice yet (never timed on a GPU). */
+int dmma_selected(int dev, cudaError_t prior, const xte_gemm_args *a, int requested,
+                  const char **why) {
+  int ok, autok;
+  *why = NULL;
+  if (requested == XTE_GEMM_KERNEL_SIMT) return XTE_GEMM_KERNEL_SIMT;
   if (dev < 0 || dev >= XTE_GEMM_MAX_DEVICES) {
     ok = dmma_query(dev, prior);
   } else {
@@ -111,16 +116,29 @@ int dmma_selected(int dev, cudaError_t prior, const xte_gemm_args *a) {
       g_dmma_ok[dev].store(ok + 1, std::memory_order_relaxed);
     }
   }
-  if (env && strcmp(env, "dmma4") == 0 && (ok & 1)) return XTE_GEMM_KERNEL_DMMA4;
-  if (env && strcmp(env, "imma") == 0 && (ok & 4) && a->a.fmt == XTE_FP8_E4M3 &&
-      a->b.fmt == XTE_FP8_E4M3)
-    return XTE_GEMM_KERNEL_IMMA;
-  if (ok & 2) return XTE_GEMM_KERNEL_DMMA16;
-  if (ok & 1) return XTE_GEMM_KERNEL_DMMA4;
-  return XTE_GEMM_KERNEL_SIMT;
+  autok =
+      (ok & 2) ? XTE_GEMM_KERNEL_DMMA16 : ((ok & 1) ? XTE_GEMM_KERNEL_DMMA4 : XTE_GEMM_KERNEL_SIMT);
+  if (requested == XTE_GEMM_KERNEL_DMMA4) {
+    if (ok & 1) return XTE_GEMM_KERNEL_DMMA4;
+    *why = "dmma4: no m8n8k4 code for this device (compute capability < 8.0 or not built)";
+  } else if (requested == XTE_GEMM_KERNEL_DMMA16) {
+    if (ok & 2) return XTE_GEMM_KERNEL_DMMA16;
+    *why = "dmma16: no m16n8k16 code for this device (compute capability < 9.0 or not built)";
+  } else if (requested == XTE_GEMM_KERNEL_IMMA) {
+    if ((ok & 4) && a->a.fmt == XTE_FP8_E4M3 && a->b.fmt == XTE_FP8_E4M3)
+      return XTE_GEMM_KERNEL_IMMA;
+    *why = (ok & 4) ? "imma: an operand is e5m2 (the int8 digit kernel takes e4m3 x e4m3)"
+                    : "imma: no int8 digit code for this device (compute capability < 8.0)";
+  } else if (requested == -2) {
+    *why = "XTE_CUDA_GEMM_KERNEL: not simt, dmma4, dmma16, imma or auto";
+  }
+  return autok;
 }
 #else
-int dmma_selected(int, cudaError_t, const xte_gemm_args *) {
+int dmma_selected(int, cudaError_t, const xte_gemm_args *, int requested, const char **why) {
+  *why = requested > XTE_GEMM_KERNEL_SIMT || requested == -2
+             ? "only the SIMT kernel is built for this runtime"
+             : NULL;
   return XTE_GEMM_KERNEL_SIMT;
 }
 #endif
@@ -131,10 +149,17 @@ static xte_status gpu_gemm(const xte_gemm_args *a, void *handle) {
   xte_gpu_stream *h;
   XTE_GPU_ENTER(handle, h);
   xte_status fast_st;
-  if (xte_gpu_gemm_fast(a, h, &fast_st)) return fast_st; /* FAST: cuBLASLt where it applies */
+  const char *fast_why = NULL, *not_honoured;
+  /* FAST: cuBLASLt where it applies (it reports the call itself); else fast_why says why not */
+  if (xte_gpu_gemm_fast(a, h, &fast_st, &fast_why)) return fast_st;
   const cudaError_t prior = cudaPeekAtLastError();
-  cuda_gemm_rt rt{h->stream, xte_gpu_services(), prior, dmma_selected(h->device, prior, a)};
-  return xte_gemm_run(rt, a);
+  const int requested = xte_gemm_kernel_requested(getenv("XTE_CUDA_GEMM_KERNEL"));
+  const int chosen = dmma_selected(h->device, prior, a, requested, &not_honoured);
+  cuda_gemm_rt rt{h->stream, xte_gpu_services(), prior, chosen};
+  const xte_status st = xte_gemm_run(rt, a);
+  if (st == XTE_SUCCESS)
+    xte_gpu_report_exact(a->mode == 1, requested, chosen, rt.ran, not_honoured, fast_why);
+  return st;
 }
 
 const xte_gemm_ops xte_gpu_gemm_ops = {gpu_gemm};

@@ -334,14 +334,25 @@ static xte_status xte_gemm_launch_dmma(RT &rt, int split, int64_t grid, A... arg
 }
 #endif
 
+/* Launches the main kernel of rt.dmma's choice; records the kernel that really runs in
+ * rt.ran (bit XTE_GEMM_KERNEL_*: the plugin reports it, src/cuda/xte_gpu_report.h). */
 template <class RT, class... A>
 static xte_status xte_gemm_launch_split(RT &rt, int split, int64_t grid, A... args) {
 #if XTE_GEMM_DMMA
-  if (rt.dmma == XTE_GEMM_KERNEL_IMMA && split == 0)
+  if (rt.dmma == XTE_GEMM_KERNEL_IMMA && split == 0) {
+    rt.ran |= 1u << XTE_GEMM_KERNEL_IMMA;
     return rt.launch(grid, xte_gemm_imma_kernel, args...);
-  if (rt.dmma == XTE_GEMM_KERNEL_DMMA16) return xte_gemm_launch_dmma<16>(rt, split, grid, args...);
-  if (rt.dmma == XTE_GEMM_KERNEL_DMMA4) return xte_gemm_launch_dmma<4>(rt, split, grid, args...);
+  }
+  if (rt.dmma == XTE_GEMM_KERNEL_DMMA16) {
+    rt.ran |= 1u << XTE_GEMM_KERNEL_DMMA16;
+    return xte_gemm_launch_dmma<16>(rt, split, grid, args...);
+  }
+  if (rt.dmma == XTE_GEMM_KERNEL_DMMA4) {
+    rt.ran |= 1u << XTE_GEMM_KERNEL_DMMA4;
+    return xte_gemm_launch_dmma<4>(rt, split, grid, args...);
+  }
 #endif
+  rt.ran |= 1u << XTE_GEMM_KERNEL_SIMT;
   if (split == 1) return rt.launch(grid, xte_gemm_exact_kernel<1>, args...);
   if (split == 2) return rt.launch(grid, xte_gemm_exact_kernel<2>, args...);
   return rt.launch(grid, xte_gemm_exact_kernel<0>, args...);
@@ -351,6 +362,7 @@ static xte_status xte_gemm_launch_split(RT &rt, int split, int64_t grid, A... ar
  * the masked_m verdict, then the GEMM launch (the DMMA kernel of shape rt.dmma when that is
  * XTE_GEMM_KERNEL_DMMA4 / DMMA16 and XTE_GEMM_DMMA, the int8 digit kernel when it is
  * XTE_GEMM_KERNEL_IMMA, XTE_GEMM_DMMA and no operand is e5m2, else the SIMT one). RT: dmma (int),
+ * ran (unsigned, or-ed with the bit of each kernel launched),
  * alloc(void
  * **, bytes), release(p), upload(dev, host, bytes), read(host, dev, bytes) (checks the launches
  * before it first), memset(p, v, bytes), launch(grid, kernel, args...), finish(), host_alloc(bytes)

@@ -347,11 +347,28 @@ __global__ void __launch_bounds__(XTE_MOE_NT)
 
 /* ---------------------------------------------------------------- row map checks */
 
-/* first[v]: the first slot (t K + j, scan order) whose entry is a valid row v. One thread per
- * token. */
+/* The table of the row map checks: first[v], the first slot (t K + j, scan order) whose entry is
+ * the valid row v. Direct (keys NULL: entry v) when the rows are few (at most twice the T K
+ * slots); else an open-addressing hash table of 2^lg entries (at least twice the slots, so it
+ * never fills) keyed by v (keys[i] == XTE_MOE_NONE: empty), so that the workspace grows with the
+ * slots and never with the rows (an empty [2^31, 0] input costs nothing). */
+__device__ __forceinline__ xte_moe_u64 *xte_moe_rm_entry(xte_moe_u64 *first, xte_moe_u64 *keys,
+                                                         int lg, int64_t v, int insert) {
+  if (!keys) return first + v;
+  const xte_moe_u64 mask = ((xte_moe_u64)1 << lg) - 1, key = (xte_moe_u64)v;
+  xte_moe_u64 i = lg ? ((key * 0x9E3779B97F4A7C15ull) >> (64 - lg)) : 0;
+  for (;;) {
+    const xte_moe_u64 k = insert ? atomicCAS(keys + i, (xte_moe_u64)XTE_MOE_NONE, key) : keys[i];
+    if (k == key || (insert && k == (xte_moe_u64)XTE_MOE_NONE)) return first + i;
+    if (!insert && k == (xte_moe_u64)XTE_MOE_NONE) return NULL; /* not there */
+    i = (i + 1) & mask;
+  }
+}
+
+/* Fills the table: one thread per token. */
 __global__ void __launch_bounds__(XTE_MOE_NT)
     xte_moe_rm_first(xte_moe_view rmv, const int32_t *slots, int64_t T, int64_t K, int64_t rows,
-                     xte_moe_u64 *first) {
+                     xte_moe_u64 *first, xte_moe_u64 *keys, int lg) {
   for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < T;
        t += (int64_t)gridDim.x * blockDim.x) {
     const int32_t *rm = (const int32_t *)rmv.data + t * rmv.ld;
@@ -359,7 +376,7 @@ __global__ void __launch_bounds__(XTE_MOE_NT)
     for (int64_t j = 0; j < K; j++) {
       const int64_t v = rm[j];
       if (v < 0 || v >= rows || slots[t * K + j] < 0) continue;
-      atomicMin(first + v, (xte_moe_u64)(t * K + j));
+      atomicMin(xte_moe_rm_entry(first, keys, lg, v, 1), (xte_moe_u64)(t * K + j));
     }
   }
 }
@@ -368,7 +385,7 @@ __global__ void __launch_bounds__(XTE_MOE_NT)
  * no expert, or a row an earlier slot maps). One thread per token. */
 __global__ void __launch_bounds__(XTE_MOE_NT)
     xte_moe_rm_check(xte_moe_view rmv, const int32_t *slots, int64_t T, int64_t K, int64_t rows,
-                     const xte_moe_u64 *first, xte_moe_u64 *bad) {
+                     xte_moe_u64 *first, xte_moe_u64 *keys, int lg, xte_moe_u64 *bad) {
   for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < T;
        t += (int64_t)gridDim.x * blockDim.x) {
     const int32_t *rm = (const int32_t *)rmv.data + t * rmv.ld;
@@ -376,7 +393,9 @@ __global__ void __launch_bounds__(XTE_MOE_NT)
     for (int64_t j = 0; j < K; j++) {
       const int64_t v = rm[j], p = t * K + j;
       if (v == -1) continue;
-      if (v < 0 || v >= rows || slots[p] < 0 || first[v] != (xte_moe_u64)p) {
+      const xte_moe_u64 *f =
+          v < 0 || v >= rows || slots[p] < 0 ? NULL : xte_moe_rm_entry(first, keys, lg, v, 0);
+      if (!f || *f != (xte_moe_u64)p) {
         atomicMin(bad, (xte_moe_u64)p);
         break;
       }
@@ -768,30 +787,44 @@ static xte_status xte_moe_unpermute_run(RT &rt, const xte_unpermute_args *a, int
   const int64_t T = a->r.T, K = a->r.K;
   const int64_t rows0 = which == XTE_UNPERMUTE_FWD ? a->in.rows : a->grad_in.rows;
   const int64_t rows = rows0 < (int64_t)INT32_MAX + 1 ? rows0 : (int64_t)INT32_MAX + 1;
-  int64_t slots_n = 0;
-  size_t total = 0, o_err, o_slots, o_first;
+  int64_t slots_n = 0, tab = 0;
+  int lg = 0;
+  size_t total = 0, o_err, o_slots, o_first, o_keys = 0;
   char *ws = NULL;
   xte_status st;
   if (__builtin_mul_overflow(T, K, &slots_n) || !xte_moe_ws_add(&total, 2, 8, &o_err) ||
-      !xte_moe_ws_add(&total, slots_n, 4, &o_slots) || !xte_moe_ws_add(&total, rows, 8, &o_first))
+      !xte_moe_ws_add(&total, slots_n, 4, &o_slots))
+    return rt.svc->set_error(XTE_ERROR_OUT_OF_MEMORY, "unpermute workspace");
+  /* the row map table (xte_moe_rm_entry): direct for few rows, else hashed by row */
+  const int hashed = slots_n < (int64_t)1 << 40 && rows > 2 * slots_n;
+  if (hashed) {
+    while (((int64_t)1 << lg) < 2 * slots_n) lg++;
+    tab = (int64_t)1 << lg;
+  } else {
+    tab = rows;
+  }
+  if (!xte_moe_ws_add(&total, tab, 8, &o_first) ||
+      (hashed && !xte_moe_ws_add(&total, tab, 8, &o_keys)))
     return rt.svc->set_error(XTE_ERROR_OUT_OF_MEMORY, "unpermute workspace");
   XTE_MOE_TRY(rt.alloc((void **)&ws, total));
   xte_moe_u64 *err = (xte_moe_u64 *)(ws + o_err), *first = (xte_moe_u64 *)(ws + o_first);
+  xte_moe_u64 *keys = hashed ? (xte_moe_u64 *)(ws + o_keys) : NULL;
   int32_t *slots = (int32_t *)(ws + o_slots);
   xte_moe_u64 hv[2];
   do {
     if ((st = rt.memset(err, 0xFF, 16)) != XTE_SUCCESS) break;
-    if ((st = rt.memset(first, 0xFF, (size_t)rows * 8)) != XTE_SUCCESS) break;
+    if ((st = rt.memset(first, 0xFF, (size_t)tab * 8)) != XTE_SUCCESS) break;
+    if (keys && (st = rt.memset(keys, 0xFF, (size_t)tab * 8)) != XTE_SUCCESS) break;
     if (T > 0) {
       if ((st = rt.launch(xte_moe_grid_threads(T), xte_moe_route_kernel, a->r, slots, err)) !=
           XTE_SUCCESS)
         break;
       if ((st = rt.launch(xte_moe_grid_threads(T), xte_moe_rm_first, a->row_map,
-                          (const int32_t *)slots, T, K, rows, first)) != XTE_SUCCESS)
+                          (const int32_t *)slots, T, K, rows, first, keys, lg)) != XTE_SUCCESS)
         break;
       if ((st = rt.launch(xte_moe_grid_threads(T), xte_moe_rm_check, a->row_map,
-                          (const int32_t *)slots, T, K, rows, (const xte_moe_u64 *)first,
-                          err + 1)) != XTE_SUCCESS)
+                          (const int32_t *)slots, T, K, rows, first, keys, lg, err + 1)) !=
+          XTE_SUCCESS)
         break;
     }
     if ((st = rt.read(hv, err, 16)) != XTE_SUCCESS) break;

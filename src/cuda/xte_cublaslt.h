@@ -154,15 +154,30 @@ static inline int xte_lt_load(xte_lt_api *api) {
   return 1;
 }
 
-/* The process-wide table, loaded once (thread-safe). */
+/* The process-wide table, loaded once (thread-safe), at the first FAST call that needs it (never
+ * at plugin init: the library is hundreds of MB). */
 static xte_lt_api xte_lt_g_api;
 static pthread_once_t xte_lt_g_once = PTHREAD_ONCE_INIT;
+static int xte_lt_g_loaded; /* set once the load was attempted */
 static inline void xte_lt_load_once(void) {
   (void)xte_lt_load(&xte_lt_g_api);
+  __atomic_store_n(&xte_lt_g_loaded, 1, __ATOMIC_RELEASE);
+}
+/* 1 once the library load was attempted (xte_lt_get called), without attempting it. */
+static inline int xte_lt_loaded(void) {
+  return __atomic_load_n(&xte_lt_g_loaded, __ATOMIC_ACQUIRE);
 }
 static inline const xte_lt_api *xte_lt_get(void) {
   pthread_once(&xte_lt_g_once, xte_lt_load_once);
   return &xte_lt_g_api;
+}
+
+/* The bias data type of a FAST call with D of cuBLASLt type d_type: cuBLASLt's FP8 table
+ * (cublasLtMatmul, A / B e4m3 or e5m2, compute 32F) lists a bf16 bias (CUDA_R_16BF) for bf16 and
+ * fp32 outputs; the fp32 bias of the contract is rounded to bf16 on the device first (the
+ * difference is in docs/numerics.md). */
+static inline int xte_lt_bias_type(int d_type) {
+  return d_type == XTE_LT_R_32F || d_type == XTE_LT_R_16BF ? XTE_LT_R_16BF : XTE_LT_R_32F;
 }
 
 /* ---------------------------------------------------------------- the applicability decision */

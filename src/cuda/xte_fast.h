@@ -7,12 +7,17 @@
 
 #include "cuda/xte_gpu.h"
 
-/* true: the call ran through cuBLASLt (or failed there: *st says which); false: not applicable
- * (EXACT mode, no usable libcublasLt, not compute capability 9.x, a layout / dtype / epilogue it
- * cannot take): nothing was enqueued nor written, and *st is untouched; run the exact kernel. */
-bool xte_gpu_gemm_fast(const xte_gemm_args *a, xte_gpu_stream *h, xte_status *st);
+/* true: the call ran through cuBLASLt (or failed there: *st says which) and was reported
+ * (src/cuda/xte_gpu_report.h); false: not applicable (EXACT mode, no usable libcublasLt, not
+ * compute capability 9.x, a layout / dtype / epilogue it cannot take, no algorithm without
+ * split-K): nothing was enqueued nor written, *st is untouched and *why says why; the caller runs
+ * the exact kernel and reports that with *why. libcublasLt is loaded at the first FAST call that
+ * gets past the checks that need no library, never before. */
+bool xte_gpu_gemm_fast(const xte_gemm_args *a, xte_gpu_stream *h, xte_status *st, const char **why);
 
-/* "FAST: cuBLASLt <version>" or "FAST: exact kernel (<why>)" for device dev (-1: no device). */
+/* The FAST line of `xte info` for device dev (-1: no device): "FAST: exact kernel (<why>)" when
+ * the device or the build rules cuBLASLt out, "FAST: cuBLASLt <version>" once the library was
+ * loaded, else "FAST: cuBLASLt (loaded at the first FAST call)": it never loads the library. */
 void xte_gpu_fast_describe(int dev, char *buf, size_t size);
 
 #endif /* XTE_FAST_H */

@@ -7,7 +7,10 @@
  *   xte_device_bench [M K [iterations]]
  *   xte_device_bench gemm [M N K [iterations]]   (the exact GEMM: see gemm_main)
  *   xte_device_bench attention [s [iterations]]  (exact attention: see attn_main)
- *   xte_device_bench fast [iterations]           (the FAST GEMM: see fast_main)
+ *   xte_device_bench fast [--expect-cublaslt] [--no-timing] [iterations]  (FAST: see fast_main)
+ *   xte_device_bench anchors [M N K [iterations]] (xte's GEMMs beside cuBLASLt's: anchors_main)
+ * Every GEMM row names what the plugin reported it ran ($XTE_GPU_REPORT, src/cuda/xte_gpu_report.h;
+ * set here to a file of its own when unset).
  * Exit 0 when the table was printed, 77 with "SKIPPED: ..." when there is no CUDA device,
  * 1 when an op failed. Built by tests/gpu.cmake. */
 #define _POSIX_C_SOURCE 200809L
@@ -18,6 +21,8 @@
 #include <string.h>
 #include <time.h>
 #include <xte/xte.h>
+
+#include "cuda/xte_cublaslt.h" /* the cuBLASLt loader and ABI values (plain C): the anchors */
 
 static double now(void) {
   struct timespec ts;
@@ -33,6 +38,97 @@ static double now(void) {
       exit(1);                                                                         \
     }                                                                                  \
   } while (0)
+
+/* ---------------------------------------------------------------- the plugin's report
+ * What the plugin says it ran (src/cuda/xte_gpu_report.h): one line per GEMM call appended to
+ * $XTE_GPU_REPORT, which main() points at a file of its own when it is not set. rep_take()
+ * returns the lines written since the last call (static buffer), so every row names what its own
+ * calls ran, as the plugin reported it: nothing here is inferred. */
+static char g_rep_path[512];
+/* XTE_DEVICE_BENCH_SMALL=1: small check shapes (the dry run on the host SIMT runner) */
+static int g_small;
+static long g_rep_off;
+
+static void rep_init(void) {
+  const char *p = getenv("XTE_GPU_REPORT");
+  if (p && *p) {
+    snprintf(g_rep_path, sizeof g_rep_path, "%s", p);
+  } else {
+    snprintf(g_rep_path, sizeof g_rep_path, "/tmp/xte_device_bench_report.%ld", (long)clock());
+    setenv("XTE_GPU_REPORT", g_rep_path, 1);
+  }
+  {
+    FILE *f = fopen(g_rep_path, "rb");
+    if (f) {
+      fseek(f, 0, SEEK_END);
+      g_rep_off = ftell(f);
+      fclose(f);
+    }
+  }
+}
+
+static const char *rep_take(void) {
+  static char buf[1 << 16];
+  size_t n = 0;
+  FILE *f = fopen(g_rep_path, "rb");
+  buf[0] = '\0';
+  if (!f) return buf;
+  if (fseek(f, g_rep_off, SEEK_SET) == 0) n = fread(buf, 1, sizeof buf - 1, f);
+  buf[n] = '\0';
+  fseek(f, 0, SEEK_END);
+  g_rep_off = ftell(f);
+  fclose(f);
+  return buf;
+}
+
+/* The value of key=... in a report line (up to a space, or the closing quote), into out. */
+static void rep_field(const char *line, const char *key, char *out, size_t size) {
+  const char *p = line;
+  size_t kl = strlen(key), n = 0;
+  out[0] = '\0';
+  while ((p = strstr(p, key)) != NULL) {
+    if ((p == line || p[-1] == ' ') && p[kl] == '=') break;
+    p += kl;
+  }
+  if (!p) return;
+  p += kl + 1;
+  if (*p == '"') {
+    p++;
+    while (p[n] && p[n] != '"' && p[n] != '\n') n++;
+  } else {
+    while (p[n] && p[n] != ' ' && p[n] != '\n') n++;
+  }
+  if (n >= size) n = size - 1;
+  memcpy(out, p, n);
+  out[n] = '\0';
+}
+
+/* The distinct values of key over the lines of rep, joined by ',' ("-" when none). */
+static void rep_values(const char *rep, const char *key, char *out, size_t size) {
+  const char *l = rep;
+  out[0] = '\0';
+  while (l && *l) {
+    char v[160];
+    rep_field(l, key, v, sizeof v);
+    if (*v) {
+      /* distinct: v not yet a whole item of out */
+      const size_t vl = strlen(v);
+      const char *q = out;
+      int seen = 0;
+      while ((q = strstr(q, v)) != NULL) {
+        if ((q == out || q[-1] == ',') && (q[vl] == ',' || q[vl] == '\0')) seen = 1;
+        q += vl;
+      }
+      if (!seen && strlen(out) + vl + 2 < size) {
+        if (*out) strcat(out, ",");
+        strcat(out, v);
+      }
+    }
+    l = strchr(l, '\n');
+    if (l) l++;
+  }
+  if (!*out) snprintf(out, size, "-");
+}
 
 enum { OP_COPY, OP_QUANT_ROW, OP_QUANT_BOTH, OP_DEQUANT, OP_CAST, OP_COUNT };
 static const char *op_name[OP_COUNT] = {"d2d copy (anchor)", "quantize 1x128 rowwise",
@@ -198,27 +294,63 @@ static size_t gemm_check_one(xte_stream gpu, xte_stream cpu, gop *a, gop *b, int
   return diff;
 }
 
+/* The kernels the GPU calls since the last look ran, as the plugin reported them (a static
+ * string for the row). With a forced kernel (req): a row where it did not run sets *failed,
+ * unless the plugin said the kernel does not take these operands (imma with an e5m2 operand: the
+ * automatic choice runs, reported as not_honoured); *rows counts the rows where it ran. */
+static const char *gemm_ran(const char *req, int forced, int *failed, int *rows) {
+  static char out[400];
+  char ran[120], why[240];
+  const char *rep = rep_take();
+  rep_values(rep, "ran", ran, sizeof ran);
+  rep_values(rep, "not_honoured", why, sizeof why);
+  if (!strchr(rep, '\n')) {
+    snprintf(out, sizeof out, "FAILED: the plugin reported no GEMM call");
+    *failed = 1;
+  } else if (!forced) {
+    snprintf(out, sizeof out, "%s (auto)", ran);
+  } else if (strcmp(ran, req) == 0) {
+    snprintf(out, sizeof out, "%s (forced)", ran);
+    (*rows)++;
+  } else if (strcmp(req, "imma") == 0 && strstr(why, "e5m2") && !strstr(ran, ",")) {
+    snprintf(out, sizeof out, "%s (imma does not take e5m2: %s)", ran, why);
+  } else {
+    snprintf(out, sizeof out, "FAILED: forced %s did not run: ran %s%s%s", req, ran,
+             *why && strcmp(why, "-") ? ": " : "", strcmp(why, "-") ? why : "");
+    *failed = 1;
+  }
+  return out;
+}
+
 static int gemm_main(int argc, char **argv) {
   const int64_t M = argc > 3 ? atoll(argv[1]) : 4096, N = argc > 3 ? atoll(argv[2]) : 7168,
                 K = argc > 3 ? atoll(argv[3]) : 16384;
   const int iters = argc > 4 ? atoi(argv[4]) : 5;
   xte_stream gpu, cpu;
   xte_status st = xte_stream_create(XTE_BACKEND_CUDA, 0, NULL, &gpu);
-  int failed = 0, c, i;
+  int failed = 0, c, i, forced_rows = 0;
+  const char *req = getenv("XTE_CUDA_GEMM_KERNEL");
+  const int forced = req && *req && strcmp(req, "auto") != 0;
   if (st == XTE_ERROR_BACKEND_UNAVAILABLE) {
     printf("SKIPPED: no usable CUDA device: %s\n", xte_last_error());
     return 77;
   }
   CHECK(st);
   CHECK(xte_stream_create(XTE_BACKEND_CPU, 0, NULL, &cpu));
+  printf("kernel requested: %s (XTE_CUDA_GEMM_KERNEL)\n", forced ? req : "auto");
   if (M <= 0 || N <= 0 || K <= 0 || K % 128 != 0 || iters < 1) {
     fprintf(stderr, "usage: %s gemm [M N K [iterations]] (K a multiple of 128)\n", argv[0]);
     return 2;
   }
   /* 1. byte equality */
   {
-    static const int64_t shapes[][3] = {{257, 300, 1000}, {1000, 1536, 2048}, {1, 4096, 7168}};
-    printf("| exact GEMM, CUDA vs CPU | bytes differing |\n|---|---:|\n");
+    static const int64_t big[][3] = {{257, 300, 1000}, {1000, 1536, 2048}, {1, 4096, 7168}};
+    static const int64_t small[][3] = {{65, 72, 300}, {33, 64, 256}, {1, 136, 384}};
+    const int64_t(*shapes)[3] = g_small ? small : big;
+    printf(
+        "| exact GEMM, CUDA vs CPU | bytes differing | kernel that ran (plugin's report) |\n"
+        "|---|---:|---|\n");
+    (void)rep_take();
     for (c = 0; c < 3; c++)
       for (i = 0; i < 2; i++) {
         gop a, b;
@@ -228,17 +360,23 @@ static int gemm_main(int argc, char **argv) {
         gop_make(&b, gpu, n, k, XTE_SCALING_BLOCK_128x128, i ? XTE_DTYPE_E5M2 : XTE_DTYPE_E4M3);
         d = gemm_check_one(gpu, cpu, &a, &b, m, n, i ? XTE_DTYPE_BF16 : XTE_DTYPE_FP32, i, NULL,
                            NULL);
-        printf("| dense %lld x %lld x %lld e4m3 x %s, %s | %zu |\n", (long long)m, (long long)n,
-               (long long)k, i ? "e5m2" : "e4m3", i ? "C bf16 + bias -> bf16" : "-> fp32", d);
+        printf("| dense %lld x %lld x %lld e4m3 x %s, %s | %zu | %s |\n", (long long)m,
+               (long long)n, (long long)k, i ? "e5m2" : "e4m3",
+               i ? "C bf16 + bias -> bf16" : "-> fp32", d,
+               gemm_ran(req, forced, &failed, &forced_rows));
         failed |= d != 0;
         gop_free(&a, gpu);
         gop_free(&b, gpu);
       }
     {
       /* grouped: 4 groups of N = 384 over K = 1536 */
-      static const int64_t sizes[4] = {300, 0, 129, 511};
-      static const int32_t masked[4] = {0, 200, 256, 17};
-      const int64_t G = 4, n = 384, k = 1536, rows = 320 + 0 + 192 + 512;
+      static const int64_t sizes_big[4] = {300, 0, 129, 511}, sizes_small[4] = {33, 0, 17, 70};
+      static const int32_t masked_big[4] = {0, 200, 256, 17}, masked_small[4] = {0, 50, 64, 17};
+      const int64_t *sizes = g_small ? sizes_small : sizes_big;
+      const int32_t *masked = g_small ? masked_small : masked_big;
+      const int64_t mmax = g_small ? 64 : 256;
+      const int64_t G = 4, n = g_small ? 64 : 384, k = g_small ? 256 : 1536,
+                    rows = g_small ? 64 + 0 + 64 + 128 : 320 + 0 + 192 + 512;
       xte_gemm_groups grp;
       gop a, b, am;
       size_t d;
@@ -250,16 +388,17 @@ static int gemm_main(int argc, char **argv) {
       gop_make(&a, gpu, rows, k, XTE_SCALING_BLOCK_1x128, XTE_DTYPE_E4M3);
       gop_make(&b, gpu, G * n, k, XTE_SCALING_BLOCK_128x128, XTE_DTYPE_E4M3);
       d = gemm_check_one(gpu, cpu, &a, &b, rows, n, XTE_DTYPE_BF16, 0, &grp, NULL);
-      printf("| grouped contiguous G 4, N %lld, K %lld, align 64 -> bf16 | %zu |\n", (long long)n,
-             (long long)k, d);
+      printf("| grouped contiguous G 4, N %lld, K %lld, align 64 -> bf16 | %zu | %s |\n",
+             (long long)n, (long long)k, d, gemm_ran(req, forced, &failed, &forced_rows));
       failed |= d != 0;
       memset(&grp, 0, sizeof grp);
       grp.kind = XTE_GEMM_GROUPED_MASKED;
       grp.num_groups = (int)G;
-      gop_make(&am, gpu, G * 256, k, XTE_SCALING_BLOCK_1x128, XTE_DTYPE_E4M3);
-      d = gemm_check_one(gpu, cpu, &am, &b, G * 256, n, XTE_DTYPE_FP32, 1, &grp, masked);
-      printf("| grouped masked G 4, m_max 256, N %lld, K %lld, C + bias -> fp32 | %zu |\n",
-             (long long)n, (long long)k, d);
+      gop_make(&am, gpu, G * mmax, k, XTE_SCALING_BLOCK_1x128, XTE_DTYPE_E4M3);
+      d = gemm_check_one(gpu, cpu, &am, &b, G * mmax, n, XTE_DTYPE_FP32, 1, &grp, masked);
+      printf("| grouped masked G 4, m_max %lld, N %lld, K %lld, C + bias -> fp32 | %zu | %s |\n",
+             (long long)mmax, (long long)n, (long long)k, d,
+             gemm_ran(req, forced, &failed, &forced_rows));
       failed |= d != 0;
       gop_free(&a, gpu);
       gop_free(&b, gpu);
@@ -315,17 +454,21 @@ static int gemm_main(int argc, char **argv) {
     x = xte_tensor_2d(d_x, XTE_DTYPE_BF16, N, K);
     CHECK(xte_quantize(&x, &qb, NULL, gpu));
     D = xte_tensor_2d(d_d, XTE_DTYPE_BF16, M, N);
+    (void)rep_take();
     CHECK(xte_gemm(&qa, &qb, NULL, &D, NULL, gpu)); /* warm-up */
     CHECK(xte_stream_synchronize(gpu));
     t0 = now();
     for (i = 0; i < iters; i++) CHECK(xte_gemm(&qa, &qb, NULL, &D, NULL, gpu));
     CHECK(xte_stream_synchronize(gpu));
     ms = (now() - t0) / iters * 1e3;
-    printf(
-        "| exact GEMM (stage 1, SIMT fp64) 1x128 x 128x128 e4m3, %lld x %lld x %lld -> bf16 "
-        "| %.2f ms | %.2f TFLOPS |\n",
-        (long long)M, (long long)N, (long long)K, ms,
-        2.0 * (double)M * (double)N * (double)K / (ms * 1e-3) / 1e12);
+    {
+      const char *ran = gemm_ran(req, forced, &failed, &forced_rows);
+      printf(
+          "| exact GEMM (kernel %s) 1x128 x 128x128 e4m3, %lld x %lld x %lld -> bf16 "
+          "| %.2f ms | %.2f TFLOPS |\n",
+          ran, (long long)M, (long long)N, (long long)K, ms,
+          2.0 * (double)M * (double)N * (double)K / (ms * 1e-3) / 1e12);
+    }
     printf("(host timing around %d calls and one synchronize, after one warm-up call)\n", iters);
     CHECK(xte_free(gpu, d_x));
     CHECK(xte_free(gpu, d_a));
@@ -336,7 +479,12 @@ static int gemm_main(int argc, char **argv) {
   }
   xte_stream_destroy(cpu);
   xte_stream_destroy(gpu);
-  if (failed) printf("FAILED: the CUDA exact GEMM differs from the CPU backend\n");
+  if (forced && forced_rows == 0) {
+    printf("FAILED: forced kernel %s ran in no row\n", req);
+    failed = 1;
+  }
+  if (failed)
+    printf("FAILED: the CUDA exact GEMM differs from the CPU backend, or a kernel did not run\n");
   return failed ? 1 : 0;
 }
 
@@ -352,33 +500,57 @@ static int gemm_main(int argc, char **argv) {
  *    the share of outputs bit-identical to the exact kernel (a measurement, not a requirement).
  * 2. TFLOPS of FAST and of the exact kernel at 4096 x 7168 x 16384, 1x128 x 128x128, bf16 out.
  * Exit 0 when every output met the bound, 77 without a CUDA device, 1 otherwise. */
+static int g_expect_lt; /* --expect-cublaslt: every FAST call must report path=cublaslt */
+static int g_fast_calls, g_fast_lt;
+
+/* One FAST case: the FAST call against the exact kernel on the same device. bias: a bias [n]
+ * (values exactly representable in bf16, so that the bf16 bias cuBLASLt reads is the caller's
+ * bias and the bound of gemm.h holds unchanged). With k = 128 the output is one scaled block
+ * partial: its error is the error of that partial. */
 static int fast_check(xte_stream gpu, xte_scaling_mode ma, xte_scaling_mode mb, xte_dtype db,
-                      int64_t m, int64_t n, int64_t k, xte_scale_layout lay) {
+                      int64_t m, int64_t n, int64_t k, xte_scale_layout lay, int bias) {
   gop a, b;
   const size_t nd = (size_t)(m * n);
   float *fe = (float *)malloc(nd * 4 + 4), *ff = (float *)malloc(nd * 4 + 4);
   float *xa = (float *)malloc((size_t)(m * k) * 4 + 4),
-        *xb = (float *)malloc((size_t)(n * k) * 4 + 4);
-  void *dd;
-  xte_tensor D, XA, XB;
+        *xb = (float *)malloc((size_t)(n * k) * 4 + 4), *hb = (float *)malloc((size_t)n * 4 + 4);
+  void *dd, *dbias = NULL;
+  xte_tensor D, XA, XB, B;
   xte_gemm_config cfg = xte_gemm_config_default();
   const int64_t nb = (k + 127) / 128;
   const double tol = ldexp(128.0, -13) + (double)(nb + 2) * ldexp(1.0, -23);
   double worst = 0.0;
   size_t i, bad = 0, same = 0;
-  int mode;
-  if (!fe || !ff || !xa || !xb) exit(1);
+  int mode, lt = 0;
+  char path[200], why[240];
+  if (!fe || !ff || !xa || !xb || !hb) exit(1);
   g_dev_layout = lay;
   gop_make(&a, gpu, m, k, ma, XTE_DTYPE_E4M3);
   gop_make(&b, gpu, n, k, mb, db);
   g_dev_layout = XTE_SCALE_LAYOUT_COMPACT;
   CHECK(xte_malloc(gpu, nd * 4 + 4, &dd));
+  for (i = 0; i < (size_t)n; i++) hb[i] = (float)((int)(i % 13) - 6) * 0.125f; /* bf16-exact */
+  if (bias) {
+    CHECK(xte_malloc(gpu, (size_t)n * 4 + 4, &dbias));
+    CHECK(xte_memcpy(gpu, dbias, hb, (size_t)n * 4, XTE_MEMCPY_HOST_TO_DEVICE));
+    B = xte_tensor_1d(dbias, XTE_DTYPE_FP32, n);
+    cfg.bias = &B;
+  }
   D = xte_tensor_2d(dd, XTE_DTYPE_FP32, m, n);
   for (mode = 0; mode < 2; mode++) {
     cfg.mode = mode ? XTE_GEMM_FAST : XTE_GEMM_EXACT;
+    (void)rep_take();
     CHECK(xte_gemm(&a.d, &b.d, NULL, &D, &cfg, gpu));
     CHECK(xte_stream_synchronize(gpu));
     CHECK(xte_memcpy(gpu, mode ? ff : fe, dd, nd * 4, XTE_MEMCPY_DEVICE_TO_HOST));
+  }
+  {
+    const char *rep = rep_take();
+    rep_values(rep, "path", path, sizeof path);
+    rep_values(rep, "why", why, sizeof why);
+    lt = strcmp(path, "cublaslt") == 0;
+    g_fast_calls++;
+    g_fast_lt += lt;
   }
   XA = xte_tensor_2d(xa, XTE_DTYPE_FP32, m, k);
   XB = xte_tensor_2d(xb, XTE_DTYPE_FP32, n, k);
@@ -394,29 +566,45 @@ static int fast_check(xte_stream gpu, xte_scaling_mode ma, xte_scaling_mode mb, 
     if (S > 0 && err / S > worst) worst = err / S;
     same += memcmp(&ff[i], &fe[i], 4) == 0;
   }
-  printf("| %s x %s, e4m3 x %s, %lld x %lld x %lld, %s scales | %.3g | %.3g | %.1f%% | %zu |\n",
-         ma == XTE_SCALING_BLOCK_1x128 ? "1x128" : "128x128",
-         mb == XTE_SCALING_BLOCK_1x128 ? "1x128" : "128x128",
-         db == XTE_DTYPE_E5M2 ? "e5m2" : "e4m3", (long long)m, (long long)n, (long long)k,
-         lay == XTE_SCALE_LAYOUT_TE_GEMM ? "TE_GEMM" : "COMPACT", worst, tol,
-         100.0 * (double)same / (double)(nd ? nd : 1), bad);
+  printf(
+      "| %s x %s, e4m3 x %s, %lld x %lld x %lld, %s scales%s%s | %.3g | %.3g | %.1f%% | %zu | "
+      "%s%s%s%s |\n",
+      ma == XTE_SCALING_BLOCK_1x128 ? "1x128" : "128x128",
+      mb == XTE_SCALING_BLOCK_1x128 ? "1x128" : "128x128", db == XTE_DTYPE_E5M2 ? "e5m2" : "e4m3",
+      (long long)m, (long long)n, (long long)k,
+      lay == XTE_SCALE_LAYOUT_TE_GEMM ? "TE_GEMM" : "COMPACT", bias ? ", + bias" : "",
+      k == 128 ? " (one block partial)" : "", worst, tol,
+      100.0 * (double)same / (double)(nd ? nd : 1), bad, path, lt ? "" : " (", lt ? "" : why,
+      lt ? "" : ")");
+  if (g_expect_lt && !lt)
+    printf("FAILED: FAST fell back to the exact kernel where cuBLASLt was expected: %s\n", why);
   CHECK(xte_free(gpu, dd));
+  if (dbias) CHECK(xte_free(gpu, dbias));
   gop_free(&a, gpu);
   gop_free(&b, gpu);
   free(fe);
   free(ff);
   free(xa);
   free(xb);
-  return bad != 0;
+  free(hb);
+  return bad != 0 || (g_expect_lt && !lt);
 }
 
 static int fast_main(int argc, char **argv) {
   const int64_t M = 4096, N = 7168, K = 16384;
-  const int iters = argc > 1 ? atoi(argv[1]) : 10;
+  int iters = 10, a, timing = 1;
   xte_stream gpu;
   xte_status st = xte_stream_create(XTE_BACKEND_CUDA, 0, NULL, &gpu);
   int failed = 0, c, mode;
   static char info[8192];
+  for (a = 1; a < argc; a++) {
+    if (strcmp(argv[a], "--expect-cublaslt") == 0)
+      g_expect_lt = 1;
+    else if (strcmp(argv[a], "--no-timing") == 0)
+      timing = 0;
+    else
+      iters = atoi(argv[a]);
+  }
   if (st == XTE_ERROR_BACKEND_UNAVAILABLE) {
     printf("SKIPPED: no usable CUDA device: %s\n", xte_last_error());
     return 77;
@@ -427,22 +615,40 @@ static int fast_main(int argc, char **argv) {
     const char *f = strstr(info, "FAST: ");
     printf("fast path: %.*s\n", f ? (int)strcspn(f, "\n") : 4, f ? f : "none");
   }
+  printf("expect cuBLASLt on every FAST call: %s\n", g_expect_lt ? "yes" : "no");
   printf(
       "| FAST vs exact (same device) | worst \\|D_fast - D_exact\\| / S | bound / S | "
       "bit-identical "
-      "| outside the bound |\n|---|---:|---:|---:|---:|\n");
+      "| outside the bound | path (plugin's report) |\n|---|---:|---:|---:|---:|---|\n");
   {
-    static const int64_t shapes[][3] = {{256, 512, 1024}, {512, 384, 1152}, {128, 256, 4096}};
-    for (c = 0; c < 3; c++) {
+    static const int64_t big[][3] = {
+        {256, 512, 128}, {256, 512, 1024}, {512, 384, 1152}, {128, 256, 4096}};
+    static const int64_t small[][3] = {{64, 64, 128}, {32, 64, 256}, {128, 48, 384}, {16, 32, 512}};
+    const int64_t(*shapes)[3] = g_small ? small : big;
+    for (c = 0; c < 4; c++) {
       const int64_t m = shapes[c][0], n = shapes[c][1], k = shapes[c][2];
-      failed |= fast_check(gpu, XTE_SCALING_BLOCK_1x128, XTE_SCALING_BLOCK_128x128, XTE_DTYPE_E4M3,
-                           m, n, k, c == 1 ? XTE_SCALE_LAYOUT_COMPACT : XTE_SCALE_LAYOUT_TE_GEMM);
+      failed |=
+          fast_check(gpu, XTE_SCALING_BLOCK_1x128, XTE_SCALING_BLOCK_128x128, XTE_DTYPE_E4M3, m, n,
+                     k, c == 2 ? XTE_SCALE_LAYOUT_COMPACT : XTE_SCALE_LAYOUT_TE_GEMM, 0);
       failed |= fast_check(gpu, XTE_SCALING_BLOCK_128x128, XTE_SCALING_BLOCK_1x128, XTE_DTYPE_E4M3,
-                           m, n, k, XTE_SCALE_LAYOUT_TE_GEMM);
+                           m, n, k, XTE_SCALE_LAYOUT_TE_GEMM, 0);
       failed |= fast_check(gpu, XTE_SCALING_BLOCK_1x128, XTE_SCALING_BLOCK_1x128,
-                           c == 2 ? XTE_DTYPE_E5M2 : XTE_DTYPE_E4M3, m, n, k,
-                           c == 0 ? XTE_SCALE_LAYOUT_COMPACT : XTE_SCALE_LAYOUT_TE_GEMM);
+                           c == 3 ? XTE_DTYPE_E5M2 : XTE_DTYPE_E4M3, m, n, k,
+                           c == 1 ? XTE_SCALE_LAYOUT_COMPACT : XTE_SCALE_LAYOUT_TE_GEMM, 0);
     }
+    /* with a bias (no C: cuBLASLt's epilogue order with C is not established, see
+     * src/cuda/xte_cublaslt.h) */
+    failed |= fast_check(gpu, XTE_SCALING_BLOCK_1x128, XTE_SCALING_BLOCK_128x128, XTE_DTYPE_E4M3,
+                         g_small ? 32 : 256, g_small ? 64 : 512, g_small ? 256 : 1024,
+                         XTE_SCALE_LAYOUT_TE_GEMM, 1);
+    failed |= fast_check(gpu, XTE_SCALING_BLOCK_1x128, XTE_SCALING_BLOCK_1x128, XTE_DTYPE_E4M3,
+                         g_small ? 16 : 128, g_small ? 32 : 256, 128, XTE_SCALE_LAYOUT_TE_GEMM, 1);
+  }
+  printf("FAST calls: %d, through cuBLASLt: %d (plugin's report)\n", g_fast_calls, g_fast_lt);
+  if (!timing) {
+    xte_stream_destroy(gpu);
+    if (failed) printf("FAILED: a FAST output is outside the bound, or FAST fell back\n");
+    return failed ? 1 : 0;
   }
   /* 2. rates at M x N x K: A 1x128, B 128x128, TE_GEMM scales, quantized on the device */
   {
@@ -487,16 +693,29 @@ static int fast_main(int argc, char **argv) {
     for (mode = 1; mode >= 0; mode--) { /* FAST first: the exact kernel takes seconds a call */
       const int n_it = mode ? iters : 1;
       double t0, ms;
+      char what[160];
       cfg.mode = mode ? XTE_GEMM_FAST : XTE_GEMM_EXACT;
+      (void)rep_take();
       if (mode) CHECK(xte_gemm(&qa, &qb, NULL, &D, &cfg, gpu)); /* warm-up */
       CHECK(xte_stream_synchronize(gpu));
       t0 = now();
       for (i = 0; i < n_it; i++) CHECK(xte_gemm(&qa, &qb, NULL, &D, &cfg, gpu));
       CHECK(xte_stream_synchronize(gpu));
       ms = (now() - t0) / n_it * 1e3;
+      {
+        const char *rep = rep_take();
+        char path[64], ran[64];
+        rep_values(rep, "path", path, sizeof path);
+        rep_values(rep, "ran", ran, sizeof ran);
+        snprintf(what, sizeof what, "%s (path %s, kernel %s)", mode ? "FAST" : "exact", path, ran);
+        if (mode && g_expect_lt && strcmp(path, "cublaslt") != 0) {
+          printf("FAILED: the timed FAST calls did not run cuBLASLt: %s\n", rep);
+          failed = 1;
+        }
+      }
       printf(
           "| %s GEMM 1x128 x 128x128 e4m3, %lld x %lld x %lld -> bf16 | %.3f ms | %.1f TFLOPS |\n",
-          mode ? "FAST" : "exact", (long long)M, (long long)N, (long long)K, ms,
+          what, (long long)M, (long long)N, (long long)K, ms,
           2.0 * (double)M * (double)N * (double)K / (ms * 1e-3) / 1e12);
     }
     printf("(host timing: FAST %d calls after a warm-up, exact 1 call; one synchronize each)\n",
@@ -818,15 +1037,184 @@ static int attn_main(int argc, char **argv) {
   return 0;
 }
 
+/* ---------------------------------------------------------------- anchors
+ *   xte_device_bench anchors [M N K [iterations]]
+ * The rates of xte's GEMMs beside cuBLASLt's of the same shape, on the same device, from one
+ * run: xte exact (the automatic kernel) and FAST, 1x128 x 128x128 e4m3 -> bf16; cuBLASLt bf16 x
+ * bf16 -> bf16 and e4m3 x e4m3 -> bf16 (per-tensor, scale 1), compute 32F, TN, its first
+ * heuristic algorithm with a 32 MiB workspace. cuBLASLt runs on the legacy default stream
+ * (cudaStreamLegacy), which an xte stream wraps for the synchronization. Exit 0 when the table
+ * was printed, 77 without a device or without a usable libcublasLt (xte's rows printed first). */
+static int anchors_main(int argc, char **argv) {
+  const int64_t M = argc > 3 ? atoll(argv[1]) : 4096, N = argc > 3 ? atoll(argv[2]) : 7168,
+                K = argc > 3 ? atoll(argv[3]) : 16384;
+  const int iters = argc > 4 ? atoi(argv[4]) : 10;
+  const double flop = 2.0 * (double)M * (double)N * (double)K;
+  xte_stream gpu, leg;
+  xte_status st = xte_stream_create(XTE_BACKEND_CUDA, 0, NULL, &gpu);
+  void *d_a, *d_b, *d_sa, *d_sb, *d_d, *d_ab, *d_bb, *ws;
+  int64_t sar, sac, sbr, sbc, i;
+  xte_qtensor qa, qb;
+  xte_tensor D;
+  xte_gemm_config cfg = xte_gemm_config_default();
+  xte_lt_api api;
+  uint8_t *h;
+  int mode, it;
+  if (st == XTE_ERROR_BACKEND_UNAVAILABLE) {
+    printf("SKIPPED: no usable CUDA device: %s\n", xte_last_error());
+    return 77;
+  }
+  CHECK(st);
+  if (M <= 0 || N <= 0 || K <= 0 || K % 128 != 0 || iters < 1) {
+    fprintf(stderr, "usage: %s anchors [M N K [iterations]] (K a multiple of 128)\n", argv[0]);
+    return 2;
+  }
+  CHECK(xte_quantize_scale_shape(M, K, XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK,
+                                 XTE_SCALE_LAYOUT_TE_GEMM, 0, &sar, &sac));
+  CHECK(xte_quantize_scale_shape(N, K, XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK,
+                                 XTE_SCALE_LAYOUT_TE_GEMM, 0, &sbr, &sbc));
+  CHECK(xte_malloc(gpu, (size_t)(M * K), &d_a));
+  CHECK(xte_malloc(gpu, (size_t)(N * K), &d_b));
+  CHECK(xte_malloc(gpu, (size_t)(sar * sac) * 4, &d_sa));
+  CHECK(xte_malloc(gpu, (size_t)(sbr * sbc) * 4, &d_sb));
+  CHECK(xte_malloc(gpu, (size_t)(M * N) * 2, &d_d));
+  CHECK(xte_malloc(gpu, (size_t)(M * K) * 2, &d_ab));
+  CHECK(xte_malloc(gpu, (size_t)(N * K) * 2, &d_bb));
+  CHECK(xte_malloc(gpu, (size_t)32 << 20, &ws));
+  {
+    const size_t big = (size_t)((M > N ? M : N) * K) * 2;
+    float *ones = (float *)malloc(sizeof(float) * (size_t)(sar * sac + sbr * sbc));
+    h = (uint8_t *)malloc(big);
+    if (!h || !ones) return 1;
+    for (i = 0; i < (int64_t)big; i++) /* e4m3 codes of magnitude < 1, and bf16 in (-2, 2) */
+      h[i] = (uint8_t)(i & 1 ? ((uint32_t)i * 2654435761u >> 24) & 0xBF : 0x31 + i % 5);
+    for (i = 0; i < sar * sac + sbr * sbc; i++) ones[i] = 1.0f;
+    CHECK(xte_memcpy(gpu, d_a, h, (size_t)(M * K), XTE_MEMCPY_HOST_TO_DEVICE));
+    CHECK(xte_memcpy(gpu, d_b, h, (size_t)(N * K), XTE_MEMCPY_HOST_TO_DEVICE));
+    CHECK(xte_memcpy(gpu, d_ab, h, (size_t)(M * K) * 2, XTE_MEMCPY_HOST_TO_DEVICE));
+    CHECK(xte_memcpy(gpu, d_bb, h, (size_t)(N * K) * 2, XTE_MEMCPY_HOST_TO_DEVICE));
+    CHECK(xte_memcpy(gpu, d_sa, ones, (size_t)(sar * sac) * 4, XTE_MEMCPY_HOST_TO_DEVICE));
+    CHECK(xte_memcpy(gpu, d_sb, ones + sar * sac, (size_t)(sbr * sbc) * 4,
+                     XTE_MEMCPY_HOST_TO_DEVICE));
+    free(h);
+    free(ones);
+  }
+  memset(&qa, 0, sizeof qa);
+  qa.scaling_mode = XTE_SCALING_BLOCK_1x128;
+  qa.recipe = XTE_RECIPE_TE_BLOCK;
+  qa.rowwise = xte_tensor_2d(d_a, XTE_DTYPE_E4M3, M, K);
+  qa.rowwise_scale_inv =
+      (xte_scale_tensor){d_sa, XTE_DTYPE_FP32, sar, sac, XTE_SCALE_LAYOUT_TE_GEMM};
+  qb = qa;
+  qb.scaling_mode = XTE_SCALING_BLOCK_128x128;
+  qb.rowwise = xte_tensor_2d(d_b, XTE_DTYPE_E4M3, N, K);
+  qb.rowwise_scale_inv =
+      (xte_scale_tensor){d_sb, XTE_DTYPE_FP32, sbr, sbc, XTE_SCALE_LAYOUT_TE_GEMM};
+  D = xte_tensor_2d(d_d, XTE_DTYPE_BF16, M, N);
+  printf(
+      "| GEMM %lld x %lld x %lld -> bf16 (same device, one run) | ms | TFLOPS | x cuBLASLt FP8 |\n"
+      "|---|---:|---:|---:|\n",
+      (long long)M, (long long)N, (long long)K);
+  {
+    double ms_x[2] = {0, 0}, ms_lt[2] = {-1, -1};
+    char what[2][200];
+    for (mode = 0; mode < 2; mode++) {
+      const int n_it = mode ? iters : (iters < 3 ? iters : 3);
+      double t0;
+      char path[64], ran[64];
+      const char *rep;
+      cfg.mode = mode ? XTE_GEMM_FAST : XTE_GEMM_EXACT;
+      (void)rep_take();
+      CHECK(xte_gemm(&qa, &qb, NULL, &D, &cfg, gpu)); /* warm-up */
+      CHECK(xte_stream_synchronize(gpu));
+      t0 = now();
+      for (it = 0; it < n_it; it++) CHECK(xte_gemm(&qa, &qb, NULL, &D, &cfg, gpu));
+      CHECK(xte_stream_synchronize(gpu));
+      ms_x[mode] = (now() - t0) / n_it * 1e3;
+      rep = rep_take();
+      rep_values(rep, "path", path, sizeof path);
+      rep_values(rep, "ran", ran, sizeof ran);
+      snprintf(what[mode], sizeof what[mode], "xte %s (path %s, kernel %s), 1x128 x 128x128 e4m3",
+               mode ? "FAST" : "exact", path, ran);
+    }
+    if (!xte_lt_load(&api)) {
+      for (mode = 0; mode < 2; mode++)
+        printf("| %s | %.3f | %.1f | - |\n", what[mode], ms_x[mode],
+               flop / (ms_x[mode] * 1e-3) / 1e12);
+      printf("SKIPPED: no cuBLASLt anchor: %s\n", api.why);
+      return 77;
+    }
+    CHECK(
+        xte_stream_create(XTE_BACKEND_CUDA, 0, (void *)(uintptr_t)1 /* cudaStreamLegacy */, &leg));
+    for (mode = 0; mode < 2; mode++) { /* 0 bf16, 1 e4m3 */
+      void *h_lt = NULL, *op = NULL, *la = NULL, *lb = NULL, *ld = NULL, *pref = NULL;
+      const int ta = XTE_LT_OP_T, tb = XTE_LT_OP_N, ty = mode ? XTE_LT_R_8F_E4M3 : XTE_LT_R_16BF;
+      const uint64_t wsb = (uint64_t)32 << 20;
+      const float one = 1.0f, zero = 0.0f;
+      xte_lt_heuristic r;
+      int n = 0, ok;
+      double t0 = now();
+      memset(&r, 0, sizeof r);
+      ok = api.create(&h_lt) == XTE_LT_OK &&
+           api.desc_create(&op, XTE_LT_COMPUTE_32F, XTE_LT_R_32F) == XTE_LT_OK &&
+           api.desc_set(op, XTE_LT_DESC_TRANSA, &ta, sizeof ta) == XTE_LT_OK &&
+           api.desc_set(op, XTE_LT_DESC_TRANSB, &tb, sizeof tb) == XTE_LT_OK &&
+           api.layout_create(&la, ty, (uint64_t)K, (uint64_t)N, K) == XTE_LT_OK &&
+           api.layout_create(&lb, ty, (uint64_t)K, (uint64_t)M, K) == XTE_LT_OK &&
+           api.layout_create(&ld, XTE_LT_R_16BF, (uint64_t)N, (uint64_t)M, N) == XTE_LT_OK &&
+           api.pref_create(&pref) == XTE_LT_OK &&
+           api.pref_set(pref, XTE_LT_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb) == XTE_LT_OK &&
+           api.heuristic(h_lt, op, la, lb, ld, ld, pref, 1, &r, &n) == XTE_LT_OK && n > 0;
+      for (it = -1; ok && it < iters; it++) {
+        if (it == 0) {
+          CHECK(xte_stream_synchronize(leg));
+          t0 = now();
+        }
+        ok = api.matmul(h_lt, op, &one, mode ? d_b : d_bb, la, mode ? d_a : d_ab, lb, &zero, d_d,
+                        ld, d_d, ld, &r.algo, ws, (size_t)wsb, (void *)(uintptr_t)1) == XTE_LT_OK;
+      }
+      CHECK(xte_stream_synchronize(leg));
+      if (ok)
+        ms_lt[mode] = (now() - t0) / iters * 1e3;
+      else
+        printf("cuBLASLt %s: no algorithm or a failed call (n %d)\n", mode ? "e4m3" : "bf16", n);
+      if (pref) api.pref_destroy(pref);
+      if (ld) api.layout_destroy(ld);
+      if (lb) api.layout_destroy(lb);
+      if (la) api.layout_destroy(la);
+      if (op) api.desc_destroy(op);
+    }
+    for (mode = 0; mode < 2; mode++)
+      printf("| %s | %.3f | %.1f | %.3f |\n", what[mode], ms_x[mode],
+             flop / (ms_x[mode] * 1e-3) / 1e12, ms_lt[1] > 0 ? ms_lt[1] / ms_x[mode] : 0.0);
+    for (mode = 0; mode < 2; mode++)
+      if (ms_lt[mode] > 0)
+        printf("| cuBLASLt %s (%s, per-tensor) | %.3f | %.1f | %.3f |\n",
+               mode ? "e4m3 x e4m3" : "bf16 x bf16", api.lib, ms_lt[mode],
+               flop / (ms_lt[mode] * 1e-3) / 1e12, ms_lt[1] > 0 ? ms_lt[1] / ms_lt[mode] : 0.0);
+    printf("(host timing around the calls and one synchronize; exact: up to 3 calls, others %d)\n",
+           iters);
+    xte_stream_destroy(leg);
+    if (ms_lt[0] < 0 || ms_lt[1] < 0) {
+      printf("FAILED: a cuBLASLt anchor did not run\n");
+      return 1;
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   int64_t M = argc > 2 ? atoll(argv[1]) : 8192, K = argc > 2 ? atoll(argv[2]) : 8192;
   int iters = argc > 3 ? atoi(argv[3]) : 20, op, i;
   size_t n = (size_t)(M * K), in_bytes = n * 2;
   xte_stream gpu;
   xte_status st;
+  rep_init();
+  g_small = getenv("XTE_DEVICE_BENCH_SMALL") && atoi(getenv("XTE_DEVICE_BENCH_SMALL")) > 0;
   if (argc > 1 && strcmp(argv[1], "gemm") == 0) return gemm_main(argc - 1, argv + 1);
   if (argc > 1 && strcmp(argv[1], "attention") == 0) return attn_main(argc - 1, argv + 1);
   if (argc > 1 && strcmp(argv[1], "fast") == 0) return fast_main(argc - 1, argv + 1);
+  if (argc > 1 && strcmp(argv[1], "anchors") == 0) return anchors_main(argc - 1, argv + 1);
   st = xte_stream_create(XTE_BACKEND_CUDA, 0, NULL, &gpu);
   void *d_in, *d_copy, *d_rq, *d_rs, *d_cq, *d_cs, *d_out, *d_amax;
   int64_t rsr, rsc, csr, csc;

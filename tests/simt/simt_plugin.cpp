@@ -23,6 +23,8 @@
 #include "cuda/moe_router_kernels.cuh"
 #include "cuda/moe_swiglu_kernels.cuh"
 #include "cuda/quantize_kernels.cuh"
+#include "cuda/xte_cublaslt.h"
+#include "cuda/xte_gpu_report.h"
 #include "xte_backend.h"
 
 namespace {
@@ -82,6 +84,11 @@ xte_status init(const xte_core_services *svc, char *why, size_t why_size) {
   /* the warp size of the runner's launches (test_simt_router --warp N): 32, 64 or 128 */
   if (const char *w = std::getenv("SIMT_WARP_SIZE")) simt::set_warp_size(std::atoi(w));
   if (!g_default.scratch) g_default.scratch = (float *)std::aligned_alloc(256, 256);
+  /* the FAST line as backend.cu writes it (see gemm() below for what the stand-in does) */
+  if (why_size)
+    std::snprintf(why, why_size,
+                  "FAST: cuBLASLt 13.0.0 (simt stand-in: cublaslt.cu's plan, "
+                  "computed by the exact kernel)");
   return XTE_SUCCESS;
 }
 int device_count() {
@@ -148,8 +155,8 @@ xte_status quantize(const xte_quant_args *a, void *hv) {
     if (a->recipe == XTE_RECIPE_TE_CURRENT) {
       std::memset(&h->scratch[0], 0, sizeof h->scratch[0]); /* the amax accumulator */
       if (!empty)
-        SIMT_TRY(simt::launch(dim3((unsigned)xte_q_amax_grid(a->M, a->K, a->in_kind)), dim3(NT),
-                              0, amax_kernel, *a, (unsigned *)h->scratch),
+        SIMT_TRY(simt::launch(dim3((unsigned)xte_q_amax_grid(a->M, a->K, a->in_kind)), dim3(NT), 0,
+                              amax_kernel, *a, (unsigned *)h->scratch),
                  "amax_kernel");
     }
     SIMT_TRY(simt::launch(dim3(1), dim3(1), 0, tensor_scale_kernel, *a, h->scratch + 0),
@@ -219,44 +226,44 @@ struct host_rt {
 };
 
 /* moe.cu: gpu_permute, gpu_unpermute, gpu_sort_chunks, gpu_dispatch_layout */
-xte_status moe_permute(const xte_permute_args *a,void *hv) {
+xte_status moe_permute(const xte_permute_args *a, void *hv) {
   handle *h = resolve(hv);
   std::lock_guard<std::mutex> g(h->lock);
   host_rt rt{g_svc, h};
   return xte_moe_permute_run(rt, a);
 }
-xte_status moe_unpermute(const xte_unpermute_args *a, int which,void *hv) {
+xte_status moe_unpermute(const xte_unpermute_args *a, int which, void *hv) {
   handle *h = resolve(hv);
   std::lock_guard<std::mutex> g(h->lock);
   host_rt rt{g_svc, h};
   return xte_moe_unpermute_run(rt, a, which);
 }
-xte_status moe_sort_chunks(const xte_sort_chunks_args *a,void *hv) {
+xte_status moe_sort_chunks(const xte_sort_chunks_args *a, void *hv) {
   handle *h = resolve(hv);
   std::lock_guard<std::mutex> g(h->lock);
   host_rt rt{g_svc, h};
   return xte_moe_sort_chunks_run(rt, a);
 }
-xte_status moe_dispatch_layout(const xte_dispatch_args *a,void *hv) {
+xte_status moe_dispatch_layout(const xte_dispatch_args *a, void *hv) {
   handle *h = resolve(hv);
   std::lock_guard<std::mutex> g(h->lock);
   host_rt rt{g_svc, h};
   return xte_moe_dispatch_run(rt, a);
 }
 /* moe.cu: gpu_router_forward, gpu_router_backward, gpu_aux_loss, gpu_swiglu */
-xte_status moe_router_forward(const xte_router_args *a,void *hv) {
+xte_status moe_router_forward(const xte_router_args *a, void *hv) {
   handle *h = resolve(hv);
   std::lock_guard<std::mutex> g(h->lock);
   host_rt rt{g_svc, h};
   return xte_rt_forward_run(rt, a);
 }
-xte_status moe_router_backward(const xte_router_bwd_args *a,void *hv) {
+xte_status moe_router_backward(const xte_router_bwd_args *a, void *hv) {
   handle *h = resolve(hv);
   std::lock_guard<std::mutex> g(h->lock);
   host_rt rt{g_svc, h};
   return xte_rt_backward_run(rt, a);
 }
-xte_status moe_aux_loss(const xte_aux_loss_args *a, int backward,void *hv) {
+xte_status moe_aux_loss(const xte_aux_loss_args *a, int backward, void *hv) {
   handle *h = resolve(hv);
   std::lock_guard<std::mutex> g(h->lock);
   host_rt rt{g_svc, h};
@@ -268,8 +275,8 @@ xte_status moe_swiglu(const xte_swiglu_args *a, void *hv) {
   host_rt rt{g_svc, h};
   return xte_swiglu_run(rt, a);
 }
-const xte_moe_ops g_moe_ops = {moe_router_forward, moe_router_backward, moe_aux_loss,
-                               moe_permute,        moe_unpermute,       moe_sort_chunks,
+const xte_moe_ops g_moe_ops = {moe_router_forward,  moe_router_backward, moe_aux_loss,
+                               moe_permute,         moe_unpermute,       moe_sort_chunks,
                                moe_dispatch_layout, moe_swiglu};
 
 /* GEMM kernel launches: [0] the SIMT kernel (stage 1), [1] the DMMA kernel (stage 2) with mma
@@ -279,7 +286,8 @@ std::atomic<long> g_gemm_launches[4];
 /* gemm.cu: cuda_gemm_rt, the runtime policy of gemm_kernels.cuh's driver (host memory) */
 struct host_gemm_rt {
   const xte_core_services *svc;
-  int dmma; /* the kernel, XTE_GEMM_KERNEL_SIMT / DMMA4 / DMMA16 / IMMA: see gemm() */
+  int dmma;         /* the kernel, XTE_GEMM_KERNEL_SIMT / DMMA4 / DMMA16 / IMMA: see gemm() */
+  unsigned ran = 0; /* bit k: kernel k launched (reported as gemm.cu reports it) */
   xte_status alloc(void **p, size_t bytes) { return ::alloc(0, bytes ? bytes : 1, p); }
   void release(void *p) { std::free(p); }
   void *host_alloc(size_t bytes) { return std::malloc(bytes); }
@@ -329,16 +337,69 @@ struct host_gemm_rt {
  * back to its automatic choice); they run only with 32-lane warps
  * (as gemm.cu selects them only on NVIDIA devices of compute capability >= 8.0 / 9.0; with the
  * runner's 64- / 128-lane warps, MUSA's, the SIMT kernel runs);
- * SIMT_WARP_SIZE (32, 64, 128): the runner's warp size, read at every call. */
+ * SIMT_WARP_SIZE (32, 64, 128): the runner's warp size, read at every call.
+ * XTE_CUDA_GEMM_KERNEL (simt / dmma4 / dmma16 / imma, the CUDA plugin's name for it) asks the same
+ * way, and every call is reported as gemm.cu reports it (src/cuda/xte_gpu_report.h), so that the
+ * device script's dry run (tests/device/dryrun.sh) checks its kernel naming here.
+ *
+ * XTE_GEMM_FAST: the stand-in for cuBLASLt. The real applicability decision of the CUDA plugin
+ * (xte_lt_plan of src/cuda/xte_cublaslt.h, as on a compute capability 9.x device) decides; where
+ * it applies, the call is computed by the exact kernel chosen as for EXACT (its bytes are within
+ * the FAST bound) and
+ * reported as path=cublaslt with lib=simt-stand-in; else it is reported as the exact kernel and
+ * why, as cublaslt.cu reports a fallback.
+ *
+ * XTE_DEVICE_PLANT (the dry run's planted bugs, this stand-in only): "kernel" ignores a forced
+ * kernel (the SIMT kernel runs, and is reported as what ran); "fast" makes every FAST call fall
+ * back ("planted fallback"); "fast-bias" makes the FAST calls with a bias fall back. */
 xte_status gemm(const xte_gemm_args *a, void *) {
   if (const char *w = std::getenv("SIMT_WARP_SIZE")) simt::set_warp_size(std::atoi(w));
   const char *k = std::getenv("SIMT_GEMM_KERNEL");
+  const char *plant = std::getenv("XTE_DEVICE_PLANT");
+  int requested = xte_gemm_kernel_requested(std::getenv("XTE_CUDA_GEMM_KERNEL"));
+  const char *fast_why = nullptr, *not_honoured = nullptr;
   int kern = XTE_GEMM_KERNEL_SIMT;
   if (k && warpSize == 32 && !std::strcmp(k, "dmma")) kern = XTE_GEMM_KERNEL_DMMA4;
   if (k && warpSize == 32 && !std::strcmp(k, "dmma16")) kern = XTE_GEMM_KERNEL_DMMA16;
   if (k && warpSize == 32 && !std::strcmp(k, "imma")) kern = XTE_GEMM_KERNEL_IMMA;
+  if (requested >= 0) {
+    if (warpSize == 32) {
+      kern = requested;
+      if (kern == XTE_GEMM_KERNEL_IMMA && (a->a.fmt != XTE_FP8_E4M3 || a->b.fmt != XTE_FP8_E4M3)) {
+        kern = XTE_GEMM_KERNEL_SIMT;
+        not_honoured = "imma: an operand is e5m2 (the int8 digit kernel takes e4m3 x e4m3)";
+      }
+    } else if (requested != XTE_GEMM_KERNEL_SIMT) {
+      not_honoured = "MMA kernels need 32-lane warps";
+    }
+    if (plant && !std::strcmp(plant, "kernel")) kern = XTE_GEMM_KERNEL_SIMT; /* planted */
+  } else if (requested == -2) {
+    not_honoured = "XTE_CUDA_GEMM_KERNEL: not simt, dmma4, dmma16, imma or auto";
+  }
+  if (a->mode == 1) { /* XTE_GEMM_FAST */
+    xte_lt_call call;
+    for (int64_t i = 0; i < a->num_problems && !fast_why; i++)
+      fast_why = xte_lt_plan(a, 9, i, &call);
+    if (!fast_why && a->num_problems <= 0) fast_why = "no problem";
+    if (!fast_why && plant && !std::strcmp(plant, "fast")) fast_why = "planted fallback";
+    if (!fast_why && plant && !std::strcmp(plant, "fast-bias") && a->bias)
+      fast_why = "planted fallback of a call with a bias";
+    if (!fast_why) {
+      host_gemm_rt rt{g_svc, kern}; /* the kernel EXACT would run (coverage) */
+      const xte_status st = xte_gemm_run(rt, a);
+      if (st == XTE_SUCCESS)
+        xte_gpu_report_lt(
+            "simt-stand-in", 130000, (long long)a->num_problems,
+            a->bias ? xte_lt_bias_type(a->d_dtype == XTE_DTYPE_BF16 ? XTE_LT_R_16BF : XTE_LT_R_32F)
+                    : -1);
+      return st;
+    }
+  }
   host_gemm_rt rt{g_svc, kern};
-  return xte_gemm_run(rt, a);
+  const xte_status st = xte_gemm_run(rt, a);
+  if (st == XTE_SUCCESS)
+    xte_gpu_report_exact(a->mode == 1, requested, kern, rt.ran, not_honoured, fast_why);
+  return st;
 }
 const xte_gemm_ops g_gemm_ops = {gemm};
 

@@ -32,6 +32,92 @@
 #error "SIMT_PLUGIN_DIR: the folder of the SIMT runner's libxte_cuda.so"
 #endif
 
+/* ---------------------------------------------------------------- device mode
+ * SIMT_DEVICE_MODE (tests/gpu.cmake: test_device_moe, test_device_router, for
+ * tests/device/run.sh): the same cases against the real CUDA plugin on a GPU. Every buffer (buf)
+ * is managed memory (cuMemAllocManaged of libcuda.so.1, the runtime's primary context on device
+ * 0), so that the CPU backend and the GPU read and write the same bytes; CUDA_LAUNCH_BLOCKING=1
+ * makes every launch complete before the xte call returns, so the host compares finished bytes.
+ * SIMT_DEVICE_MEMORY=host: plain host memory instead (the dry run, where the plugin is the host
+ * SIMT runner's and there is no driver). No fallback otherwise: without the driver's managed
+ * memory the program stops (FATAL), never runs on host memory unseen. */
+#ifdef SIMT_DEVICE_MODE
+#include <dlfcn.h>
+
+#include <new>
+
+struct simt_dev_api {
+  int ready = 0, host = 0;
+  int (*alloc_managed)(unsigned long long *, size_t, unsigned) = nullptr;
+  int (*mem_free)(unsigned long long) = nullptr;
+};
+
+static inline simt_dev_api &simt_dev() {
+  static simt_dev_api api;
+  if (api.ready) return api;
+  api.ready = 1;
+  const char *m = std::getenv("SIMT_DEVICE_MEMORY");
+  if (m && !std::strcmp(m, "host")) {
+    api.host = 1;
+    return api;
+  }
+  setenv("CUDA_LAUNCH_BLOCKING", "1", 1);
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  int (*init)(unsigned) = nullptr;
+  int (*dev_get)(int *, int) = nullptr;
+  int (*retain)(void **, int) = nullptr;
+  int (*set_current)(void *) = nullptr;
+  int dev = 0;
+  void *ctx = nullptr;
+  if (lib) {
+    *(void **)&init = dlsym(lib, "cuInit");
+    *(void **)&dev_get = dlsym(lib, "cuDeviceGet");
+    *(void **)&retain = dlsym(lib, "cuDevicePrimaryCtxRetain");
+    *(void **)&set_current = dlsym(lib, "cuCtxSetCurrent");
+    *(void **)&api.alloc_managed = dlsym(lib, "cuMemAllocManaged");
+    *(void **)&api.mem_free = dlsym(lib, "cuMemFree_v2");
+  }
+  if (!lib || !init || !dev_get || !retain || !set_current || !api.alloc_managed || !api.mem_free ||
+      init(0) != 0 || dev_get(&dev, 0) != 0 || retain(&ctx, dev) != 0 || set_current(ctx) != 0) {
+    std::fprintf(stderr,
+                 "FATAL: device mode: no managed memory from libcuda.so.1 (%s); "
+                 "SIMT_DEVICE_MEMORY=host runs on host memory\n",
+                 lib ? "a driver call failed" : dlerror());
+    std::exit(2);
+  }
+  return api;
+}
+
+template <class T>
+struct simt_dev_alloc {
+  using value_type = T;
+  simt_dev_alloc() = default;
+  template <class U>
+  simt_dev_alloc(const simt_dev_alloc<U> &) {}
+  T *allocate(size_t n) {
+    simt_dev_api &api = simt_dev();
+    const size_t bytes = n > 0 ? n * sizeof(T) : 1;
+    if (api.host) {
+      void *p = std::malloc(bytes);
+      if (!p) throw std::bad_alloc();
+      return (T *)p;
+    }
+    unsigned long long p = 0;
+    if (api.alloc_managed(&p, bytes, 1 /* CU_MEM_ATTACH_GLOBAL */) != 0) throw std::bad_alloc();
+    return (T *)(uintptr_t)p;
+  }
+  void deallocate(T *p, size_t) {
+    simt_dev_api &api = simt_dev();
+    if (api.host)
+      std::free(p);
+    else
+      (void)api.mem_free((unsigned long long)(uintptr_t)p);
+  }
+  bool operator==(const simt_dev_alloc &) const { return true; }
+  bool operator!=(const simt_dev_alloc &) const { return false; }
+};
+#endif
+
 /* ---------------------------------------------------------------- streams and verdicts */
 
 static xte_stream gpu, cpu;
@@ -43,7 +129,11 @@ static bool report_by_op;
 static std::map<std::string, int> failures_by_op;
 static std::chrono::steady_clock::time_point simt_t0;
 
+#ifdef SIMT_DEVICE_MODE
+typedef std::vector<uint8_t, simt_dev_alloc<uint8_t>> buf;
+#else
 typedef std::vector<uint8_t> buf;
+#endif
 
 static inline void report(const std::string &desc, const char *what) {
   failures++;
@@ -55,6 +145,9 @@ static inline void report(const std::string &desc, const char *what) {
  * differ, the first one. */
 static inline bool same(const char *what, const std::string &desc, const void *g, const void *c,
                         size_t n) {
+#ifdef SIMT_DEVICE_MODE
+  (void)xte_stream_synchronize(gpu); /* work the launches left queued (a memset) done first */
+#endif
   const uint8_t *a = (const uint8_t *)g, *b = (const uint8_t *)c;
   if (n == 0 || std::memcmp(a, b, n) == 0) return true;
   size_t i = 0, diff = 0;
@@ -180,6 +273,22 @@ static inline const char *simt_isa() {
  * synchronization is invisible to TSan; its bytes do not depend on the threads) runs on the
  * calling thread only. Starts the clock of the summary. false (after a FATAL line) on failure. */
 static inline bool simt_open(const char *name, int warp) {
+#ifdef SIMT_DEVICE_MODE
+  /* the plugin libxte finds itself (XTE_PLUGIN_DIR as the caller set it); any device */
+  (void)warp;
+  (void)simt_dev(); /* the driver's context (and CUDA_LAUNCH_BLOCKING) before the plugin's */
+  simt_t0 = std::chrono::steady_clock::now();
+  if (xte_stream_create(XTE_BACKEND_CPU, 0, nullptr, &cpu) != XTE_SUCCESS ||
+      xte_stream_create(XTE_BACKEND_CUDA, 0, nullptr, &gpu) != XTE_SUCCESS) {
+    std::fprintf(stderr, "FATAL %s: streams: %s\n", name, xte_last_error());
+    return false;
+  }
+  xte_backend_info dbi;
+  if (xte_get_backend_info(&dbi) == XTE_SUCCESS && dbi.num_cuda_gpus > 0)
+    std::printf("%s: device mode on %s (%s), %s memory\n", name, dbi.cuda_gpus[0].name,
+                dbi.cuda_gpus[0].arch, simt_dev().host ? "host" : "managed");
+  return true;
+#endif
   setenv("XTE_PLUGIN_DIR", SIMT_PLUGIN_DIR, 1);
   if (warp) {
     char w[16];

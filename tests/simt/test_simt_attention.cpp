@@ -393,6 +393,31 @@ static void fixed_cases() {
     c.alibi = mask == 2;
     run_case(c);
   }
+  /* THD with many empty sequences (the grids go by a work list of real tiles, found by binary
+   * search past runs of empty sequences): 300 sequences, 5 of them not empty, q and kv apart */
+  for (int mask = 0; mask < 2; mask++) {
+    acase c;
+    c.layout = XTE_ATTN_LAYOUT_THD;
+    c.batch = 300;
+    c.sq = 37;
+    c.skv = 45;
+    c.hq = 2;
+    c.hkv = 1;
+    c.dqk = c.dv = 16;
+    c.mask = mask;
+    c.dt = c.odt = XTE_DTYPE_BF16;
+    c.cuq.assign(301, 0);
+    c.cukv.assign(301, 0);
+    for (int b = 0; b < 300; b++) {
+      const int lq = b == 0 || b == 151 || b == 152 || b == 299 ? 17 + b % 20 : 0;
+      const int lk = b == 1 || b == 151 || b == 200 || b == 299 || b == 152 ? 9 + b % 36 : 0;
+      c.cuq[b + 1] = c.cuq[b] + lq;
+      c.cukv[b + 1] = c.cukv[b] + lk;
+    }
+    c.total_q = c.cuq.back() + 2;
+    c.total_kv = c.cukv.back();
+    run_case(c);
+  }
   /* NaN / inf / subnormal inputs; huge logits */
   for (int dt : dts) {
     acase c;

@@ -298,6 +298,27 @@ typedef struct rank_arg {
   char err[512];
 } rank_arg;
 
+/* Real GPUs: the devices ranks run on (rank r on device r: NCCL takes one GPU per rank, two ranks
+ * on one GPU are refused as a duplicate GPU), so at most g_ndev ranks. The rank thread makes
+ * its device's primary context current through the driver (libcuda.so.1), so that NCCL (which
+ * asks the runtime for the current device) sees it. */
+static int g_ndev = 1;
+static int rank_device(int rank) {
+  int (*retain)(void **, int) = NULL, (*set_current)(void *) = NULL, (*dev_get)(int *, int) = NULL;
+  void *lib, *ctx = NULL;
+  int dev = 0;
+  if (!real_gpu || rank == 0) return 0;
+  lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return -1;
+  *(void **)&dev_get = dlsym(lib, "cuDeviceGet");
+  *(void **)&retain = dlsym(lib, "cuDevicePrimaryCtxRetain");
+  *(void **)&set_current = dlsym(lib, "cuCtxSetCurrent");
+  if (!dev_get || !retain || !set_current || dev_get(&dev, rank) != 0 || retain(&ctx, dev) != 0 ||
+      set_current(ctx) != 0)
+    return -1;
+  return rank;
+}
+
 static void *rank_main(void *v) {
   rank_arg *a = (rank_arg *)v;
   xte_stream s = NULL;
@@ -305,7 +326,14 @@ static void *rank_main(void *v) {
   void *comm = NULL;
   const char *tr = NULL;
   int rr = -1, nn = -1;
-  if (xte_stream_create(XTE_BACKEND_CUDA, 0, NULL, &s) != XTE_SUCCESS) {
+  const int dev = rank_device(a->rank);
+  if (dev < 0) {
+    snprintf(a->err, sizeof a->err, "rank %d: no context on device %d (libcuda.so.1)", a->rank,
+             a->rank);
+    a->rc = 1;
+    return NULL;
+  }
+  if (xte_stream_create(XTE_BACKEND_CUDA, dev, NULL, &s) != XTE_SUCCESS) {
     snprintf(a->err, sizeof a->err, "stream: %s", xte_last_error());
     a->rc = 1;
     return NULL;
@@ -443,7 +471,18 @@ int main(int argc, char **argv) {
     return 2;
   }
 
-  for (R = 1; R <= (real_gpu ? 1 : 4); R++) {
+  if (real_gpu) {
+    xte_backend_info bi;
+    if (xte_get_backend_info(&bi) == XTE_SUCCESS && bi.num_cuda_gpus > 1)
+      g_ndev = bi.num_cuda_gpus < 4 ? bi.num_cuda_gpus : 4;
+    printf("test_simt_ep: real NCCL, ranks 1 to %d (%d GPU(s): NCCL takes one GPU per rank)\n",
+           g_ndev, g_ndev);
+    if (g_ndev < 2)
+      printf(
+          "test_simt_ep: more than 1 rank: not possible here (one GPU; two ranks on one GPU "
+          "are a duplicate GPU to NCCL)\n");
+  }
+  for (R = 1; R <= (real_gpu ? g_ndev : 4); R++) {
     static const int64_t T[4] = {29, 0, 23, 5};
     static const int64_t T1[4] = {9, 17, 0, 3};
     run_case(R, 3, 4, 96, T, 1, XTE_DTYPE_BF16, XTE_DTYPE_FP32, 0, 8, 21 + (uint64_t)R, 0, 0);
@@ -453,18 +492,19 @@ int main(int argc, char **argv) {
   }
   {
     static const int64_t T[4] = {12, 0, 7, 9};
-    const int Rb = real_gpu ? 1 : 3;
+    const int Rb = real_gpu ? g_ndev : 3;
     int bad;
     for (bad = 0; bad < Rb; bad++) {
-      run_case(Rb, 2, 2, 64, T, 0, XTE_DTYPE_BF16, XTE_DTYPE_FP32, 0, 4, 61, 1, bad == 1 ? 2 : bad);
+      run_case(Rb, 2, 2, 64, T, 0, XTE_DTYPE_BF16, XTE_DTYPE_FP32, 0, 4, 61, 1,
+               bad == 1 && Rb > 2 ? 2 : bad);
       run_case(Rb, 2, 2, 128, T, 0, XTE_DTYPE_E4M3, XTE_DTYPE_E8M0, 1, 4, 62, 2, bad);
     }
   }
   xte_stream_destroy(gs);
   xte_stream_destroy(cs);
   clock_gettime(CLOCK_MONOTONIC, &t1);
-  printf("test_simt_ep (%s): %d cases, %d failures, %.1f s\n",
-         real_gpu ? "real NCCL, GPU 0" : "SIMT runner, fake NCCL", cases, failures,
+  printf("test_simt_ep (%s, up to %d ranks): %d cases, %d failures, %.1f s\n",
+         real_gpu ? "real NCCL" : "SIMT runner, fake NCCL", real_gpu ? g_ndev : 4, cases, failures,
          (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
   return failures ? 1 : 0;
 }

@@ -596,6 +596,37 @@ static void permute_cases() {
         }
 }
 
+/* An input of 2^31 empty rows ([2^31, 0]) under a row map spread over all of them: the row map
+ * checks' table grows with the T K slots, not with the rows (the CUDA unpermute once asked for
+ * rows x 8 bytes, 16 GiB, here and failed where the CPU succeeds). A valid map, then a repeated
+ * row and a row past the input: the CPU's status, message and bytes. */
+static void huge_rows_cases() {
+  const int64_t rows = (int64_t)1 << 31;
+  routing g = make_routing(9, 6, 3, 0, XTE_DTYPE_INT32, 3);
+  buf rm((size_t)(g.T * g.K) * 4 + 1, 0);
+  int32_t *r = (int32_t *)rm.data();
+  const int32_t *idx = (const int32_t *)g.idx.data();
+  int64_t p0 = -1, p1 = -1;
+  for (int64_t p = 0; p < g.T * g.K; p++) {
+    r[p] = idx[p] >= 0 ? (int32_t)(rows - 1 - p * 104729) : -1;
+    if (idx[p] >= 0) {
+      if (p0 < 0) p0 = p;
+      p1 = p;
+    }
+  }
+  unpermute_one(g, "rows 2^31 x 0, valid map", rm, rows, 0, XTE_DTYPE_FP32, XTE_DTYPE_FP32, 1, 0,
+                false);
+  if (p0 >= 0 && p1 > p0) {
+    buf bad = rm;
+    ((int32_t *)bad.data())[p1] = r[p0];
+    unpermute_one(g, "rows 2^31 x 0, repeated row", bad, rows, 0, XTE_DTYPE_BF16, XTE_DTYPE_FP32, 1,
+                  0, false);
+    ((int32_t *)bad.data())[p1] = 0; /* row 0, used by no other slot: valid again */
+    unpermute_one(g, "rows 2^31 x 0, row 0", bad, rows, 0, XTE_DTYPE_FP32, XTE_DTYPE_BF16, 0, 0,
+                  false);
+  }
+}
+
 int main(int argc, char **argv) {
   const simt_args args = simt_parse_args(argc, argv);
   tiny = args.reduced;
@@ -606,5 +637,6 @@ int main(int argc, char **argv) {
   bad_routing_cases();
   chunk_and_dispatch_cases();
   permute_cases();
+  huge_rows_cases();
   return simt_close("simt moe");
 }
