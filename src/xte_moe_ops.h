@@ -37,8 +37,9 @@ typedef struct xte_router_bwd_args {
 } xte_router_bwd_args;
 
 typedef struct xte_aux_loss_args {
-  xte_moe_view probs, tpe;
+  xte_moe_view probs, tpe; /* tpe int32 / int64 / fp32 / bf16 [E] */
   int64_t T, E, N;
+  int64_t num_experts; /* the E of the coefficient (divides E: sequence-level loss) */
   int topk;
   float coeff, grad_aux;
   float *aux_out;          /* forward */

@@ -25,7 +25,7 @@ typedef enum xte_router_score {
 } xte_router_score;
 
 typedef struct xte_router_config {
-  int topk; /* experts per token, 1..16, <= E */
+  int topk; /* experts per token, 1..E */
   xte_router_score score_function;
   int use_pre_softmax;  /* softmax only: 1 softmax over all E then top-k; 0 top-k of the
                            logits then softmax over those k */
@@ -56,8 +56,11 @@ typedef struct xte_router_outputs {
   xte_tensor saved;
 } xte_router_outputs;
 
-/* logits: fp32 or bf16 [T, E], E <= 512. expert_bias: NULL or fp32 [E], added to the scores for
- * the selection only. */
+/* The most experts (logits' columns) the router and the aux scores take; topk is 1..E. */
+#define XTE_ROUTER_MAX_EXPERTS 65536
+
+/* logits: fp32 or bf16 [T, E], E <= XTE_ROUTER_MAX_EXPERTS. expert_bias: NULL or fp32 [E], added
+ * to the scores for the selection only. */
 XTE_API xte_status xte_router_forward(const xte_tensor *logits, const xte_tensor *expert_bias,
                                       const xte_router_config *config, xte_router_outputs *out,
                                       xte_stream stream);
@@ -79,6 +82,12 @@ XTE_API xte_status xte_router_aux_scores(const xte_tensor *logits, int topk,
                                          xte_router_score score_function, xte_tensor *scores,
                                          xte_tensor *routing_map, xte_tensor *saved,
                                          xte_stream stream);
+/* The same with the routing map also (or only) as bits: routing_bits uint8 [T, ceil(E/8)], bit
+ * (e % 8) of byte e / 8 set for a selected expert (NULL or data NULL: not produced). */
+XTE_API xte_status xte_router_aux_scores_ex(const xte_tensor *logits, int topk,
+                                            xte_router_score score_function, xte_tensor *scores,
+                                            xte_tensor *routing_map, xte_tensor *routing_bits,
+                                            xte_tensor *saved, xte_stream stream);
 /* grad_logits from grad_scores (fp32 [T, E]) and saved (and logits for sqrtsoftplus), through
  * the normalisation over all E for sigmoid / sqrtsoftplus (every topk). */
 XTE_API xte_status xte_router_aux_scores_backward(const xte_tensor *grad_scores,
@@ -87,7 +96,7 @@ XTE_API xte_status xte_router_aux_scores_backward(const xte_tensor *grad_scores,
                                                   xte_tensor *grad_logits, xte_stream stream);
 
 /* aux = C * sum_e (sum_t probs[t, e]) * tokens_per_expert[e], C = E * coeff / (topk * N^2)
- * with N = total_num_tokens. probs fp32 [T, E]; tokens_per_expert int32 or int64 [E].
+ * with N = total_num_tokens. probs fp32 [T, E]; tokens_per_expert int32, int64, fp32 or bf16 [E].
  * aux_loss: one fp32, 4-byte aligned. Sums in fp64 in a fixed order (docs/numerics.md section 8),
  * rounded once. */
 XTE_API xte_status xte_moe_aux_loss_forward(const xte_tensor *probs,
@@ -99,6 +108,18 @@ XTE_API xte_status xte_moe_aux_loss_backward(const xte_tensor *tokens_per_expert
                                              int64_t total_num_tokens, int topk, float coeff,
                                              float grad_aux, xte_tensor *grad_probs,
                                              xte_stream stream);
+/* The same with C = num_experts * coeff / (topk * N^2), num_experts dividing probs' columns E:
+ * the sequence-level aux loss (E = num_experts * sequences, tokens_per_expert [E]); topk is
+ * 1..num_experts. num_experts = E is the call above. */
+XTE_API xte_status xte_moe_aux_loss_forward_ex(const xte_tensor *probs,
+                                               const xte_tensor *tokens_per_expert,
+                                               int64_t total_num_tokens, int64_t num_experts,
+                                               int topk, float coeff, float *aux_loss,
+                                               xte_stream stream);
+XTE_API xte_status xte_moe_aux_loss_backward_ex(const xte_tensor *tokens_per_expert,
+                                                int64_t total_num_tokens, int64_t num_experts,
+                                                int topk, float coeff, float grad_aux,
+                                                xte_tensor *grad_probs, xte_stream stream);
 
 /* ================================================================== token movement
  * The routing is given either as a byte routing map [T, E] (uint8, non-zero = routed) or as
@@ -112,7 +133,7 @@ XTE_API xte_status xte_moe_aux_loss_backward(const xte_tensor *tokens_per_expert
  * rows (they, and the padding rows, are written as zeros). */
 /* The most experts token movement and the dispatch layout take (num_experts 1..this): a bound far
  * above any model's, so that every workspace size stays small and exact. The router takes at most
- * 512 (the logits' columns). */
+ * XTE_ROUTER_MAX_EXPERTS (the logits' columns). */
 #define XTE_MOE_MAX_EXPERTS ((int64_t)1 << 20)
 
 typedef struct xte_moe_routing {
