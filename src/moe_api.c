@@ -200,6 +200,60 @@ xte_status xte_router_forward(const xte_tensor *logits, const xte_tensor *expert
   return ex.ops->moe->router_forward(&a, ex.handle);
 }
 
+xte_status xte_router_qb_forward(const xte_tensor *logits, const xte_tensor *expert_bias, int topk,
+                                 float scaling_factor, float lower, float upper,
+                                 xte_router_outputs *out, xte_tensor *cutoff,
+                                 xte_tensor *histogram, xte_stream stream) {
+  xte_router_args a;
+  xte_exec ex;
+  xte_moe_view bv;
+  memset(&a, 0, sizeof a);
+  XTE_CHECK_PTR(logits, "logits");
+  XTE_CHECK_PTR(expert_bias, "expert_bias");
+  XTE_CHECK_PTR(out, "out");
+  XTE_CHECK_PTR(cutoff, "cutoff");
+  XTE_CHECK_PTR(histogram, "histogram");
+  XTE_TRY(logits_view(logits, &a.logits, &a.T, &a.E));
+  if (topk < 1 || topk >= a.E)
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                         "topk = %d: want 1..E - 1 (%lld; Quantile Balancing selects topk + 1)",
+                         topk, (long long)a.E - 1);
+  if (!isfinite(scaling_factor))
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "scaling_factor must be finite");
+  if (!isfinite(lower) || !isfinite(upper) || !(lower < upper))
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                         "bin bounds [lower, upper] = [%g, %g]: want finite with lower < upper",
+                         (double)lower, (double)upper);
+  if (!expert_bias->data) return xte_set_error(XTE_ERROR_NULL_POINTER, "expert_bias->data");
+  XTE_TRY(vec(expert_bias, "expert_bias", F32, a.E, &bv));
+  a.bias = (const float *)bv.data;
+  XTE_TRY(view_opt(&out->probs, "out->probs", F32, a.T, a.E, &a.probs));
+  XTE_TRY(view_opt(&out->routing_map, "out->routing_map", U8, a.T, a.E, &a.map));
+  XTE_TRY(view_opt(&out->routing_bits, "out->routing_bits", U8, a.T, cdiv(a.E, 8), &a.bits));
+  XTE_TRY(view_opt(&out->topk_idx, "out->topk_idx", I32 | I64, a.T, topk, &a.idx));
+  XTE_TRY(view_opt(&out->topk_weights, "out->topk_weights", F32, a.T, topk, &a.weights));
+  if (!out->saved.data)
+    return xte_set_error(XTE_ERROR_NULL_POINTER,
+                         "out->saved: Quantile Balancing needs the scores (the histogram's input)");
+  XTE_TRY(view(&out->saved, "out->saved", F32, a.T, a.E, &a.saved));
+  XTE_TRY(vec(cutoff, "cutoff", F32, a.T, &a.cutoff));
+  a.cutoff.ld = 1;
+  XTE_TRY(view(histogram, "histogram", I32, a.E, -1, &a.hist));
+  if (a.hist.cols < 1) return xte_set_error(XTE_ERROR_SHAPE, "histogram has no bins (columns)");
+  XTE_TRY(moe_exec(stream, &ex));
+  XTE_TRY(moe_has(&ex, ex.ops->moe->router_forward != NULL, "router_forward"));
+  a.topk = topk;
+  a.score = XTE_ROUTER_SIGMOID;
+  a.num_groups = a.group_topk = 1;
+  a.scaling = scaling_factor;
+  a.qb = 1;
+  a.qb_bins = a.hist.cols;
+  a.qb_lower = lower;
+  a.qb_upper = upper;
+  xte_clear_error();
+  return ex.ops->moe->router_forward(&a, ex.handle);
+}
+
 /* topk of the aux-score entry points: 1..E. */
 static xte_status check_topk(int topk, int64_t E) {
   if (topk < 1 || topk > E)

@@ -65,6 +65,21 @@ XTE_API xte_status xte_router_forward(const xte_tensor *logits, const xte_tensor
                                       const xte_router_config *config, xte_router_outputs *out,
                                       xte_stream stream);
 
+/* Quantile Balancing (TransformerEngine main's fused_topk_with_score_function with qb_*):
+ * sigmoid scores s, the selection score s + expert_bias (fp32 [E], required); the top topk + 1
+ * in rank order are taken and the last of them dropped: the outputs hold the other topk as the
+ * router's (normalised over them when topk > 1, times scaling_factor), cutoff (fp32 [T]) the
+ * dropped expert's s + bias. out->saved (the scores s, fp32 [T, E]) is required. histogram
+ * (int32 [E, bins], accumulated in place) gains, for every token t and expert e, one count in
+ * bin clamp(floor(((cutoff_t - s_te) - lower) * scale), 0, bins - 1), scale =
+ * fp32(fp32(1 / (upper - lower)) * bins), every step in fp32 (TE's reference order); NaN, +-inf
+ * and values >= 2^63 count in bin 0. lower, upper finite with lower < upper; topk 1..E - 1. The
+ * backward is xte_router_backward with the sigmoid config of topk (the map and saved above). */
+XTE_API xte_status xte_router_qb_forward(const xte_tensor *logits, const xte_tensor *expert_bias,
+                                         int topk, float scaling_factor, float lower, float upper,
+                                         xte_router_outputs *out, xte_tensor *cutoff,
+                                         xte_tensor *histogram, xte_stream stream);
+
 /* grad_logits [T, E] (fp32 or bf16) from grad_probs (fp32 [T, E]), the routing_map (uint8
  * [T, E]) and saved (fp32 [T, E]) of the forward; logits (as in the forward) is needed for
  * sqrtsoftplus only (may be NULL otherwise). The bias and the group limit carry no gradient. */

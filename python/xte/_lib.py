@@ -347,6 +347,8 @@ _PROTOTYPES = {
     "xte_router_backward": (_st, [_T, _T, _T, _T, _P(RouterConfig), _T, _S]),
     "xte_router_aux_scores": (_st, [_T, _int, _c_enum, _T, _T, _T, _S]),
     "xte_router_aux_scores_ex": (_st, [_T, _int, _c_enum, _T, _T, _T, _T, _S]),
+    "xte_router_qb_forward": (_st, [_T, _T, _int, _f32, _f32, _f32, _P(RouterOutputs), _T, _T,
+                                    _S]),
     "xte_router_aux_scores_backward": (_st, [_T, _T, _T, _int, _c_enum, _T, _S]),
     "xte_moe_aux_loss_forward": (_st, [_T, _T, _i64, _int, _f32, _P(_f32), _S]),
     "xte_moe_aux_loss_backward": (_st, [_T, _i64, _int, _f32, _f32, _T, _S]),

@@ -495,6 +495,15 @@ static void router_row(const xte_router_args *a, int64_t t, router_ws *ws) {
     memset(allowed, 0, (size_t)E);
     for (j = 0; j < ng; j++) memset(allowed + gidx[j] * gs, 1, (size_t)gs);
     n = topk_row(sel, E, allowed, k, NULL, idx, asc, &ws->ts);
+  } else if (a->qb) {
+    /* Quantile Balancing: the top k + 1, then the last in rank order is dropped (out of asc
+     * too); its biased score is the token's cutoff */
+    int d = 0;
+    n = topk_row(sel, E, NULL, k + 1, mx, idx, asc, &ws->ts);
+    ((float *)a->cutoff.data)[t * a->cutoff.ld] = sel[idx[k]];
+    for (j = 0; j < n; j++)
+      if (asc[j] != idx[k]) asc[d++] = asc[j];
+    n = k;
   } else {
     n = topk_row(sel, E, NULL, k, mx, idx, asc, &ws->ts);
   }
@@ -611,9 +620,28 @@ static void router_range(void *ctx, int64_t b, int64_t e, int tid) {
 #endif
 }
 
+/* The Quantile Balancing histogram: one expert per work item, tokens ascending (no shared
+ * counters; int32 counts wrap as TE's atomics do). */
+static void qb_hist_range(void *ctx, int64_t b, int64_t e, int tid) {
+  const xte_router_args *a = (const xte_router_args *)ctx;
+  const float scale = xte_moe_qb_scale(a->qb_lower, a->qb_upper, a->qb_bins);
+  int64_t x, t;
+  (void)tid;
+  for (x = b; x < e; x++) {
+    uint32_t *h = (uint32_t *)a->hist.data + x * a->hist.ld;
+    for (t = 0; t < a->T; t++) {
+      const float c = ((const float *)a->cutoff.data)[t * a->cutoff.ld];
+      const float sc = ((const float *)a->saved.data)[t * a->saved.ld + x];
+      h[xte_moe_qb_bin(c, sc, a->qb_lower, scale, a->qb_bins)] += 1u;
+    }
+  }
+}
+
 xte_status XTE_MOE_NAME(xte_cpu_moe_router_forward)(const xte_router_args *a, void *handle) {
   (void)handle;
-  return run_rows(a, a->T, a->E, NF_FWD, router_range);
+  XTE_TRY(run_rows(a, a->T, a->E, NF_FWD, router_range));
+  if (a->qb && a->T > 0) xte_parallel_for(a->E, qb_hist_range, (void *)a);
+  return XTE_SUCCESS;
 }
 
 /* ---------------------------------------------------------------- backward */

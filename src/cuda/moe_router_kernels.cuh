@@ -197,6 +197,9 @@ __global__ void __launch_bounds__(XTE_MOE_NT) xte_rt_forward(xte_router_args a, 
      * is below k (then fewer than k of that strip go before it, all of them listed), and at least
      * k otherwise, so the experts of rank < k and their places are exactly those of the plain
      * rank count. */
+    /* Quantile Balancing ranks k + 1 experts (ks lists) and marks the first k; the expert of
+     * rank k is dropped and its selection score is the token's cutoff. */
+    const int ks = k + (a.qb ? 1 : 0);
     {
       const int L = (E + XTE_RT_STRIPS - 1) / XTE_RT_STRIPS;
       for (int e = threadIdx.x; e < E; e += blockDim.x) r.mark[e] = 0;
@@ -205,21 +208,21 @@ __global__ void __launch_bounds__(XTE_MOE_NT) xte_rt_forward(xte_router_args a, 
         int n = 0;
         XTE_MOE_NO_UNROLL
         for (int e = i * L; e < e1; e++)
-          if (r.keep[e]) xte_moe_topk_insert(r.cv + (size_t)i * k, r.ci + (size_t)i * k, &n, k,
+          if (r.keep[e]) xte_moe_topk_insert(r.cv + (size_t)i * ks, r.ci + (size_t)i * ks, &n, ks,
                                              r.sel[e], e);
         r.nc[i] = n;
       }
       __syncthreads();
-      for (int q = threadIdx.x; q < XTE_RT_STRIPS * k; q += blockDim.x) {
-        const int i = q / k, p = q % k;
+      for (int q = threadIdx.x; q < XTE_RT_STRIPS * ks; q += blockDim.x) {
+        const int i = q / ks, p = q % ks;
         if (p >= r.nc[i]) continue;
         const float v = r.cv[q];
         const int e = r.ci[q];
         int n = p;
         XTE_MOE_NO_UNROLL
-        for (int j = 0; j < XTE_RT_STRIPS && n < k; j++) {
-          const float *cvj = r.cv + (size_t)j * k;
-          const int *cij = r.ci + (size_t)j * k;
+        for (int j = 0; j < XTE_RT_STRIPS && n < ks; j++) {
+          const float *cvj = r.cv + (size_t)j * ks;
+          const int *cij = r.ci + (size_t)j * ks;
           int lo = 0, hi = j == i ? 0 : r.nc[j];
           while (lo < hi) {
             const int mid = (lo + hi) >> 1;
@@ -230,13 +233,14 @@ __global__ void __launch_bounds__(XTE_MOE_NT) xte_rt_forward(xte_router_args a, 
           }
           n += lo;
         }
-        if (n < k) {
+        if (n < ks) {
           r.idx[n] = e;
-          r.mark[e] = 1;
+          if (n < k) r.mark[e] = 1;
         }
       }
     }
     __syncthreads();
+    if (a.qb && threadIdx.x == 0) ((float *)a.cutoff.data)[t * a.cutoff.ld] = r.sel[r.idx[k]];
     /* the selected experts ascending: the marked experts in index order (one thread) */
     if (threadIdx.x == 0) {
       int j = 0;
@@ -308,6 +312,21 @@ __global__ void __launch_bounds__(XTE_MOE_NT) xte_rt_forward(xte_router_args a, 
             xte_mul_nanprop(a.scaling, r.w[r.idx[j]]);
     }
     __syncthreads(); /* the row is reused by the next token */
+  }
+}
+
+/* The Quantile Balancing histogram: one thread per expert, tokens ascending (the CPU's counts;
+ * no atomics). */
+__global__ void __launch_bounds__(XTE_MOE_NT) xte_rt_qb_hist(xte_router_args a, float scale) {
+  for (int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; x < a.E;
+       x += (int64_t)gridDim.x * blockDim.x) {
+    uint32_t *h = (uint32_t *)a.hist.data + x * a.hist.ld;
+    XTE_MOE_NO_UNROLL
+    for (int64_t t = 0; t < a.T; t++) {
+      const float c = ((const float *)a.cutoff.data)[t * a.cutoff.ld];
+      const float sc = ((const float *)a.saved.data)[t * a.saved.ld + x];
+      h[xte_moe_qb_bin(c, sc, a.qb_lower, scale, a.qb_bins)] += 1u;
+    }
   }
 }
 
@@ -461,12 +480,15 @@ static xte_status xte_rt_forward_run(RT &rt, const xte_router_args *a) {
   int64_t grid;
   xte_status st;
   if (a->T <= 0) return XTE_SUCCESS;
-  if (!xte_rt_layout(a->E, a->topk, &ws) ||
+  if (!xte_rt_layout(a->E, (int64_t)a->topk + (a->qb ? 1 : 0), &ws) ||
       __builtin_mul_overflow((size_t)(grid = xte_rt_grid(a->T, ws.stride)), ws.stride, &total))
     return rt.svc->set_error(XTE_ERROR_OUT_OF_MEMORY, "router workspace (E = %lld, topk = %d)",
                              (long long)a->E, a->topk);
   XTE_MOE_TRY(rt.alloc((void **)&ws.base, total));
   st = rt.launch(grid, xte_rt_forward, *a, ws);
+  if (st == XTE_SUCCESS && a->qb)
+    st = rt.launch(xte_moe_grid_threads(a->E), xte_rt_qb_hist, *a,
+                   xte_moe_qb_scale(a->qb_lower, a->qb_upper, a->qb_bins));
   if (st == XTE_SUCCESS) st = rt.finish();
   rt.release(ws.base);
   return st;

@@ -3,6 +3,9 @@ fused_compute_score_for_moe_aux_loss, fused_moe_aux_loss) against torch fp64 ora
 here from TE's documented semantics and xte's contract (docs/numerics.md section 8), not from the
 C code.
 
+Quantile Balancing (TE main): the selection, the cutoff and the histogram exact (the bins by TE's
+reference fp32 order, from the op's own scores), the probs and gradients as above.
+
 Exact: the selection (bool / bit routing maps, dense top-k indices in every integer dtype), the
 zeros off the selection, the return types / dtypes / shapes (leading dimensions kept), probs in
 the logits' dtype as the fp32 probs rounded once, bitmap == packed bytemap. Within (E + 8) fp32
@@ -253,9 +256,13 @@ def test_argument_errors():
                                          torch.zeros(16), qb_histogram=hist,
                                          qb_bin_bounds=torch.tensor([1.0, 1.0]),
                                          qb_histogram_mode="two_kernel")
-    with pytest.raises(NotImplementedError, match="Quantile Balancing"):
+    with pytest.raises(ValueError, match="qb_histogram_mode"):
         R.fused_topk_with_score_function(x, 2, False, None, None, None, "sigmoid",
                                          torch.zeros(16), qb_histogram=hist, qb_bin_bounds=bounds,
+                                         qb_histogram_mode="atomic")
+    with pytest.raises(ValueError, match="grouped"):
+        R.fused_topk_with_score_function(x, 2, False, 4, 2, None, "sigmoid", torch.zeros(16),
+                                         qb_histogram=hist, qb_bin_bounds=bounds,
                                          qb_histogram_mode="two_kernel")
     with pytest.raises(Exception, match="topk"):
         R.fused_topk_with_score_function(x, 17, False, None, None, None, "softmax", None)
@@ -388,3 +395,94 @@ def test_opcheck():
     opcheck(torch.ops.xte.te_aux_loss.default, (p, tpe, 6, None, 20, 2, 0.1))
     opcheck(torch.ops.xte.te_aux_loss.default,
             (p, tpe, 0, torch.tensor([6], dtype=torch.int64), 40, 2, 0.1))
+
+
+# ------------------------------------------------------------------------------- QB
+
+
+def ref_qb_bins(cutoff, raw, lower, upper, num_bins):
+    """TE's reference binning in its fp32 operation order (torch fp32 tensors): scale =
+    (1 / (upper - lower)) * num_bins, floor(((cutoff - raw) - lower) * scale), clamped."""
+    lo, up = torch.tensor(lower, dtype=torch.float32), torch.tensor(upper, dtype=torch.float32)
+    scale = torch.reciprocal(up - lo) * num_bins
+    v = ((cutoff.unsqueeze(1) - raw) - lo) * scale
+    b = torch.floor(v)
+    b = torch.where(torch.isfinite(b) & (b.abs() < 2.0 ** 62), b, torch.zeros_like(b))
+    return b.to(torch.int64).clamp(0, num_bins - 1)
+
+
+@pytest.mark.parametrize("topk,fmt", [(8, "bytemap"), (16, "bitmap_u8"), (1, "dense")])
+def test_quantile_balancing(topk, fmt):
+    T, E, nb = 57, 96, 50
+    g = torch.Generator().manual_seed(topk)
+    x = torch.randn(T, E, generator=g)
+    bias = torch.linspace(-0.2, 0.2, E)
+    bounds = torch.tensor([-1.2, 1.2])
+    hist = torch.full((E, nb), 7, dtype=torch.int32)  # accumulated in place
+    idx = torch.empty(T, topk, dtype=torch.int16) if fmt == "dense" else None
+    xf = x.clone().requires_grad_(True)
+    probs, rout = R.fused_topk_with_score_function(
+        xf, topk, False, None, None, 1.5, "sigmoid", bias,
+        routing_map_format="bitmap_u8" if fmt == "bitmap_u8" else "bytemap", topk_indices=idx,
+        qb_histogram=hist, qb_bin_bounds=bounds, qb_histogram_mode="two_kernel")
+    # oracle: the top k + 1 of sigmoid + bias in rank order (value desc, index asc), the last
+    # dropped; its biased score is the cutoff
+    raw = torch.sigmoid(x.double())
+    sel = (raw.float() + bias).double()
+    order = torch.sort(sel, dim=1, descending=True, stable=True)[1]
+    keep, drop = order[:, :topk], order[:, topk]
+    wmap = torch.zeros(T, E, dtype=torch.bool).scatter(1, keep, True)
+    if fmt == "dense":
+        assert rout is idx and torch.equal(rout.long(), keep)
+    elif fmt == "bitmap_u8":
+        assert torch.equal(rout, pack_bits(wmap))
+    else:
+        assert torch.equal(rout, wmap)
+    w = raw.gather(1, keep)
+    w = w / (w.sum(-1, keepdim=True) + 1e-20) if topk > 1 else w
+    want = torch.zeros(T, E, dtype=torch.float64).scatter(1, keep, 1.5 * w)
+    close(probs, want, E)
+    # the histogram from the op's own scores and cutoff, binned by TE's reference order
+    _, _, _, _, saved, cutoff, counts = torch.ops.xte.te_router_qb(
+        x, bias, topk, 1.5, bounds, nb, False, False)
+    close(saved, raw, 8)
+    assert torch.equal(cutoff, (saved + bias).gather(1, drop.unsqueeze(1)).squeeze(1))
+    bins = ref_qb_bins(cutoff, saved, -1.2, 1.2, nb)
+    wh = torch.zeros(E, nb, dtype=torch.int64)
+    wh.scatter_add_(1, bins.t(), torch.ones(E, T, dtype=torch.int64))
+    assert torch.equal(counts.long(), wh)
+    assert torch.equal(hist.long(), wh + 7)
+    # backward: the sigmoid router's over the k kept
+    gw = torch.randn(T, E, generator=g, dtype=torch.float64)
+    xr = x.double().requires_grad_(True)
+    s = torch.sigmoid(xr).gather(1, keep)
+    s = s / (s.sum(-1, keepdim=True) + 1e-20) if topk > 1 else s
+    (torch.zeros(T, E, dtype=torch.float64).scatter(1, keep, 1.5 * s) * gw).sum().backward()
+    (probs * gw.float()).sum().backward()
+    grad_close(xf.grad, xr.grad)
+
+
+def test_quantile_balancing_bins_clamp_and_modes():
+    T, E, nb = 40, 16, 8
+    x = torch.randn(T, E, generator=torch.Generator().manual_seed(5)) * 3
+    x[0] = -5.0
+    x[0, :3] = 3.0  # top-(k+1) all tied: the largest expert id (2) is the one dropped
+    bias = torch.zeros(E)
+    bounds = torch.tensor([-0.05, 0.05])  # narrow: most counts clamp into the end bins
+    hs = []
+    for mode in ("two_kernel", "fused_atomic", R.QBHistogramMode.FUSED_ATOMIC):
+        h = torch.zeros(E, nb, dtype=torch.int32)
+        _, m = R.fused_topk_with_score_function(x, 2, False, None, None, None, "sigmoid", bias,
+                                                qb_histogram=h, qb_bin_bounds=bounds,
+                                                qb_histogram_mode=mode)
+        assert m[0, :4].tolist() == [True, True, False, False]
+        hs.append(h)
+    assert torch.equal(hs[0], hs[1]) and torch.equal(hs[0], hs[2])
+    assert int(hs[0].sum()) == T * E
+    assert hs[0][:, 0].sum() > 0 and hs[0][:, -1].sum() > 0
+    _, _, _, _, saved, cutoff, counts = torch.ops.xte.te_router_qb(x, bias, 2, 1.0, bounds, nb,
+                                                                  False, False)
+    bins = ref_qb_bins(cutoff, saved, -0.05, 0.05, nb)
+    wh = torch.zeros(E, nb, dtype=torch.int64).scatter_add_(1, bins.t(),
+                                                             torch.ones(E, T, dtype=torch.int64))
+    assert torch.equal(hs[0].long(), wh)

@@ -11,6 +11,7 @@
  *  - router backward on the forward's own map and saved, and on arbitrary ones, fp32 / bf16
  *    grad_logits, with NaN / inf gradients;
  *  - aux scores (byte and bit maps) and their backward (every score function and topk);
+ *  - Quantile Balancing (xte_router_qb_forward): every output, cutoff, histogram; refusals;
  *  - aux loss forward (T across the 1024-token blocks; NaN / inf probs; int32 / int64 / fp32
  *    tokens_per_expert; num_experts dividing the columns) and backward;
  *  - SwiGLU forward / backward (fp32 / bf16 in and out, odd F, F = 0, T = 0, specials) and the
@@ -573,6 +574,61 @@ static void swiglu_cases() {
 
 /* ---------------------------------------------------------------- refusals */
 
+/* Quantile Balancing: every output, the cutoff and the histogram (accumulated onto the same
+ * starting counts on both sides), byte for byte. */
+static void qb_case(int64_t T, int64_t E, int k, int64_t bins, int kind, float lower, float upper) {
+  buf x = fill_mat(T, E, XTE_DTYPE_FP32, kind);
+  buf bias = fill_f32(E, rnd() % 3 ? V_NORMAL : V_TIES);
+  const size_t TE = (size_t)(T * E), nb8 = (size_t)((E + 7) / 8);
+  buf pg(TE * 4 + 1, 0xCD), pc(pg), mg(TE + 1, 0xCD), mc(mg), bg((size_t)T * nb8 + 1, 0xCD),
+      bc(bg), ig((size_t)(T * k) * 4 + 1, 0xCD), ic(ig), wg(ig), wc(ig), vg(pg), vc(pg),
+      cg((size_t)T * 4 + 1, 0xCD), cc(cg), hg((size_t)(E * bins) * 4, 0), hc(hg);
+  for (size_t i = 0; i < hg.size(); i += 4) hg[i] = hc[i] = (uint8_t)(i % 7);
+  char d0[160];
+  std::snprintf(d0, sizeof d0, "router_qb T=%lld E=%lld k=%d bins=%lld kind=%d [%g, %g]",
+                (long long)T, (long long)E, k, (long long)bins, kind, (double)lower,
+                (double)upper);
+  const std::string d = d0;
+  if (!run_both(d, [&](xte_stream s) {
+        const bool c = s == cpu;
+        xte_router_outputs out;
+        std::memset(&out, 0, sizeof out);
+        out.probs = t2(c ? pc : pg, XTE_DTYPE_FP32, T, E);
+        out.routing_map = t2(c ? mc : mg, XTE_DTYPE_UINT8, T, E);
+        out.routing_bits = t2(c ? bc : bg, XTE_DTYPE_UINT8, T, (int64_t)nb8);
+        out.topk_idx = t2(c ? ic : ig, XTE_DTYPE_INT32, T, k);
+        out.topk_weights = t2(c ? wc : wg, XTE_DTYPE_FP32, T, k);
+        out.saved = t2(c ? vc : vg, XTE_DTYPE_FP32, T, E);
+        xte_tensor tx = t2(x, XTE_DTYPE_FP32, T, E), tb = xte_tensor_1d(bias.data(),
+                                                                       XTE_DTYPE_FP32, E),
+                   tc = xte_tensor_1d((c ? cc : cg).data(), XTE_DTYPE_FP32, T),
+                   th = t2(c ? hc : hg, XTE_DTYPE_INT32, E, bins);
+        return xte_router_qb_forward(&tx, &tb, k, 1.5f, lower, upper, &out, &tc, &th, s);
+      }))
+    return;
+  same("probs", d, pg, pc);
+  same("routing_map", d, mg, mc);
+  same("routing_bits", d, bg, bc);
+  same("topk_idx", d, ig, ic);
+  same("topk_weights", d, wg, wc);
+  same("saved", d, vg, vc);
+  same("cutoff", d, cg, cc);
+  same("histogram", d, hg, hc);
+}
+
+static void qb_cases() {
+  qb_case(37, 64, 8, 100, V_NORMAL, -1.2f, 1.2f);
+  qb_case(5, 896, 16, 1000, V_NORMAL, -1.2f, 1.2f);
+  qb_case(9, 16, 2, 8, V_TIES, -0.05f, 0.05f);
+  qb_case(7, 40, 1, 5, V_SPECIAL, -1.0f, 1.0f);
+  qb_case(0, 8, 3, 4, V_NORMAL, -1.0f, 1.0f);
+  qb_case(3, 1030, 100, 50, V_NORMAL, -0.5f, 0.7f);
+  /* refusals: topk = E, bounds reversed or not finite */
+  qb_case(2, 8, 8, 4, V_NORMAL, -1.0f, 1.0f);
+  qb_case(2, 8, 2, 4, V_NORMAL, 1.0f, 1.0f);
+  qb_case(2, 8, 2, 4, V_NORMAL, -1.0f, INFINITY);
+}
+
 static void refusal_cases() {
   /* an unsupported fused recipe and scaling mode: the same refusal from both */
   fused_case(3, 5, XTE_DTYPE_FP32, XTE_DTYPE_FP32, XTE_RECIPE_MX_TE, 0, 0, 0, V_NORMAL);
@@ -592,6 +648,7 @@ int main(int argc, char **argv) {
               stride == 1 ? "full" : (stride == 3 ? "default" : "reduced"));
   router_cases();
   aux_cases();
+  qb_cases();
   swiglu_cases();
   refusal_cases();
   return simt_close("simt router");

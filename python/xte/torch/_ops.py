@@ -1490,6 +1490,69 @@ def _te_router_bwd(ctx, gp, grmap, gbits, gidx, gsaved):
 te_router.register_autograd(_te_router_bwd, setup_context=_te_router_setup)
 
 
+@torch.library.custom_op("xte::te_router_qb", mutates_args=(), device_types=_DEV)
+def te_router_qb(logits: Tensor, expert_bias: Tensor, topk: int, scaling_factor: float,
+                 bin_bounds: Tensor, num_bins: int, want_bits: bool,
+                 want_idx: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """xte_router_qb_forward (Quantile Balancing): te_router's five outputs (saved: the sigmoid
+    scores), cutoff fp32 [T] and the histogram counts of this call, int32 [E, num_bins] (the
+    caller adds them to its histogram). bin_bounds: fp32 [lower, upper], read on the host."""
+    vl = view(logits, "logits", _ACT)
+    vb = view(expert_bias, "expert_bias", (DType.FP32,))
+    T, E = vl.shape[0], vl.shape[-1]
+    lower, upper = (float(v) for v in bin_bounds.detach().reshape(-1).cpu().tolist())
+    probs = empty(vl, (T, E), DType.FP32)
+    rmap = empty(vl, (T, E), DType.UINT8)
+    bits = empty(vl, (T, (E + 7) // 8 if want_bits else 0), DType.UINT8)
+    idx = empty(vl, (T, topk if want_idx else 0), DType.INT32)
+    saved = empty(vl, (T, E), DType.FP32)
+    cutoff = empty(vl, (T,), DType.FP32)
+    counts = zeros(vl, (E, num_bins), DType.INT32)
+    out = RouterOutputs()
+    views = [view(probs, "probs", writable=True), view(rmap, "routing_map", writable=True),
+             view(saved, "saved", writable=True)]
+    out.probs, out.routing_map, out.saved = views[0].t, views[1].t, views[2].t
+    if want_bits:
+        views.append(view(bits, "routing_bits", writable=True))
+        out.routing_bits = views[-1].t
+    if want_idx:
+        views.append(view(idx, "topk_indices", writable=True))
+        out.topk_idx = views[-1].t
+    vc, vh = view(cutoff, "cutoff", writable=True), view(counts, "histogram", writable=True)
+    call("xte_router_qb_forward", vl.ptr, vb.ptr, int(topk), float(scaling_factor), lower, upper,
+         ctypes.byref(out), vc.ptr, vh.ptr, stream_of(vl, vb, vc, vh, *views))
+    return probs, rmap, bits, idx, saved, cutoff, counts
+
+
+@te_router_qb.register_fake
+def _(logits, expert_bias, topk, scaling_factor, bin_bounds, num_bins, want_bits, want_idx):
+    T, E = logits.shape[0], logits.shape[-1]
+    return (logits.new_empty((T, E), dtype=torch.float32),
+            logits.new_empty((T, E), dtype=torch.uint8),
+            logits.new_empty((T, (E + 7) // 8 if want_bits else 0), dtype=torch.uint8),
+            logits.new_empty((T, topk if want_idx else 0), dtype=torch.int32),
+            logits.new_empty((T, E), dtype=torch.float32),
+            logits.new_empty((T,), dtype=torch.float32),
+            logits.new_empty((E, num_bins), dtype=torch.int32))
+
+
+def _te_router_qb_setup(ctx, inputs, output):
+    logits, _, topk, scale = inputs[:4]
+    ctx.save_for_backward(output[1], output[4], logits)
+    ctx.cfg = (topk, 1, False, 0, 0, scale)  # the sigmoid router's backward over the topk kept
+    ctx.set_materialize_grads(True)
+
+
+def _te_router_qb_bwd(ctx, gp, *_):
+    rmap, saved, logits = ctx.saved_tensors
+    gl = torch.ops.xte.router_backward(gp.to(torch.float32).contiguous(), rmap, saved, logits,
+                                       *ctx.cfg)
+    return gl, None, None, None, None, None, None, None
+
+
+te_router_qb.register_autograd(_te_router_qb_bwd, setup_context=_te_router_qb_setup)
+
+
 @torch.library.custom_op("xte::te_aux_scores", mutates_args=(), device_types=_DEV)
 def te_aux_scores(logits: Tensor, topk: int, score_function: int,
                   want_bits: bool) -> Tuple[Tensor, Tensor, Tensor]:
@@ -1600,4 +1663,5 @@ def _te_aux_loss_bwd(ctx, g):
 te_aux_loss.register_autograd(_te_aux_loss_bwd, setup_context=_te_aux_loss_setup)
 
 
-OPS.update({"te_router": te_router, "te_aux_scores": te_aux_scores, "te_aux_loss": te_aux_loss})
+OPS.update({"te_router": te_router, "te_router_qb": te_router_qb, "te_aux_scores": te_aux_scores,
+            "te_aux_loss": te_aux_loss})

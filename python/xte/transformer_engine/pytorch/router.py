@@ -9,7 +9,8 @@ torch.compile(fullgraph=True) traces them.
 Differences from TransformerEngine: fp16 logits are widened to fp32 (exactly) before the C call
 (its kernels take fp32 and bf16), and the gradient is rounded back to fp16; dense top-k indices
 are computed as int32 and copied into the caller's ``topk_indices`` buffer (int16 / int32 /
-int64); Quantile Balancing (``qb_*``) raises NotImplementedError after TE's argument checks.
+int64); Quantile Balancing (``qb_*``) counts into a fresh histogram that is then added to the
+caller's (both histogram modes give the same counts: no atomics).
 """
 
 import enum
@@ -87,10 +88,10 @@ def _logits2d(logits: torch.Tensor):
 
 def _check_qb(qb_histogram, qb_bin_bounds, qb_histogram_mode, score_function, expert_bias,
               num_groups, group_topk):
-    """TE's argument checks of Quantile Balancing, then NotImplementedError (xte has no QB)."""
+    """TE's argument checks of Quantile Balancing; True when it is asked for."""
     args = (qb_histogram, qb_bin_bounds, qb_histogram_mode)
     if all(a is None for a in args):
-        return
+        return False
     if any(a is None for a in args):
         raise ValueError(
             "qb_histogram, qb_bin_bounds, and qb_histogram_mode must be provided together")
@@ -104,14 +105,20 @@ def _check_qb(qb_histogram, qb_bin_bounds, qb_histogram_mode, score_function, ex
         if qb_histogram_mode not in _QB_MODES:
             raise ValueError("qb_histogram_mode must be 'two_kernel' or 'fused_atomic', "
                              f"got {qb_histogram_mode!r}")
-    if isinstance(qb_bin_bounds, torch.Tensor) and qb_bin_bounds.numel() == 2:
-        lower, upper = (float(v) for v in qb_bin_bounds.detach().reshape(2).cpu().tolist())
-        if not (math.isfinite(lower) and math.isfinite(upper) and lower < upper):
-            raise ValueError("QB bin_bounds values must be finite with lower < upper, got "
-                             f"[{lower}, {upper}]")
-    raise NotImplementedError(
-        "xte: Quantile Balancing (qb_histogram / qb_bin_bounds / qb_histogram_mode) of "
-        "fused_topk_with_score_function is not implemented")
+    elif int(qb_histogram_mode) not in (0, 1):
+        raise ValueError(f"qb_histogram_mode must be 'two_kernel' or 'fused_atomic', got "
+                         f"{qb_histogram_mode!r}")
+    if not (isinstance(qb_bin_bounds, torch.Tensor) and qb_bin_bounds.dtype == torch.float32
+            and tuple(qb_bin_bounds.shape) == (2,)):
+        raise ValueError("qb_bin_bounds must be a float32 tensor [lower, upper]")
+    lower, upper = (float(v) for v in qb_bin_bounds.detach().cpu().tolist())
+    if not (math.isfinite(lower) and math.isfinite(upper) and lower < upper):
+        raise ValueError("QB bin_bounds values must be finite with lower < upper, got "
+                         f"[{lower}, {upper}]")
+    if not (isinstance(qb_histogram, torch.Tensor) and qb_histogram.dtype == torch.int32
+            and qb_histogram.dim() == 2):
+        raise ValueError("qb_histogram must be an int32 tensor [num_experts, num_bins]")
+    return True
 
 
 def fused_topk_with_score_function(
@@ -137,8 +144,8 @@ def fused_topk_with_score_function(
     selected experts. Differentiable in the logits through probs."""
     fmt = _format(routing_map_format)
     sf = _score(score_function)
-    _check_qb(qb_histogram, qb_bin_bounds, qb_histogram_mode, score_function, expert_bias,
-              num_groups, group_topk)
+    qb = _check_qb(qb_histogram, qb_bin_bounds, qb_histogram_mode, score_function, expert_bias,
+                   num_groups, group_topk)
     x = _logits2d(logits)
     lead, E = tuple(logits.shape[:-1]), logits.shape[-1]
     grouped = group_topk is not None and group_topk > 0
@@ -153,9 +160,19 @@ def fused_topk_with_score_function(
         if tuple(topk_indices.shape) != lead + (topk,):
             raise ValueError(f"topk_indices has shape {tuple(topk_indices.shape)}: want "
                              f"{lead + (topk,)}")
-    probs, rmap, bits, idx, _ = torch.ops.xte.te_router(
-        x, bias, int(topk), sf, bool(use_pre_softmax), ng, gt, scale,
-        topk_indices is None and fmt == 1, topk_indices is not None)
+    want_bits, want_idx = topk_indices is None and fmt == 1, topk_indices is not None
+    if qb:
+        if tuple(qb_histogram.shape[:1]) != (E,):
+            raise ValueError(f"qb_histogram has shape {tuple(qb_histogram.shape)}: want "
+                             f"[{E}, num_bins]")
+        probs, rmap, bits, idx, _, _, counts = torch.ops.xte.te_router_qb(
+            x, bias, int(topk), scale, qb_bin_bounds, int(qb_histogram.shape[1]), want_bits,
+            want_idx)
+        with torch.no_grad():
+            qb_histogram.add_(counts)
+    else:
+        probs, rmap, bits, idx, _ = torch.ops.xte.te_router(
+            x, bias, int(topk), sf, bool(use_pre_softmax), ng, gt, scale, want_bits, want_idx)
     probs = probs.to(logits.dtype).reshape(logits.shape)
     if topk_indices is not None:
         with torch.no_grad():
