@@ -202,8 +202,8 @@ xte_status xte_router_forward(const xte_tensor *logits, const xte_tensor *expert
 
 xte_status xte_router_qb_forward(const xte_tensor *logits, const xte_tensor *expert_bias, int topk,
                                  float scaling_factor, float lower, float upper,
-                                 xte_router_outputs *out, xte_tensor *cutoff,
-                                 xte_tensor *histogram, xte_stream stream) {
+                                 xte_router_outputs *out, xte_tensor *cutoff, xte_tensor *histogram,
+                                 xte_stream stream) {
   xte_router_args a;
   xte_exec ex;
   xte_moe_view bv;
@@ -388,8 +388,8 @@ static xte_status aux_common(const xte_tensor *tpe, int64_t E, int64_t num_exper
     return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "total_num_tokens = %lld: want >= 1",
                          (long long)N);
   if (topk < 1 || topk > num_experts)
-    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "topk = %d: want 1..num_experts (%lld)",
-                         topk, (long long)num_experts);
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "topk = %d: want 1..num_experts (%lld)", topk,
+                         (long long)num_experts);
   if (!isfinite(coeff)) return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "coeff must be finite");
   a->N = N;
   a->topk = topk;
@@ -404,8 +404,7 @@ xte_status xte_moe_aux_loss_forward(const xte_tensor *probs, const xte_tensor *t
                                      aux_loss, stream);
 }
 
-xte_status xte_moe_aux_loss_forward_ex(const xte_tensor *probs,
-                                       const xte_tensor *tokens_per_expert,
+xte_status xte_moe_aux_loss_forward_ex(const xte_tensor *probs, const xte_tensor *tokens_per_expert,
                                        int64_t total_num_tokens, int64_t num_experts, int topk,
                                        float coeff, float *aux_loss, xte_stream stream) {
   xte_aux_loss_args a;

@@ -190,8 +190,8 @@ static void merge_sort(int *v, int *tmp, int n, const float *sel, int by_rank) {
     for (i = 0; i < n; i += 2 * w) {
       int a = i, am = i + w < n ? i + w : n, b = am, bm = i + 2 * w < n ? i + 2 * w : n, o = i;
       while (a < am && b < bm) {
-        int tb = by_rank ? xte_moe_before(sel[src[b]], src[b], sel[src[a]], src[a])
-                         : src[b] < src[a];
+        int tb =
+            by_rank ? xte_moe_before(sel[src[b]], src[b], sel[src[a]], src[a]) : src[b] < src[a];
         dst[o++] = tb ? src[b++] : src[a++];
       }
       while (a < am) dst[o++] = src[a++];
@@ -738,10 +738,14 @@ static void aux_range(void *vctx, int64_t b, int64_t e, int tid) {
 
 static double tpe_at(const xte_moe_view *v, int64_t e) {
   switch (v->dtype) {
-  case XTE_DTYPE_INT32: return (double)((const int32_t *)v->data)[e];
-  case XTE_DTYPE_INT64: return (double)((const int64_t *)v->data)[e];
-  case XTE_DTYPE_FP32: return xte_f32_to_f64(((const float *)v->data)[e]);
-  default: return xte_f32_to_f64(xte_bf16_to_f32(((const uint16_t *)v->data)[e]));
+    case XTE_DTYPE_INT32:
+      return (double)((const int32_t *)v->data)[e];
+    case XTE_DTYPE_INT64:
+      return (double)((const int64_t *)v->data)[e];
+    case XTE_DTYPE_FP32:
+      return xte_f32_to_f64(((const float *)v->data)[e]);
+    default:
+      return xte_f32_to_f64(xte_bf16_to_f32(((const uint16_t *)v->data)[e]));
   }
 }
 

@@ -45,12 +45,12 @@ struct xte_rt_ws {
 
 struct xte_rt_row {
   float *x, *sc, *sel, *w;
-  float *gsum;         /* group scores */
-  int *rank;           /* rank of an expert within its group */
+  float *gsum; /* group scores */
+  int *rank;   /* rank of an expert within its group */
   unsigned char *keep, *mark;
-  int *idx, *asc;      /* [k] */
-  float *cv;           /* the top-k's strip lists: [XTE_RT_STRIPS][k] */
-  int *ci, *nc;        /* [XTE_RT_STRIPS][k], [XTE_RT_STRIPS] */
+  int *idx, *asc; /* [k] */
+  float *cv;      /* the top-k's strip lists: [XTE_RT_STRIPS][k] */
+  int *ci, *nc;   /* [XTE_RT_STRIPS][k], [XTE_RT_STRIPS] */
 };
 
 /* The block's reductions, read by all its threads. */
@@ -208,8 +208,8 @@ __global__ void __launch_bounds__(XTE_MOE_NT) xte_rt_forward(xte_router_args a, 
         int n = 0;
         XTE_MOE_NO_UNROLL
         for (int e = i * L; e < e1; e++)
-          if (r.keep[e]) xte_moe_topk_insert(r.cv + (size_t)i * ks, r.ci + (size_t)i * ks, &n, ks,
-                                             r.sel[e], e);
+          if (r.keep[e])
+            xte_moe_topk_insert(r.cv + (size_t)i * ks, r.ci + (size_t)i * ks, &n, ks, r.sel[e], e);
         r.nc[i] = n;
       }
       __syncthreads();
@@ -308,8 +308,7 @@ __global__ void __launch_bounds__(XTE_MOE_NT) xte_rt_forward(xte_router_args a, 
     }
     if (a.weights.data) {
       for (int j = threadIdx.x; j < k; j += blockDim.x)
-        ((float *)a.weights.data)[t * a.weights.ld + j] =
-            xte_mul_nanprop(a.scaling, r.w[r.idx[j]]);
+        ((float *)a.weights.data)[t * a.weights.ld + j] = xte_mul_nanprop(a.scaling, r.w[r.idx[j]]);
     }
     __syncthreads(); /* the row is reused by the next token */
   }
@@ -351,8 +350,8 @@ struct xte_rt_bwd_shared {
   float dot, D;
 };
 
-__global__ void __launch_bounds__(XTE_MOE_NT) xte_rt_backward(xte_router_bwd_args a,
-                                                              xte_rt_bwd_ws ws) {
+__global__ void __launch_bounds__(XTE_MOE_NT)
+    xte_rt_backward(xte_router_bwd_args a, xte_rt_bwd_ws ws) {
   __shared__ xte_rt_bwd_shared sh;
   char *slot = ws.base + (size_t)blockIdx.x * ws.stride;
   float *rdp = (float *)(slot + ws.dp), *rs = (float *)(slot + ws.s), *rx = (float *)(slot + ws.x);
@@ -397,8 +396,7 @@ __global__ void __launch_bounds__(XTE_MOE_NT) xte_rt_backward(xte_router_bwd_arg
       } else {
         float gs = rdp[e];
         if (norm)
-          gs = rin[e] ? xte_div_nanprop(xte_sub_nanprop(rdp[e], xte_div_nanprop(dot, D)), D)
-                      : 0.0f;
+          gs = rin[e] ? xte_div_nanprop(xte_sub_nanprop(rdp[e], xte_div_nanprop(dot, D)), D) : 0.0f;
         gx = xte_mul_nanprop(gs, xte_moe_dscore(rs[e], rx[e], fn));
       }
       xte_moe_store(a.grad_logits, t, e, gx);

@@ -580,14 +580,13 @@ static void qb_case(int64_t T, int64_t E, int k, int64_t bins, int kind, float l
   buf x = fill_mat(T, E, XTE_DTYPE_FP32, kind);
   buf bias = fill_f32(E, rnd() % 3 ? V_NORMAL : V_TIES);
   const size_t TE = (size_t)(T * E), nb8 = (size_t)((E + 7) / 8);
-  buf pg(TE * 4 + 1, 0xCD), pc(pg), mg(TE + 1, 0xCD), mc(mg), bg((size_t)T * nb8 + 1, 0xCD),
-      bc(bg), ig((size_t)(T * k) * 4 + 1, 0xCD), ic(ig), wg(ig), wc(ig), vg(pg), vc(pg),
+  buf pg(TE * 4 + 1, 0xCD), pc(pg), mg(TE + 1, 0xCD), mc(mg), bg((size_t)T * nb8 + 1, 0xCD), bc(bg),
+      ig((size_t)(T * k) * 4 + 1, 0xCD), ic(ig), wg(ig), wc(ig), vg(pg), vc(pg),
       cg((size_t)T * 4 + 1, 0xCD), cc(cg), hg((size_t)(E * bins) * 4, 0), hc(hg);
   for (size_t i = 0; i < hg.size(); i += 4) hg[i] = hc[i] = (uint8_t)(i % 7);
   char d0[160];
   std::snprintf(d0, sizeof d0, "router_qb T=%lld E=%lld k=%d bins=%lld kind=%d [%g, %g]",
-                (long long)T, (long long)E, k, (long long)bins, kind, (double)lower,
-                (double)upper);
+                (long long)T, (long long)E, k, (long long)bins, kind, (double)lower, (double)upper);
   const std::string d = d0;
   if (!run_both(d, [&](xte_stream s) {
         const bool c = s == cpu;
@@ -599,8 +598,8 @@ static void qb_case(int64_t T, int64_t E, int k, int64_t bins, int kind, float l
         out.topk_idx = t2(c ? ic : ig, XTE_DTYPE_INT32, T, k);
         out.topk_weights = t2(c ? wc : wg, XTE_DTYPE_FP32, T, k);
         out.saved = t2(c ? vc : vg, XTE_DTYPE_FP32, T, E);
-        xte_tensor tx = t2(x, XTE_DTYPE_FP32, T, E), tb = xte_tensor_1d(bias.data(),
-                                                                       XTE_DTYPE_FP32, E),
+        xte_tensor tx = t2(x, XTE_DTYPE_FP32, T, E),
+                   tb = xte_tensor_1d(bias.data(), XTE_DTYPE_FP32, E),
                    tc = xte_tensor_1d((c ? cc : cg).data(), XTE_DTYPE_FP32, T),
                    th = t2(c ? hc : hg, XTE_DTYPE_INT32, E, bins);
         return xte_router_qb_forward(&tx, &tb, k, 1.5f, lower, upper, &out, &tc, &th, s);
