@@ -4,7 +4,8 @@ Every op is registered with torch.library.custom_op for the CPU and CUDA dispatc
 kernel whose shapes come from xte's own shape queries (xte_quantize_scale_shape) or from the
 static arguments (never by running the op), and, where the C API has a backward, an autograd
 formula (swiglu, moe_permute, moe_unpermute, router, router_aux_scores, moe_aux_loss,
-moe_sort_chunks_by_index, attention_fwd, moe_permute_mask, moe_unpermute_mask, router_probs).
+moe_sort_chunks_by_index, attention_fwd, moe_permute_mask, moe_unpermute_mask, router_probs,
+te_router, te_router_qb, te_aux_scores, te_aux_loss).
 DeepGEMM's destination-passing GEMMs (fp8_gemm_*, *_grouped_*) are mutating ops on d.
 
 Data-dependent sizes are static here: the permutes return permute_capacity(...) rows (the worst
