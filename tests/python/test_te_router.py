@@ -200,6 +200,17 @@ def test_leading_dims():
     assert m.shape == x.shape and s.shape == x.shape and s.dtype == torch.float32
 
 
+def test_strided_inputs():
+    x = distinct_logits(40, 24, seed=8)
+    xt = x.t().contiguous().t()  # column-major storage
+    p1, m1 = R.fused_topk_with_score_function(x, 3, True, None, None, None, "softmax", None)
+    p2, m2 = R.fused_topk_with_score_function(xt, 3, True, None, None, None, "softmax", None)
+    assert torch.equal(p1, p2) and torch.equal(m1, m2)
+    tpe = torch.arange(1, 25, dtype=torch.int32)
+    assert torch.equal(R.fused_moe_aux_loss(p1, tpe, 40, 24, 3, 0.1),
+                       R.fused_moe_aux_loss(p1.t().contiguous().t(), tpe, 40, 24, 3, 0.1))
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_low_precision_logits(dtype):
     T, E, k = 23, 64, 6

@@ -83,6 +83,8 @@ def _logits2d(logits: torch.Tensor):
     x = logits.reshape(-1, logits.shape[-1])
     if x.dtype == torch.float16:
         x = x.to(torch.float32)
+    if x.shape[0] > 1 and x.shape[1] > 1 and (x.stride(1) != 1 or x.stride(0) < x.shape[1]):
+        x = x.contiguous()  # the C API takes rows with unit column stride
     return x
 
 
@@ -222,6 +224,8 @@ def fused_moe_aux_loss(
     if probs.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         raise TypeError(f"probs dtype {probs.dtype}: want float32, bfloat16 or float16")
     p = probs if probs.dtype == torch.float32 else probs.to(torch.float32)
+    if p.stride(-1) != 1 and p.shape[-1] > 1:
+        p = p.contiguous()  # the C API takes rows with unit column stride
     tpe = tokens_per_expert.reshape(-1)
     if isinstance(total_num_tokens, torch.Tensor):
         total, total_t = 0, total_num_tokens.reshape(1)
