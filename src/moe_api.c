@@ -8,8 +8,7 @@
 #include "xte_moe_ops.h"
 
 #define DT(d) (1u << (unsigned)(d))
-#define XTE_MOE_MAX_E 512
-#define XTE_MOE_MAX_K 16
+#define XTE_MOE_MAX_E XTE_ROUTER_MAX_EXPERTS
 
 static int64_t cdiv(int64_t a, int64_t b) {
   return (a + b - 1) / b;
@@ -112,9 +111,8 @@ static xte_status check_score(xte_router_score s, const char *name) {
 
 static xte_status check_config(const xte_router_config *c, int64_t E) {
   XTE_TRY(check_score(c->score_function, "config->score_function"));
-  if (c->topk < 1 || c->topk > XTE_MOE_MAX_K)
-    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "config->topk = %d: want 1..%d", c->topk,
-                         XTE_MOE_MAX_K);
+  if (c->topk < 1)
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "config->topk = %d: want 1..E", c->topk);
   if (c->topk > E)
     return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
                          "config->topk = %d is larger than the %lld experts", c->topk,
@@ -202,11 +200,65 @@ xte_status xte_router_forward(const xte_tensor *logits, const xte_tensor *expert
   return ex.ops->moe->router_forward(&a, ex.handle);
 }
 
-/* topk of the aux-score entry points: 1..min(XTE_MOE_MAX_K, E). */
+xte_status xte_router_qb_forward(const xte_tensor *logits, const xte_tensor *expert_bias, int topk,
+                                 float scaling_factor, float lower, float upper,
+                                 xte_router_outputs *out, xte_tensor *cutoff, xte_tensor *histogram,
+                                 xte_stream stream) {
+  xte_router_args a;
+  xte_exec ex;
+  xte_moe_view bv;
+  memset(&a, 0, sizeof a);
+  XTE_CHECK_PTR(logits, "logits");
+  XTE_CHECK_PTR(expert_bias, "expert_bias");
+  XTE_CHECK_PTR(out, "out");
+  XTE_CHECK_PTR(cutoff, "cutoff");
+  XTE_CHECK_PTR(histogram, "histogram");
+  XTE_TRY(logits_view(logits, &a.logits, &a.T, &a.E));
+  if (topk < 1 || topk >= a.E)
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                         "topk = %d: want 1..E - 1 (%lld; Quantile Balancing selects topk + 1)",
+                         topk, (long long)a.E - 1);
+  if (!isfinite(scaling_factor))
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "scaling_factor must be finite");
+  if (!isfinite(lower) || !isfinite(upper) || !(lower < upper))
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                         "bin bounds [lower, upper] = [%g, %g]: want finite with lower < upper",
+                         (double)lower, (double)upper);
+  if (!expert_bias->data) return xte_set_error(XTE_ERROR_NULL_POINTER, "expert_bias->data");
+  XTE_TRY(vec(expert_bias, "expert_bias", F32, a.E, &bv));
+  a.bias = (const float *)bv.data;
+  XTE_TRY(view_opt(&out->probs, "out->probs", F32, a.T, a.E, &a.probs));
+  XTE_TRY(view_opt(&out->routing_map, "out->routing_map", U8, a.T, a.E, &a.map));
+  XTE_TRY(view_opt(&out->routing_bits, "out->routing_bits", U8, a.T, cdiv(a.E, 8), &a.bits));
+  XTE_TRY(view_opt(&out->topk_idx, "out->topk_idx", I32 | I64, a.T, topk, &a.idx));
+  XTE_TRY(view_opt(&out->topk_weights, "out->topk_weights", F32, a.T, topk, &a.weights));
+  if (!out->saved.data)
+    return xte_set_error(XTE_ERROR_NULL_POINTER,
+                         "out->saved: Quantile Balancing needs the scores (the histogram's input)");
+  XTE_TRY(view(&out->saved, "out->saved", F32, a.T, a.E, &a.saved));
+  XTE_TRY(vec(cutoff, "cutoff", F32, a.T, &a.cutoff));
+  a.cutoff.ld = 1;
+  XTE_TRY(view(histogram, "histogram", I32, a.E, -1, &a.hist));
+  if (a.hist.cols < 1) return xte_set_error(XTE_ERROR_SHAPE, "histogram has no bins (columns)");
+  XTE_TRY(moe_exec(stream, &ex));
+  XTE_TRY(moe_has(&ex, ex.ops->moe->router_forward != NULL, "router_forward"));
+  a.topk = topk;
+  a.score = XTE_ROUTER_SIGMOID;
+  a.num_groups = a.group_topk = 1;
+  a.scaling = scaling_factor;
+  a.qb = 1;
+  a.qb_bins = a.hist.cols;
+  a.qb_lower = lower;
+  a.qb_upper = upper;
+  xte_clear_error();
+  return ex.ops->moe->router_forward(&a, ex.handle);
+}
+
+/* topk of the aux-score entry points: 1..E. */
 static xte_status check_topk(int topk, int64_t E) {
-  if (topk < 1 || topk > XTE_MOE_MAX_K || topk > E)
-    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "topk = %d: want 1..min(%d, E = %lld)", topk,
-                         XTE_MOE_MAX_K, (long long)E);
+  if (topk < 1 || topk > E)
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "topk = %d: want 1..E (%lld)", topk,
+                         (long long)E);
   return XTE_SUCCESS;
 }
 
@@ -263,6 +315,14 @@ xte_status xte_router_backward(const xte_tensor *grad_probs, const xte_tensor *r
 xte_status xte_router_aux_scores(const xte_tensor *logits, int topk,
                                  xte_router_score score_function, xte_tensor *scores,
                                  xte_tensor *routing_map, xte_tensor *saved, xte_stream stream) {
+  return xte_router_aux_scores_ex(logits, topk, score_function, scores, routing_map, NULL, saved,
+                                  stream);
+}
+
+xte_status xte_router_aux_scores_ex(const xte_tensor *logits, int topk,
+                                    xte_router_score score_function, xte_tensor *scores,
+                                    xte_tensor *routing_map, xte_tensor *routing_bits,
+                                    xte_tensor *saved, xte_stream stream) {
   xte_router_args a;
   xte_exec ex;
   memset(&a, 0, sizeof a);
@@ -274,6 +334,7 @@ xte_status xte_router_aux_scores(const xte_tensor *logits, int topk,
   XTE_TRY(check_topk(topk, a.E));
   XTE_TRY(view(scores, "scores", F32, a.T, a.E, &a.probs));
   XTE_TRY(view_opt(routing_map, "routing_map", U8, a.T, a.E, &a.map));
+  XTE_TRY(view_opt(routing_bits, "routing_bits", U8, a.T, cdiv(a.E, 8), &a.bits));
   XTE_TRY(view(saved, "saved", F32, a.T, a.E, &a.saved));
   XTE_TRY(moe_exec(stream, &ex));
   XTE_TRY(moe_has(&ex, ex.ops->moe->router_forward != NULL, "router_forward"));
@@ -312,15 +373,23 @@ xte_status xte_router_aux_scores_backward(const xte_tensor *grad_scores, const x
   return ex.ops->moe->router_backward(&a, ex.handle);
 }
 
-static xte_status aux_common(const xte_tensor *tpe, int64_t E, int64_t N, int topk, float coeff,
-                             xte_aux_loss_args *a) {
-  XTE_TRY(vec(tpe, "tokens_per_expert", I32 | I64, E, &a->tpe));
+/* num_experts < 0: the columns E (the token-level loss); else 1..E dividing E (the sequence-level
+ * loss: E = num_experts * sequences). */
+static xte_status aux_common(const xte_tensor *tpe, int64_t E, int64_t num_experts, int64_t N,
+                             int topk, float coeff, xte_aux_loss_args *a) {
+  XTE_TRY(vec(tpe, "tokens_per_expert", I32 | I64 | F32 | BF16, E, &a->tpe));
+  if (num_experts < 0) num_experts = E;
+  if (num_experts < 1 || num_experts > E || E % num_experts)
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                         "num_experts = %lld: want 1..%lld dividing the %lld columns",
+                         (long long)num_experts, (long long)E, (long long)E);
+  a->num_experts = num_experts;
   if (N < 1)
     return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "total_num_tokens = %lld: want >= 1",
                          (long long)N);
-  if (topk < 1 || topk > E)
-    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "topk = %d: want 1..E (%lld)", topk,
-                         (long long)E);
+  if (topk < 1 || topk > num_experts)
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "topk = %d: want 1..num_experts (%lld)", topk,
+                         (long long)num_experts);
   if (!isfinite(coeff)) return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "coeff must be finite");
   a->N = N;
   a->topk = topk;
@@ -331,6 +400,13 @@ static xte_status aux_common(const xte_tensor *tpe, int64_t E, int64_t N, int to
 xte_status xte_moe_aux_loss_forward(const xte_tensor *probs, const xte_tensor *tokens_per_expert,
                                     int64_t total_num_tokens, int topk, float coeff,
                                     float *aux_loss, xte_stream stream) {
+  return xte_moe_aux_loss_forward_ex(probs, tokens_per_expert, total_num_tokens, -1, topk, coeff,
+                                     aux_loss, stream);
+}
+
+xte_status xte_moe_aux_loss_forward_ex(const xte_tensor *probs, const xte_tensor *tokens_per_expert,
+                                       int64_t total_num_tokens, int64_t num_experts, int topk,
+                                       float coeff, float *aux_loss, xte_stream stream) {
   xte_aux_loss_args a;
   xte_exec ex;
   memset(&a, 0, sizeof a);
@@ -344,7 +420,7 @@ xte_status xte_moe_aux_loss_forward(const xte_tensor *probs, const xte_tensor *t
   a.T = a.probs.rows;
   a.E = a.probs.cols;
   if (a.E < 1) return xte_set_error(XTE_ERROR_SHAPE, "probs has no experts (columns)");
-  XTE_TRY(aux_common(tokens_per_expert, a.E, total_num_tokens, topk, coeff, &a));
+  XTE_TRY(aux_common(tokens_per_expert, a.E, num_experts, total_num_tokens, topk, coeff, &a));
   XTE_TRY(moe_exec(stream, &ex));
   XTE_TRY(moe_has(&ex, ex.ops->moe->aux_loss != NULL, "aux_loss"));
   a.aux_out = aux_loss;
@@ -355,6 +431,14 @@ xte_status xte_moe_aux_loss_forward(const xte_tensor *probs, const xte_tensor *t
 xte_status xte_moe_aux_loss_backward(const xte_tensor *tokens_per_expert, int64_t total_num_tokens,
                                      int topk, float coeff, float grad_aux, xte_tensor *grad_probs,
                                      xte_stream stream) {
+  return xte_moe_aux_loss_backward_ex(tokens_per_expert, total_num_tokens, -1, topk, coeff,
+                                      grad_aux, grad_probs, stream);
+}
+
+xte_status xte_moe_aux_loss_backward_ex(const xte_tensor *tokens_per_expert,
+                                        int64_t total_num_tokens, int64_t num_experts, int topk,
+                                        float coeff, float grad_aux, xte_tensor *grad_probs,
+                                        xte_stream stream) {
   xte_aux_loss_args a;
   xte_exec ex;
   memset(&a, 0, sizeof a);
@@ -364,7 +448,7 @@ xte_status xte_moe_aux_loss_backward(const xte_tensor *tokens_per_expert, int64_
   a.T = a.grad_probs.rows;
   a.E = a.grad_probs.cols;
   if (a.E < 1) return xte_set_error(XTE_ERROR_SHAPE, "grad_probs has no experts (columns)");
-  XTE_TRY(aux_common(tokens_per_expert, a.E, total_num_tokens, topk, coeff, &a));
+  XTE_TRY(aux_common(tokens_per_expert, a.E, num_experts, total_num_tokens, topk, coeff, &a));
   if (!isfinite(grad_aux))
     return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "grad_aux must be finite");
   XTE_TRY(moe_exec(stream, &ex));

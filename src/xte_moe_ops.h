@@ -26,6 +26,14 @@ typedef struct xte_router_args {
   float scaling;
   int aux; /* 1: aux-loss scores (all E normalised, no bias / groups; probs = scores) */
   xte_moe_view probs, map, bits, idx, weights, saved;
+  /* Quantile Balancing (qb = 1): the top topk + 1 are selected, the last dropped; its biased
+   * score is cutoff[t] (fp32 [T]); then hist (int32 [E, qb_bins]) gains one count per (token,
+   * expert) at xte_moe_qb_bin(cutoff[t], saved[t, e], qb_lower, xte_moe_qb_scale(qb_lower,
+   * qb_upper, qb_bins), qb_bins). */
+  int qb;
+  xte_moe_view cutoff, hist;
+  float qb_lower, qb_upper;
+  int64_t qb_bins;
 } xte_router_args;
 
 typedef struct xte_router_bwd_args {
@@ -37,8 +45,9 @@ typedef struct xte_router_bwd_args {
 } xte_router_bwd_args;
 
 typedef struct xte_aux_loss_args {
-  xte_moe_view probs, tpe;
+  xte_moe_view probs, tpe; /* tpe int32 / int64 / fp32 / bf16 [E] */
   int64_t T, E, N;
+  int64_t num_experts; /* the E of the coefficient (divides E: sequence-level loss) */
   int topk;
   float coeff, grad_aux;
   float *aux_out;          /* forward */

@@ -60,7 +60,7 @@ Test(moe_bad_input, router_config) {
   c.topk = 4;
   c.score_function = XTE_ROUTER_SIGMOID;
   cr_assert_eq(route(c, E), XTE_SUCCESS, "%s", xte_last_error());
-  c.topk = 17;
+  c.topk = E + 1; /* topk is 1..E */
   expect_bad(route(c, E), XTE_ERROR_INVALID_ARGUMENT, "topk");
   c.topk = 4;
   c.num_groups = 4;

@@ -28,6 +28,10 @@ static int icmp(const void *a, const void *b) {
   return *(const int *)a - *(const int *)b;
 }
 
+/* The oracle's bounds (above the router's old limits, E 512 and topk 16). */
+#define OMAXE 4096
+#define OMAXK 4096
+
 typedef struct rcfg {
   int E, k, score, pre, groups, gtopk, bias, bf16;
   float scale;
@@ -36,12 +40,13 @@ typedef struct rcfg {
 /* The oracle for one row: probs, map, idx (rank order), weights, saved. */
 static void oracle_row(const rcfg *c, const float *x, const float *bias, float *probs, uint8_t *map,
                        int *idx, float *wts, float *saved) {
-  const int E = c->E < 1 ? 1 : (c->E > 512 ? 512 : c->E), k = c->k;
+  const int E = c->E < 1 ? 1 : (c->E > OMAXE ? OMAXE : c->E), k = c->k;
   int e, j;
-  float sc[512], sel[512], w[512];
-  cand cs[512];
-  uint8_t allowed[512];
-  int sel_idx[16], asc[16], n = 0;
+  static float sc[OMAXE], sel[OMAXE], w[OMAXE];
+  static cand cs[OMAXE];
+  static uint8_t allowed[OMAXE];
+  static int sel_idx[OMAXK], asc[OMAXK];
+  int n = 0;
   memset(saved, 0, sizeof(float) * (size_t)E);
   if (c->score == 0) {
     if (c->pre) {
@@ -65,7 +70,7 @@ static void oracle_row(const rcfg *c, const float *x, const float *bias, float *
   memset(allowed, 1, (size_t)E);
   if (c->groups > 1) {
     int gs = E / c->groups, per = k / c->gtopk, g;
-    cand gc[512];
+    static cand gc[OMAXE];
     for (g = 0; g < c->groups; g++) {
       float s = 0.0f;
       for (e = 0; e < gs; e++) {
@@ -156,10 +161,11 @@ static void run_case(const rcfg *c, int T, int special) {
   uint8_t *map = (uint8_t *)zalloc((size_t)(T * E)),
           *bits = (uint8_t *)zalloc((size_t)(T * ((E + 7) / 8)));
   int64_t *idx = (int64_t *)zalloc(8 * (size_t)(T * k));
-  float op[512], ow[16], os[512];
-  uint8_t om[512];
-  int oi[16];
+  static float op[OMAXE], ow[OMAXK], os[OMAXE];
+  static uint8_t om[OMAXE];
+  static int oi[OMAXK];
   int i;
+  cr_assert(E <= OMAXE && k <= OMAXK);
   gen_logits(x, T, E, special);
   for (i = 0; i < T * E; i++) {
     xb[i] = (uint16_t)(*(uint32_t *)&x[i] >> 16);
@@ -223,6 +229,21 @@ Test(moe_router, sigmoid_bias_groups) {
   run_case(&c1, 61, 1);
   run_case(&c2, 61, 1);
   run_case(&c3, 33, 1);
+}
+
+/* Past the old limits (E 512, topk 16): topk 32 / 1024 experts as TE tests them, topk above
+ * the CPU's merge-sort switch (64), topk = E, odd E, groups; every ISA, ties and specials. */
+Test(moe_router, raised_limits) {
+  rcfg c1 = {1024, 32, 1, 0, 8, 4, 1, 0, 1.2f}, c2 = {2051, 100, 0, 1, 0, 0, 0, 0, 1.0f};
+  rcfg c3 = {96, 96, 2, 0, 0, 0, 1, 1, 1.0f}, c4 = {4096, 70, 0, 0, 0, 0, 0, 0, 2.0f};
+  rcfg c5 = {1024, 65, 1, 0, 4, 2, 1, 0, 1.0f}, c6 = {130, 17, 2, 0, 0, 0, 0, 0, 1.0f};
+  rng_seed(4);
+  run_case(&c1, 9, 1);
+  run_case(&c2, 5, 1);
+  run_case(&c3, 7, 0);
+  run_case(&c4, 3, 1);
+  run_case(&c5, 5, 0);
+  run_case(&c6, 11, 1);
 }
 
 Test(moe_router, sqrtsoftplus) {

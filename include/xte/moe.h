@@ -25,7 +25,7 @@ typedef enum xte_router_score {
 } xte_router_score;
 
 typedef struct xte_router_config {
-  int topk; /* experts per token, 1..16, <= E */
+  int topk; /* experts per token, 1..E */
   xte_router_score score_function;
   int use_pre_softmax;  /* softmax only: 1 softmax over all E then top-k; 0 top-k of the
                            logits then softmax over those k */
@@ -56,11 +56,29 @@ typedef struct xte_router_outputs {
   xte_tensor saved;
 } xte_router_outputs;
 
-/* logits: fp32 or bf16 [T, E], E <= 512. expert_bias: NULL or fp32 [E], added to the scores for
- * the selection only. */
+/* The most experts (logits' columns) the router and the aux scores take; topk is 1..E. */
+#define XTE_ROUTER_MAX_EXPERTS 65536
+
+/* logits: fp32 or bf16 [T, E], E <= XTE_ROUTER_MAX_EXPERTS. expert_bias: NULL or fp32 [E], added
+ * to the scores for the selection only. */
 XTE_API xte_status xte_router_forward(const xte_tensor *logits, const xte_tensor *expert_bias,
                                       const xte_router_config *config, xte_router_outputs *out,
                                       xte_stream stream);
+
+/* Quantile Balancing (TransformerEngine main's fused_topk_with_score_function with qb_*):
+ * sigmoid scores s, the selection score s + expert_bias (fp32 [E], required); the top topk + 1
+ * in rank order are taken and the last of them dropped: the outputs hold the other topk as the
+ * router's (normalised over them when topk > 1, times scaling_factor), cutoff (fp32 [T]) the
+ * dropped expert's s + bias. out->saved (the scores s, fp32 [T, E]) is required. histogram
+ * (int32 [E, bins], accumulated in place) gains, for every token t and expert e, one count in
+ * bin clamp(floor(((cutoff_t - s_te) - lower) * scale), 0, bins - 1), scale =
+ * fp32(fp32(1 / (upper - lower)) * bins), every step in fp32 (TE's reference order); NaN, +-inf
+ * and values >= 2^63 count in bin 0. lower, upper finite with lower < upper; topk 1..E - 1. The
+ * backward is xte_router_backward with the sigmoid config of topk (the map and saved above). */
+XTE_API xte_status xte_router_qb_forward(const xte_tensor *logits, const xte_tensor *expert_bias,
+                                         int topk, float scaling_factor, float lower, float upper,
+                                         xte_router_outputs *out, xte_tensor *cutoff,
+                                         xte_tensor *histogram, xte_stream stream);
 
 /* grad_logits [T, E] (fp32 or bf16) from grad_probs (fp32 [T, E]), the routing_map (uint8
  * [T, E]) and saved (fp32 [T, E]) of the forward; logits (as in the forward) is needed for
@@ -79,6 +97,12 @@ XTE_API xte_status xte_router_aux_scores(const xte_tensor *logits, int topk,
                                          xte_router_score score_function, xte_tensor *scores,
                                          xte_tensor *routing_map, xte_tensor *saved,
                                          xte_stream stream);
+/* The same with the routing map also (or only) as bits: routing_bits uint8 [T, ceil(E/8)], bit
+ * (e % 8) of byte e / 8 set for a selected expert (NULL or data NULL: not produced). */
+XTE_API xte_status xte_router_aux_scores_ex(const xte_tensor *logits, int topk,
+                                            xte_router_score score_function, xte_tensor *scores,
+                                            xte_tensor *routing_map, xte_tensor *routing_bits,
+                                            xte_tensor *saved, xte_stream stream);
 /* grad_logits from grad_scores (fp32 [T, E]) and saved (and logits for sqrtsoftplus), through
  * the normalisation over all E for sigmoid / sqrtsoftplus (every topk). */
 XTE_API xte_status xte_router_aux_scores_backward(const xte_tensor *grad_scores,
@@ -87,7 +111,7 @@ XTE_API xte_status xte_router_aux_scores_backward(const xte_tensor *grad_scores,
                                                   xte_tensor *grad_logits, xte_stream stream);
 
 /* aux = C * sum_e (sum_t probs[t, e]) * tokens_per_expert[e], C = E * coeff / (topk * N^2)
- * with N = total_num_tokens. probs fp32 [T, E]; tokens_per_expert int32 or int64 [E].
+ * with N = total_num_tokens. probs fp32 [T, E]; tokens_per_expert int32, int64, fp32 or bf16 [E].
  * aux_loss: one fp32, 4-byte aligned. Sums in fp64 in a fixed order (docs/numerics.md section 8),
  * rounded once. */
 XTE_API xte_status xte_moe_aux_loss_forward(const xte_tensor *probs,
@@ -99,6 +123,18 @@ XTE_API xte_status xte_moe_aux_loss_backward(const xte_tensor *tokens_per_expert
                                              int64_t total_num_tokens, int topk, float coeff,
                                              float grad_aux, xte_tensor *grad_probs,
                                              xte_stream stream);
+/* The same with C = num_experts * coeff / (topk * N^2), num_experts dividing probs' columns E:
+ * the sequence-level aux loss (E = num_experts * sequences, tokens_per_expert [E]); topk is
+ * 1..num_experts. num_experts = E is the call above. */
+XTE_API xte_status xte_moe_aux_loss_forward_ex(const xte_tensor *probs,
+                                               const xte_tensor *tokens_per_expert,
+                                               int64_t total_num_tokens, int64_t num_experts,
+                                               int topk, float coeff, float *aux_loss,
+                                               xte_stream stream);
+XTE_API xte_status xte_moe_aux_loss_backward_ex(const xte_tensor *tokens_per_expert,
+                                                int64_t total_num_tokens, int64_t num_experts,
+                                                int topk, float coeff, float grad_aux,
+                                                xte_tensor *grad_probs, xte_stream stream);
 
 /* ================================================================== token movement
  * The routing is given either as a byte routing map [T, E] (uint8, non-zero = routed) or as
@@ -112,7 +148,7 @@ XTE_API xte_status xte_moe_aux_loss_backward(const xte_tensor *tokens_per_expert
  * rows (they, and the padding rows, are written as zeros). */
 /* The most experts token movement and the dispatch layout take (num_experts 1..this): a bound far
  * above any model's, so that every workspace size stays small and exact. The router takes at most
- * 512 (the logits' columns). */
+ * XTE_ROUTER_MAX_EXPERTS (the logits' columns). */
 #define XTE_MOE_MAX_EXPERTS ((int64_t)1 << 20)
 
 typedef struct xte_moe_routing {

@@ -16,8 +16,9 @@
 #define XTE_MOE_GENERIC 1
 #endif
 
-#define MAXE 512
-#define MAXK 16
+/* Per-thread row buffers are sized from E (topk <= E): every array holds E + XTE_RT_PAD
+ * elements (the lane-wise candidate list writes up to 16 past its count). */
+#define XTE_RT_PAD 16
 
 #ifdef XTE_MOE_VW
 /* ---------------------------------------------------------------- lanes
@@ -181,14 +182,58 @@ static void sort_asc(int *v, int n) {
   }
 }
 
+/* Bottom-up merge sort of v[0, n) (tmp: n ints of scratch), by the rank order of sel
+ * (by_rank) or ascending. The rank order is total, so the result is the unique sorted list. */
+static void merge_sort(int *v, int *tmp, int n, const float *sel, int by_rank) {
+  int w, i, *src = v, *dst = tmp;
+  for (w = 1; w < n; w *= 2) {
+    for (i = 0; i < n; i += 2 * w) {
+      int a = i, am = i + w < n ? i + w : n, b = am, bm = i + 2 * w < n ? i + 2 * w : n, o = i;
+      while (a < am && b < bm) {
+        int tb =
+            by_rank ? xte_moe_before(sel[src[b]], src[b], sel[src[a]], src[a]) : src[b] < src[a];
+        dst[o++] = tb ? src[b++] : src[a++];
+      }
+      while (a < am) dst[o++] = src[a++];
+      while (b < bm) dst[o++] = src[b++];
+    }
+    {
+      int *t = src;
+      src = dst;
+      dst = t;
+    }
+  }
+  if (src != v) memcpy(v, src, (size_t)n * sizeof *v);
+}
+
+/* Above this topk the top-k is a sort of the allowed experts (O(E log E)) rather than the
+ * insertion into a k-list (O(E k)); both give the same list (the rank order is total). */
+#define XTE_RT_SORT_K 64
+
+/* Scratch of topk_row: vals [k], cand / ms0 / ms1 [E + 16], ri [k + 1]. */
+typedef struct topk_scratch {
+  float *vals;
+  int *cand, *ri, *ms0, *ms1;
+} topk_scratch;
+
 /* Top-k of sel among the allowed experts (allowed NULL: all) in rank order into idx, and the
  * same experts ascending into asc. mx: NULL, or the 16 lane maxima of sel (below) when the
  * caller has them. */
 static int topk_row(const float *sel, int E, const uint8_t *allowed, int k, const float *mx,
-                    int *idx, int *asc) {
-  float vals[MAXK];
+                    int *idx, int *asc, const topk_scratch *ts) {
+  float *vals = ts->vals;
   int n = 0, e = 0;
   (void)mx;
+  if (k > XTE_RT_SORT_K) {
+    int m = 0;
+    for (e = 0; e < E; e++)
+      if (!allowed || allowed[e]) ts->ms0[m++] = e;
+    merge_sort(ts->ms0, ts->ms1, m, sel, 1);
+    n = m < k ? m : k;
+    for (e = 0; e < n; e++) asc[e] = idx[e] = ts->ms0[e];
+    merge_sort(asc, ts->ms1, n, sel, 0);
+    return n;
+  }
   if (allowed) {
     for (e = 0; e < E; e++)
       if (allowed[e]) xte_moe_topk_insert(vals, idx, &n, k, sel[e], e);
@@ -203,7 +248,7 @@ static int topk_row(const float *sel, int E, const uint8_t *allowed, int k, cons
   if (E >= 4 * 16) {
     enum { NACC = 16 / XTE_MOE_VW };
     float mxl[16], cv[16], thr = xte_bits_f32(0xFF800000u);
-    int cand[MAXE + 16], nc = 0, i, q;
+    int *cand = ts->cand, nc = 0, i, q;
     xv acc[NACC];
     if (mx) {
       for (q = 0; q < NACC; q++) acc[q] = xv_ld(mx + q * XTE_MOE_VW);
@@ -228,7 +273,7 @@ static int topk_row(const float *sel, int E, const uint8_t *allowed, int k, cons
       /* no NaN among them: the rank of candidate i is the number of candidates greater, plus
        * the equal ones of smaller index; the k best land in their places, the others in slot k */
       const unsigned valid = (unsigned)((1ull << nc) - 1);
-      int ri[MAXK + 1], na = 0;
+      int *ri = ts->ri, na = 0;
       for (i = 0; i < nc; i++) cv[i] = sel[cand[i]];
       for (; i < 16; i++) cv[i] = 0.0f;
       for (q = 0; q < NACC; q++) acc[q] = xv_ld(cv + q * XTE_MOE_VW);
@@ -266,13 +311,51 @@ sort:
 /* Per-thread row buffers. pr / mr (the dense probs and map rows staged for the non-temporal
  * stores) are all zero between rows: a row sets its k entries and clears them after. */
 typedef struct router_ws {
-  float x[MAXE], sc[MAXE], sel[MAXE], w[MAXE];
-#ifdef XTE_MOE_VW
-  float pr[MAXE];
-  uint8_t mr[MAXE];
-#endif
+  float *x, *sc, *sel, *w, *pr, *gv, *tv, *zb; /* zb: E zeros (no bias) */
+  int *gidx, *ti, *idx, *asc;
+  uint8_t *mr, *allowed;
+  topk_scratch ts;
   int stream;
 } router_ws;
+
+/* The per-thread workspace of the forward: NF_FWD float / int arrays and 2 byte arrays of
+ * E + XTE_RT_PAD elements each, every array 64-byte aligned. */
+#define NF_FWD 17
+static int64_t ws_elems(int64_t E) {
+  return (E + XTE_RT_PAD + 15) / 16 * 16;
+}
+static int router_ws_bytes(int64_t E, int nf, size_t *bytes) {
+  size_t b;
+  if (!xte_moe_ws_bytes(ws_elems(E), 4 * (int64_t)nf + 2, 0, &b)) return 0;
+  *bytes = (b + 63) / 64 * 64;
+  return 1;
+}
+static void router_ws_init(router_ws *ws, char *base, int64_t E) {
+  const size_t n = (size_t)ws_elems(E);
+  float *f = (float *)base;
+  ws->x = f;
+  ws->sc = f + n;
+  ws->sel = f + 2 * n;
+  ws->w = f + 3 * n;
+  ws->pr = f + 4 * n;
+  ws->gv = f + 5 * n;
+  ws->tv = f + 6 * n;
+  ws->zb = f + 7 * n;
+  ws->ts.vals = f + 8 * n;
+  ws->gidx = (int *)(f + 9 * n);
+  ws->ti = (int *)(f + 10 * n);
+  ws->idx = (int *)(f + 11 * n);
+  ws->asc = (int *)(f + 12 * n);
+  ws->ts.cand = (int *)(f + 13 * n);
+  ws->ts.ri = (int *)(f + 14 * n);
+  ws->ts.ms0 = (int *)(f + 15 * n);
+  ws->ts.ms1 = (int *)(f + 16 * n);
+  ws->mr = (uint8_t *)(f + NF_FWD * n);
+  ws->allowed = ws->mr + n;
+  memset(ws->zb, 0, n * 4);
+  memset(ws->pr, 0, n * 4);
+  memset(ws->mr, 0, n);
+}
 
 #ifdef XTE_MOE_VW
 /* Large outputs (the dense probs and map) are written with non-temporal stores from a row built
@@ -291,16 +374,14 @@ static void stream_row(void *dst, const void *src, size_t n) {
   if (n) memcpy(d, s, n);
 }
 
-static const float xte_moe_zero_bias[MAXE];
-
 /* The scores (into sc, or the logits themselves for the post-top-k softmax: returned), the
  * selection scores sel = score + bias (bias 0 when none: + 0 changes only the sign of a zero,
  * which the rank order ignores) and the 16 lane maxima of sel (topk_row), in one pass over the
  * row where the score is lane-wise (sigmoid), else in a second pass over the scores. */
 static const float *scores_lanes(const xte_router_args *a, const float *x, float *sc, float *sel,
-                                 float *mx) {
+                                 float *mx, const float *zb) {
   const int E = (int)a->E, V = XTE_MOE_VW;
-  const float *b = a->bias ? a->bias : xte_moe_zero_bias, *scp = sc;
+  const float *b = a->bias ? a->bias : zb, *scp = sc;
   xv acc0 = xv_1(xte_bits_f32(0xFF800000u)), acc1 = acc0;
   int e = 0;
   if (a->score == XTE_MOE_SIGMOID) {
@@ -357,10 +438,10 @@ static const float *scores_lanes(const xte_router_args *a, const float *x, float
 
 static void router_row(const xte_router_args *a, int64_t t, router_ws *ws) {
   const int E = (int)a->E, k = a->topk;
-  int idx[MAXK], asc[MAXK], e, j, n;
+  int *idx = ws->idx, *asc = ws->asc, e, j, n;
   float *sc = ws->sc, *sel = ws->sel, *w = ws->w;
   const float *x, *scp = sc, *mx = NULL;
-  uint8_t allowed[MAXE];
+  uint8_t *allowed = ws->allowed;
   int softmax = a->score == XTE_MOE_SOFTMAX;
   if (a->logits.dtype == XTE_DTYPE_FP32) {
     x = (const float *)a->logits.data + t * a->logits.ld;
@@ -371,7 +452,7 @@ static void router_row(const xte_router_args *a, int64_t t, router_ws *ws) {
 #ifdef XTE_MOE_VW
   float mxv[16];
   if (!a->aux && a->num_groups <= 1 && E >= 4 * 16) {
-    scp = scores_lanes(a, x, sc, sel, mxv);
+    scp = scores_lanes(a, x, sc, sel, mxv, ws->zb);
     mx = mxv;
     if (a->saved.data && (!softmax || a->pre_softmax))
       memcpy((float *)a->saved.data + t * a->saved.ld, sc, (size_t)E * 4);
@@ -401,8 +482,8 @@ static void router_row(const xte_router_args *a, int64_t t, router_ws *ws) {
   }
   if (a->num_groups > 1) {
     const int G = a->num_groups, gs = E / G, per = k / a->group_topk;
-    float gv[MAXE], tv[MAXK];
-    int gidx[MAXE], ti[MAXK], g, keep[MAXE];
+    float *gv = ws->gv, *tv = ws->tv;
+    int *gidx = ws->gidx, *ti = ws->ti, g;
     int ng = 0;
     for (g = 0; g < G; g++) {
       float s = 0.0f;
@@ -412,11 +493,19 @@ static void router_row(const xte_router_args *a, int64_t t, router_ws *ws) {
       xte_moe_topk_insert(gv, gidx, &ng, a->group_topk, s, g);
     }
     memset(allowed, 0, (size_t)E);
-    for (j = 0; j < ng; j++) keep[j] = gidx[j];
-    for (j = 0; j < ng; j++) memset(allowed + keep[j] * gs, 1, (size_t)gs);
-    n = topk_row(sel, E, allowed, k, NULL, idx, asc);
+    for (j = 0; j < ng; j++) memset(allowed + gidx[j] * gs, 1, (size_t)gs);
+    n = topk_row(sel, E, allowed, k, NULL, idx, asc, &ws->ts);
+  } else if (a->qb) {
+    /* Quantile Balancing: the top k + 1, then the last in rank order is dropped (out of asc
+     * too); its biased score is the token's cutoff */
+    int d = 0;
+    n = topk_row(sel, E, NULL, k + 1, mx, idx, asc, &ws->ts);
+    ((float *)a->cutoff.data)[t * a->cutoff.ld] = sel[idx[k]];
+    for (j = 0; j < n; j++)
+      if (asc[j] != idx[k]) asc[d++] = asc[j];
+    n = k;
   } else {
-    n = topk_row(sel, E, NULL, k, mx, idx, asc);
+    n = topk_row(sel, E, NULL, k, mx, idx, asc, &ws->ts);
   }
   /* weights (unbiased scores); w is read at the selected experts only, but for aux (all set)
    * and the saved post-top-k softmax (0 elsewhere) */
@@ -489,18 +578,41 @@ static void router_row(const xte_router_args *a, int64_t t, router_ws *ws) {
   }
 }
 
+/* A driver's context: the arguments and the per-thread workspaces (stride bytes apart). */
+typedef struct router_ctx {
+  const void *a;
+  char *ws;
+  size_t stride;
+} router_ctx;
+
+/* Runs fn over the T rows with one workspace of nf arrays per thread, sized by checked
+ * arithmetic; nothing is written when it cannot be allocated. */
+static xte_status run_rows(const void *a, int64_t T, int64_t E, int nf, xte_range_fn fn) {
+  router_ctx c;
+  size_t total;
+  int nt = xte_cpu_threads();
+  if (nt < 1) nt = 1;
+  if (T <= 0) return XTE_SUCCESS;
+  if (T < nt) nt = (int)T;
+  if (!router_ws_bytes(E, nf, &c.stride) || !xte_moe_ws_bytes(nt, (int64_t)c.stride, 0, &total) ||
+      !(c.ws = (char *)xte_aligned_alloc(total)))
+    return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "router workspace (%lld experts, %d threads)",
+                         (long long)E, nt);
+  c.a = a;
+  xte_parallel_for_max(T, nt, fn, &c);
+  xte_aligned_free(c.ws);
+  return XTE_SUCCESS;
+}
+
 static void router_range(void *ctx, int64_t b, int64_t e, int tid) {
-  const xte_router_args *a = (const xte_router_args *)ctx;
+  const router_ctx *c = (const router_ctx *)ctx;
+  const xte_router_args *a = (const xte_router_args *)c->a;
   router_ws ws;
   int64_t t;
-  (void)tid;
+  router_ws_init(&ws, c->ws + (size_t)tid * c->stride, a->E);
   ws.stream = 0;
 #ifdef XTE_MOE_VW
   ws.stream = a->T * a->E * 4 >= XTE_MOE_STREAM_BYTES;
-  if (ws.stream) {
-    memset(ws.pr, 0, sizeof ws.pr);
-    memset(ws.mr, 0, sizeof ws.mr);
-  }
 #endif
   for (t = b; t < e; t++) router_row(a, t, &ws);
 #ifdef XTE_MOE_VW
@@ -508,21 +620,39 @@ static void router_range(void *ctx, int64_t b, int64_t e, int tid) {
 #endif
 }
 
+/* The Quantile Balancing histogram: one expert per work item, tokens ascending (no shared
+ * counters; int32 counts wrap as TE's atomics do). */
+static void qb_hist_range(void *ctx, int64_t b, int64_t e, int tid) {
+  const xte_router_args *a = (const xte_router_args *)ctx;
+  const float scale = xte_moe_qb_scale(a->qb_lower, a->qb_upper, a->qb_bins);
+  int64_t x, t;
+  (void)tid;
+  for (x = b; x < e; x++) {
+    uint32_t *h = (uint32_t *)a->hist.data + x * a->hist.ld;
+    for (t = 0; t < a->T; t++) {
+      const float c = ((const float *)a->cutoff.data)[t * a->cutoff.ld];
+      const float sc = ((const float *)a->saved.data)[t * a->saved.ld + x];
+      h[xte_moe_qb_bin(c, sc, a->qb_lower, scale, a->qb_bins)] += 1u;
+    }
+  }
+}
+
 xte_status XTE_MOE_NAME(xte_cpu_moe_router_forward)(const xte_router_args *a, void *handle) {
   (void)handle;
-  xte_parallel_for(a->T, router_range, (void *)a);
+  XTE_TRY(run_rows(a, a->T, a->E, NF_FWD, router_range));
+  if (a->qb && a->T > 0) xte_parallel_for(a->E, qb_hist_range, (void *)a);
   return XTE_SUCCESS;
 }
 
 /* ---------------------------------------------------------------- backward */
 
-static void router_bwd_row(const xte_router_bwd_args *a, int64_t t) {
+static void router_bwd_row(const xte_router_bwd_args *a, int64_t t, float *dp, float *gx, float *x,
+                           float *gs) {
   const int E = (int)a->E;
   const float *g = (const float *)a->grad_probs.data + t * a->grad_probs.ld;
   /* the aux-score backward has no routing map (a->aux): no row pointer into NULL */
   const uint8_t *m = a->map.data ? (const uint8_t *)a->map.data + t * a->map.ld : NULL;
   const float *s = (const float *)a->saved.data + t * a->saved.ld;
-  float dp[MAXE], gx[MAXE], x[MAXE];
   int e;
   for (e = 0; e < E; e++) dp[e] = (a->aux || m[e]) ? xte_mul_nanprop(a->scaling, g[e]) : 0.0f;
   if (a->score == XTE_MOE_SOFTMAX) {
@@ -531,7 +661,6 @@ static void router_bwd_row(const xte_router_bwd_args *a, int64_t t) {
     for (e = 0; e < E; e++) dot = xte_fma_nanprop(s[e], dp[e], dot);
     for (e = 0; e < E; e++) gx[e] = xte_mul_nanprop(s[e], xte_sub_nanprop(dp[e], dot));
   } else {
-    float gs[MAXE];
     if (a->logits.data)
       load_row(&a->logits, t, E, x);
     else
@@ -558,16 +687,17 @@ static void router_bwd_row(const xte_router_bwd_args *a, int64_t t) {
 }
 
 static void router_bwd_range(void *ctx, int64_t b, int64_t e, int tid) {
-  const xte_router_bwd_args *a = (const xte_router_bwd_args *)ctx;
+  const router_ctx *c = (const router_ctx *)ctx;
+  const xte_router_bwd_args *a = (const xte_router_bwd_args *)c->a;
+  const size_t n = (size_t)ws_elems(a->E);
+  float *f = (float *)(c->ws + (size_t)tid * c->stride);
   int64_t t;
-  (void)tid;
-  for (t = b; t < e; t++) router_bwd_row(a, t);
+  for (t = b; t < e; t++) router_bwd_row(a, t, f, f + n, f + 2 * n, f + 3 * n);
 }
 
 xte_status XTE_MOE_NAME(xte_cpu_moe_router_backward)(const xte_router_bwd_args *a, void *handle) {
   (void)handle;
-  xte_parallel_for(a->T, router_bwd_range, (void *)a);
-  return XTE_SUCCESS;
+  return run_rows(a, a->T, a->E, 4, router_bwd_range);
 }
 
 #ifdef XTE_MOE_GENERIC
@@ -607,14 +737,22 @@ static void aux_range(void *vctx, int64_t b, int64_t e, int tid) {
 }
 
 static double tpe_at(const xte_moe_view *v, int64_t e) {
-  return v->dtype == XTE_DTYPE_INT32 ? (double)((const int32_t *)v->data)[e]
-                                     : (double)((const int64_t *)v->data)[e];
+  switch (v->dtype) {
+    case XTE_DTYPE_INT32:
+      return (double)((const int32_t *)v->data)[e];
+    case XTE_DTYPE_INT64:
+      return (double)((const int64_t *)v->data)[e];
+    case XTE_DTYPE_FP32:
+      return xte_f32_to_f64(((const float *)v->data)[e]);
+    default:
+      return xte_f32_to_f64(xte_bf16_to_f32(((const uint16_t *)v->data)[e]));
+  }
 }
 
 static void aux_bwd_range(void *vctx, int64_t b, int64_t e, int tid) {
   const xte_aux_loss_args *a = (const xte_aux_loss_args *)vctx;
   const double C =
-      (double)a->E * (double)a->coeff / ((double)a->topk * (double)a->N * (double)a->N);
+      (double)a->num_experts * (double)a->coeff / ((double)a->topk * (double)a->N * (double)a->N);
   int64_t t, j;
   (void)tid;
   for (t = b; t < e; t++) {
@@ -630,7 +768,7 @@ xte_status xte_cpu_moe_aux_loss(const xte_aux_loss_args *a, int backward, void *
     xte_parallel_for(a->T, aux_bwd_range, (void *)a);
   } else {
     const double C =
-        (double)a->E * (double)a->coeff / ((double)a->topk * (double)a->N * (double)a->N);
+        (double)a->num_experts * (double)a->coeff / ((double)a->topk * (double)a->N * (double)a->N);
     int64_t nb = (a->T + AUX_BLOCK - 1) / AUX_BLOCK, blk, j;
     aux_ctx c;
     double total = 0.0;

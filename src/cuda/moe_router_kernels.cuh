@@ -6,7 +6,8 @@
  * (tests/simt/test_simt_router.cpp).
  *
  * The contract is the CPU backend's bytes (src/cpu/moe_router.c, docs/numerics.md section 8):
- *  - one thread block per token (grid-stride over the tokens); the row lives in shared memory;
+ *  - one thread block per token (grid-stride over the tokens); the row lives in a global-memory
+ *    slot of the block (E and topk up to XTE_ROUTER_MAX_EXPERTS do not fit shared memory);
  *    the element-wise steps (scores, exponentials, divisions, outputs) are spread over the
  *    block's threads, and every reduction whose order the contract fixes (the softmax maximum and
  *    sum, the normalisation sum, the group scores, the backward dot products) is one thread's
@@ -28,49 +29,97 @@
 #include "cuda/moe_kernels.cuh"
 #include "numerics/xte_moe_numerics.h"
 
-#define XTE_RT_MAXE 512 /* XTE_MOE_MAX_E (src/moe_api.c) */
-#define XTE_RT_MAXK 16  /* XTE_MOE_MAX_K */
 #define XTE_AUX_BLOCK 1024
 #define XTE_RT_STRIPS 32 /* the top-k's strips of experts (a count of lists, not of lanes) */
+/* The most bytes of router row workspace (all blocks together) before the grid is capped. */
+#define XTE_RT_WS_CAP ((int64_t)1 << 28)
 
-/* One token's row in shared memory. */
-struct xte_rt_row {
-  float x[XTE_RT_MAXE], sc[XTE_RT_MAXE], sel[XTE_RT_MAXE], w[XTE_RT_MAXE];
-  float gsum[XTE_RT_MAXE]; /* group scores */
-  int rank[XTE_RT_MAXE];   /* rank of an expert within its group */
-  unsigned char keep[XTE_RT_MAXE], mark[XTE_RT_MAXE];
-  int idx[XTE_RT_MAXK], asc[XTE_RT_MAXK];
-  /* the top-k's strip lists: each strip's first k allowed experts in rank order */
-  float cv[XTE_RT_STRIPS][XTE_RT_MAXK];
-  int ci[XTE_RT_STRIPS][XTE_RT_MAXK], nc[XTE_RT_STRIPS];
-  float m, sum; /* one thread's reductions, read by all */
+/* One token's row, in a global-memory slot per block (E and topk are bounded only by
+ * XTE_ROUTER_MAX_EXPERTS, too large for shared memory). Offsets of the arrays in a slot
+ * (xte_rt_layout); the slot of block b starts at base + b * stride. */
+struct xte_rt_ws {
+  char *base;
+  size_t stride;
+  size_t x, sc, sel, w, gsum, rank, keep, mark, idx, asc, cv, ci, nc;
 };
 
+struct xte_rt_row {
+  float *x, *sc, *sel, *w;
+  float *gsum; /* group scores */
+  int *rank;   /* rank of an expert within its group */
+  unsigned char *keep, *mark;
+  int *idx, *asc; /* [k] */
+  float *cv;      /* the top-k's strip lists: [XTE_RT_STRIPS][k] */
+  int *ci, *nc;   /* [XTE_RT_STRIPS][k], [XTE_RT_STRIPS] */
+};
+
+/* The block's reductions, read by all its threads. */
+struct xte_rt_shared {
+  float m, sum;
+};
+
+__device__ __forceinline__ xte_rt_row xte_rt_slot(const xte_rt_ws &w) {
+  char *p = w.base + (size_t)blockIdx.x * w.stride;
+  xte_rt_row r;
+  r.x = (float *)(p + w.x);
+  r.sc = (float *)(p + w.sc);
+  r.sel = (float *)(p + w.sel);
+  r.w = (float *)(p + w.w);
+  r.gsum = (float *)(p + w.gsum);
+  r.rank = (int *)(p + w.rank);
+  r.keep = (unsigned char *)(p + w.keep);
+  r.mark = (unsigned char *)(p + w.mark);
+  r.idx = (int *)(p + w.idx);
+  r.asc = (int *)(p + w.asc);
+  r.cv = (float *)(p + w.cv);
+  r.ci = (int *)(p + w.ci);
+  r.nc = (int *)(p + w.nc);
+  return r;
+}
+
+/* The slot layout for E experts and topk k, by checked arithmetic (0: too large). */
+static inline int xte_rt_layout(int64_t E, int64_t k, xte_rt_ws *w) {
+  size_t t = 0;
+  int64_t sk = 0;
+  if (__builtin_mul_overflow((int64_t)XTE_RT_STRIPS, k, &sk)) return 0;
+  if (!xte_moe_ws_add(&t, E, 4, &w->x) || !xte_moe_ws_add(&t, E, 4, &w->sc) ||
+      !xte_moe_ws_add(&t, E, 4, &w->sel) || !xte_moe_ws_add(&t, E, 4, &w->w) ||
+      !xte_moe_ws_add(&t, E, 4, &w->gsum) || !xte_moe_ws_add(&t, E, 4, &w->rank) ||
+      !xte_moe_ws_add(&t, E, 1, &w->keep) || !xte_moe_ws_add(&t, E, 1, &w->mark) ||
+      !xte_moe_ws_add(&t, k, 4, &w->idx) || !xte_moe_ws_add(&t, k, 4, &w->asc) ||
+      !xte_moe_ws_add(&t, sk, 4, &w->cv) || !xte_moe_ws_add(&t, sk, 4, &w->ci) ||
+      !xte_moe_ws_add(&t, XTE_RT_STRIPS, 4, &w->nc))
+    return 0;
+  w->stride = t;
+  return 1;
+}
+
 /* The softmax over all E of r.x into r.sc (src/cpu/moe_router.c softmax_all, scalar order). */
-__device__ __forceinline__ void xte_rt_softmax_all(xte_rt_row &r, int E) {
+__device__ __forceinline__ void xte_rt_softmax_all(const xte_rt_row &r, xte_rt_shared &sh, int E) {
   if (threadIdx.x == 0) {
     float m = xte_bits_f32(0xFF800000u);
     for (int e = 0; e < E; e++) m = xte_fmaxf(m, r.x[e]);
-    r.m = m;
+    sh.m = m;
   }
   __syncthreads();
-  const float m = r.m;
+  const float m = sh.m;
   for (int e = threadIdx.x; e < E; e += blockDim.x) r.sc[e] = xte_expf(xte_sub_nanprop(r.x[e], m));
   __syncthreads();
   if (threadIdx.x == 0) {
     float s = 0.0f;
     XTE_MOE_NO_UNROLL
     for (int e = 0; e < E; e++) s = xte_add_nanprop(s, r.sc[e]);
-    r.sum = s;
+    sh.sum = s;
   }
   __syncthreads();
-  const float s = r.sum;
+  const float s = sh.sum;
   for (int e = threadIdx.x; e < E; e += blockDim.x) r.sc[e] = xte_div_nanprop(r.sc[e], s);
   __syncthreads();
 }
 
-__global__ void __launch_bounds__(XTE_MOE_NT) xte_rt_forward(xte_router_args a) {
-  __shared__ xte_rt_row r;
+__global__ void __launch_bounds__(XTE_MOE_NT) xte_rt_forward(xte_router_args a, xte_rt_ws ws) {
+  __shared__ xte_rt_shared sh;
+  const xte_rt_row r = xte_rt_slot(ws);
   const int E = (int)a.E, k = a.topk, fn = a.score;
   const int softmax = fn == XTE_MOE_SOFTMAX;
   for (int64_t t = blockIdx.x; t < a.T; t += gridDim.x) {
@@ -78,7 +127,7 @@ __global__ void __launch_bounds__(XTE_MOE_NT) xte_rt_forward(xte_router_args a) 
     __syncthreads();
     /* scores */
     if (softmax && a.pre_softmax) {
-      xte_rt_softmax_all(r, E);
+      xte_rt_softmax_all(r, sh, E);
     } else {
       for (int e = threadIdx.x; e < E; e += blockDim.x)
         r.sc[e] = softmax ? r.x[e] : xte_moe_score(r.x[e], fn);
@@ -89,14 +138,14 @@ __global__ void __launch_bounds__(XTE_MOE_NT) xte_rt_forward(xte_router_args a) 
       float s = 0.0f;
       XTE_MOE_NO_UNROLL
       for (int e = 0; e < E; e++) s = xte_add_nanprop(s, r.sc[e]);
-      r.sum = xte_add_nanprop(s, XTE_MOE_NORM_EPS);
+      sh.sum = xte_add_nanprop(s, XTE_MOE_NORM_EPS);
     }
     __syncthreads();
     {
       float *sv = a.saved.data && (!softmax || a.pre_softmax)
                       ? (float *)a.saved.data + t * a.saved.ld
                       : (float *)0;
-      const float s = r.sum;
+      const float s = sh.sum;
       for (int e = threadIdx.x; e < E; e += blockDim.x) {
         float v = r.sc[e];
         if (sv) sv[e] = v; /* the scores before the aux normalisation */
@@ -148,6 +197,9 @@ __global__ void __launch_bounds__(XTE_MOE_NT) xte_rt_forward(xte_router_args a) 
      * is below k (then fewer than k of that strip go before it, all of them listed), and at least
      * k otherwise, so the experts of rank < k and their places are exactly those of the plain
      * rank count. */
+    /* Quantile Balancing ranks k + 1 experts (ks lists) and marks the first k; the expert of
+     * rank k is dropped and its selection score is the token's cutoff. */
+    const int ks = k + (a.qb ? 1 : 0);
     {
       const int L = (E + XTE_RT_STRIPS - 1) / XTE_RT_STRIPS;
       for (int e = threadIdx.x; e < E; e += blockDim.x) r.mark[e] = 0;
@@ -156,42 +208,44 @@ __global__ void __launch_bounds__(XTE_MOE_NT) xte_rt_forward(xte_router_args a) 
         int n = 0;
         XTE_MOE_NO_UNROLL
         for (int e = i * L; e < e1; e++)
-          if (r.keep[e]) xte_moe_topk_insert(r.cv[i], r.ci[i], &n, k, r.sel[e], e);
+          if (r.keep[e])
+            xte_moe_topk_insert(r.cv + (size_t)i * ks, r.ci + (size_t)i * ks, &n, ks, r.sel[e], e);
         r.nc[i] = n;
       }
       __syncthreads();
-      for (int q = threadIdx.x; q < XTE_RT_STRIPS * k; q += blockDim.x) {
-        const int i = q / k, p = q % k;
+      for (int q = threadIdx.x; q < XTE_RT_STRIPS * ks; q += blockDim.x) {
+        const int i = q / ks, p = q % ks;
         if (p >= r.nc[i]) continue;
-        const float v = r.cv[i][p];
-        const int e = r.ci[i][p];
+        const float v = r.cv[q];
+        const int e = r.ci[q];
         int n = p;
         XTE_MOE_NO_UNROLL
-        for (int j = 0; j < XTE_RT_STRIPS && n < k; j++) {
+        for (int j = 0; j < XTE_RT_STRIPS && n < ks; j++) {
+          const float *cvj = r.cv + (size_t)j * ks;
+          const int *cij = r.ci + (size_t)j * ks;
           int lo = 0, hi = j == i ? 0 : r.nc[j];
           while (lo < hi) {
             const int mid = (lo + hi) >> 1;
-            if (xte_moe_before(r.cv[j][mid], r.ci[j][mid], v, e))
+            if (xte_moe_before(cvj[mid], cij[mid], v, e))
               lo = mid + 1;
             else
               hi = mid;
           }
           n += lo;
         }
-        if (n < k) {
+        if (n < ks) {
           r.idx[n] = e;
-          r.mark[e] = 1;
+          if (n < k) r.mark[e] = 1;
         }
       }
     }
     __syncthreads();
-    if (threadIdx.x == 0) { /* the selected experts ascending */
-      for (int j = 0; j < k; j++) {
-        const int v = r.idx[j];
-        int i = j;
-        for (; i > 0 && r.asc[i - 1] > v; i--) r.asc[i] = r.asc[i - 1];
-        r.asc[i] = v;
-      }
+    if (a.qb && threadIdx.x == 0) ((float *)a.cutoff.data)[t * a.cutoff.ld] = r.sel[r.idx[k]];
+    /* the selected experts ascending: the marked experts in index order (one thread) */
+    if (threadIdx.x == 0) {
+      int j = 0;
+      for (int e = 0; e < E && j < k; e++)
+        if (r.mark[e]) r.asc[j++] = e;
     }
     __syncthreads();
     /* weights: r.w (unbiased scores; read at the selected experts, at all for aux) */
@@ -244,31 +298,64 @@ __global__ void __launch_bounds__(XTE_MOE_NT) xte_rt_forward(xte_router_args a) 
         b[i] = (uint8_t)v;
       }
     }
-    if (a.idx.data && (int)threadIdx.x < k) {
-      const int j = threadIdx.x;
-      if (a.idx.dtype == XTE_DTYPE_INT32)
-        ((int32_t *)a.idx.data)[t * a.idx.ld + j] = r.idx[j];
-      else
-        ((int64_t *)a.idx.data)[t * a.idx.ld + j] = r.idx[j];
+    if (a.idx.data) {
+      for (int j = threadIdx.x; j < k; j += blockDim.x) {
+        if (a.idx.dtype == XTE_DTYPE_INT32)
+          ((int32_t *)a.idx.data)[t * a.idx.ld + j] = r.idx[j];
+        else
+          ((int64_t *)a.idx.data)[t * a.idx.ld + j] = r.idx[j];
+      }
     }
-    if (a.weights.data && (int)threadIdx.x < k) {
-      const int j = threadIdx.x;
-      ((float *)a.weights.data)[t * a.weights.ld + j] = xte_mul_nanprop(a.scaling, r.w[r.idx[j]]);
+    if (a.weights.data) {
+      for (int j = threadIdx.x; j < k; j += blockDim.x)
+        ((float *)a.weights.data)[t * a.weights.ld + j] = xte_mul_nanprop(a.scaling, r.w[r.idx[j]]);
     }
     __syncthreads(); /* the row is reused by the next token */
   }
 }
 
+/* The Quantile Balancing histogram: one thread per expert, tokens ascending (the CPU's counts;
+ * no atomics). */
+__global__ void __launch_bounds__(XTE_MOE_NT) xte_rt_qb_hist(xte_router_args a, float scale) {
+  for (int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; x < a.E;
+       x += (int64_t)gridDim.x * blockDim.x) {
+    uint32_t *h = (uint32_t *)a.hist.data + x * a.hist.ld;
+    XTE_MOE_NO_UNROLL
+    for (int64_t t = 0; t < a.T; t++) {
+      const float c = ((const float *)a.cutoff.data)[t * a.cutoff.ld];
+      const float sc = ((const float *)a.saved.data)[t * a.saved.ld + x];
+      h[xte_moe_qb_bin(c, sc, a.qb_lower, scale, a.qb_bins)] += 1u;
+    }
+  }
+}
+
 /* ---------------------------------------------------------------- backward */
 
-struct xte_rt_bwd_row {
-  float dp[XTE_RT_MAXE], s[XTE_RT_MAXE], x[XTE_RT_MAXE];
-  unsigned char in[XTE_RT_MAXE];
+/* The backward's row slot: dp, s, x (fp32 [E]) and the selection bytes in [E]. */
+struct xte_rt_bwd_ws {
+  char *base;
+  size_t stride, dp, s, x, in;
+};
+
+static inline int xte_rt_bwd_layout(int64_t E, xte_rt_bwd_ws *w) {
+  size_t t = 0;
+  if (!xte_moe_ws_add(&t, E, 4, &w->dp) || !xte_moe_ws_add(&t, E, 4, &w->s) ||
+      !xte_moe_ws_add(&t, E, 4, &w->x) || !xte_moe_ws_add(&t, E, 1, &w->in))
+    return 0;
+  w->stride = t;
+  return 1;
+}
+
+struct xte_rt_bwd_shared {
   float dot, D;
 };
 
-__global__ void __launch_bounds__(XTE_MOE_NT) xte_rt_backward(xte_router_bwd_args a) {
-  __shared__ xte_rt_bwd_row r;
+__global__ void __launch_bounds__(XTE_MOE_NT)
+    xte_rt_backward(xte_router_bwd_args a, xte_rt_bwd_ws ws) {
+  __shared__ xte_rt_bwd_shared sh;
+  char *slot = ws.base + (size_t)blockIdx.x * ws.stride;
+  float *rdp = (float *)(slot + ws.dp), *rs = (float *)(slot + ws.s), *rx = (float *)(slot + ws.x);
+  unsigned char *rin = (unsigned char *)(slot + ws.in);
   const int E = (int)a.E, fn = a.score;
   const int norm = fn != XTE_MOE_SOFTMAX && (a.topk > 1 || a.aux);
   for (int64_t t = blockIdx.x; t < a.T; t += gridDim.x) {
@@ -277,41 +364,40 @@ __global__ void __launch_bounds__(XTE_MOE_NT) xte_rt_backward(xte_router_bwd_arg
     const float *s = (const float *)a.saved.data + t * a.saved.ld;
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
       const int in = a.aux || m[e];
-      r.in[e] = (unsigned char)in;
-      r.dp[e] = in ? xte_mul_nanprop(a.scaling, g[e]) : 0.0f;
-      r.s[e] = s[e];
-      if (fn != XTE_MOE_SOFTMAX) r.x[e] = a.logits.data ? xte_moe_load(a.logits, t, e) : 0.0f;
+      rin[e] = (unsigned char)in;
+      rdp[e] = in ? xte_mul_nanprop(a.scaling, g[e]) : 0.0f;
+      rs[e] = s[e];
+      if (fn != XTE_MOE_SOFTMAX) rx[e] = a.logits.data ? xte_moe_load(a.logits, t, e) : 0.0f;
     }
     __syncthreads();
     if (threadIdx.x == 0) {
       float dot = 0.0f, D = 0.0f;
       if (fn == XTE_MOE_SOFTMAX) {
         XTE_MOE_NO_UNROLL
-        for (int e = 0; e < E; e++) dot = xte_fma_nanprop(r.s[e], r.dp[e], dot);
+        for (int e = 0; e < E; e++) dot = xte_fma_nanprop(rs[e], rdp[e], dot);
       } else if (norm) {
         XTE_MOE_NO_UNROLL
         for (int e = 0; e < E; e++)
-          if (r.in[e]) {
-            D = xte_add_nanprop(D, r.s[e]);
-            dot = xte_fma_nanprop(r.dp[e], r.s[e], dot);
+          if (rin[e]) {
+            D = xte_add_nanprop(D, rs[e]);
+            dot = xte_fma_nanprop(rdp[e], rs[e], dot);
           }
         D = xte_add_nanprop(D, XTE_MOE_NORM_EPS);
       }
-      r.dot = dot;
-      r.D = D;
+      sh.dot = dot;
+      sh.D = D;
     }
     __syncthreads();
-    const float dot = r.dot, D = r.D;
+    const float dot = sh.dot, D = sh.D;
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
       float gx;
       if (fn == XTE_MOE_SOFTMAX) {
-        gx = xte_mul_nanprop(r.s[e], xte_sub_nanprop(r.dp[e], dot));
+        gx = xte_mul_nanprop(rs[e], xte_sub_nanprop(rdp[e], dot));
       } else {
-        float gs = r.dp[e];
+        float gs = rdp[e];
         if (norm)
-          gs = r.in[e] ? xte_div_nanprop(xte_sub_nanprop(r.dp[e], xte_div_nanprop(dot, D)), D)
-                       : 0.0f;
-        gx = xte_mul_nanprop(gs, xte_moe_dscore(r.s[e], r.x[e], fn));
+          gs = rin[e] ? xte_div_nanprop(xte_sub_nanprop(rdp[e], xte_div_nanprop(dot, D)), D) : 0.0f;
+        gx = xte_mul_nanprop(gs, xte_moe_dscore(rs[e], rx[e], fn));
       }
       xte_moe_store(a.grad_logits, t, e, gx);
     }
@@ -337,8 +423,10 @@ __global__ void __launch_bounds__(XTE_MOE_NT)
 }
 
 __device__ __forceinline__ double xte_aux_tpe(const xte_moe_view &v, int64_t e) {
-  return v.dtype == XTE_DTYPE_INT32 ? (double)((const int32_t *)v.data)[e]
-                                    : (double)((const int64_t *)v.data)[e];
+  if (v.dtype == XTE_DTYPE_INT32) return (double)((const int32_t *)v.data)[e];
+  if (v.dtype == XTE_DTYPE_INT64) return (double)((const int64_t *)v.data)[e];
+  if (v.dtype == XTE_DTYPE_FP32) return xte_f32_to_f64(((const float *)v.data)[e]);
+  return xte_f32_to_f64(xte_bf16_to_f32(((const uint16_t *)v.data)[e]));
 }
 
 /* colsum[e] = the block partials added in block order; then one thread:
@@ -375,31 +463,58 @@ __global__ void __launch_bounds__(XTE_MOE_NT) xte_aux_backward(xte_aux_loss_args
 
 /* ---------------------------------------------------------------- host steps */
 
+/* The grid of a router launch: one block per token up to the usual cap, and fewer when the
+ * blocks' row slots would pass XTE_RT_WS_CAP bytes (the blocks stride over the tokens). */
+static inline int64_t xte_rt_grid(int64_t T, size_t stride) {
+  int64_t g = xte_moe_grid(T), most = XTE_RT_WS_CAP / (int64_t)(stride ? stride : 1);
+  if (most < 1) most = 1;
+  return g < most ? g : most;
+}
+
 template <class RT>
 static xte_status xte_rt_forward_run(RT &rt, const xte_router_args *a) {
-  if (a->E > XTE_RT_MAXE || a->topk > XTE_RT_MAXK)
-    return rt.svc->set_error(XTE_ERROR_UNSUPPORTED, "router: E = %lld, topk = %d: at most %d, %d",
-                             (long long)a->E, a->topk, XTE_RT_MAXE, XTE_RT_MAXK);
+  xte_rt_ws ws;
+  size_t total;
+  int64_t grid;
+  xte_status st;
   if (a->T <= 0) return XTE_SUCCESS;
-  XTE_MOE_TRY(rt.launch(xte_moe_grid(a->T), xte_rt_forward, *a));
-  return rt.finish();
+  if (!xte_rt_layout(a->E, (int64_t)a->topk + (a->qb ? 1 : 0), &ws) ||
+      __builtin_mul_overflow((size_t)(grid = xte_rt_grid(a->T, ws.stride)), ws.stride, &total))
+    return rt.svc->set_error(XTE_ERROR_OUT_OF_MEMORY, "router workspace (E = %lld, topk = %d)",
+                             (long long)a->E, a->topk);
+  XTE_MOE_TRY(rt.alloc((void **)&ws.base, total));
+  st = rt.launch(grid, xte_rt_forward, *a, ws);
+  if (st == XTE_SUCCESS && a->qb)
+    st = rt.launch(xte_moe_grid_threads(a->E), xte_rt_qb_hist, *a,
+                   xte_moe_qb_scale(a->qb_lower, a->qb_upper, a->qb_bins));
+  if (st == XTE_SUCCESS) st = rt.finish();
+  rt.release(ws.base);
+  return st;
 }
 
 template <class RT>
 static xte_status xte_rt_backward_run(RT &rt, const xte_router_bwd_args *a) {
-  if (a->E > XTE_RT_MAXE)
-    return rt.svc->set_error(XTE_ERROR_UNSUPPORTED, "router backward: E = %lld: at most %d",
-                             (long long)a->E, XTE_RT_MAXE);
+  xte_rt_bwd_ws ws;
+  size_t total;
+  int64_t grid;
+  xte_status st;
   if (a->T <= 0) return XTE_SUCCESS;
-  XTE_MOE_TRY(rt.launch(xte_moe_grid(a->T), xte_rt_backward, *a));
-  return rt.finish();
+  if (!xte_rt_bwd_layout(a->E, &ws) ||
+      __builtin_mul_overflow((size_t)(grid = xte_rt_grid(a->T, ws.stride)), ws.stride, &total))
+    return rt.svc->set_error(XTE_ERROR_OUT_OF_MEMORY, "router backward workspace (E = %lld)",
+                             (long long)a->E);
+  XTE_MOE_TRY(rt.alloc((void **)&ws.base, total));
+  st = rt.launch(grid, xte_rt_backward, *a, ws);
+  if (st == XTE_SUCCESS) st = rt.finish();
+  rt.release(ws.base);
+  return st;
 }
 
 template <class RT>
 static xte_status xte_aux_loss_run(RT &rt, const xte_aux_loss_args *a, int backward) {
   /* the CPU's constant, on the host: the same fp64 operations */
   const double C =
-      (double)a->E * (double)a->coeff / ((double)a->topk * (double)a->N * (double)a->N);
+      (double)a->num_experts * (double)a->coeff / ((double)a->topk * (double)a->N * (double)a->N);
   if (backward) {
     if (a->T <= 0) return XTE_SUCCESS;
     XTE_MOE_TRY(rt.launch(xte_moe_grid(a->T), xte_aux_backward, *a, C));

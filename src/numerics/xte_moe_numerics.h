@@ -35,6 +35,22 @@ XTE_HD float xte_moe_score(float x, int fn) {
   return fn == XTE_MOE_SIGMOID ? xte_sigmoidf(x) : xte_sqrtsoftplusf(x);
 }
 
+/* Quantile Balancing bins (TE's reference, in its fp32 operation order):
+ * scale = fp32(fp32(1 / (upper - lower)) * num_bins) (torch's num_bins / tensor is a reciprocal
+ * times the scalar); v = ((cutoff - score) - lower) * scale, each step rounded to fp32;
+ * bin = clamp(floor(v), 0, num_bins - 1), with NaN, +-inf and v >= 2^63 in bin 0 (x86's float to
+ * int64 conversion gives INT64_MIN for them, which the clamp takes to 0). */
+XTE_HD float xte_moe_qb_scale(float lower, float upper, int64_t num_bins) {
+  return (1.0f / (upper - lower)) * (float)num_bins;
+}
+XTE_HD int64_t xte_moe_qb_bin(float cutoff, float score, float lower, float scale,
+                              int64_t num_bins) {
+  const float v = ((cutoff - score) - lower) * scale;
+  if (!(v >= 0.0f) || v >= 9223372036854775808.0f) return 0;
+  if (v >= (float)num_bins) return num_bins - 1;
+  return (int64_t)v;
+}
+
 /* d score / d x from the saved score s (and x for sqrtsoftplus):
  * sigmoid s (1 - s); sqrtsoftplus sigmoid(x) / (2 s), 0 where s == 0. */
 XTE_HD float xte_moe_dscore(float s, float x, int fn) {

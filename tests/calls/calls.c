@@ -655,6 +655,85 @@ static int setup_aux_loss_bwd(calls_ctx *c) {
   return aux_loss_setup(c, 1);
 }
 
+/* Quantile Balancing (xte_router_qb_forward), the aux scores with a bit map and the
+ * sequence-level aux loss (the _ex entry points). */
+typedef struct qb_state {
+  xte_tensor logits, bias, cutoff, hist, scores, bits, saved, tpe, grad;
+  xte_router_outputs out;
+  float *aux_loss;
+  int which; /* 0 QB, 1 aux scores bits, 2 aux loss forward, 3 aux loss backward */
+} qb_state;
+
+static xte_status qb_run(calls_ctx *c) {
+  qb_state *s = (qb_state *)c->state;
+  switch (s->which) {
+    case 0:
+      return xte_router_qb_forward(&s->logits, &s->bias, 8, 1.5f, -1.2f, 1.2f, &s->out, &s->cutoff,
+                                   &s->hist, NULL);
+    case 1:
+      return xte_router_aux_scores_ex(&s->logits, 4, XTE_ROUTER_SQRTSOFTPLUS, &s->scores, NULL,
+                                      &s->bits, &s->saved, NULL);
+    case 2:
+      return xte_moe_aux_loss_forward_ex(&s->scores, &s->tpe, 1500, 32, 4, 1e-2f, s->aux_loss,
+                                         NULL);
+    default:
+      return xte_moe_aux_loss_backward_ex(&s->tpe, 1500, 32, 4, 1e-2f, 0.75f, &s->grad, NULL);
+  }
+}
+
+static int qb_setup(calls_ctx *c, int which) {
+  const int64_t T = 300, E = 96, bins = 50;
+  STATE(qb_state);
+  void *x = data(c, XTE_DTYPE_FP32, T * E, 3.0f, 1);
+  if (!x) return fail(c, "out of buffer slots");
+  s->which = which;
+  s->logits = xte_tensor_2d(x, XTE_DTYPE_FP32, T, E);
+  if (which == 0) {
+    void *b = data(c, XTE_DTYPE_FP32, E, 0.2f, 0), *h = calls_alloc(c, 4 * (size_t)(E * bins));
+    if (!b || !h) return fail(c, "out of buffer slots");
+    memset(h, 0, 4 * (size_t)(E * bins));
+    s->bias = xte_tensor_1d(b, XTE_DTYPE_FP32, E);
+    s->hist = xte_tensor_2d(h, XTE_DTYPE_INT32, E, bins);
+    calls_output(c, h, 4 * (size_t)(E * bins), "histogram");
+    memset(&s->out, 0, sizeof s->out);
+    return out2d(c, &s->out.probs, XTE_DTYPE_FP32, T, E, "probs") ||
+           out2d(c, &s->out.routing_bits, XTE_DTYPE_UINT8, T, (E + 7) / 8, "routing_bits") ||
+           out2d(c, &s->out.topk_idx, XTE_DTYPE_INT32, T, 8, "topk_idx") ||
+           out2d(c, &s->out.saved, XTE_DTYPE_FP32, T, E, "saved") ||
+           out2d(c, &s->cutoff, XTE_DTYPE_FP32, T, 1, "cutoff");
+  }
+  if (which == 1)
+    return out2d(c, &s->scores, XTE_DTYPE_FP32, T, E, "scores") ||
+           out2d(c, &s->bits, XTE_DTYPE_UINT8, T, (E + 7) / 8, "routing_bits") ||
+           out2d(c, &s->saved, XTE_DTYPE_FP32, T, E, "saved");
+  {
+    /* 3 sequences of 32 experts: tokens_per_expert fp32 [96] */
+    float *tpe;
+    int64_t e;
+    ALLOC(tpe, float, E);
+    for (e = 0; e < E; e++) tpe[e] = (float)(rnd(c) % 1000);
+    s->tpe = xte_tensor_1d(tpe, XTE_DTYPE_FP32, E);
+    s->scores = xte_tensor_2d(x, XTE_DTYPE_FP32, T, E);
+    if (which == 3) return out2d(c, &s->grad, XTE_DTYPE_FP32, T, E, "grad_probs");
+    ALLOC(s->aux_loss, float, 1);
+    calls_output(c, s->aux_loss, 4, "aux_loss");
+    return 0;
+  }
+}
+
+static int setup_router_qb(calls_ctx *c) {
+  return qb_setup(c, 0);
+}
+static int setup_aux_scores_bits(calls_ctx *c) {
+  return qb_setup(c, 1);
+}
+static int setup_aux_loss_seq_fwd(calls_ctx *c) {
+  return qb_setup(c, 2);
+}
+static int setup_aux_loss_seq_bwd(calls_ctx *c) {
+  return qb_setup(c, 3);
+}
+
 /* ------------------------------------------------------------------ token movement */
 
 enum {
@@ -1378,6 +1457,10 @@ const calls_case calls_table[] = {
     CASE(aux_scores_bwd_sigmoid, router_run),
     CASE(aux_loss_fwd, aux_loss_run),
     CASE(aux_loss_bwd, aux_loss_run),
+    CASE(router_qb, qb_run),
+    CASE(aux_scores_bits, qb_run),
+    CASE(aux_loss_seq_fwd, qb_run),
+    CASE(aux_loss_seq_bwd, qb_run),
     CASE(permute_rows_map, perm_run),
     CASE(permute_rows_topk_align, perm_run),
     CASE(permute_map_bf16, perm_run),

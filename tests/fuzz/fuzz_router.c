@@ -6,6 +6,7 @@ static const xte_dtype k_logit[] = {XTE_DTYPE_FP32, XTE_DTYPE_BF16};
 static const xte_dtype k_f32[] = {XTE_DTYPE_FP32};
 static const xte_dtype k_u8[] = {XTE_DTYPE_UINT8};
 static const xte_dtype k_idx[] = {XTE_DTYPE_INT32, XTE_DTYPE_INT64};
+static const xte_dtype k_tpe[] = {XTE_DTYPE_INT32, XTE_DTYPE_INT64, XTE_DTYPE_FP32, XTE_DTYPE_BF16};
 
 /* A routing map: arbitrary bytes usually with about topk non-zero entries per row. */
 static void fill_map(fz *f, xte_tensor *t, int topk) {
@@ -26,7 +27,7 @@ static void do_forward(fz *f) {
   xte_router_outputs out;
   int have = 0, use_cfg;
   xte_status st;
-  if (fz_rare(f, 16)) E = 512 + (fz_u8(f) & 1);
+  if (fz_rare(f, 16)) E = XTE_ROUTER_MAX_EXPERTS + (fz_u8(f) & 1);
   cfg.topk = fz_rare(f, 16) ? fz_enum(f, 20) : 1 + fz_u8(f) % 8;
   cfg.score_function = (xte_router_score)fz_enum(f, XTE_ROUTER_SCORE_COUNT);
   cfg.use_pre_softmax = fz_flag(f);
@@ -54,8 +55,8 @@ static void do_forward(fz *f) {
     fz_tensor2(f, &out.topk_weights, fz_dtype(f, k_f32, 1), T, cfg.topk, 1, 1, "topk_weights"),
         have++;
   if (fz_u8(f) & 1) fz_tensor2(f, &out.saved, fz_dtype(f, k_f32, 1), T, E, 1, 1, "saved"), have++;
-  if (E > 512) fz_mark_impossible("E > 512");
-  if (cfg.topk < 1 || cfg.topk > 16 || cfg.topk > E) fz_mark_impossible("topk out of range");
+  if (E > XTE_ROUTER_MAX_EXPERTS) fz_mark_impossible("E > XTE_ROUTER_MAX_EXPERTS");
+  if (cfg.topk < 1 || cfg.topk > E) fz_mark_impossible("topk out of range");
   if (!isfinite(cfg.scaling_factor)) fz_mark_impossible("scaling_factor not finite");
   if ((unsigned)cfg.score_function >= XTE_ROUTER_SCORE_COUNT) fz_mark_impossible("score");
   if (!have) fz_mark_impossible("no output");
@@ -86,7 +87,7 @@ static void do_backward(fz *f) {
     fz_tensor2(f, &logits, fz_dtype(f, k_logit, 2), T, E, 0,
                cfg.score_function == XTE_ROUTER_SQRTSOFTPLUS, "logits");
   fz_tensor2(f, &gl, fz_dtype(f, k_logit, 2), T, E, 1, 1, "grad_logits");
-  if (cfg.topk < 1 || cfg.topk > 16) fz_mark_impossible("topk out of range");
+  if (cfg.topk < 1 || cfg.topk > E) fz_mark_impossible("topk out of range");
   if ((unsigned)cfg.score_function >= XTE_ROUTER_SCORE_COUNT) fz_mark_impossible("score");
   if (fz_g.skip) return;
   st = xte_router_backward(&gp, &map, &saved, with_logits ? &logits : NULL, &cfg, &gl,
@@ -138,7 +139,7 @@ static void do_aux_loss(fz *f, int backward) {
   xte_tensor probs, tpe, gp;
   xte_status st;
   void *buf;
-  buf = fz_tensor2(f, &tpe, fz_dtype(f, k_idx, 2), 1, E, 0, 1, "tokens_per_expert");
+  buf = fz_tensor2(f, &tpe, fz_dtype(f, k_tpe, 4), 1, E, 0, 1, "tokens_per_expert");
   if (fz_rare(f, 32)) { /* hostile counts */
     int bad;
     size_t nb = fz_tensor_bytes(&tpe, &bad), es = tpe.dtype == XTE_DTYPE_INT64 ? 8 : 4, i;

@@ -299,3 +299,28 @@ def test_router_torch_same_bytes():
     aux_t = moe.fused_moe_aux_loss(pt, torch.tensor([3] * 16), 7, 16, 3, 0.1)
     aux_n = moe.fused_moe_aux_loss(pn, np.array([3] * 16), 7, 16, 3, 0.1)
     assert isinstance(aux_t, torch.Tensor) and aux_t.numpy().tobytes() == aux_n.tobytes()
+
+
+def test_aux_scores_bitmap_and_sequence_level_aux_loss():
+    rng = np.random.default_rng(31)
+    T, E, k = 9, 130, 8
+    x = rand_logits(rng, T, E)
+    m, s = moe.fused_compute_score_for_moe_aux_loss(x, k, "sigmoid")
+    b, s2 = moe.fused_compute_score_for_moe_aux_loss(x, k, "sigmoid", routing_map_format="bitmap_u8")
+    assert b.dtype == np.uint8 and b.shape == (T, (E + 7) // 8)
+    assert np.array_equal(b, np.packbits(np.asarray(m, np.uint8), axis=-1, bitorder="little"))
+    assert np.array_equal(s.view(np.uint32), s2.view(np.uint32))
+    # the sequence-level loss: 3 sequences of 40 experts, C = 40 * coeff / (k N^2)
+    cols, ne, N, coeff = 120, 40, 50, np.float32(0.02)
+    probs = rng.random((T, cols), dtype=np.float32)
+    tpe = rng.integers(1, 100, cols).astype(np.float32)
+    aux = moe.fused_moe_aux_loss(probs, tpe, N, ne, 4, coeff)
+    C = ne * np.float64(coeff) / (4 * N * N)
+    S = sum(float(probs[:, e].astype(np.float64).sum()) * float(tpe[e]) for e in range(cols))
+    assert aux.view(np.uint32) == np.float32(C * S).view(np.uint32)
+    gp = moe.fused_moe_aux_loss_backward(np.float32(2.0), tpe, N, ne, 4, coeff, T)
+    assert gp.shape == (T, cols)
+    want = (np.float32(C * tpe.astype(np.float64)) * np.float32(2.0)).astype(np.float32)
+    assert np.array_equal(gp.view(np.uint32), np.broadcast_to(want, (T, cols)).view(np.uint32))
+    with pytest.raises(xte.XteShapeError, match="num_experts"):
+        moe.fused_moe_aux_loss(probs, tpe, N, 7, 4, coeff)

@@ -496,6 +496,20 @@ def test_compile_fullgraph_router_family():
     same_bytes(le.grad, lc.grad)
 
 
+def test_te_router_ops():
+    """The ops of xte.transformer_engine.pytorch.router (tests/python/test_te_router.py checks
+    their values)."""
+    g = torch.Generator().manual_seed(32)
+    x = torch.randn(6, 40, generator=g).requires_grad_(True)
+    b = torch.linspace(-0.1, 0.1, 40)
+    _opcheck(ops.te_router, (x, b, 4, 1, False, 4, 2, 1.5, True, True))
+    _opcheck(ops.te_router, (x, None, 3, 0, True, 0, 0, 1.0, False, False))
+    _opcheck(ops.te_aux_scores, (x, 3, 2, True))
+    p = torch.rand(6, 40, generator=g).requires_grad_(True)
+    tpe = torch.randint(1, 9, (40,), generator=g, dtype=torch.int32)
+    _opcheck(ops.te_aux_loss, (p, tpe, 6, None, 20, 2, 0.1))
+
+
 def test_every_op_is_opchecked():
     """Every registered op (xte.torch.OPS) is opchecked in test_torch_ops.py or here."""
     here = os.path.dirname(os.path.abspath(__file__))

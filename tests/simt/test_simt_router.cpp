@@ -5,12 +5,15 @@
  *  - router forward: softmax (pre / post top-k), sigmoid, sqrtsoftplus; topk 1..16; groups with
  *    group_topk; expert bias; scaling factor; fp32 / bf16 logits with padded rows; int32 / int64
  *    topk_idx; every output, and subsets; logits with ties (few distinct values), +-0, NaN, +-inf,
- *    all -inf rows, huge values; T = 0, 1, odd; E from 1 to 512, odd ones;
+ *    all -inf rows, huge values; T = 0, 1, odd; E from 1 to 512, odd ones; past the old limits
+ *    (E 1024 / 2051 with topk 32 / 100 / E: the row slots in global memory, the CPU's
+ *    insertion and merge-sort top-k paths, groups);
  *  - router backward on the forward's own map and saved, and on arbitrary ones, fp32 / bf16
  *    grad_logits, with NaN / inf gradients;
- *  - aux scores and their backward (every score function and topk);
- *  - aux loss forward (T across the 1024-token blocks; NaN / inf probs; int32 / int64
- *    tokens_per_expert) and backward;
+ *  - aux scores (byte and bit maps) and their backward (every score function and topk);
+ *  - Quantile Balancing (xte_router_qb_forward): every output, cutoff, histogram; refusals;
+ *  - aux loss forward (T across the 1024-token blocks; NaN / inf probs; int32 / int64 / fp32
+ *    tokens_per_expert; num_experts dividing the columns) and backward;
  *  - SwiGLU forward / backward (fp32 / bf16 in and out, odd F, F = 0, T = 0, specials) and the
  *    fused SwiGLU + quantize forms (every 1x128 recipe, act fp32 / bf16, rowwise + columnwise,
  *    every scale layout), with the amax output;
@@ -235,6 +238,32 @@ static void router_cases() {
             router_case(c);
           }
         }
+  /* past the old limits (E 512, topk 16): every one of these runs, whatever the stride */
+  struct big {
+    int64_t E;
+    int k, groups, gtopk;
+  };
+  const big bigs[] = {{1024, 32, 0, 0}, {2051, 100, 0, 0}, {1024, 32, 8, 4},
+                      {96, 96, 0, 0},   {1024, 65, 0, 0},  {130, 17, 0, 0}};
+  for (const big &b : bigs)
+    for (int score = 0; score < 3; score++) {
+      rcase c;
+      c.T = 3;
+      c.E = b.E;
+      c.k = b.k;
+      c.score = score;
+      c.pre = score == 0 ? (int)(rnd() % 2) : 0;
+      c.groups = b.groups;
+      c.gtopk = b.gtopk;
+      c.bias = (int)(rnd() % 2);
+      c.dt = rnd() % 3 ? XTE_DTYPE_FP32 : XTE_DTYPE_BF16;
+      c.ldx = c.E;
+      c.idx_dt = rnd() % 2 ? XTE_DTYPE_INT32 : XTE_DTYPE_INT64;
+      c.outs = 63;
+      c.kind = score == 1 ? V_TIES : (int)(rnd() % V_KINDS);
+      c.scale = 1.0f;
+      router_case(c);
+    }
 }
 
 /* ---------------------------------------------------------------- aux scores, aux loss */
@@ -242,7 +271,9 @@ static void router_cases() {
 static void aux_scores_case(int64_t T, int64_t E, int k, int score, int kind, int gdt) {
   buf x = fill_mat(T, E, XTE_DTYPE_FP32, kind);
   const size_t TE = (size_t)(T * E);
-  buf sg(TE * 4 + 1, 0xCD), sc(sg), mg(TE + 1, 0xCD), mc(mg), vg(sg), vc(sg);
+  const int64_t nbits = (E + 7) / 8;
+  buf sg(TE * 4 + 1, 0xCD), sc(sg), mg(TE + 1, 0xCD), mc(mg), vg(sg), vc(sg),
+      bg((size_t)(T * nbits) + 1, 0xCD), bc(bg);
   char d0[160];
   std::snprintf(d0, sizeof d0, "aux_scores T=%lld E=%lld k=%d %s kind=%d", (long long)T,
                 (long long)E, k, sname(score), kind);
@@ -252,11 +283,13 @@ static void aux_scores_case(int64_t T, int64_t E, int k, int score, int kind, in
         xte_tensor tx = t2(x, XTE_DTYPE_FP32, T, E), ts = t2(c ? sc : sg, XTE_DTYPE_FP32, T, E),
                    tm = t2(c ? mc : mg, XTE_DTYPE_UINT8, T, E),
                    tv = t2(c ? vc : vg, XTE_DTYPE_FP32, T, E);
-        return xte_router_aux_scores(&tx, k, (xte_router_score)score, &ts, &tm, &tv, s);
+        xte_tensor tb = t2(c ? bc : bg, XTE_DTYPE_UINT8, T, nbits);
+        return xte_router_aux_scores_ex(&tx, k, (xte_router_score)score, &ts, &tm, &tb, &tv, s);
       }))
     return;
   same("scores", d, sg, sc);
   same("routing_map", d, mg, mc);
+  same("routing_bits", d, bg, bc);
   same("saved", d, vg, vc);
   buf g = fill_mat(T, E, XTE_DTYPE_FP32, rnd() % 4 ? V_NORMAL : V_SPECIAL);
   const size_t gsz = TE * (gdt == XTE_DTYPE_FP32 ? 4 : 2) + 1;
@@ -293,8 +326,8 @@ static double o_nan(double a, double b, double r) {
   return bitsd(0xFFF8000000000000ull);
 }
 static float aux_oracle(const buf &p, int64_t T, int64_t E, const buf &tpe, int tdt, int64_t N,
-                        int k, float coeff) {
-  const double C = (double)E * (double)coeff / ((double)k * (double)N * (double)N);
+                        int k, float coeff, int64_t ne) {
+  const double C = (double)ne * (double)coeff / ((double)k * (double)N * (double)N);
   double total = 0.0;
   for (int64_t e = 0; e < E; e++) {
     double cs = 0.0;
@@ -313,15 +346,21 @@ static float aux_oracle(const buf &p, int64_t T, int64_t E, const buf &tpe, int 
       }
       cs = o_nan(cs, ps, cs + ps);
     }
-    int64_t v;
+    double v;
     if (tdt == XTE_DTYPE_INT32) {
       int32_t w;
       std::memcpy(&w, &tpe[(size_t)e * 4], 4);
-      v = w;
+      v = (double)w;
+    } else if (tdt == XTE_DTYPE_FP32) {
+      float w;
+      std::memcpy(&w, &tpe[(size_t)e * 4], 4);
+      v = (double)w;
     } else {
-      std::memcpy(&v, &tpe[(size_t)e * 8], 8);
+      int64_t w;
+      std::memcpy(&w, &tpe[(size_t)e * 8], 8);
+      v = (double)w;
     }
-    const double pr = o_nan(cs, (double)v, cs * (double)v);
+    const double pr = o_nan(cs, v, cs * v);
     total = o_nan(total, pr, total + pr);
   }
   const double r = o_nan(C, total, C * total);
@@ -330,7 +369,8 @@ static float aux_oracle(const buf &p, int64_t T, int64_t E, const buf &tpe, int 
   return bitsf((uint32_t)(u >> 63) << 31 | 0x7FC00000u | (uint32_t)((u >> 29) & 0x3FFFFFu));
 }
 
-static void aux_loss_case(int64_t T, int64_t E, int k, int tdt, int kind, float coeff) {
+static void aux_loss_case(int64_t T, int64_t E, int k, int tdt, int kind, float coeff,
+                          int64_t ne = -1) {
   buf p = fill_mat(T, E, XTE_DTYPE_FP32, kind);
   if (kind == V_HUGE) { /* cancellation: small values, and +-2^40 700 tokens apart in every
                          * column, so that the fp64 sums round and the blocking shows */
@@ -345,10 +385,13 @@ static void aux_loss_case(int64_t T, int64_t E, int k, int tdt, int kind, float 
   for (size_t i = 0; i + 4 <= p.size() && kind == V_NORMAL; i += 4) { /* probs-like, >= 0 */
     p[i + 3] &= 0x7F;
   }
-  buf tpe((size_t)E * (tdt == XTE_DTYPE_INT32 ? 4 : 8));
+  buf tpe((size_t)E * (tdt == XTE_DTYPE_INT64 ? 8 : 4));
   for (int64_t e = 0; e < E; e++) {
     const int64_t v = (int64_t)(rnd() % 5000) - (rnd() % 9 == 0 ? 100 : 0);
-    if (tdt == XTE_DTYPE_INT32) {
+    if (tdt == XTE_DTYPE_FP32) {
+      const float w = (float)v * 0.375f;
+      std::memcpy(&tpe[(size_t)e * 4], &w, 4);
+    } else if (tdt == XTE_DTYPE_INT32) {
       const int32_t w = (int32_t)v;
       std::memcpy(&tpe[(size_t)e * 4], &w, 4);
     } else {
@@ -357,20 +400,22 @@ static void aux_loss_case(int64_t T, int64_t E, int k, int tdt, int kind, float 
   }
   const int64_t N = T + 1 + (int64_t)(rnd() % 100);
   char d0[160];
-  std::snprintf(d0, sizeof d0, "aux_loss T=%lld E=%lld k=%d tpe%s kind=%d coeff=%g", (long long)T,
-                (long long)E, k, tdt == XTE_DTYPE_INT32 ? "32" : "64", kind, (double)coeff);
+  std::snprintf(d0, sizeof d0, "aux_loss T=%lld E=%lld/%lld k=%d tpe%s kind=%d coeff=%g",
+                (long long)T, (long long)E, (long long)ne, k,
+                tdt == XTE_DTYPE_INT32 ? "i32" : (tdt == XTE_DTYPE_FP32 ? "f32" : "i64"), kind,
+                (double)coeff);
   const std::string d = d0;
   buf ag(4, 0xCD), ac(4, 0xCD);
   if (run_both(d, [&](xte_stream s) {
         xte_tensor tp = t2(p, XTE_DTYPE_FP32, T, E),
                    tt = xte_tensor_1d(tpe.data(), (xte_dtype)tdt, E);
-        return xte_moe_aux_loss_forward(&tp, &tt, N, k, coeff, (float *)(s == cpu ? ac : ag).data(),
-                                        s);
+        return xte_moe_aux_loss_forward_ex(&tp, &tt, N, ne, k, coeff,
+                                           (float *)(s == cpu ? ac : ag).data(), s);
       })) {
     /* the contract's value (an oracle written here) and the CPU's bytes, NaN results included
      * (the NaN rule: the first NaN operand as written, acc + x gives acc's) */
     buf ao(4);
-    const float o = aux_oracle(p, T, E, tpe, tdt, N, k, coeff);
+    const float o = aux_oracle(p, T, E, tpe, tdt, N, k, coeff, ne < 0 ? E : ne);
     std::memcpy(ao.data(), &o, 4);
     same("aux_loss (contract oracle)", d, ag, ao);
     same("aux_loss", d, ag, ac);
@@ -381,7 +426,7 @@ static void aux_loss_case(int64_t T, int64_t E, int k, int tdt, int kind, float 
   if (run_both(db, [&](xte_stream s) {
         xte_tensor tt = xte_tensor_1d(tpe.data(), (xte_dtype)tdt, E),
                    tg = t2(s == cpu ? gc : gg, XTE_DTYPE_FP32, T, E);
-        return xte_moe_aux_loss_backward(&tt, N, k, coeff, grad, &tg, s);
+        return xte_moe_aux_loss_backward_ex(&tt, N, ne, k, coeff, grad, &tg, s);
       }))
     same("grad_probs", db, gg, gc);
 }
@@ -403,6 +448,11 @@ static void aux_cases() {
         aux_loss_case(T, E, E > 2 ? 2 : 1, rnd() % 2 ? XTE_DTYPE_INT32 : XTE_DTYPE_INT64, kind,
                       rnd() % 4 ? 0.01f : 3e38f);
       }
+  /* the sequence-level loss (num_experts dividing the columns), fp32 counts */
+  aux_loss_case(1100, 64, 4, XTE_DTYPE_FP32, V_NORMAL, 0.01f, 32);
+  aux_loss_case(9, 300, 2, XTE_DTYPE_INT32, V_NORMAL, 0.01f, 3);
+  for (int64_t E : {1024, 2051})
+    aux_scores_case(3, E, 32, (int)(rnd() % 3), V_NORMAL, XTE_DTYPE_FP32);
 }
 
 /* ---------------------------------------------------------------- SwiGLU */
@@ -524,6 +574,60 @@ static void swiglu_cases() {
 
 /* ---------------------------------------------------------------- refusals */
 
+/* Quantile Balancing: every output, the cutoff and the histogram (accumulated onto the same
+ * starting counts on both sides), byte for byte. */
+static void qb_case(int64_t T, int64_t E, int k, int64_t bins, int kind, float lower, float upper) {
+  buf x = fill_mat(T, E, XTE_DTYPE_FP32, kind);
+  buf bias = fill_f32(E, rnd() % 3 ? V_NORMAL : V_TIES);
+  const size_t TE = (size_t)(T * E), nb8 = (size_t)((E + 7) / 8);
+  buf pg(TE * 4 + 1, 0xCD), pc(pg), mg(TE + 1, 0xCD), mc(mg), bg((size_t)T * nb8 + 1, 0xCD), bc(bg),
+      ig((size_t)(T * k) * 4 + 1, 0xCD), ic(ig), wg(ig), wc(ig), vg(pg), vc(pg),
+      cg((size_t)T * 4 + 1, 0xCD), cc(cg), hg((size_t)(E * bins) * 4, 0), hc(hg);
+  for (size_t i = 0; i < hg.size(); i += 4) hg[i] = hc[i] = (uint8_t)(i % 7);
+  char d0[160];
+  std::snprintf(d0, sizeof d0, "router_qb T=%lld E=%lld k=%d bins=%lld kind=%d [%g, %g]",
+                (long long)T, (long long)E, k, (long long)bins, kind, (double)lower, (double)upper);
+  const std::string d = d0;
+  if (!run_both(d, [&](xte_stream s) {
+        const bool c = s == cpu;
+        xte_router_outputs out;
+        std::memset(&out, 0, sizeof out);
+        out.probs = t2(c ? pc : pg, XTE_DTYPE_FP32, T, E);
+        out.routing_map = t2(c ? mc : mg, XTE_DTYPE_UINT8, T, E);
+        out.routing_bits = t2(c ? bc : bg, XTE_DTYPE_UINT8, T, (int64_t)nb8);
+        out.topk_idx = t2(c ? ic : ig, XTE_DTYPE_INT32, T, k);
+        out.topk_weights = t2(c ? wc : wg, XTE_DTYPE_FP32, T, k);
+        out.saved = t2(c ? vc : vg, XTE_DTYPE_FP32, T, E);
+        xte_tensor tx = t2(x, XTE_DTYPE_FP32, T, E),
+                   tb = xte_tensor_1d(bias.data(), XTE_DTYPE_FP32, E),
+                   tc = xte_tensor_1d((c ? cc : cg).data(), XTE_DTYPE_FP32, T),
+                   th = t2(c ? hc : hg, XTE_DTYPE_INT32, E, bins);
+        return xte_router_qb_forward(&tx, &tb, k, 1.5f, lower, upper, &out, &tc, &th, s);
+      }))
+    return;
+  same("probs", d, pg, pc);
+  same("routing_map", d, mg, mc);
+  same("routing_bits", d, bg, bc);
+  same("topk_idx", d, ig, ic);
+  same("topk_weights", d, wg, wc);
+  same("saved", d, vg, vc);
+  same("cutoff", d, cg, cc);
+  same("histogram", d, hg, hc);
+}
+
+static void qb_cases() {
+  qb_case(37, 64, 8, 100, V_NORMAL, -1.2f, 1.2f);
+  qb_case(5, 896, 16, 1000, V_NORMAL, -1.2f, 1.2f);
+  qb_case(9, 16, 2, 8, V_TIES, -0.05f, 0.05f);
+  qb_case(7, 40, 1, 5, V_SPECIAL, -1.0f, 1.0f);
+  qb_case(0, 8, 3, 4, V_NORMAL, -1.0f, 1.0f);
+  qb_case(3, 1030, 100, 50, V_NORMAL, -0.5f, 0.7f);
+  /* refusals: topk = E, bounds reversed or not finite */
+  qb_case(2, 8, 8, 4, V_NORMAL, -1.0f, 1.0f);
+  qb_case(2, 8, 2, 4, V_NORMAL, 1.0f, 1.0f);
+  qb_case(2, 8, 2, 4, V_NORMAL, -1.0f, INFINITY);
+}
+
 static void refusal_cases() {
   /* an unsupported fused recipe and scaling mode: the same refusal from both */
   fused_case(3, 5, XTE_DTYPE_FP32, XTE_DTYPE_FP32, XTE_RECIPE_MX_TE, 0, 0, 0, V_NORMAL);
@@ -543,6 +647,7 @@ int main(int argc, char **argv) {
               stride == 1 ? "full" : (stride == 3 ? "default" : "reduced"));
   router_cases();
   aux_cases();
+  qb_cases();
   swiglu_cases();
   refusal_cases();
   return simt_close("simt router");

@@ -41,6 +41,7 @@ __all__ = [
 ]
 
 _FLOAT_IN = (DType.FP32, DType.BF16)
+_TPE = (DType.INT32, DType.INT64, DType.FP32, DType.BF16)  # aux-loss token counts
 _INDEX = (DType.INT32, DType.INT64)
 _MAP = (DType.UINT8,)  # bool reads as uint8
 
@@ -249,18 +250,22 @@ def fused_compute_score_for_moe_aux_loss(logits, topk, score_function="softmax",
     T, E = vl.shape
     sf = _score(score_function)
     fmt = routing_map_format.lower() if hasattr(routing_map_format, "lower") else routing_map_format
-    if fmt not in ("bytemap", 0, None):
-        raise _bad("routing_map_format", f"{routing_map_format!r}: the aux scores give a byte map "
-                   "('bytemap') or none (None)", _lib.XteUnsupportedError, Status.UNSUPPORTED)
+    if fmt not in ("bytemap", "bitmap_u8", 0, 1, None):
+        raise _bad("routing_map_format", f"{routing_map_format!r}: want 'bytemap', 'bitmap_u8' or "
+                   "None")
+    bits = fmt in ("bitmap_u8", 1)
     scores, vsc = _out(scores_out, vl, (T, E), DType.FP32, "scores_out", (DType.FP32,))
     saved, vs = _out(intermediate_out, vl, (T, E), DType.FP32, "intermediate_out", (DType.FP32,))
     rmap = vm = None
     if fmt is not None or routing_map_out is not None:
-        rmap, vm = _out(routing_map_out, vl, (T, E), DType.UINT8, "routing_map_out", _MAP)
-    _call("xte_router_aux_scores", {"scores": "scores_out", "saved": "intermediate_out",
-                                    "routing_map": "routing_map_out"},
-          vl.ptr, int(topk), int(sf), vsc.ptr, ptr(vm), vs.ptr, stream_of(vl, vsc, vs, vm))
-    if rmap is not None and routing_map_out is None:
+        rmap, vm = _out(routing_map_out, vl, (T, (E + 7) // 8 if bits else E), DType.UINT8,
+                        "routing_map_out", (DType.UINT8,) if bits else _MAP)
+    _call("xte_router_aux_scores_ex", {"scores": "scores_out", "saved": "intermediate_out",
+                                       "routing_map": "routing_map_out",
+                                       "routing_bits": "routing_map_out"},
+          vl.ptr, int(topk), int(sf), vsc.ptr, None if bits else ptr(vm), ptr(vm) if bits else None,
+          vs.ptr, stream_of(vl, vsc, vs, vm))
+    if rmap is not None and routing_map_out is None and not bits:
         rmap = _as_bool(rmap)
     res = (rmap, scores)
     if return_intermediate:
@@ -285,25 +290,30 @@ def fused_compute_score_for_moe_aux_loss_backward(intermediate_output, grad_scor
 
 
 def _num_experts_check(num_experts, E, what):
-    if num_experts is not None and int(num_experts) != E:
-        raise _bad("num_experts", f"{num_experts} but {what} has {E} columns", XteShapeError,
-                   Status.SHAPE)
+    """num_experts must divide the columns E (E / num_experts sequences: the sequence-level
+    aux loss); None means E."""
+    if num_experts is not None and (int(num_experts) < 1 or E % int(num_experts)):
+        raise _bad("num_experts", f"{num_experts} does not divide the {E} columns of {what}",
+                   XteShapeError, Status.SHAPE)
 
 
 def fused_moe_aux_loss(probs, tokens_per_expert, total_num_tokens, num_experts, topk, coeff, *,
                        out=None):
     """TE's aux loss: C * sum_e (sum_t probs[t, e]) * tokens_per_expert[e] with
-    C = E * coeff / (topk * total_num_tokens^2). probs fp32 [T, E]; tokens_per_expert int32 /
-    int64 [E]. Returns a 0-d fp32 array (or `out`, a 1-element fp32 array, written in place)."""
+    C = num_experts * coeff / (topk * total_num_tokens^2). probs fp32 [T, columns], columns a
+    multiple of num_experts (the sequence-level loss; None: the columns); tokens_per_expert
+    int32 / int64 / fp32 / bf16 [columns]. Returns a 0-d fp32 array (or `out`, a 1-element fp32
+    array, written in place)."""
     vp = view(probs, "probs", (DType.FP32,))
-    vt = view(tokens_per_expert, "tokens_per_expert", _INDEX)
+    vt = view(tokens_per_expert, "tokens_per_expert", _TPE)
     if len(vp.shape) == 2:
         _num_experts_check(num_experts, vp.shape[1], "probs")
     res = out if out is not None else empty(vp, (1,), DType.FP32)
     vo = view(res, "out", (DType.FP32,), writable=True)
     if vo.shape != (1,):
         raise _bad("out", f"shape {vo.shape}: want (1,)", XteShapeError, Status.SHAPE)
-    _call("xte_moe_aux_loss_forward", {}, vp.ptr, vt.ptr, int(total_num_tokens), int(topk),
+    ne = -1 if num_experts is None else int(num_experts)
+    _call("xte_moe_aux_loss_forward_ex", {}, vp.ptr, vt.ptr, int(total_num_tokens), ne, int(topk),
           float(coeff), ctypes.cast(vo.t.data, ctypes.POINTER(ctypes.c_float)),
           stream_of(vp, vt, vo))
     return res if out is not None else res.reshape(())
@@ -311,15 +321,18 @@ def fused_moe_aux_loss(probs, tokens_per_expert, total_num_tokens, num_experts, 
 
 def fused_moe_aux_loss_backward(grad_aux_loss, tokens_per_expert, total_num_tokens, num_experts,
                                 topk, coeff, num_rows, *, out=None):
-    """grad_probs fp32 [num_rows, num_experts] = fp32(C * tokens_per_expert[e]) * grad_aux_loss
-    (a Python float or a one-element array, read on the host)."""
-    vt = view(tokens_per_expert, "tokens_per_expert", _INDEX)
+    """grad_probs fp32 [num_rows, columns] = fp32(C * tokens_per_expert[e]) * grad_aux_loss
+    (a Python float or a one-element array, read on the host); columns: tokens_per_expert's
+    length, a multiple of num_experts (None: the columns)."""
+    vt = view(tokens_per_expert, "tokens_per_expert", _TPE)
     g = float(grad_aux_loss.reshape(-1)[0]) if hasattr(grad_aux_loss, "reshape") \
         else float(grad_aux_loss)
-    gp, vo = _out(out, vt, (int(num_rows), int(num_experts)), DType.FP32, "out", (DType.FP32,))
+    cols = vt.shape[-1]
+    gp, vo = _out(out, vt, (int(num_rows), cols), DType.FP32, "out", (DType.FP32,))
     if len(vo.shape) == 2:
         _num_experts_check(num_experts, vo.shape[1], "out")
-    _call("xte_moe_aux_loss_backward", {"grad_probs": "out"}, vt.ptr, int(total_num_tokens),
+    ne = -1 if num_experts is None else int(num_experts)
+    _call("xte_moe_aux_loss_backward_ex", {"grad_probs": "out"}, vt.ptr, int(total_num_tokens), ne,
           int(topk), float(coeff), g, vo.ptr, stream_of(vt, vo))
     return gp
 
