@@ -82,6 +82,22 @@ def _operand2(x, name, gran_k):
     return data.t(), _dense(sf.t(), gran_k, f"{name}[1]"), True
 
 
+def _grouped_b_rows(bd, bsf, recipe, recipe_a, recipe_b):
+    """Per-group 128x128 scales of a K-major b [G, N, K] with N % 128 != 0 do not tile the
+    stacked [G * N, K] tensor that xte's grouped GEMM reads: broadcast them to one scale per row
+    ([G, N, nk], a scale copy, as DeepGEMM broadcasts them for its SM100 kernels) and use the
+    1x128 form for b. The products sa * sb are the same values, so the bytes are too."""
+    G, N = bd.shape[0], bd.shape[-2]
+    gran_b = recipe[1] if recipe is not None else (recipe_b[0] if recipe_b is not None else 128)
+    if (bsf.dim() != 3 or N % 128 == 0 or bsf.dtype != torch.float32 or gran_b != 128
+            or bsf.shape[-2] != -(-N // 128) or bsf.shape[-2] == N):
+        return bsf, recipe, recipe_a, recipe_b
+    rows = bsf.repeat_interleave(128, dim=-2)[:, :N, :]
+    gk = recipe[2] if recipe is not None else (recipe_b[1] if recipe_b is not None else 128)
+    ra = (recipe[0], recipe[2]) if recipe is not None else (recipe_a or (1, gk))
+    return rows, None, ra, (1, gk)
+
+
 def _recipes(recipe, recipe_a, recipe_b):
     if recipe is not None:
         recipe = tuple(int(v) for v in recipe)
@@ -151,6 +167,8 @@ def m_grouped_fp8_gemm_nt_contiguous(a, b, d, grouped_layout, recipe=None, recip
     trans_b = bd.dim() == 3 and bd.stride(-1) != 1
     if trans_b:
         bd, bsf = bd.mT, bsf.mT
+    else:
+        bsf, recipe, recipe_a, recipe_b = _grouped_b_rows(bd, bsf, recipe, recipe_a, recipe_b)
     bsf = _dense(bsf, gk_b, "b[1]")
     _xt.m_grouped_fp8_gemm_nt_contiguous(
         (a[0], asf), (bd, bsf), d, grouped_layout, recipe, recipe_a, recipe_b,
@@ -181,7 +199,9 @@ def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m, recipe=None, rec
                                   "K-major operands (as DeepGEMM)")
     gk_a, gk_b = _gran_k(recipe, recipe_a, 0), _gran_k(recipe, recipe_b, 1)
     asf = _dense(_unpacked(a[1], a[0].shape[-1], gk_a), gk_a, "a[1]")
-    bsf = _dense(_unpacked(b[1], b[0].shape[-1], gk_b), gk_b, "b[1]")
+    bsf, recipe, recipe_a, recipe_b = _grouped_b_rows(
+        b[0], _unpacked(b[1], b[0].shape[-1], gk_b), recipe, recipe_a, recipe_b)
+    bsf = _dense(bsf, gk_b, "b[1]")
     _xt.m_grouped_fp8_gemm_nt_masked((a[0], asf), (b[0], bsf), d, masked_m, expected_m, recipe,
                                      recipe_a, recipe_b, layout=("compact", "compact"))
 
