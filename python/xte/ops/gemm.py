@@ -805,6 +805,9 @@ def _k_groups(ks, grouped_layout, G, use_psum_layout, alignment, rows):
         for k in sizes:
             starts.append(off)
             off += max(k, 0)
+        if off != rows and all(k >= 0 for k in sizes):
+            raise XteShapeError(Status.SHAPE, f"{name}: the groups' K sum to {off}: a has "
+                                f"{rows} rows of K")
     for g, (s, k) in enumerate(zip(starts, sizes)):
         if k < 0:
             raise XteShapeError(Status.SHAPE, f"{name}: group {g} has K = {k} < 0")
