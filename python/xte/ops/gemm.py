@@ -625,9 +625,10 @@ def m_grouped_fp8_gemm_nt_contiguous(a, b, d, grouped_layout=None, recipe=None, 
       group g starting at the end of group g - 1 rounded up to the alignment;
     * group_sizes= (xte's form: m_g per group, host sequence; default alignment 1 = none), or a
       Python sequence as grouped_layout.
-    Rows of a and d past the groups are never read (a) nor computed; with ensure_zero_padding
-    (the default, as DeepGEMM) every row of d in no group is written with zeros, else it keeps
-    its bytes. A's rows past the groups are passed on as views (no copy). compiled_dims,
+    Rows of a and d past the groups are never read (a) nor computed. Every row of d in no
+    group is written with zeros with an m_indices layout (as DeepGEMM) and, with group sizes or
+    the PSUM layout, when ensure_zero_padding (the default, as DeepGEMM); else it keeps its
+    bytes. A's rows past the groups are passed on as views (no copy). compiled_dims,
     disable_ue8m0_cast and expected_m_for_psum_layout are accepted and ignored. Returns d.
     """
     tb = 1 if trans_b else 0
@@ -642,6 +643,7 @@ def m_grouped_fp8_gemm_nt_contiguous(a, b, d, grouped_layout=None, recipe=None, 
     if group_sizes is None and isinstance(grouped_layout, (list, tuple)) and not use_psum_layout:
         group_sizes, grouped_layout = grouped_layout, None
     M = int(a[0].shape[0]) if _is_pair(a) else int(a.shape[0])
+    m_indices = group_sizes is None and not use_psum_layout
     if group_sizes is not None:
         align = max(int(alignment or 1), 1)
         sizes = _host_ints(group_sizes, "group_sizes")
@@ -687,7 +689,9 @@ def m_grouped_fp8_gemm_nt_contiguous(a, b, d, grouped_layout=None, recipe=None, 
         opnds = _operands(a, b, 0, tb, recipe, recipe_a, recipe_b, layout)
         _grouped(a, b, dd, "contiguous", sizes, None, align, None, 0, tb, None, False, bias,
                  mode, None, opnds, names)
-    if ensure_zero_padding and d is not None:
+    # DeepGEMM writes every row of d in an m_indices layout (its padding rows as zeros: the
+    # flag only matters for the PSUM layout); with group sizes or PSUM, ensure_zero_padding
+    if (ensure_zero_padding or m_indices) and d is not None:
         off = 0
         for m, p in zip(sizes, padded):
             _zero_rows(d, off + m, min(off + p, M))
