@@ -372,6 +372,18 @@ def test_k_grouped_gran_k_32_needs_power_of_two_scales():
     assert bool((d == SENT).all())
 
 
+def test_k_grouped_bad_group_raises_before_any_write():
+    rng = np.random.default_rng(13)
+    ks = [160, 160, 160]  # K alignment 160: one xte_gemm per group
+    qa, qb, sfa, sfb = _k_case(rng, ks, [0, 160, 320], 480, 128)
+    d = torch.full((3, qa.shape[1], qb.shape[1]), SENT)
+    with pytest.raises(xte.XteShapeError, match="group 2: "):
+        deep_gemm.k_grouped_fp8_gemm_tn_contiguous(
+            (t8(qa), torch.from_numpy(sfa[:-1])), (t8(qb), torch.from_numpy(sfb)), d, ks,
+            torch.tensor(ks, dtype=torch.int32), torch.zeros_like(d))
+    assert bool((d == SENT).all())
+
+
 def test_k_grouped_nt():
     rng = np.random.default_rng(10)
     ks, M, N = [256, 128], 16, 24

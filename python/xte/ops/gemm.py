@@ -707,16 +707,17 @@ def _m_grouped_split_last(a, b, d, sizes, padded, align, tb, recipe, recipe_a, r
     G = len(sizes)
     off = sum(padded[:-1])
     bd, bsf = b
+    m = sizes[-1]
+    al = (a[0][off:off + m], a[1][off:off + m])
+    bl = (bd[G - 1], bsf[G - 1] if len(bsf.shape) == 3 else bsf)
+    _operands(al, bl, 0, tb, recipe, recipe_a, recipe_b, layout)  # both resolved before a write
     if G > 1:
         a0 = (a[0][:off], a[1][:off] if len(a[1].shape) == 2 else a[1])
         b0 = (bd[:G - 1], bsf[:G - 1] if len(bsf.shape) == 3 else bsf)
         opnds = _operands(a0, b0, 0, tb, recipe, recipe_a, recipe_b, layout)
         _grouped(a0, b0, d[:off], "contiguous", sizes[:-1], None, align, None, 0, tb, None,
                  False, bias, mode, None, opnds, names)
-    m = sizes[-1]
     if m:
-        al = (a[0][off:off + m], a[1][off:off + m])
-        bl = (bd[G - 1], bsf[G - 1] if len(bsf.shape) == 3 else bsf)
         _dg_gemm(al, bl, d[off:off + m], None, 0, tb, recipe, recipe_a, recipe_b, layout, mode,
                  bias, None)
 
@@ -855,15 +856,10 @@ def _k_grouped(a, b, d, ks, grouped_layout, c, recipe, layout, mode, bias, use_p
                         None, opnds, names)
     # per group: its K rows (views) and its own scale rows, ceil(k_g / gran_k) after those of
     # the groups before (DeepGEMM casts each group on its own)
-    r = 0
+    r, work = 0, []
     for g, (s, k) in enumerate(zip(starts, sizes)):
-        dg = d[g]
-        cg = None if c is None else c[g]
         if k == 0:
-            if cg is None:
-                _zero_rows(d, g, g + 1)
-            elif cg is not dg:
-                dg[...] = cg
+            work.append((g, None, None, 0, 0))
             continue
         nsf = -(-k // gk)
         if nt:
@@ -874,11 +870,26 @@ def _k_grouped(a, b, d, ks, grouped_layout, c, recipe, layout, mode, bias, use_p
             ag = (ad[s:s + k], asf[r:r + nsf])
             bg = (bd[s:s + k], bsf[r:r + nsf])
             ta, tb = 1, 1
+        try:  # every group's operands resolved before d is written
+            oa, ob = _operands(ag, bg, ta, tb, rec, None, None, layout)
+            _check_k(*_mk(oa, ob, ta, tb)[1::2])
+        except XteError as e:
+            raise type(e)(e.status, f"group {g}: {e.message}", e.function) from None
+        work.append((g, ag, bg, ta, tb))
+        r += nsf
+    for g, ag, bg, ta, tb in work:
+        dg = d[g]
+        cg = None if c is None else c[g]
+        if ag is None:  # K = 0: d[g] = c[g] (zeros without c)
+            if cg is None:
+                _zero_rows(d, g, g + 1)
+            else:
+                dg[...] = cg
+            continue
         try:
             _dg_gemm(ag, bg, dg, cg, ta, tb, rec, None, None, layout, mode, bias, None)
         except XteError as e:
             raise type(e)(e.status, f"group {g}: {e.message}", e.function) from None
-        r += nsf
     return d
 
 
