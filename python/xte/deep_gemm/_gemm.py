@@ -24,7 +24,7 @@ def _check_data(x, name):
         raise XteValueError(Status.INVALID_ARGUMENT,
                             f"{name}: want a (data, scales) pair (DeepGEMM's operand)")
     data = x[0]
-    if data.dtype in (torch.int8, torch.uint8) + _FP4:
+    if data.dtype in (torch.int8,) + _FP4:
         raise NotImplementedError(
             f"{name}: FP4 (E2M1, packed in {data.dtype}) operands are not supported by xte "
             "(FP8 e4m3 / e5m2 only)")
@@ -34,6 +34,8 @@ def _check_data(x, name):
 
 
 def _gran_k(recipe, recipe_ab, which):
+    """gran_k of operand `which` (0: a, 1: b) from DeepGEMM's recipe arguments (None: xte infers
+    the scaling from the scale shapes)."""
     if recipe_ab is not None:
         return int(recipe_ab[1])
     if recipe is not None:
