@@ -144,7 +144,6 @@ def test_cublaslt_gemm_is_unit_scaled():
     rng = np.random.default_rng(3)
     M, N, K = 9, 20, 150
     qa, qb = rand_codes(rng, (M, K), E4M3), rand_codes(rng, (N, K), E4M3)
-    one = np.ones((1, 1), np.float32)
     want = oracle(qa, np.ones((M, 2)), qb, np.ones((N, 2)), out="float32")
     d = torch.full((M, N), SENT)
     deep_gemm.cublaslt_gemm_nt(t8(qa), mn_major(t8(qb)), d)
@@ -152,7 +151,6 @@ def test_cublaslt_gemm_is_unit_scaled():
     d = torch.full((M, N), SENT)
     deep_gemm.cublaslt_gemm_tn(t8(qa.T.copy()), t8(qb.T.copy()), d)
     assert tbytes(d) == want
-    del one
 
 
 # ------------------------------------------------------------------------------ m-grouped
@@ -256,10 +254,12 @@ def test_m_grouped_bad_layouts_raise_and_leave_d():
     with pytest.raises(xte.XteValueError, match="grouped_layout: row 0 holds -1"):
         deep_gemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, torch.from_numpy(bad))
     with pytest.raises(xte.XteValueError, match="grouped_layout: group 1 ends"):
-        deep_gemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, torch.tensor([5, 6], dtype=torch.int32),
+        deep_gemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d,
+                                                   torch.tensor([5, 6], dtype=torch.int32),
                                                    use_psum_layout=True)
     with pytest.raises(xte.XteShapeError, match="past a's"):
-        deep_gemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, torch.tensor([5, 99], dtype=torch.int32),
+        deep_gemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d,
+                                                   torch.tensor([5, 99], dtype=torch.int32),
                                                    use_psum_layout=True)
     assert bool((d == SENT).all())
 
