@@ -44,18 +44,23 @@ def to_numpy(x):
 
 def calc_diff(x, y):
     """DeepGEMM's similarity measure: 1 - 2 sum(x y) / sum(x^2 + y^2), in fp64 (0 for equal
-    tensors). Works on torch tensors and NumPy arrays."""
+    tensors; 0.0 when both are all zero, as DeepGEMM). Works on torch tensors and NumPy
+    arrays."""
     if _is_torch(x) or _is_torch(y):
         import torch
         x = (x if _is_torch(x) else torch.from_numpy(np.asarray(x, np.float64))).double()
         y = (y if _is_torch(y) else torch.from_numpy(np.asarray(y, np.float64))).double()
         y = y.to(x.device)
         denominator = (x * x + y * y).sum()
+        if float(denominator) == 0.0:  # both all zero (or empty): equal, as DeepGEMM
+            return 0.0
         sim = 2 * (x * y).sum() / denominator
         return float(1 - sim)
     x = np.asarray(x).astype(np.float64)
     y = np.asarray(y).astype(np.float64)
     denominator = (x * x + y * y).sum()
+    if denominator == 0.0:
+        return 0.0
     sim = 2 * (x * y).sum() / denominator
     return float(1 - sim)
 

@@ -1,7 +1,8 @@
 """Grouped GEMMs (xte.gemm_grouped and DeepGEMM's m_grouped_fp8_gemm_nt_contiguous /
 _nt_masked, k_grouped_fp8_gemm_tn_contiguous): each group byte-equal to the plain GEMM on its
-slices and to the exact oracle (test_gemm_oracle.py); padding / masked rows never read nor
-written; errors name the argument and leave d untouched."""
+slices and to the exact oracle (test_gemm_oracle.py); padding / masked rows never read (the
+DeepGEMM names write zeros into d's padding rows, as DeepGEMM); errors name the argument and
+leave d untouched."""
 
 import numpy as np
 import pytest
@@ -66,7 +67,10 @@ def test_contiguous_with_alignment(how):
         want = np.full((m, N), SENTINEL, np.float32)
         fp8_gemm_nt((a[0][s:s + m], ga[s:s + m]), (b[0][g], gb[g]), want)
         assert _bytes(d[s:s + m]) == _bytes(want), g
-        assert _bytes(d[s + m:s + p]) == _bytes(np.full((p - m, N), SENTINEL)), "padding written"
+        # DeepGEMM's functions write zeros into d's padding rows (ensure_zero_padding, the
+        # default); xte.gemm_grouped never writes them
+        pad = np.float32(0) if how != "gemm_grouped" else SENTINEL
+        assert _bytes(d[s + m:s + p]) == _bytes(np.full((p - m, N), pad)), "padding"
     # group 2 against the oracle
     s, m = starts[2], sizes[2]
     o = gemm_oracle(qa[s:s + m], E4M3, ga[s:s + m], qb[2], E5M2,
@@ -185,9 +189,10 @@ def test_grouped_errors_name_the_argument_and_leave_d():
         m[:5] = 1
         m[8:17] = 0
         m_grouped_fp8_gemm_nt_contiguous(a, b, d, m, alignment=align)
-    with pytest.raises(xte.XteValueError, match=r"grouped_layout: row 8 holds -1 where"):
+    with pytest.raises(xte.XteValueError, match=r"grouped_layout: row 0 holds -1 where a "
+                       r"group starts, but row 8 holds 1"):
         m = np.full(qa.shape[0], -1, np.int32)
-        m[:5] = 1
+        m[8:13] = 1
         m_grouped_fp8_gemm_nt_contiguous(a, b, d, m, alignment=align)
     with pytest.raises(xte.XteValueError, match=r"grouped_layout: group 0 has 5 rows"):
         m = np.zeros(qa.shape[0], np.int32)
@@ -198,8 +203,9 @@ def test_grouped_errors_name_the_argument_and_leave_d():
     with pytest.raises(xte.XteShapeError, match=r"group_sizes: 3 groups, but b holds 2"):
         m_grouped_fp8_gemm_nt_contiguous(a, (b[0][:2], gb[:2]), d, group_sizes=sizes,
                                          alignment=align)
-    with pytest.raises(xte.XteUnsupportedError, match="use_psum_layout"):
-        m_grouped_fp8_gemm_nt_contiguous(a, b, d, sizes, use_psum_layout=True)
+    with pytest.raises(xte.XteValueError, match="grouped_layout: group 1 ends at M = 4"):
+        m_grouped_fp8_gemm_nt_contiguous(a, b, d, np.array([5, 4, 20], np.int32),
+                                         use_psum_layout=True, alignment=align)
     A = xte.QuantizedTensor(*a, scaling_mode="1x128", recipe="deepgemm")
     B = xte.QuantizedTensor(*b, scaling_mode="128x128", recipe="deepgemm")
     with pytest.raises(xte.XteUnsupportedError, match=r"trans_a: "):
@@ -231,8 +237,9 @@ def test_grouped_errors_name_the_argument_and_leave_d():
     bk = (fp8_array(rand_codes(rng, (S, 5), E4M3), E4M3), rand_grid(rng, "1x128", 5, S).T.copy())
     dk = np.full((2, 4, 5), SENTINEL, np.float32)
     before = _bytes(dk)
-    with pytest.raises(xte.XteShapeError, match=r"ks: .*not a multiple"):
-        k_grouped_fp8_gemm_tn_contiguous(ak, bk, dk, ks)
+    with pytest.raises(xte.XteShapeError, match=r"grouped_layout: group 1 .*runs past"):
+        k_grouped_fp8_gemm_tn_contiguous(ak, bk, dk, None, np.array([100, 201], np.int32),
+                                         use_psum_layout=True, alignment=1)
     with pytest.raises(xte.XteShapeError, match=r"ks: .*sum to"):
         k_grouped_fp8_gemm_tn_contiguous(ak, bk, dk, [128, 10])
     with pytest.raises(xte.XteValueError, match=r"ks: required"):

@@ -169,7 +169,13 @@ def test_m_grouped_contiguous_bytes_opcheck():
     xt.m_grouped_fp8_gemm_nt_contiguous(a, b, d1, m_indices)
     P_gemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d2, m_indices)
     same_bytes(d1, d2)
-    assert torch.isnan(d1[100:128]).all() and not torch.isnan(d1[:100]).all()  # padding kept
+    # an m_indices layout: padding rows written with zeros, as DeepGEMM
+    assert bool((d1[100:128] == 0).all()) and not torch.isnan(d1[:100]).all()
+    d4 = torch.full((rows, Nn), float("nan"))
+    xt.m_grouped_fp8_gemm_nt_contiguous(a, b, d4, group_sizes=sizes, alignment=128,
+                                        ensure_zero_padding=False)
+    assert torch.isnan(d4[100:128]).all()  # padding kept
+    same_bytes(d4[:100], d1[:100])
     # the group-size form (a list and a tensor), alignment 128
     for gs in (sizes, torch.tensor(sizes)):
         d3 = torch.full((rows, Nn), float("nan"))

@@ -43,8 +43,9 @@ from .._lib import parse_enum as _lib_parse_enum
 from .._tensor import XteLayoutError, dtype_of, empty, ptr, stream_of, view, view_opt
 
 __all__ = ["gemm", "gemm_grouped", "fp8_gemm_nt", "fp8_gemm_nn", "fp8_gemm_tn", "fp8_gemm_tt",
-           "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked",
-           "k_grouped_fp8_gemm_tn_contiguous"]
+           "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nn_contiguous",
+           "m_grouped_fp8_gemm_nt_masked", "k_grouped_fp8_gemm_tn_contiguous",
+           "k_grouped_fp8_gemm_nt_contiguous"]
 
 _FP8 = (DType.E4M3, DType.E5M2)
 _OUT = (DType.FP32, DType.BF16)
@@ -520,85 +521,213 @@ def gemm_grouped(a, b, out=None, *, kind="contiguous", group_sizes=None, masked_
                     accumulate, bias, mode, out_dtype, opnds, names)
 
 
+def _host_ints(x, name):
+    """A host list of ints from a sequence or a 1-D integer array (torch: read on the host, a
+    device sync for CUDA tensors)."""
+    if hasattr(x, "detach"):
+        x = x.detach().cpu()
+    v = x.tolist() if hasattr(x, "tolist") else list(x)
+    if any(isinstance(s, (list, tuple)) for s in v):
+        raise XteShapeError(Status.SHAPE, f"{name}: want a 1-D sequence")
+    try:
+        return [int(s) for s in v]
+    except (TypeError, ValueError):
+        raise XteDTypeError(Status.DTYPE, f"{name}: values must be integers") from None
+
+
+def _rup(x, a):
+    return -(-x // a) * a
+
+
 def _m_indices_to_sizes(m_indices, num_groups, alignment, name):
     """DeepGEMM's grouped_layout (int32 [M]: each row's group, -1 for padding rows) as xte's
-    group sizes, when it describes groups in order, each padded to `alignment` rows."""
-    if hasattr(m_indices, "detach"):
-        m_indices = m_indices.detach().cpu()
-    idx = [int(v) for v in m_indices.tolist()]
+    group sizes: groups in order (empty groups allowed), each padded with -1 rows to a multiple
+    of `alignment` rows; rows past the last group's padding all -1 (a longer than the groups).
+    Returns (sizes, rows used by the groups)."""
+    idx = _host_ints(m_indices, name)
+    M = len(idx)
     sizes = [0] * num_groups
     align = max(int(alignment or 1), 1)
     i, g_prev = 0, -1
-    while i < len(idx):
+    while i < M:
         g = idx[i]
-        if g < 0:
-            raise XteValueError(Status.INVALID_ARGUMENT,
-                                f"{name}: row {i} holds {g} where a group starts (a's rows are "
-                                f"the groups in order, each padded to a multiple of alignment = "
-                                f"{align} rows, and nothing else)")
-        if g >= num_groups or g <= g_prev:
+        if g == -1:
+            bad = next((j for j in range(i, M) if idx[j] != -1), None)
+            if bad is not None:
+                raise XteValueError(Status.INVALID_ARGUMENT,
+                                    f"{name}: row {i} holds -1 where a group starts, but row "
+                                    f"{bad} holds {idx[bad]} (a's rows are the groups in order, "
+                                    f"each padded to a multiple of alignment = {align} rows; -1 "
+                                    "rows after the last group only)")
+            return sizes, i
+        if g < 0 or g >= num_groups or g <= g_prev:
             raise XteValueError(Status.INVALID_ARGUMENT,
                                 f"{name}: row {i} holds {g}: groups must follow each other in "
                                 f"order 0..{num_groups - 1} (each padded with -1 rows to a "
                                 f"multiple of alignment = {align})")
         j = i
-        while j < len(idx) and idx[j] == g:
+        while j < M and idx[j] == g:
             j += 1
         m = j - i
-        padded = -(-m // align) * align
-        if any(v != -1 for v in idx[j:i + padded]) or i + padded > len(idx):
+        padded = _rup(m, align)
+        if i + padded > M or any(v != -1 for v in idx[j:i + padded]):
             raise XteValueError(Status.INVALID_ARGUMENT,
                                 f"{name}: group {g} has {m} rows from row {i}: want -1 in rows "
                                 f"{j}..{i + padded - 1} (padding to alignment = {align})")
         sizes[g] = m
         g_prev = g
         i += padded
-    return sizes
+    return sizes, M
+
+
+def _psum_to_sizes(grouped_layout, num_groups, alignment, name, what="M"):
+    """DeepGEMM's PSUM layout (int [G]: the end of each group's rows, cumulative; group g starts
+    at the end of group g - 1 rounded up to `alignment`) as (starts, sizes)."""
+    ends = _host_ints(grouped_layout, name)
+    if len(ends) != num_groups:
+        raise XteShapeError(Status.SHAPE, f"{name}: {len(ends)} values, want one per group "
+                            f"({num_groups})")
+    align = max(int(alignment or 1), 1)
+    starts, sizes, prev = [], [], 0
+    for g, e in enumerate(ends):
+        s = _rup(prev, align)
+        if e < s:
+            raise XteValueError(Status.INVALID_ARGUMENT,
+                                f"{name}: group {g} ends at {what} = {e}, before its start {s} "
+                                f"(the previous end {prev} rounded up to alignment = {align})")
+        starts.append(s)
+        sizes.append(e - s)
+        prev = e
+    return starts, sizes
+
+
+def _zero_rows(d, r0, r1):
+    if r1 > r0:
+        d[r0:r1] = 0
 
 
 def m_grouped_fp8_gemm_nt_contiguous(a, b, d, grouped_layout=None, recipe=None, recipe_a=None,
                                      recipe_b=None, *, group_sizes=None, alignment=None,
                                      layout=None, mode="exact", bias=None, compiled_dims=None,
                                      disable_ue8m0_cast=False, use_psum_layout=False,
-                                     ensure_zero_padding=True, expected_m_for_psum_layout=None):
+                                     ensure_zero_padding=True, expected_m_for_psum_layout=None,
+                                     trans_b=False):
     """DeepGEMM's m_grouped_fp8_gemm_nt_contiguous(a, b, d, grouped_layout) over
-    xte_gemm_grouped: a [M, K], b [G, N, K], d [M, N] (bf16 or fp32); rows of group g of a times
-    b[g]^T.
+    xte_gemm_grouped: a [M, K], b [G, N, K] (or, trans_b=True, [G, K, N]: DeepGEMM's _nn form),
+    d [M, N] (bf16 or fp32); the rows of group g of a times b[g]^T.
 
-    The groups: group_sizes= (xte's form: m_g per group, host sequence; a's rows are the groups
-    in order, each padded to `alignment` rows, default 1 = none) or DeepGEMM's grouped_layout
-    (int32 [M]: each row's group index, -1 on padding rows; read on the host, a device sync for
-    CUDA tensors; it must describe groups in order each padded to `alignment` rows, default 128,
-    DeepGEMM's M alignment). A Python sequence as grouped_layout is taken as group sizes.
-    Differences from DeepGEMM: d rows of padding are left untouched (not written); the PSUM
-    layout (use_psum_layout=True) is not supported; compiled_dims / disable_ue8m0_cast /
-    ensure_zero_padding are accepted and ignored. Returns d.
+    The groups, each padded to `alignment` rows (default 128, DeepGEMM's legacy M alignment;
+    xte.deep_gemm passes its get_mk_alignment_for_contiguous_layout()):
+    * grouped_layout, DeepGEMM's m_indices (int32 [M]: each row's group, -1 on padding rows; the
+      groups in order, empty groups allowed, -1 rows after the last group allowed: a may be
+      longer than the groups); read on the host (a device sync for CUDA tensors);
+    * use_psum_layout=True: grouped_layout int32 [G] holds the cumulative end row of each group,
+      group g starting at the end of group g - 1 rounded up to the alignment;
+    * group_sizes= (xte's form: m_g per group, host sequence; default alignment 1 = none), or a
+      Python sequence as grouped_layout.
+    Rows of a and d past the groups are never read (a) nor computed. Every row of d in no
+    group is written with zeros with an m_indices layout (as DeepGEMM) and, with group sizes or
+    the PSUM layout, when ensure_zero_padding (the default, as DeepGEMM); else it keeps its
+    bytes. A's rows past the groups are passed on as views (no copy). compiled_dims,
+    disable_ue8m0_cast and expected_m_for_psum_layout are accepted and ignored. Returns d.
     """
-    if use_psum_layout or expected_m_for_psum_layout is not None:
-        raise XteUnsupportedError(Status.UNSUPPORTED, "use_psum_layout: not supported (pass "
-                                  "group_sizes= or an m_indices grouped_layout)")
-    opnds = _operands(a, b, 0, 0, recipe, recipe_a, recipe_b, layout)
-    G = opnds[1].shape[0] if len(opnds[1].shape) == 3 else None
+    tb = 1 if trans_b else 0
+    G = None
+    bdata = b[0] if _is_pair(b) else None
+    if bdata is not None and len(getattr(bdata, "shape", ())) == 3:
+        G = int(bdata.shape[0])
+    elif isinstance(b, QuantizedTensor) and len(b.shape) == 3:
+        G = int(b.shape[0])
     names = {"A": "a", "B": "b", "C": "c", "D": "d", "groups->masked_m": "masked_m",
              "groups->group_sizes": "group_sizes", "groups->alignment": "alignment"}
-    if group_sizes is None and isinstance(grouped_layout, (list, tuple)):
+    if group_sizes is None and isinstance(grouped_layout, (list, tuple)) and not use_psum_layout:
         group_sizes, grouped_layout = grouped_layout, None
-    if group_sizes is None:
+    M = int(a[0].shape[0]) if _is_pair(a) else int(a.shape[0])
+    m_indices = group_sizes is None and not use_psum_layout
+    if group_sizes is not None:
+        align = max(int(alignment or 1), 1)
+        sizes = _host_ints(group_sizes, "group_sizes")
+    else:
         if grouped_layout is None:
             raise XteValueError(Status.NULL_POINTER, "grouped_layout: required (or group_sizes=)")
         if G is None:
             raise XteShapeError(Status.SHAPE, "b: want [G, N, K] data to read grouped_layout "
                                 "(or pass group_sizes=)")
+        align = 128 if alignment is None else max(int(alignment), 1)
         vl = view(grouped_layout, "grouped_layout", (DType.INT32,))
-        if len(vl.shape) != 1 or vl.shape[0] != opnds[0].x[0]:
-            raise XteShapeError(Status.SHAPE, f"grouped_layout: shape {vl.shape}: want "
-                                f"[{opnds[0].x[0]}] (one group index per row of a)")
-        alignment = 128 if alignment is None else alignment
-        group_sizes = _m_indices_to_sizes(grouped_layout, G, alignment, "grouped_layout")
         names["groups->group_sizes"] = "grouped_layout"
         names["groups->alignment"] = "grouped_layout"
-    return _grouped(a, b, d, "contiguous", group_sizes, None, alignment or 0, None, 0, 0, None,
-                    False, bias, mode, None, opnds, names)
+        if use_psum_layout:
+            if len(vl.shape) != 1:
+                raise XteShapeError(Status.SHAPE, f"grouped_layout: shape {vl.shape}: want [{G}] "
+                                    "(the PSUM layout: each group's end row)")
+            _, sizes = _psum_to_sizes(grouped_layout, G, align, "grouped_layout")
+            end = sum(_rup(m, align) for m in sizes[:-1]) + (sizes[-1] if sizes else 0)
+            if end > M:
+                raise XteShapeError(Status.SHAPE, f"grouped_layout: the groups end at row {end}, "
+                                    f"past a's {M} rows")
+        else:
+            if len(vl.shape) != 1 or vl.shape[0] != M:
+                raise XteShapeError(Status.SHAPE, f"grouped_layout: shape {vl.shape}: want "
+                                    f"[{M}] (one group index per row of a)")
+            sizes, _ = _m_indices_to_sizes(grouped_layout, G, align, "grouped_layout")
+    ok = all(m >= 0 for m in sizes)
+    padded = [_rup(m, align) for m in sizes] if ok else list(sizes)
+    used = sum(padded)
+    if ok and sizes and used > M and used - padded[-1] + sizes[-1] <= M:
+        # the last group's padding runs past a (a ends with the last group's rows): the groups
+        # before it in one grouped call, the last one as a dense GEMM on its rows
+        _m_grouped_split_last(a, b, d, sizes, padded, align, tb, recipe, recipe_a, recipe_b,
+                              layout, bias, mode, names)
+    else:
+        dd = d
+        if ok and used < M and _is_pair(a) and d is not None:
+            # a longer than the groups: the groups' rows as views (data and per-row scales)
+            ad, asf = a
+            a = (ad[:used], asf[:used] if len(asf.shape) == 2 and asf.shape[0] == M else asf)
+            dd = d[:used]
+        opnds = _operands(a, b, 0, tb, recipe, recipe_a, recipe_b, layout)
+        _grouped(a, b, dd, "contiguous", sizes, None, align, None, 0, tb, None, False, bias,
+                 mode, None, opnds, names)
+    # DeepGEMM writes every row of d in an m_indices layout (its padding rows as zeros: the
+    # flag only matters for the PSUM layout); with group sizes or PSUM, ensure_zero_padding
+    if (ensure_zero_padding or m_indices) and d is not None:
+        off = 0
+        for m, p in zip(sizes, padded):
+            _zero_rows(d, off + m, min(off + p, M))
+            off += p
+        _zero_rows(d, min(off, M), M)
+    return d
+
+
+def _m_grouped_split_last(a, b, d, sizes, padded, align, tb, recipe, recipe_a, recipe_b, layout,
+                          bias, mode, names):
+    """Contiguous grouping whose last group's padding runs past a: groups 0..G-2 through
+    xte_gemm_grouped on the leading rows, the last group through xte_gemm (views, no copies)."""
+    G = len(sizes)
+    off = sum(padded[:-1])
+    bd, bsf = b
+    m = sizes[-1]
+    al = (a[0][off:off + m], a[1][off:off + m])
+    bl = (bd[G - 1], bsf[G - 1] if len(bsf.shape) == 3 else bsf)
+    _operands(al, bl, 0, tb, recipe, recipe_a, recipe_b, layout)  # both resolved before a write
+    if G > 1:
+        a0 = (a[0][:off], a[1][:off] if len(a[1].shape) == 2 else a[1])
+        b0 = (bd[:G - 1], bsf[:G - 1] if len(bsf.shape) == 3 else bsf)
+        opnds = _operands(a0, b0, 0, tb, recipe, recipe_a, recipe_b, layout)
+        _grouped(a0, b0, d[:off], "contiguous", sizes[:-1], None, align, None, 0, tb, None,
+                 False, bias, mode, None, opnds, names)
+    if m:
+        _dg_gemm(al, bl, d[off:off + m], None, 0, tb, recipe, recipe_a, recipe_b, layout, mode,
+                 bias, None)
+
+
+def m_grouped_fp8_gemm_nn_contiguous(a, b, d, grouped_layout=None, recipe=None, recipe_a=None,
+                                     recipe_b=None, **kw):
+    """DeepGEMM's m_grouped_fp8_gemm_nn_contiguous: m_grouped_fp8_gemm_nt_contiguous with b
+    [G, K, N] (scales [G, ceil(K/128), ceil(N/128)] of that storage); same keywords."""
+    return m_grouped_fp8_gemm_nt_contiguous(a, b, d, grouped_layout, recipe, recipe_a, recipe_b,
+                                            trans_b=True, **kw)
 
 
 def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m=None, recipe=None, recipe_a=None,
@@ -616,30 +745,201 @@ def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m=None, recipe=None
                     None, opnds, names)
 
 
+def _pow2_fp32_to_e8m0(sf, name):
+    """fp32 scales that are powers of two (2^-127 < s < 2^128, as DeepGEMM's UE8M0 casts make
+    them) as E8M0 bytes (uint8, the exponent field): exact. Other values raise (xte's 1x32
+    scaling is MXFP8, E8M0 scales only)."""
+    torch = _torch_of(sf)
+    if torch is not None:
+        bits = sf.detach().contiguous().view(torch.int32)
+        good = bool(((bits & 0x807FFFFF) == 0).all()) and bool(
+            (((bits >> 23) & 0xFF) != 0).all()) and bool((((bits >> 23) & 0xFF) != 255).all())
+        e = ((bits >> 23) & 0xFF).to(torch.uint8)
+    else:
+        import numpy as np
+        bits = np.ascontiguousarray(sf, np.float32).view(np.int32)
+        ex = (bits >> 23) & 0xFF
+        good = bool(((bits & 0x807FFFFF) == 0).all() and (ex != 0).all() and (ex != 255).all())
+        e = ex.astype(np.uint8)
+    if not good:
+        raise XteUnsupportedError(Status.UNSUPPORTED,
+                                  f"{name}: gran_k 32 with fp32 scales that are not positive "
+                                  "powers of two: xte's 1x32 scaling is MXFP8 (E8M0 scales); "
+                                  "quantize with use_ue8m0=True")
+    return e
+
+
+def _torch_of(x):
+    import sys
+    torch = sys.modules.get("torch")
+    return torch if torch is not None and isinstance(x, torch.Tensor) else None
+
+
+def _k_recipe(recipe):
+    if recipe is None:
+        return 128
+    r = tuple(int(v) for v in recipe)
+    if len(r) != 3 or r[0] != 1 or r[1] != 1 or r[2] not in (32, 128):
+        raise XteUnsupportedError(Status.UNSUPPORTED, f"recipe: {r}: k-grouped GEMMs take "
+                                  "(1, 1, 128) or (1, 1, 32)")
+    return r[2]
+
+
+def _k_groups(ks, grouped_layout, G, use_psum_layout, alignment, rows):
+    """(starts, sizes, name) of the K groups: ks (host sizes, each group right after the one
+    before), or the PSUM layout (grouped_layout: cumulative ends, group g starting at the end of
+    g - 1 rounded up to the alignment)."""
+    if use_psum_layout:
+        if grouped_layout is None:
+            raise XteValueError(Status.NULL_POINTER, "grouped_layout: required with "
+                                "use_psum_layout")
+        starts, sizes = _psum_to_sizes(grouped_layout, G, alignment or 128, "grouped_layout",
+                                       "K")
+        name = "grouped_layout"
+    else:
+        name = "ks"
+        if ks is None or (isinstance(ks, (list, tuple)) and not ks):
+            if grouped_layout is None:
+                raise XteValueError(Status.NULL_POINTER, "ks: required (or grouped_layout)")
+            view(grouped_layout, "grouped_layout", (DType.INT32, DType.INT64))
+            ks, name = grouped_layout, "grouped_layout"
+        sizes = _host_ints(ks, name)
+        if len(sizes) != G:
+            raise XteShapeError(Status.SHAPE, f"{name}: {len(sizes)} groups, but d holds {G}")
+        starts, off = [], 0
+        for k in sizes:
+            starts.append(off)
+            off += max(k, 0)
+        if off != rows and all(k >= 0 for k in sizes):
+            raise XteShapeError(Status.SHAPE, f"{name}: the groups' K sum to {off}: a has "
+                                f"{rows} rows of K")
+    for g, (s, k) in enumerate(zip(starts, sizes)):
+        if k < 0:
+            raise XteShapeError(Status.SHAPE, f"{name}: group {g} has K = {k} < 0")
+        if s + k > rows:
+            raise XteShapeError(Status.SHAPE, f"{name}: group {g} (K rows {s}..{s + k - 1}) "
+                                f"runs past a's {rows} rows")
+    return starts, sizes, name
+
+
+def _k_grouped(a, b, d, ks, grouped_layout, c, recipe, layout, mode, bias, use_psum_layout,
+               alignment, nt):
+    gk = _k_recipe(recipe)
+    if not (_is_pair(a) and _is_pair(b)):
+        raise XteDTypeError(Status.DTYPE, "a, b: k-grouped GEMMs take (data, scales) pairs")
+    G = int(d.shape[0])
+    (ad, asf), (bd, bsf) = a, b
+    if nt:  # a, b: the groups' [M, k_g] / [N, k_g] K-major blocks one after the other
+        M, N = int(d.shape[1]), int(d.shape[2])
+        rows = _prod(ad.shape) // max(M, 1)
+    else:
+        rows = int(ad.shape[0])
+    starts, sizes, name = _k_groups(ks, grouped_layout, G, use_psum_layout, alignment, rows)
+    if gk == 32:
+        if dtype_of(asf) == DType.FP32:
+            asf = _pow2_fp32_to_e8m0(asf, "a[1]")
+        if dtype_of(bsf) == DType.FP32:
+            bsf = _pow2_fp32_to_e8m0(bsf, "b[1]")
+    rec = (1, 1, gk)
+    total = sum(sizes)
+    simple = (not nt and all(s == sum(sizes[:g]) for g, s in enumerate(starts))
+              and all(k % gk == 0 for k in sizes[:-1]))
+    if simple:
+        # one xte_gemm_grouped call: every group starts on a K block, so the per-group scale
+        # rows (ceil(k_g / gran_k) each) are the rows of the whole [sum_k, .] grid
+        nsf = -(-total // gk)
+        a2 = (ad[:total], asf[:nsf])
+        b2 = (bd[:total], bsf[:nsf])
+        opnds = _operands(a2, b2, 1, 1, rec, None, None, layout)
+        names = {"A": "a", "B": "b", "C": "c", "D": "d", "groups->group_sizes": name}
+        return _grouped(a2, b2, d, "k", sizes, None, 0, None, 1, 1, c, c is not None, bias, mode,
+                        None, opnds, names)
+    # per group: its K rows (views) and its own scale rows, ceil(k_g / gran_k) after those of
+    # the groups before (DeepGEMM casts each group on its own)
+    r, work = 0, []
+    for g, (s, k) in enumerate(zip(starts, sizes)):
+        if k == 0:
+            work.append((g, None, None, 0, 0))
+            continue
+        nsf = -(-k // gk)
+        if nt:
+            ag = (ad.reshape(-1)[s * M:(s + k) * M].reshape(M, k), _cont(asf[:, r:r + nsf]))
+            bg = (bd.reshape(-1)[s * N:(s + k) * N].reshape(N, k), _cont(bsf[:, r:r + nsf]))
+            ta, tb = 0, 0
+        else:
+            ag = (ad[s:s + k], asf[r:r + nsf])
+            bg = (bd[s:s + k], bsf[r:r + nsf])
+            ta, tb = 1, 1
+        try:  # every group's operands resolved before d is written
+            oa, ob = _operands(ag, bg, ta, tb, rec, None, None, layout)
+            _check_k(*_mk(oa, ob, ta, tb)[1::2])
+        except XteError as e:
+            raise type(e)(e.status, f"group {g}: {e.message}", e.function) from None
+        work.append((g, ag, bg, ta, tb))
+        r += nsf
+    for g, ag, bg, ta, tb in work:
+        dg = d[g]
+        cg = None if c is None else c[g]
+        if ag is None:  # K = 0: d[g] = c[g] (zeros without c)
+            if cg is None:
+                _zero_rows(d, g, g + 1)
+            else:
+                dg[...] = cg
+            continue
+        try:
+            _dg_gemm(ag, bg, dg, cg, ta, tb, rec, None, None, layout, mode, bias, None)
+        except XteError as e:
+            raise type(e)(e.status, f"group {g}: {e.message}", e.function) from None
+    return d
+
+
+def _prod(shape):
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def _cont(x):
+    torch = _torch_of(x)
+    if torch is not None:
+        return x.contiguous()
+    import numpy as np
+    return np.ascontiguousarray(x)
+
+
 def k_grouped_fp8_gemm_tn_contiguous(a, b, d, ks=None, grouped_layout=None, c=None,
                                      recipe=(1, 1, 128), *, layout=None, mode="exact",
-                                     bias=None, compiled_dims=None, use_psum_layout=False):
+                                     bias=None, compiled_dims=None, use_psum_layout=False,
+                                     alignment=None):
     """DeepGEMM's k_grouped_fp8_gemm_tn_contiguous(a, b, d, ks_cpu, grouped_layout, c) over
-    xte_gemm_grouped (kind K): a [sum_k, M], b [sum_k, N] (K-outer, "MN-major"), d [G, M, N]:
-    d[g] = (c[g] +) a[seg g]^T @ b[seg g], seg g the ks[g] rows after those of the groups before.
+    xte_gemm_grouped / xte_gemm: a [sum_k, M], b [sum_k, N] (K-outer, "MN-major"), d [G, M, N]:
+    d[g] = (c[g] +) a[seg g]^T @ b[seg g]; an empty group gives d[g] = c[g] (zeros without c).
 
-    ks: the K of each group (host sequence; each but the last a multiple of the K block, 128 or
-    32 for MXFP8); when None, grouped_layout (int [G], DeepGEMM's device copy of ks) is read on
-    the host. (data, scales) pairs carry scales per 128 rows of the stored data,
-    [sum_k / 128, M] as DeepGEMM's (recipe (1, 1, 128)); a QuantizedTensor of the [sum_k, M]
-    tensor needs its columnwise copy. Differences from DeepGEMM: the PSUM layout is not supported;
-    ks need not be multiples of 128 in the last group. Returns d.
+    The groups: ks (host sequence; when None or empty, grouped_layout, DeepGEMM's device copy
+    of ks, read on the host), each right after the one before; or use_psum_layout=True:
+    grouped_layout int [G] holds each group's cumulative end row, group g starting at the end
+    of g - 1 rounded up to `alignment` (xte.deep_gemm passes its K alignment; default 128).
+    recipe (1, 1, gran_k), gran_k 128 (fp32 scales) or 32 (E8M0 bytes, or fp32 powers of two,
+    converted exactly). Scales as DeepGEMM casts them, each group on its own: group g has
+    ceil(k_g / gran_k) rows of scales, [sum_g ceil(k_g / gran_k), M]. One xte_gemm_grouped call
+    when every group starts on a K block; else one xte_gemm per group on views (no copies).
+    Returns d.
     """
+    return _k_grouped(a, b, d, ks, grouped_layout, c, recipe, layout, mode, bias,
+                      use_psum_layout, alignment, False)
+
+
+def k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks=None, grouped_layout=None, c=None,
+                                     recipe=(1, 1, 128), *, layout=None, mode="exact",
+                                     bias=None, compiled_dims=None, use_psum_layout=False,
+                                     alignment=None):
+    """DeepGEMM's k_grouped_fp8_gemm_nt_contiguous: a holds each group's K-major [M, k_g] block
+    one after the other (a 1-D or any-shaped contiguous array of sum_k * M codes), b likewise
+    [N, k_g]; scales [M, sum_g ceil(k_g / 128)] and [N, ...] (any strides: each group's columns
+    are copied, a scale copy). d[g] = (c[g] +) a_g @ b_g^T. One xte_gemm per group. Returns d."""
     if use_psum_layout:
-        raise XteUnsupportedError(Status.UNSUPPORTED, "use_psum_layout: not supported (pass ks)")
-    ksname = "ks"
-    if ks is None:
-        if grouped_layout is None:
-            raise XteValueError(Status.NULL_POINTER, "ks: required (or grouped_layout)")
-        vl = view(grouped_layout, "grouped_layout", (DType.INT32, DType.INT64))
-        del vl
-        ks, ksname = grouped_layout, "grouped_layout"
-    opnds = _operands(a, b, 1, 1, recipe, None, None, layout)
-    names = {"A": "a", "B": "b", "C": "c", "D": "d", "groups->group_sizes": ksname}
-    return _grouped(a, b, d, "k", ks, None, 0, None, 1, 1, c, c is not None, bias, mode, None,
-                    opnds, names)
+        raise XteUnsupportedError(Status.UNSUPPORTED, "use_psum_layout: not with the NT k-grouped "
+                                  "form (as DeepGEMM)")
+    return _k_grouped(a, b, d, ks, grouped_layout, c, recipe, layout, mode, bias, False,
+                      alignment, True)

@@ -347,20 +347,24 @@ def m_grouped_fp8_gemm_nt_contiguous(a, b, d, grouped_layout=None, recipe=None, 
                                      recipe_b=None, *, group_sizes=None, alignment=None,
                                      layout=None, mode="exact", bias=None, compiled_dims=None,
                                      disable_ue8m0_cast=False, use_psum_layout=False,
-                                     ensure_zero_padding=True, expected_m_for_psum_layout=None):
+                                     ensure_zero_padding=True, expected_m_for_psum_layout=None,
+                                     trans_b=False):
     """xte.m_grouped_fp8_gemm_nt_contiguous through xte::m_grouped_fp8_gemm_nt_contiguous
     (writes d, returns it). group_sizes: a list or int64 tensor; grouped_layout: DeepGEMM's int32
-    [M] m_indices (a list is taken as group sizes)."""
-    if use_psum_layout or expected_m_for_psum_layout is not None:
-        raise XteUnsupportedError(Status.UNSUPPORTED, "use_psum_layout: not supported (pass "
-                                  "group_sizes= or an m_indices grouped_layout)")
+    [M] m_indices, or with use_psum_layout its int32 [G] end rows (a list without
+    use_psum_layout is taken as group sizes); trans_b: b is [G, K, N] (DeepGEMM's _nn)."""
     if group_sizes is None and isinstance(grouped_layout, (list, tuple)):
-        group_sizes, grouped_layout = grouped_layout, None
+        if use_psum_layout:
+            grouped_layout = torch.tensor([int(v) for v in grouped_layout], dtype=torch.int32)
+        else:
+            group_sizes, grouped_layout = grouped_layout, None
     ad, asc, bd, bsc, af, bf, hints = _dg_args(a, b, recipe, recipe_a, recipe_b, layout)
     ops.m_grouped_fp8_gemm_nt_contiguous(ad, asc, bd, bsc, d, grouped_layout,
                                          _sizes_tensor(group_sizes),
                                          -1 if alignment is None else int(alignment), bias, af,
-                                         bf, [], hints, int(_gemm_mode(mode)))
+                                         bf, [], hints, int(_gemm_mode(mode)),
+                                         bool(use_psum_layout), bool(ensure_zero_padding),
+                                         bool(trans_b))
     return d
 
 
@@ -377,23 +381,26 @@ def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m=None, recipe=None
 
 def k_grouped_fp8_gemm_tn_contiguous(a, b, d, ks=None, grouped_layout=None, c=None,
                                      recipe=(1, 1, 128), *, layout=None, mode="exact",
-                                     bias=None, compiled_dims=None, use_psum_layout=False):
-    """xte.k_grouped_fp8_gemm_tn_contiguous through xte::k_grouped_fp8_gemm_tn_contiguous
-    (writes d, returns it). ks: a list or int64 tensor of the K of each group."""
-    if use_psum_layout:
-        raise XteUnsupportedError(Status.UNSUPPORTED, "use_psum_layout: not supported (pass ks)")
+                                     bias=None, compiled_dims=None, use_psum_layout=False,
+                                     alignment=None, nt=False):
+    """xte.k_grouped_fp8_gemm_tn_contiguous (nt=True: _nt_contiguous) through
+    xte::k_grouped_fp8_gemm_tn_contiguous (writes d, returns it). ks: a list or int64 tensor of
+    the K of each group; use_psum_layout: grouped_layout holds the groups' end rows."""
     ad, asc, af = _dg_pair(a, "a")
     bd, bsc, bf = _dg_pair(b, "b")
-    _G._hints(recipe, None, None, layout)  # validates recipe / layout as the plain function
+    _G._k_recipe(recipe)
     if isinstance(layout, (tuple, list)):
         la, lb = (None if v is None else parse_layout(v) for v in layout)
     else:
         la = lb = None if layout is None else parse_layout(layout)
     hints = [-1, -1 if la is None else int(la), -1, -1 if lb is None else int(lb)]
-    rec = [] if recipe is None else [int(v) for v in recipe]
+    rec = [1, 1, 128] if recipe is None else [int(v) for v in recipe]
+    if isinstance(ks, (list, tuple)) and not ks:
+        ks = None
     ops.k_grouped_fp8_gemm_tn_contiguous(ad, asc, bd, bsc, d, _sizes_tensor(ks), grouped_layout,
                                          None if c is d else c, c is d, bias, af, bf, rec, hints,
-                                         int(_gemm_mode(mode)))
+                                         int(_gemm_mode(mode)), bool(use_psum_layout),
+                                         -1 if alignment is None else int(alignment), bool(nt))
     return d
 
 

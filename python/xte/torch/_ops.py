@@ -1099,19 +1099,26 @@ def m_grouped_fp8_gemm_nt_contiguous(a_data: Tensor, a_scale: Tensor, b_data: Te
                                      b_scale: Tensor, d: Tensor, grouped_layout: Optional[Tensor],
                                      group_sizes: Optional[Tensor], alignment: int,
                                      bias: Optional[Tensor], a_fmt: int, b_fmt: int,
-                                     recipe: List[int], hints: List[int],
-                                     gemm_mode: int) -> None:
+                                     recipe: List[int], hints: List[int], gemm_mode: int,
+                                     use_psum_layout: bool = False,
+                                     ensure_zero_padding: bool = True,
+                                     trans_b: bool = False) -> None:
     """xte.m_grouped_fp8_gemm_nt_contiguous: groups from group_sizes (int64 [G], read on the
-    host) or DeepGEMM's grouped_layout (int32 [M]); alignment -1: the plain function's default."""
+    host) or DeepGEMM's grouped_layout (int32 [M] m_indices, or with use_psum_layout int32 [G]
+    end rows); alignment -1: the plain function's default; trans_b: b is [G, K, N] (_nn);
+    ensure_zero_padding: d's rows in no group are written with zeros."""
     _G.m_grouped_fp8_gemm_nt_contiguous(
         _pair(a_data, a_scale, a_fmt), _pair(b_data, b_scale, b_fmt), d, grouped_layout,
         group_sizes=group_sizes, alignment=None if alignment < 0 else int(alignment),
-        mode=int(gemm_mode), bias=bias, **_hint_kw(recipe, hints))
+        mode=int(gemm_mode), bias=bias, use_psum_layout=bool(use_psum_layout),
+        ensure_zero_padding=bool(ensure_zero_padding), trans_b=bool(trans_b),
+        **_hint_kw(recipe, hints))
 
 
 @m_grouped_fp8_gemm_nt_contiguous.register_fake
 def _(a_data, a_scale, b_data, b_scale, d, grouped_layout, group_sizes, alignment, bias, a_fmt,
-      b_fmt, recipe, hints, gemm_mode):
+      b_fmt, recipe, hints, gemm_mode, use_psum_layout=False, ensure_zero_padding=True,
+      trans_b=False):
     return None
 
 
@@ -1140,19 +1147,22 @@ def k_grouped_fp8_gemm_tn_contiguous(a_data: Tensor, a_scale: Tensor, b_data: Te
                                      grouped_layout: Optional[Tensor], c: Optional[Tensor],
                                      c_is_d: bool, bias: Optional[Tensor], a_fmt: int,
                                      b_fmt: int, recipe: List[int], hints: List[int],
-                                     gemm_mode: int) -> None:
-    """xte.k_grouped_fp8_gemm_tn_contiguous: d[g] = (c[g] +) a[seg g]^T b[seg g]; ks int64 [G]
-    (or grouped_layout), read on the host. hints: only the layouts are used (the modes come from
-    recipe, as the plain function)."""
-    _G.k_grouped_fp8_gemm_tn_contiguous(
-        _pair(a_data, a_scale, a_fmt), _pair(b_data, b_scale, b_fmt), d, ks, grouped_layout,
-        d if c_is_d else c, mode=int(gemm_mode), bias=bias,
-        **_hint_kw(recipe, hints, modes=False))
+                                     gemm_mode: int, use_psum_layout: bool = False,
+                                     alignment: int = -1, nt: bool = False) -> None:
+    """xte.k_grouped_fp8_gemm_tn_contiguous (nt: _nt_contiguous): d[g] = (c[g] +) a_g^T b_g;
+    ks int64 [G] (or grouped_layout; with use_psum_layout the end rows), read on the host.
+    hints: only the layouts are used (the modes come from recipe, as the plain function)."""
+    f = _G.k_grouped_fp8_gemm_nt_contiguous if nt else _G.k_grouped_fp8_gemm_tn_contiguous
+    f(_pair(a_data, a_scale, a_fmt), _pair(b_data, b_scale, b_fmt), d, ks, grouped_layout,
+      d if c_is_d else c, tuple(int(v) for v in recipe) if len(recipe) else (1, 1, 128),
+      mode=int(gemm_mode), bias=bias, use_psum_layout=bool(use_psum_layout),
+      alignment=None if alignment < 0 else int(alignment),
+      layout=_hint_kw(recipe, hints, modes=False)["layout"])
 
 
 @k_grouped_fp8_gemm_tn_contiguous.register_fake
 def _(a_data, a_scale, b_data, b_scale, d, ks, grouped_layout, c, c_is_d, bias, a_fmt, b_fmt,
-      recipe, hints, gemm_mode):
+      recipe, hints, gemm_mode, use_psum_layout=False, alignment=-1, nt=False):
     return None
 
 
