@@ -514,6 +514,9 @@ def test_te_router_ops():
     p = torch.rand(6, 40, generator=g).requires_grad_(True)
     tpe = torch.randint(1, 9, (40,), generator=g, dtype=torch.int32)
     _opcheck(ops.te_aux_loss, (p, tpe, 6, None, 20, 2, 0.1))
+    # Quantile Balancing: sigmoid scores, the histogram of this call over [lower, upper]
+    _opcheck(ops.te_router_qb, (x, b, 3, 1.0, torch.tensor([-0.5, 0.5]), 8, True, False))
+    _opcheck(ops.te_router_qb, (x, b, 2, 1.5, torch.tensor([-0.1, 0.1]), 4, False, True))
 
 
 def test_every_op_is_opchecked():
