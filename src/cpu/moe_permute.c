@@ -26,6 +26,22 @@ static size_t esize(int dtype) {
   return xte_dtype_size((xte_dtype)dtype);
 }
 
+/* Element i of an fp32 / bf16 / fp16 array as fp32 (exact), and fp32 rounded (RNE) into one. */
+static inline float ld_f32(int dtype, const void *p, int64_t i) {
+  if (dtype == XTE_DTYPE_FP32) return ((const float *)p)[i];
+  if (dtype == XTE_DTYPE_BF16) return xte_bf16_to_f32(((const uint16_t *)p)[i]);
+  return xte_fp16_to_f32(((const uint16_t *)p)[i]);
+}
+
+static inline void st_f32(int dtype, void *p, int64_t i, float x) {
+  if (dtype == XTE_DTYPE_FP32)
+    ((float *)p)[i] = x;
+  else if (dtype == XTE_DTYPE_BF16)
+    ((uint16_t *)p)[i] = xte_f32_to_bf16(x);
+  else
+    ((uint16_t *)p)[i] = xte_f32_to_fp16(x);
+}
+
 /* The expert of every slot (T x K, -1 none), validated: indices in [-1, E), no expert twice in
  * a token, at most K experts per token in a map. Returns NULL (error set) on bad data. */
 static int32_t *route_slots(const xte_moe_route *r, xte_status *st_out) {
@@ -273,7 +289,9 @@ static int unp_gather(const uctx *c, int64_t t, unp_tok *k) {
   const size_t ies = esize(a->in.dtype);
   int64_t j;
   k->n = 0;
-  if (a->r.K > UNP_MAXK) return 0;
+  /* fp16 (no lane conversion here) and more slots than the lists hold: the portable loop */
+  if (a->r.K > UNP_MAXK || a->in.dtype == XTE_DTYPE_FP16 || a->out.dtype == XTE_DTYPE_FP16)
+    return 0;
   for (j = 0; j < a->r.K; j++) {
     if (rm[j] < 0) continue;
     k->src[k->n] = (const char *)a->in.data + (size_t)rm[j] * (size_t)a->in.ld * ies;
@@ -315,23 +333,19 @@ static void unpermute_range(void *vctx, int64_t b, int64_t e, int tid) {
   (void)tid;
   if (b >= e) return;
   if (!unp_gather(c, b, &tk[0])) {
-    /* more slots than the fixed lists hold: the portable loop, one element at a time */
+    /* the portable loop (fp16, or more slots than the fixed lists hold), one element at a
+     * time */
     for (t = b; t < e; t++) {
       const int32_t *rm = (const int32_t *)a->row_map.data + t * a->row_map.ld;
       for (h = 0; h < H; h++) {
         float acc = 0.0f;
         for (j = 0; j < a->r.K; j++) {
-          const char *x;
           if (rm[j] < 0) continue;
-          x = (const char *)a->in.data + ((size_t)rm[j] * (size_t)a->in.ld + (size_t)h) * ies;
           acc =
               xte_fma_nanprop(slot_weight(a, c->slots, t, j),
-                              ibf ? xte_bf16_to_f32(*(const uint16_t *)x) : *(const float *)x, acc);
+                              ld_f32(a->in.dtype, a->in.data, (int64_t)rm[j] * a->in.ld + h), acc);
         }
-        if (obf)
-          ((uint16_t *)a->out.data)[t * a->out.ld + h] = xte_f32_to_bf16(acc);
-        else
-          ((float *)a->out.data)[t * a->out.ld + h] = acc;
+        st_f32(a->out.dtype, a->out.data, t * a->out.ld + h, acc);
       }
     }
     return;
@@ -419,17 +433,19 @@ static void unpermute_range(void *vctx, int64_t b, int64_t e, int tid) {
         if (a->in.dtype == XTE_DTYPE_FP32) {
           const float *x = (const float *)a->in.data + row * a->in.ld + h0;
           for (h = 0; h < n; h++) acc[h] = xte_fma_nanprop(w, x[h], acc[h]);
-        } else {
+        } else if (a->in.dtype == XTE_DTYPE_BF16) {
           const uint16_t *x = (const uint16_t *)a->in.data + row * a->in.ld + h0;
           for (h = 0; h < n; h++) acc[h] = xte_fma_nanprop(w, xte_bf16_to_f32(x[h]), acc[h]);
+        } else {
+          const uint16_t *x = (const uint16_t *)a->in.data + row * a->in.ld + h0;
+          for (h = 0; h < n; h++) acc[h] = xte_fma_nanprop(w, xte_fp16_to_f32(x[h]), acc[h]);
         }
       }
       if (a->out.dtype == XTE_DTYPE_FP32) {
         memcpy((char *)a->out.data + ((size_t)t * (size_t)a->out.ld + (size_t)h0) * oes, acc,
                (size_t)n * 4);
       } else {
-        uint16_t *d = (uint16_t *)a->out.data + t * a->out.ld + h0;
-        for (h = 0; h < n; h++) d[h] = xte_f32_to_bf16(acc[h]);
+        for (h = 0; h < n; h++) st_f32(a->out.dtype, a->out.data, t * a->out.ld + h0 + h, acc[h]);
       }
     }
   }
@@ -453,8 +469,7 @@ static void load_f32_part(const xte_moe_view *v, int64_t row, int64_t h0, int64_
   if (v->dtype == XTE_DTYPE_FP32) {
     memcpy(x, (const float *)v->data + row * v->ld + h0, (size_t)n * 4);
   } else {
-    const uint16_t *s = (const uint16_t *)v->data + row * v->ld + h0;
-    for (h = 0; h < n; h++) x[h] = xte_bf16_to_f32(s[h]);
+    for (h = 0; h < n; h++) x[h] = ld_f32(v->dtype, v->data, row * v->ld + h0 + h);
   }
 }
 
@@ -464,8 +479,7 @@ static void store_f32_part(const xte_moe_view *v, int64_t row, int64_t h0, int64
   if (v->dtype == XTE_DTYPE_FP32) {
     memcpy((float *)v->data + row * v->ld + h0, x, (size_t)n * 4);
   } else {
-    uint16_t *d = (uint16_t *)v->data + row * v->ld + h0;
-    for (h = 0; h < n; h++) d[h] = xte_f32_to_bf16(x[h]);
+    for (h = 0; h < n; h++) st_f32(v->dtype, v->data, row * v->ld + h0 + h, x[h]);
   }
 }
 

@@ -72,17 +72,21 @@ __device__ __forceinline__ int64_t xte_moe_idx_at(const xte_moe_view &v, int64_t
                                     : ((const int64_t *)v.data)[t * v.ld + j];
 }
 
+/* fp32 / bf16 / fp16 elements as fp32 (exact), and fp32 rounded (RNE) into them. */
 __device__ __forceinline__ float xte_moe_load(const xte_moe_view &v, int64_t row, int64_t h) {
   if (v.dtype == XTE_DTYPE_FP32) return ((const float *)v.data)[row * v.ld + h];
-  return xte_bf16_to_f32(((const uint16_t *)v.data)[row * v.ld + h]);
+  if (v.dtype == XTE_DTYPE_BF16) return xte_bf16_to_f32(((const uint16_t *)v.data)[row * v.ld + h]);
+  return xte_fp16_to_f32(((const uint16_t *)v.data)[row * v.ld + h]);
 }
 
 __device__ __forceinline__ void xte_moe_store(const xte_moe_view &v, int64_t row, int64_t h,
                                               float x) {
   if (v.dtype == XTE_DTYPE_FP32)
     ((float *)v.data)[row * v.ld + h] = x;
-  else
+  else if (v.dtype == XTE_DTYPE_BF16)
     ((uint16_t *)v.data)[row * v.ld + h] = xte_f32_to_bf16(x);
+  else
+    ((uint16_t *)v.data)[row * v.ld + h] = xte_f32_to_fp16(x);
 }
 
 /* n bytes from src to dst (src NULL: zeros) by the threads of the block: 16-byte accesses when
