@@ -1054,7 +1054,7 @@ def _te_dense(rid, E, per_slot, dtype):
     T = rid.shape[0]
     buf = torch.zeros((T, E + 1), dtype=per_slot.dtype, device=rid.device)
     buf.scatter_(1, torch.where(ex >= 0, ex, E), per_slot)  # unrouted slots: column E, dropped
-    return buf[:, :E].to(dtype)
+    return buf[:, :E].to(dtype).contiguous()
 
 
 @torch.library.custom_op("xte::te_permute_mask", mutates_args=(), device_types=_DEV)

@@ -145,8 +145,9 @@ def moe_unpermute(
 ) -> torch.Tensor:
     """Restore the token order, summing each token's rows weighted by merging_probs (mask map:
     [T, E]; index map: [T, k]) or by 1; fp32 sums, one rounding to inp's dtype.
-    restore_shape: (T, H) of the output (mask map; default inp's shape). probs: TE's old name
-    of merging_probs. pad_offsets: from moe_permute_and_pad_with_probs (mask map)."""
+    restore_shape: (T, H) of the output (mask map; default: the row_id_map's T and inp's H,
+    TE's default inp.shape wherever that one is defined). probs: TE's old name of
+    merging_probs. pad_offsets: from moe_permute_and_pad_with_probs (mask map)."""
     if probs is not None:
         if merging_probs is not None:
             raise ValueError("Both merging_probs and probs kwarg are provided. probs is "
@@ -164,8 +165,9 @@ def moe_unpermute(
             num_tokens = row_id_map.size(0)
         return torch.ops.xte.te_unpermute_index(inp, row_id_map, merging_probs, num_tokens)
     if map_type == "mask":
-        if restore_shape is None:
-            restore_shape = inp.shape
+        if restore_shape is None:  # TE: inp's shape, which is right only when rows == tokens
+            restore_shape = (row_id_map.size(0) if row_id_map.dim() == 2 else inp.size(0),
+                             inp.size(-1))
         num_tokens, hidden_size = restore_shape
         if inp.dim() != 2 or inp.size(1) != hidden_size:
             raise ValueError(f"inp has shape {tuple(inp.shape)}: want [rows, {hidden_size}] "
