@@ -241,7 +241,8 @@ static void unpermute_case(int T, int E, int k, int H, int use_map, xte_dtype od
         int slot = 0;
         for (j = 0; j < (use_map ? E : k); j++) {
           int64_t row;
-          float w, dot = 0.0f;
+          float w;
+          double dot = 0.0; /* the products are exact in fp64; the sum rounds in fp64 */
           int e = use_map ? j : (int)idx[t * k + j];
           if (use_map && !map[t * E + j]) {
             cr_assert_eq(gp[t * pc + j], 0.0f);
@@ -251,9 +252,9 @@ static void unpermute_case(int T, int E, int k, int H, int use_map, xte_dtype od
           w = use_map ? probs[t * pc + e] : probs[t * pc + j];
           for (h = 0; h < H; h++) {
             cr_assert_eq(gi[row * H + h], w * g[t * H + h]);
-            dot = fmaf(g[t * H + h], px[row * H + h], dot);
+            dot = dot + (double)g[t * H + h] * (double)px[row * H + h];
           }
-          cr_assert_eq(xte_f32_bits(gp[t * pc + (use_map ? e : j)]), xte_f32_bits(dot));
+          cr_assert_eq(xte_f32_bits(gp[t * pc + (use_map ? e : j)]), xte_f32_bits((float)dot));
           slot++;
         }
       }
@@ -412,8 +413,8 @@ Test(moe_permute, unpermute_isas_agree) {
  * TransformerEngine's tests and past them: 1100 experts, 36 experts per token (topk_idx int64 and
  * a routing map), a hidden size with a tail. Against oracles: rows moved byte for byte; the
  * unpermute an fmaf chain over the slots from +0 rounded once to fp16 (specials included); the
- * unpermute backward fp16(w g) per slot and the fp32 dots; the permute backward the sum of the
- * slots' rows. Every ISA. */
+ * unpermute backward fp16(w g) per slot and the dots (fp64 sums of the exact products, rounded
+ * once); the permute backward the sum of the slots' rows. Every ISA. */
 static uint16_t rnd_fp16(void) {
   static const uint16_t sp[] = {0x7C00u, 0xFC00u, 0x7E00u, 0x0001u, 0x8000u, 0x03FFu, 0x7BFFu};
   uint32_t r = rng_u32();
@@ -504,7 +505,8 @@ static void fp16_big_case(int T, int E, int k, int H, int use_map) {
       }
       for (j = 0; j < k; j++) {
         int64_t row = orm[t * k + j];
-        float dot = 0.0f;
+        double dot = 0.0;
+        float got;
         int e = use_map ? -1 : (int)idx[t * k + j];
         if (row < 0) continue;
         if (use_map) {
@@ -512,10 +514,14 @@ static void fp16_big_case(int T, int E, int k, int H, int use_map) {
           for (e = 0; e < E && s < j; e++) s += map[t * E + e];
           e--;
         }
-        for (h = 0; h < H; h++)
-          dot = fmaf(xte_fp16_to_f32(g[t * H + h]), xte_fp16_to_f32(px[row * H + h]), dot);
-        cr_assert_eq(xte_f32_bits(gp[t * pc + (use_map ? e : j)]), xte_f32_bits(dot),
-                     "grad_probs [%d, %d]", t, j);
+        for (h = 0; h < H; h++) /* fp64: exact products, one fp64 rounding per sum */
+          dot = dot +
+                (double)xte_fp16_to_f32(g[t * H + h]) * (double)xte_fp16_to_f32(px[row * H + h]);
+        got = gp[t * pc + (use_map ? e : j)];
+        if (isnan(dot)) /* NaN / inf data: a NaN (its bits are the NaN rule's: test_nan_rule) */
+          cr_assert(isnan(got), "grad_probs [%d, %d] not NaN", t, j);
+        else
+          cr_assert_eq(xte_f32_bits(got), xte_f32_bits((float)dot), "grad_probs [%d, %d]", t, j);
         slot++;
       }
       (void)slot;

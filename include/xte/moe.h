@@ -176,7 +176,8 @@ XTE_API xte_status xte_moe_permute_backward(const xte_tensor *grad_output,
 
 /* Backward of the unpermute: grad_input[row_map[t, j]] = RNE(w[t, j] * grad_out[t]) (fp32
  * product), other rows zero; grad_probs (same shape as probs, may be NULL) at slot (t, j):
- * sum over h ascending of fmaf(grad_out[t, h], input[row, h], acc) from +0 (0 elsewhere).
+ * the sum over h ascending of grad_out[t, h] * input[row, h] in fp64 from +0 (the products are
+ * exact in fp64), rounded once to fp32 (0 elsewhere).
  * input is the forward's input (needed for grad_probs only). grad_out, input, grad_input: fp32 /
  * bf16 / fp16. */
 XTE_API xte_status xte_moe_unpermute_backward(const xte_tensor *grad_out, const xte_tensor *input,

@@ -6,6 +6,7 @@
 
 #include "cpu/moe_cpu.h"
 #include "numerics/xte_math.h"
+#include "numerics/xte_moe_numerics.h"
 
 #ifndef XTE_MOE_NAME
 /* The generic build of this file: the ISA-independent drivers, and the scalar ISA's kernels
@@ -499,7 +500,8 @@ static void unpermute_bwd_range(void *vctx, int64_t b, int64_t e, int tid) {
       for (h = 0; h < a->grad_probs.cols; h++) gp[h] = 0.0f;
     for (j = 0; j < K; j++) {
       int64_t row = rm[j];
-      float w, dot = 0.0f;
+      float w;
+      double dot = 0.0;
       if (row < 0) continue;
       w = slot_weight(a, c->slots, t, j);
       for (h0 = 0; h0 < H; h0 += HCHUNK) {
@@ -509,10 +511,10 @@ static void unpermute_bwd_range(void *vctx, int64_t b, int64_t e, int tid) {
         store_f32_part(&a->grad_in, row, h0, n, x);
         if (gp) {
           load_f32_part(&a->fwd_in, row, h0, n, x);
-          for (h = 0; h < n; h++) dot = xte_fma_nanprop(g[h], x[h], dot);
+          for (h = 0; h < n; h++) dot = xte_dot_step_f64(dot, g[h], x[h]);
         }
       }
-      if (gp) gp[a->probs_dense ? c->slots[t * K + j] : j] = dot;
+      if (gp) gp[a->probs_dense ? c->slots[t * K + j] : j] = xte_f64_to_f32(dot);
     }
   }
 }

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "numerics/xte_math.h"
+#include "numerics/xte_moe_numerics.h"
 #include "xte_backend.h"
 #include "xte_moe_ops.h"
 
@@ -442,12 +443,12 @@ __global__ void __launch_bounds__(XTE_MOE_NT)
       __syncthreads();
       for (int64_t j = threadIdx.x; j < K; j += blockDim.x) {
         const int64_t row = rm[j];
-        float dot = 0.0f;
+        double dot = 0.0;
         if (row < 0) continue;
         for (int64_t h = 0; h < H; h++)
           dot =
-              xte_fma_nanprop(xte_moe_load(a.grad_out, t, h), xte_moe_load(a.fwd_in, row, h), dot);
-        gp[a.probs_dense ? slots[t * K + j] : j] = dot;
+              xte_dot_step_f64(dot, xte_moe_load(a.grad_out, t, h), xte_moe_load(a.fwd_in, row, h));
+        gp[a.probs_dense ? slots[t * K + j] : j] = xte_f64_to_f32(dot);
       }
       __syncthreads();
     }
