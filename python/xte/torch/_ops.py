@@ -4,7 +4,9 @@ Every op is registered with torch.library.custom_op for the CPU and CUDA dispatc
 kernel whose shapes come from xte's own shape queries (xte_quantize_scale_shape) or from the
 static arguments (never by running the op), and, where the C API has a backward, an autograd
 formula (swiglu, moe_permute, moe_unpermute, router, router_aux_scores, moe_aux_loss,
-moe_sort_chunks_by_index, attention_fwd, moe_permute_mask, moe_unpermute_mask, router_probs).
+moe_sort_chunks_by_index, attention_fwd, moe_permute_mask, moe_unpermute_mask, router_probs,
+and TransformerEngine's permutation: te_permute_mask, te_unpermute_mask, te_permute_index,
+te_unpermute_index, te_sort_chunks).
 DeepGEMM's destination-passing GEMMs (fp8_gemm_*, *_grouped_*) are mutating ops on d.
 
 Data-dependent sizes are static here: the permutes return permute_capacity(...) rows (the worst
@@ -13,7 +15,8 @@ case for the static shapes and the cap num_out_tokens; unused rows are zeros) un
 tensors have static shapes and torch.compile(fullgraph=True) never breaks the graph.
 
 The op bodies only marshal arguments (zero-copy Views of the foundation) and call the C
-functions; they add no arithmetic.
+functions; they add no arithmetic (the te_* ops also fill TE's row_id_map columns and move the
+probs, [T, E] or [rows] values, with torch index operations).
 """
 
 import ctypes
