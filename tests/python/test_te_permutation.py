@@ -556,3 +556,52 @@ def test_probs_grad_accuracy_long_hidden(map_type):
                 continue
             ref = float(dots[t])
             assert abs(float(got[t, c]) - ref) <= 2.0 ** -24 * abs(ref) * 1.001, (t, c)
+
+
+class _PerTensor:  # TE's per-tensor FP8 fields (Float8Tensor)
+    def __init__(self, data, scale_inv):
+        self._data, self._scale_inv, self._transpose = data, scale_inv, None
+        self._shape = data.shape
+
+
+class _Rowwise:  # TE's blockwise (scales [S, T]) / MXFP8 (scales [T, S]) FP8 fields
+    def __init__(self, data, scale, blockwise):
+        self._rowwise_data, self._rowwise_scale_inv = data, scale
+        self._columnwise_data = self._columnwise_scale_inv = None
+        self._shape = data.shape
+        if blockwise:
+            self._is_2D_scaled = False
+
+
+@pytest.mark.parametrize("kind", ["per_tensor", "blockwise", "mxfp8"])
+def test_fp8_tensors_permute(kind):
+    """TE's FP8 tensors through moe_permute (mask map): the fp8 bytes and their scale rows move
+    together, byte for byte; the per-tensor scale stays; inp is not changed."""
+    g = torch.Generator().manual_seed(15)
+    T, E, k, H = 14, 5, 2, 256
+    m = _routing_mask(T, E, k, g)
+    data = torch.randint(0, 256, (T, H), generator=g, dtype=torch.uint8)
+    if kind == "per_tensor":
+        inp = _PerTensor(data, torch.tensor([0.5]))
+    elif kind == "blockwise":
+        inp = _Rowwise(data, torch.rand(H // 128, T, generator=g), True)
+    else:
+        inp = _Rowwise(data, torch.randint(0, 256, (T, H // 32), generator=g,
+                                           dtype=torch.uint8), False)
+    out, rid = te.moe_permute(inp, m, T * k + 2)
+    slots = oracle_mask_slots(m)
+    want = torch.zeros(T * k + 2, H, dtype=torch.uint8)
+    want[[r for _, _, r in slots]] = data[[t for t, _, _ in slots]]
+    if kind == "per_tensor":
+        _same(out._data, want)
+        assert out._scale_inv is inp._scale_inv and inp._data is data
+    else:
+        _same(out._rowwise_data, want)
+        sc = inp._rowwise_scale_inv.T if kind == "blockwise" else inp._rowwise_scale_inv
+        ws = torch.zeros((T * k + 2, sc.shape[1]), dtype=sc.dtype)
+        ws[[r for _, _, r in slots]] = sc[[t for t, _, _ in slots]]
+        got = out._rowwise_scale_inv.T if kind == "blockwise" else out._rowwise_scale_inv
+        _same(got.contiguous(), ws)
+        assert inp._rowwise_data is data
+    assert tuple(out._shape) == (T * k + 2, H)
+    _same(rid, te.moe_permute(torch.zeros(T, 1), m, T * k + 2)[1])

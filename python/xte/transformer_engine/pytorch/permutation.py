@@ -13,6 +13,7 @@ Activations fp32 / bf16 / fp16 (the permute also moves fp8 bytes); probs fp32 / 
 topk indices int32 / int64 (int16 widened). Fp8Padding / Fp8Unpadding pad each group of rows
 with zero rows to a multiple of align_size, as TE's modules of those names.
 """
+import copy
 import warnings
 from typing import List, Optional, Tuple
 
@@ -47,7 +48,67 @@ def _check_tokens(inp, routing_map):
                          f"routing_map.size(0) ({routing_map.size(0)}).")
 
 
+def _is_fp8(inp):
+    """A TE FP8 tensor (Float8Tensor, Float8BlockwiseQTensor, MXFP8Tensor and their storage
+    classes), recognised by TE's own field names rather than by class."""
+    return not isinstance(inp, torch.Tensor) and (getattr(inp, "_rowwise_data", None) is not None
+                                                  or getattr(inp, "_data", None) is not None)
+
+
+def _permute_fp8(inp, routing_map, rows, probs, align, pad_offsets):
+    """TE's FP8 permute (eager, mask map): the row map from xte's permute (of no data bytes),
+    then the fp8 rows and their scale rows moved together (one copy each); per-tensor scaling
+    keeps its one scale. The output is a copy of inp's object with TE's fields replaced."""
+    if torch.compiler.is_compiling():
+        raise RuntimeError("moe_permute with quantized (FP8) input is not supported under "
+                           "torch.compile. Please move quantization outside the compiled region.")
+    rowwise = getattr(inp, "_rowwise_data", None)
+    data = rowwise if rowwise is not None else inp._data
+    scale = None
+    if rowwise is not None:
+        scale = inp._rowwise_scale_inv
+        blockwise = hasattr(inp, "_is_2D_scaled")  # TE's blockwise scales: [S, T], transposed
+        scale = scale.T.contiguous() if blockwise else scale.contiguous()
+        if scale.shape[0] != data.shape[0]:
+            raise ValueError(f"Scale and input shape mismatch: num_tokens ({data.shape[0]}) != "
+                             f"fp8_scale.shape[0] ({scale.shape[0]}).")
+    T, E = routing_map.shape
+    none = data.new_empty((T, 0), dtype=torch.float32)
+    _, rid, pprobs = torch.ops.xte.te_permute_mask(none, _mask(routing_map), probs, rows, align,
+                                                   pad_offsets)
+    dst = rid[:, :E]
+    if pad_offsets is not None and align > 1:
+        off = pad_offsets.to(torch.int64)[rid[:, E:2 * E].clamp(min=0).to(torch.int64)]
+        dst = torch.where(dst >= 0, dst.to(torch.int64) + off, -1)
+    keep = dst >= 0
+    src = torch.arange(T, device=data.device).unsqueeze(1).expand(T, E)[keep]
+    dst = dst[keep].to(torch.int64)
+    out_data = data.new_zeros((rows, data.shape[-1]))
+    out_data[dst] = data[src]
+    if probs is not None:  # TE: a slot of prob 0 gets a zero row
+        out_data[torch.nonzero(pprobs == 0).flatten()] = 0
+    out = copy.copy(inp)
+    out._shape = torch.Size((rows, data.shape[-1]))
+    if rowwise is not None:
+        out_scale = scale.new_zeros((rows, scale.shape[-1]))
+        out_scale[dst] = scale[src]
+        out._rowwise_data = out_data
+        out._rowwise_scale_inv = out_scale.T.contiguous() if blockwise else out_scale
+        out._columnwise_data = None
+        out._columnwise_scale_inv = None
+    else:
+        out._data = out_data
+        out._transpose = None
+        out._transpose_invalid = True
+    return out, rid, pprobs
+
+
 def _permute_mask(inp, routing_map, num_out_tokens, probs, align, pad_offsets):
+    if _is_fp8(inp):
+        if num_out_tokens is None or num_out_tokens <= 0:
+            raise ValueError(f"moe_permute (mask map) requires num_out_tokens > 0, got "
+                             f"{num_out_tokens}.")
+        return _permute_fp8(inp, routing_map, int(num_out_tokens), probs, align, pad_offsets)
     _check_tokens(inp, routing_map)
     if inp.size(0) > 0 and (num_out_tokens is None or num_out_tokens <= 0):
         raise ValueError(f"moe_permute (mask map) requires num_out_tokens > 0, got "
