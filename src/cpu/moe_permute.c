@@ -269,6 +269,48 @@ static float slot_weight(const xte_unpermute_args *a, const int32_t *slots, int6
 
 #define HCHUNK 2048
 
+/* The unpermute forward one token at a time, the hidden dim in chunks of HCHUNK on the stack:
+ * per element, the fmaf chain over the token's slots in ascending j from +0, rounded once. */
+static void unpermute_range_portable(void *vctx, int64_t b, int64_t e, int tid) {
+  uctx *c = (uctx *)vctx;
+  const xte_unpermute_args *a = c->a;
+  const int64_t K = a->r.K, H = a->in.cols;
+  const size_t ies = esize(a->in.dtype), oes = esize(a->out.dtype);
+  float acc[HCHUNK];
+  int64_t t, j, h0, h, n;
+  (void)tid;
+  for (t = b; t < e; t++) {
+    const int32_t *rm = (const int32_t *)a->row_map.data + t * a->row_map.ld;
+    for (h0 = 0; h0 < H; h0 += HCHUNK) {
+      n = H - h0 < HCHUNK ? H - h0 : HCHUNK;
+      for (h = 0; h < n; h++) acc[h] = 0.0f;
+      for (j = 0; j < K; j++) {
+        int64_t row = rm[j];
+        float w;
+        if (row < 0) continue;
+        w = slot_weight(a, c->slots, t, j);
+        if (a->in.dtype == XTE_DTYPE_FP32) {
+          const float *x = (const float *)a->in.data + row * a->in.ld + h0;
+          for (h = 0; h < n; h++) acc[h] = xte_fma_nanprop(w, x[h], acc[h]);
+        } else if (a->in.dtype == XTE_DTYPE_BF16) {
+          const uint16_t *x = (const uint16_t *)a->in.data + row * a->in.ld + h0;
+          for (h = 0; h < n; h++) acc[h] = xte_fma_nanprop(w, xte_bf16_to_f32(x[h]), acc[h]);
+        } else {
+          const uint16_t *x = (const uint16_t *)a->in.data + row * a->in.ld + h0;
+          for (h = 0; h < n; h++) acc[h] = xte_fma_nanprop(w, xte_fp16_to_f32(x[h]), acc[h]);
+        }
+      }
+      if (a->out.dtype == XTE_DTYPE_FP32) {
+        memcpy((char *)a->out.data + ((size_t)t * (size_t)a->out.ld + (size_t)h0) * oes, acc,
+               (size_t)n * 4);
+      } else {
+        for (h = 0; h < n; h++) st_f32(a->out.dtype, a->out.data, t * a->out.ld + h0 + h, acc[h]);
+      }
+    }
+  }
+  (void)ies;
+}
+
 #ifdef XTE_MOE_UNPERMUTE_AVX2
 /* The forward on explicit AVX2 (src/cpu/avx2/moe_avx2.c): per token, the hidden dim in blocks of
  * 64 held in 8 registers, each accumulated over the token's slots in ascending j with one fmaf
@@ -330,25 +372,12 @@ static void unpermute_range(void *vctx, int64_t b, int64_t e, int tid) {
   const int stream = (int64_t)a->out.rows * H * (int64_t)oes >= ((int64_t)8 << 20);
   unp_tok tk[2];
   int cur = 0, have_next;
-  int64_t t, h0, h, j;
+  int64_t t, h0, j;
   (void)tid;
   if (b >= e) return;
   if (!unp_gather(c, b, &tk[0])) {
-    /* the portable loop (fp16, or more slots than the fixed lists hold), one element at a
-     * time */
-    for (t = b; t < e; t++) {
-      const int32_t *rm = (const int32_t *)a->row_map.data + t * a->row_map.ld;
-      for (h = 0; h < H; h++) {
-        float acc = 0.0f;
-        for (j = 0; j < a->r.K; j++) {
-          if (rm[j] < 0) continue;
-          acc =
-              xte_fma_nanprop(slot_weight(a, c->slots, t, j),
-                              ld_f32(a->in.dtype, a->in.data, (int64_t)rm[j] * a->in.ld + h), acc);
-        }
-        st_f32(a->out.dtype, a->out.data, t * a->out.ld + h, acc);
-      }
-    }
+    /* fp16, or more slots than the fixed lists hold: the portable loop (the same chains) */
+    unpermute_range_portable(vctx, b, e, tid);
     return;
   }
   for (t = b; t < e; t++) {
@@ -414,43 +443,7 @@ static void unpermute_range(void *vctx, int64_t b, int64_t e, int tid) {
 }
 #else
 static void unpermute_range(void *vctx, int64_t b, int64_t e, int tid) {
-  uctx *c = (uctx *)vctx;
-  const xte_unpermute_args *a = c->a;
-  const int64_t K = a->r.K, H = a->in.cols;
-  const size_t ies = esize(a->in.dtype), oes = esize(a->out.dtype);
-  float acc[HCHUNK];
-  int64_t t, j, h0, h, n;
-  (void)tid;
-  for (t = b; t < e; t++) {
-    const int32_t *rm = (const int32_t *)a->row_map.data + t * a->row_map.ld;
-    for (h0 = 0; h0 < H; h0 += HCHUNK) {
-      n = H - h0 < HCHUNK ? H - h0 : HCHUNK;
-      for (h = 0; h < n; h++) acc[h] = 0.0f;
-      for (j = 0; j < K; j++) {
-        int64_t row = rm[j];
-        float w;
-        if (row < 0) continue;
-        w = slot_weight(a, c->slots, t, j);
-        if (a->in.dtype == XTE_DTYPE_FP32) {
-          const float *x = (const float *)a->in.data + row * a->in.ld + h0;
-          for (h = 0; h < n; h++) acc[h] = xte_fma_nanprop(w, x[h], acc[h]);
-        } else if (a->in.dtype == XTE_DTYPE_BF16) {
-          const uint16_t *x = (const uint16_t *)a->in.data + row * a->in.ld + h0;
-          for (h = 0; h < n; h++) acc[h] = xte_fma_nanprop(w, xte_bf16_to_f32(x[h]), acc[h]);
-        } else {
-          const uint16_t *x = (const uint16_t *)a->in.data + row * a->in.ld + h0;
-          for (h = 0; h < n; h++) acc[h] = xte_fma_nanprop(w, xte_fp16_to_f32(x[h]), acc[h]);
-        }
-      }
-      if (a->out.dtype == XTE_DTYPE_FP32) {
-        memcpy((char *)a->out.data + ((size_t)t * (size_t)a->out.ld + (size_t)h0) * oes, acc,
-               (size_t)n * 4);
-      } else {
-        for (h = 0; h < n; h++) st_f32(a->out.dtype, a->out.data, t * a->out.ld + h0 + h, acc[h]);
-      }
-    }
-  }
-  (void)ies;
+  unpermute_range_portable(vctx, b, e, tid);
 }
 #endif
 

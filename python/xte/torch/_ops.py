@@ -1028,32 +1028,42 @@ def _te_probs32(p):
     return p if p.dtype == torch.float32 else p.float()
 
 
+def _te_k(rid, E):
+    """The slots the C calls need of a mask row_id_map: the most experts of a token (its first
+    columns hold them all), so that a wide map (E = 1024) costs its routed slots, not E."""
+    if rid.shape[0] == 0:
+        return 1
+    return max(min(int(rid[:, 2 * E].max()), E), 1)
+
+
 def _te_rows(rid, E, pad_offsets):
-    """The padded output row of every slot of a mask row_id_map: int32 [T, E] (a view of rid
+    """The padded output row of every slot of a mask row_id_map: int32 [T, k] (a view of rid
     without padding)."""
-    rows = rid[:, :E]
+    k = _te_k(rid, E)
+    rows = rid[:, :k]
     if pad_offsets is None:
         return rows
-    ex = rid[:, E:2 * E]
+    ex = rid[:, E:E + k]
     off = pad_offsets.to(torch.int64)[ex.clamp(min=0).to(torch.int64)]
     return torch.where(rows >= 0, rows.to(torch.int64) + off, -1).to(torch.int32)
 
 
 def _te_mask_routing(rid, E):
     """The routing of a mask row_id_map: its expert columns as topk_idx (-1 none)."""
-    vi = view(rid[:, E:2 * E], "row_id_map", (DType.INT32,))
+    vi = view(rid[:, E:E + _te_k(rid, E)], "row_id_map", (DType.INT32,))
     return _routing(vi, E), vi
 
 
 def _te_slot_probs(rid, E, probs):
     """probs [T, E] (by expert) as fp32 [T, E] per slot of a mask row_id_map (slot j: the
     j-th routed expert; slots without one read column 0, never used)."""
-    return _te_probs32(probs).gather(1, rid[:, E:2 * E].clamp(min=0).to(torch.int64))
+    ex = rid[:, E:E + _te_k(rid, E)]
+    return _te_probs32(probs).gather(1, ex.clamp(min=0).to(torch.int64))
 
 
 def _te_dense(rid, E, per_slot, dtype):
-    """per-slot values [T, E] back to [T, E] by expert (0 where not routed), in dtype."""
-    ex = rid[:, E:2 * E].to(torch.int64)
+    """per-slot values [T, k] back to [T, E] by expert (0 where not routed), in dtype."""
+    ex = rid[:, E:E + per_slot.shape[1]].to(torch.int64)
     T = rid.shape[0]
     buf = torch.zeros((T, E + 1), dtype=per_slot.dtype, device=rid.device)
     buf.scatter_(1, torch.where(ex >= 0, ex, E), per_slot)  # unrouted slots: column E, dropped
@@ -1117,7 +1127,8 @@ def te_permute_mask(x: Tensor, routing_map: Tensor, probs: Optional[Tensor], num
     prows = _te_rows(rid, E, pad_offsets if align > 1 else None)
     keep = prows >= 0
     dst = prows[keep].to(torch.int64)
-    vals = probs.gather(1, rid[:, E:2 * E].clamp(min=0).to(torch.int64))[keep]
+    ex = rid[:, E:E + prows.shape[1]]
+    vals = probs.gather(1, ex.clamp(min=0).to(torch.int64))[keep]
     pprobs = torch.zeros((num_out_tokens,), dtype=probs.dtype, device=x.device)
     pprobs[dst] = vals
     zero = dst[vals == 0]
@@ -1153,9 +1164,10 @@ def te_permute_mask_backward(grad_output: Tensor, grad_probs: Optional[Tensor], 
     if grad_probs is None:
         return gi, grad_output.new_empty((0,), dtype=torch.float32)
     keep = rows >= 0
+    k = rows.shape[1]
     gp = torch.zeros((T, E), dtype=grad_probs.dtype, device=grad_output.device)
-    tt = torch.arange(T, device=grad_output.device).unsqueeze(1).expand(T, E)[keep]
-    gp[tt, row_id_map[:, E:2 * E][keep].to(torch.int64)] = grad_probs[rows[keep].to(torch.int64)]
+    tt = torch.arange(T, device=grad_output.device).unsqueeze(1).expand(T, k)[keep]
+    gp[tt, row_id_map[:, E:E + k][keep].to(torch.int64)] = grad_probs[rows[keep].to(torch.int64)]
     return gi, gp
 
 
