@@ -401,7 +401,7 @@ def moe_permute(inp, routing_map, num_out_tokens=-1, max_token_num=-1, map_type=
                 tokens_per_expert=None, row_to_expert=None):
     """TE's moe_permute: (output, row_id_map).
 
-    inp [T, H] fp32 / bf16 / e4m3 / e5m2, or an xte.QuantizedTensor with rowwise data and
+    inp [T, H] fp32 / bf16 / fp16 / e4m3 / e5m2, or an xte.QuantizedTensor with rowwise data and
     COMPACT row-major scales (1x128 / 1x32: the scales move with their rows; per-tensor scaling is
     XteUnsupportedError) -> the output is then a QuantizedTensor. A raw fp8 inp with input_scales
     ([T, S] fp32 / e8m0) returns (output, output_scales, row_id_map).
@@ -515,11 +515,12 @@ def moe_unpermute(inp, row_id_map, merging_probs=None, restore_shape=None, map_t
                   probs=None, *, routing_map=None, topk_idx=None, num_experts=None, out=None,
                   out_dtype=None):
     """TE's moe_unpermute: out[t] = sum over t's slots (ascending) of w * inp[row], fp32 fmaf
-    from +0, rounded once. inp [rows, H] fp32 / bf16. row_id_map: the RowIdMap of moe_permute, or
-    an int32 [T, k] row map with routing_map= (byte [T, E]) or topk_idx= (+ num_experts=).
-    merging_probs: fp32 [T, E] (byte map) or [T, k] (topk indices); None: weight 1.
-    restore_shape: (T, H) of the output (default: the row map's T, inp's H). probs: TE's old
-    name of merging_probs. out: [T, H] fp32 / bf16 buffer; out_dtype: its dtype (default inp's)."""
+    from +0, rounded once. inp [rows, H] fp32 / bf16 / fp16. row_id_map: the RowIdMap of
+    moe_permute, or an int32 [T, k] row map with routing_map= (byte [T, E]) or topk_idx= (+
+    num_experts=). merging_probs: fp32 [T, E] (byte map) or [T, k] (topk indices); None: weight
+    1. restore_shape: (T, H) of the output (default: the row map's T, inp's H). probs: TE's old
+    name of merging_probs. out: [T, H] fp32 / bf16 / fp16 buffer; out_dtype: its dtype (default
+    inp's)."""
     if probs is not None:
         if merging_probs is not None:
             raise _bad("probs", "both merging_probs and probs are given (probs is TE's old name)")
@@ -545,7 +546,7 @@ def moe_unpermute(inp, row_id_map, merging_probs=None, restore_shape=None, map_t
 
 def moe_permute_backward(grad_output, row_id_map, *, routing_map=None, topk_idx=None,
                          num_experts=None, num_tokens=None, out=None):
-    """Backward of moe_permute: grad_input [T, H] (fp32 / bf16), grad_input[t] = the sum of
+    """Backward of moe_permute: grad_input [T, H] (fp32 / bf16 / fp16), grad_input[t] = the sum of
     grad_output's rows of t's slots (ascending). T: the row map's rows (or num_tokens)."""
     rmap, rt_map, rt_idx, E, _ = _from_row_id_map(row_id_map, routing_map, topk_idx, num_experts,
                                                   None)
