@@ -605,3 +605,23 @@ def test_fp8_tensors_permute(kind):
         assert inp._rowwise_data is data
     assert tuple(out._shape) == (T * k + 2, H)
     _same(rid, te.moe_permute(torch.zeros(T, 1), m, T * k + 2)[1])
+
+
+def test_fp8_tensor_permute_and_pad():
+    """An FP8 (blockwise) tensor through moe_permute_and_pad_with_probs: rows and scale rows at
+    the padded positions of the plain-tensor permute, zero elsewhere."""
+    g = torch.Generator().manual_seed(16)
+    T, E, k, H = 20, 4, 2, 128
+    m = _routing_mask(T, E, k, g)
+    data = torch.randint(0, 256, (T, H), generator=g, dtype=torch.uint8)
+    scale = torch.rand(1, T, generator=g) + 1
+    probs = torch.rand(T, E, generator=g) * m + m  # no zero prob: no zeroed row
+    out, pp, rid, pad, tgt = te.moe_permute_and_pad_with_probs(_Rowwise(data, scale, True), probs,
+                                                               m, m.sum(0), 8)
+    ref, rpp, rrid, rpad, _ = te.moe_permute_and_pad_with_probs(data.float(), probs, m, m.sum(0),
+                                                                8)
+    _same(rid, rrid)
+    _same(pp, rpp)
+    _same(out._rowwise_data.float(), ref)
+    _same(out._rowwise_scale_inv.T.contiguous(),
+          te.moe_permute_and_pad_with_probs(scale.T.contiguous(), probs, m, m.sum(0), 8)[0])

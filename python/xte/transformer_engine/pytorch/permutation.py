@@ -55,6 +55,12 @@ def _is_fp8(inp):
                                                   or getattr(inp, "_data", None) is not None)
 
 
+def _fp8_data(inp):
+    """The rowwise fp8 bytes of a TE FP8 tensor."""
+    rowwise = getattr(inp, "_rowwise_data", None)
+    return rowwise if rowwise is not None else inp._data
+
+
 def _permute_fp8(inp, routing_map, rows, probs, align, pad_offsets):
     """TE's FP8 permute (eager, mask map): the row map from xte's permute (of no data bytes),
     then the fp8 rows and their scale rows moved together (one copy each); per-tensor scaling
@@ -179,15 +185,21 @@ def moe_permute_and_pad_with_probs(
                          "function.")
     if align_size <= 0:
         raise ValueError(f"align_size must be positive, got {align_size}.")
-    if tokens_per_expert.device != inp.device:
-        tokens_per_expert = tokens_per_expert.to(inp.device)
+    dev = inp.device if isinstance(inp, torch.Tensor) else _fp8_data(inp).device
+    if tokens_per_expert.device != dev:
+        tokens_per_expert = tokens_per_expert.to(dev)
     target = (torch.ceil(tokens_per_expert / align_size) * align_size).long()
     if torch.equal(tokens_per_expert.long(), target):
         pad_offsets = None
     else:
         cum = torch.cumsum(target - tokens_per_expert.long(), dim=0)
-        pad_offsets = torch.cat([torch.zeros(1, dtype=cum.dtype, device=inp.device), cum[:-1]])
+        pad_offsets = torch.cat([torch.zeros(1, dtype=cum.dtype, device=dev), cum[:-1]])
     rows = int(target.sum().item())
+    if _is_fp8(inp):
+        output, row_id_map, permuted_probs = _permute_fp8(
+            inp, routing_map, rows, probs, int(align_size) if pad_offsets is not None else 1,
+            pad_offsets)
+        return output, permuted_probs, row_id_map, pad_offsets, target
     _check_tokens(inp, routing_map)
     output, row_id_map, permuted_probs = torch.ops.xte.te_permute_mask(
         inp, _mask(routing_map), probs, rows if inp.size(0) > 0 else 0,
