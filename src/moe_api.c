@@ -151,6 +151,7 @@ static xte_status check_config(const xte_router_config *c, int64_t E) {
 
 #define F32 DT(XTE_DTYPE_FP32)
 #define BF16 DT(XTE_DTYPE_BF16)
+#define F16 DT(XTE_DTYPE_FP16)
 #define U8 DT(XTE_DTYPE_UINT8)
 #define I32 DT(XTE_DTYPE_INT32)
 #define I64 DT(XTE_DTYPE_INT64)
@@ -523,8 +524,8 @@ xte_status xte_moe_permute(const xte_tensor *input, const xte_tensor *input_scal
   XTE_CHECK_PTR(input, "input");
   XTE_CHECK_PTR(output, "output");
   XTE_CHECK_PTR(row_map, "row_map");
-  XTE_TRY(
-      view(input, "input", F32 | BF16 | DT(XTE_DTYPE_E4M3) | DT(XTE_DTYPE_E5M2), -1, -1, &a.in));
+  XTE_TRY(view(input, "input", F32 | BF16 | F16 | DT(XTE_DTYPE_E4M3) | DT(XTE_DTYPE_E5M2), -1, -1,
+               &a.in));
   XTE_TRY(route_view(routing, &a.r, a.in.rows));
   XTE_TRY(view(row_map, "row_map", I32, a.in.rows, a.r.idx.data ? a.r.K : -1, &a.row_map));
   a.r.K = a.row_map.cols;
@@ -581,8 +582,8 @@ static xte_status gather_sum(const xte_tensor *in, const char *in_name, xte_tens
   XTE_CHECK_PTR(in, in_name);
   XTE_CHECK_PTR(row_map, "row_map");
   XTE_CHECK_PTR(out, out_name);
-  XTE_TRY(view(in, in_name, F32 | BF16, -1, -1, &a.in));
-  XTE_TRY(view(out, out_name, F32 | BF16, -1, a.in.cols, &a.out));
+  XTE_TRY(view(in, in_name, F32 | BF16 | F16, -1, -1, &a.in));
+  XTE_TRY(view(out, out_name, F32 | BF16 | F16, -1, a.in.cols, &a.out));
   XTE_TRY(unpermute_common(routing, row_map, probs, a.out.rows, &a));
   XTE_TRY(moe_exec(stream, &ex));
   XTE_TRY(moe_has(&ex, ex.ops->moe->unpermute != NULL, "unpermute"));
@@ -613,14 +614,14 @@ xte_status xte_moe_unpermute_backward(const xte_tensor *grad_out, const xte_tens
   XTE_CHECK_PTR(grad_out, "grad_out");
   XTE_CHECK_PTR(row_map, "row_map");
   XTE_CHECK_PTR(grad_input, "grad_input");
-  XTE_TRY(view(grad_out, "grad_out", F32 | BF16, -1, -1, &a.grad_out));
-  XTE_TRY(view(grad_input, "grad_input", F32 | BF16, -1, a.grad_out.cols, &a.grad_in));
+  XTE_TRY(view(grad_out, "grad_out", F32 | BF16 | F16, -1, -1, &a.grad_out));
+  XTE_TRY(view(grad_input, "grad_input", F32 | BF16 | F16, -1, a.grad_out.cols, &a.grad_in));
   XTE_TRY(unpermute_common(routing, row_map, probs, a.grad_out.rows, &a));
   if (grad_probs && grad_probs->data) {
     if (!a.probs.data)
       return xte_set_error(XTE_ERROR_NULL_POINTER, "probs is NULL but grad_probs is asked for");
     XTE_CHECK_PTR(input, "input");
-    XTE_TRY(view(input, "input", F32 | BF16, a.grad_in.rows, a.grad_out.cols, &a.fwd_in));
+    XTE_TRY(view(input, "input", F32 | BF16 | F16, a.grad_in.rows, a.grad_out.cols, &a.fwd_in));
     XTE_TRY(view(grad_probs, "grad_probs", F32, a.probs.rows, a.probs.cols, &a.grad_probs));
   }
   XTE_TRY(moe_exec(stream, &ex));

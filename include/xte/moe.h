@@ -178,11 +178,11 @@ XTE_API xte_status xte_moe_permute_rows(const xte_moe_routing *routing,
                                         const xte_permute_config *config, int64_t *rows,
                                         xte_stream stream);
 
-/* input [T, H]: fp32, bf16, e4m3 or e5m2; for fp8, input_scales (fp32 or e8m0, [T, S] row-major,
- * e.g. the COMPACT 1x128 scales [T, ceil(H/128)]) is moved along bit for bit into output_scales
- * [rows, S] (NULL for other dtypes). output [rows >= R, H] of the input's dtype. row_map: int32
- * [T, k] (k: topk_idx's columns, or for a map the most experts a token may have), the output row
- * of each slot, -1 where none or dropped. */
+/* input [T, H]: fp32, bf16, fp16, e4m3 or e5m2; for fp8, input_scales (fp32 or e8m0, [T, S]
+ * row-major, e.g. the COMPACT 1x128 scales [T, ceil(H/128)]) is moved along bit for bit into
+ * output_scales [rows, S] (NULL for other dtypes). output [rows >= R, H] of the input's dtype.
+ * row_map: int32 [T, k] (k: topk_idx's columns, or for a map the most experts a token may have),
+ * the output row of each slot, -1 where none or dropped. */
 XTE_API xte_status xte_moe_permute(const xte_tensor *input, const xte_tensor *input_scales,
                                    const xte_moe_routing *routing, const xte_permute_config *config,
                                    xte_tensor *output, xte_tensor *output_scales,
@@ -197,13 +197,14 @@ XTE_API xte_status xte_moe_permute(const xte_tensor *input, const xte_tensor *in
  * w[t, j] * input[row_map[t, j]], accumulated in fp32 with fmaf from +0, rounded once to out's
  * dtype. w: probs NULL -> 1; with a routing map probs is fp32 [T, E] (read at the slot's
  * expert: the router's probs); with topk_idx it is fp32 [T, k] (per slot: topk_weights).
- * input [rows, H] fp32 / bf16; out [T, H] fp32 / bf16. */
+ * input [rows, H] fp32 / bf16 / fp16; out [T, H] fp32 / bf16 / fp16. */
 XTE_API xte_status xte_moe_unpermute(const xte_tensor *input, const xte_moe_routing *routing,
                                      const xte_tensor *row_map, const xte_tensor *probs,
                                      xte_tensor *out, xte_stream stream);
 
 /* Backward of the permute: grad_input[t] = sum over slots (ascending j) of grad_output[row]
- * (the unpermute with unit weights). grad_output [rows, H], grad_input [T, H]; fp32 / bf16. */
+ * (the unpermute with unit weights). grad_output [rows, H], grad_input [T, H]; fp32 / bf16 /
+ * fp16. */
 XTE_API xte_status xte_moe_permute_backward(const xte_tensor *grad_output,
                                             const xte_moe_routing *routing,
                                             const xte_tensor *row_map, xte_tensor *grad_input,
@@ -211,8 +212,10 @@ XTE_API xte_status xte_moe_permute_backward(const xte_tensor *grad_output,
 
 /* Backward of the unpermute: grad_input[row_map[t, j]] = RNE(w[t, j] * grad_out[t]) (fp32
  * product), other rows zero; grad_probs (same shape as probs, may be NULL) at slot (t, j):
- * sum over h ascending of fmaf(grad_out[t, h], input[row, h], acc) from +0 (0 elsewhere).
- * input is the forward's input (needed for grad_probs only). */
+ * the sum over h ascending of grad_out[t, h] * input[row, h] in fp64 from +0 (the products are
+ * exact in fp64), rounded once to fp32 (0 elsewhere).
+ * input is the forward's input (needed for grad_probs only). grad_out, input, grad_input: fp32 /
+ * bf16 / fp16. */
 XTE_API xte_status xte_moe_unpermute_backward(const xte_tensor *grad_out, const xte_tensor *input,
                                               const xte_moe_routing *routing,
                                               const xte_tensor *row_map, const xte_tensor *probs,

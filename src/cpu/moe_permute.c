@@ -6,6 +6,7 @@
 
 #include "cpu/moe_cpu.h"
 #include "numerics/xte_math.h"
+#include "numerics/xte_moe_numerics.h"
 
 #ifndef XTE_MOE_NAME
 /* The generic build of this file: the ISA-independent drivers, and the scalar ISA's kernels
@@ -24,6 +25,22 @@ static int64_t idx_at(const xte_moe_view *v, int64_t t, int64_t j) {
 
 static size_t esize(int dtype) {
   return xte_dtype_size((xte_dtype)dtype);
+}
+
+/* Element i of an fp32 / bf16 / fp16 array as fp32 (exact), and fp32 rounded (RNE) into one. */
+static inline float ld_f32(int dtype, const void *p, int64_t i) {
+  if (dtype == XTE_DTYPE_FP32) return ((const float *)p)[i];
+  if (dtype == XTE_DTYPE_BF16) return xte_bf16_to_f32(((const uint16_t *)p)[i]);
+  return xte_fp16_to_f32(((const uint16_t *)p)[i]);
+}
+
+static inline void st_f32(int dtype, void *p, int64_t i, float x) {
+  if (dtype == XTE_DTYPE_FP32)
+    ((float *)p)[i] = x;
+  else if (dtype == XTE_DTYPE_BF16)
+    ((uint16_t *)p)[i] = xte_f32_to_bf16(x);
+  else
+    ((uint16_t *)p)[i] = xte_f32_to_fp16(x);
 }
 
 /* The expert of every slot (T x K, -1 none), validated: indices in [-1, E), no expert twice in
@@ -252,6 +269,48 @@ static float slot_weight(const xte_unpermute_args *a, const int32_t *slots, int6
 
 #define HCHUNK 2048
 
+/* The unpermute forward one token at a time, the hidden dim in chunks of HCHUNK on the stack:
+ * per element, the fmaf chain over the token's slots in ascending j from +0, rounded once. */
+static void unpermute_range_portable(void *vctx, int64_t b, int64_t e, int tid) {
+  uctx *c = (uctx *)vctx;
+  const xte_unpermute_args *a = c->a;
+  const int64_t K = a->r.K, H = a->in.cols;
+  const size_t ies = esize(a->in.dtype), oes = esize(a->out.dtype);
+  float acc[HCHUNK];
+  int64_t t, j, h0, h, n;
+  (void)tid;
+  for (t = b; t < e; t++) {
+    const int32_t *rm = (const int32_t *)a->row_map.data + t * a->row_map.ld;
+    for (h0 = 0; h0 < H; h0 += HCHUNK) {
+      n = H - h0 < HCHUNK ? H - h0 : HCHUNK;
+      for (h = 0; h < n; h++) acc[h] = 0.0f;
+      for (j = 0; j < K; j++) {
+        int64_t row = rm[j];
+        float w;
+        if (row < 0) continue;
+        w = slot_weight(a, c->slots, t, j);
+        if (a->in.dtype == XTE_DTYPE_FP32) {
+          const float *x = (const float *)a->in.data + row * a->in.ld + h0;
+          for (h = 0; h < n; h++) acc[h] = xte_fma_nanprop(w, x[h], acc[h]);
+        } else if (a->in.dtype == XTE_DTYPE_BF16) {
+          const uint16_t *x = (const uint16_t *)a->in.data + row * a->in.ld + h0;
+          for (h = 0; h < n; h++) acc[h] = xte_fma_nanprop(w, xte_bf16_to_f32(x[h]), acc[h]);
+        } else {
+          const uint16_t *x = (const uint16_t *)a->in.data + row * a->in.ld + h0;
+          for (h = 0; h < n; h++) acc[h] = xte_fma_nanprop(w, xte_fp16_to_f32(x[h]), acc[h]);
+        }
+      }
+      if (a->out.dtype == XTE_DTYPE_FP32) {
+        memcpy((char *)a->out.data + ((size_t)t * (size_t)a->out.ld + (size_t)h0) * oes, acc,
+               (size_t)n * 4);
+      } else {
+        for (h = 0; h < n; h++) st_f32(a->out.dtype, a->out.data, t * a->out.ld + h0 + h, acc[h]);
+      }
+    }
+  }
+  (void)ies;
+}
+
 #ifdef XTE_MOE_UNPERMUTE_AVX2
 /* The forward on explicit AVX2 (src/cpu/avx2/moe_avx2.c): per token, the hidden dim in blocks of
  * 64 held in 8 registers, each accumulated over the token's slots in ascending j with one fmaf
@@ -273,7 +332,9 @@ static int unp_gather(const uctx *c, int64_t t, unp_tok *k) {
   const size_t ies = esize(a->in.dtype);
   int64_t j;
   k->n = 0;
-  if (a->r.K > UNP_MAXK) return 0;
+  /* fp16 (no lane conversion here) and more slots than the lists hold: the portable loop */
+  if (a->r.K > UNP_MAXK || a->in.dtype == XTE_DTYPE_FP16 || a->out.dtype == XTE_DTYPE_FP16)
+    return 0;
   for (j = 0; j < a->r.K; j++) {
     if (rm[j] < 0) continue;
     k->src[k->n] = (const char *)a->in.data + (size_t)rm[j] * (size_t)a->in.ld * ies;
@@ -311,29 +372,12 @@ static void unpermute_range(void *vctx, int64_t b, int64_t e, int tid) {
   const int stream = (int64_t)a->out.rows * H * (int64_t)oes >= ((int64_t)8 << 20);
   unp_tok tk[2];
   int cur = 0, have_next;
-  int64_t t, h0, h, j;
+  int64_t t, h0, j;
   (void)tid;
   if (b >= e) return;
   if (!unp_gather(c, b, &tk[0])) {
-    /* more slots than the fixed lists hold: the portable loop, one element at a time */
-    for (t = b; t < e; t++) {
-      const int32_t *rm = (const int32_t *)a->row_map.data + t * a->row_map.ld;
-      for (h = 0; h < H; h++) {
-        float acc = 0.0f;
-        for (j = 0; j < a->r.K; j++) {
-          const char *x;
-          if (rm[j] < 0) continue;
-          x = (const char *)a->in.data + ((size_t)rm[j] * (size_t)a->in.ld + (size_t)h) * ies;
-          acc =
-              xte_fma_nanprop(slot_weight(a, c->slots, t, j),
-                              ibf ? xte_bf16_to_f32(*(const uint16_t *)x) : *(const float *)x, acc);
-        }
-        if (obf)
-          ((uint16_t *)a->out.data)[t * a->out.ld + h] = xte_f32_to_bf16(acc);
-        else
-          ((float *)a->out.data)[t * a->out.ld + h] = acc;
-      }
-    }
+    /* fp16, or more slots than the fixed lists hold: the portable loop (the same chains) */
+    unpermute_range_portable(vctx, b, e, tid);
     return;
   }
   for (t = b; t < e; t++) {
@@ -399,41 +443,7 @@ static void unpermute_range(void *vctx, int64_t b, int64_t e, int tid) {
 }
 #else
 static void unpermute_range(void *vctx, int64_t b, int64_t e, int tid) {
-  uctx *c = (uctx *)vctx;
-  const xte_unpermute_args *a = c->a;
-  const int64_t K = a->r.K, H = a->in.cols;
-  const size_t ies = esize(a->in.dtype), oes = esize(a->out.dtype);
-  float acc[HCHUNK];
-  int64_t t, j, h0, h, n;
-  (void)tid;
-  for (t = b; t < e; t++) {
-    const int32_t *rm = (const int32_t *)a->row_map.data + t * a->row_map.ld;
-    for (h0 = 0; h0 < H; h0 += HCHUNK) {
-      n = H - h0 < HCHUNK ? H - h0 : HCHUNK;
-      for (h = 0; h < n; h++) acc[h] = 0.0f;
-      for (j = 0; j < K; j++) {
-        int64_t row = rm[j];
-        float w;
-        if (row < 0) continue;
-        w = slot_weight(a, c->slots, t, j);
-        if (a->in.dtype == XTE_DTYPE_FP32) {
-          const float *x = (const float *)a->in.data + row * a->in.ld + h0;
-          for (h = 0; h < n; h++) acc[h] = xte_fma_nanprop(w, x[h], acc[h]);
-        } else {
-          const uint16_t *x = (const uint16_t *)a->in.data + row * a->in.ld + h0;
-          for (h = 0; h < n; h++) acc[h] = xte_fma_nanprop(w, xte_bf16_to_f32(x[h]), acc[h]);
-        }
-      }
-      if (a->out.dtype == XTE_DTYPE_FP32) {
-        memcpy((char *)a->out.data + ((size_t)t * (size_t)a->out.ld + (size_t)h0) * oes, acc,
-               (size_t)n * 4);
-      } else {
-        uint16_t *d = (uint16_t *)a->out.data + t * a->out.ld + h0;
-        for (h = 0; h < n; h++) d[h] = xte_f32_to_bf16(acc[h]);
-      }
-    }
-  }
-  (void)ies;
+  unpermute_range_portable(vctx, b, e, tid);
 }
 #endif
 
@@ -453,8 +463,7 @@ static void load_f32_part(const xte_moe_view *v, int64_t row, int64_t h0, int64_
   if (v->dtype == XTE_DTYPE_FP32) {
     memcpy(x, (const float *)v->data + row * v->ld + h0, (size_t)n * 4);
   } else {
-    const uint16_t *s = (const uint16_t *)v->data + row * v->ld + h0;
-    for (h = 0; h < n; h++) x[h] = xte_bf16_to_f32(s[h]);
+    for (h = 0; h < n; h++) x[h] = ld_f32(v->dtype, v->data, row * v->ld + h0 + h);
   }
 }
 
@@ -464,8 +473,7 @@ static void store_f32_part(const xte_moe_view *v, int64_t row, int64_t h0, int64
   if (v->dtype == XTE_DTYPE_FP32) {
     memcpy((float *)v->data + row * v->ld + h0, x, (size_t)n * 4);
   } else {
-    uint16_t *d = (uint16_t *)v->data + row * v->ld + h0;
-    for (h = 0; h < n; h++) d[h] = xte_f32_to_bf16(x[h]);
+    for (h = 0; h < n; h++) st_f32(v->dtype, v->data, row * v->ld + h0 + h, x[h]);
   }
 }
 
@@ -485,7 +493,8 @@ static void unpermute_bwd_range(void *vctx, int64_t b, int64_t e, int tid) {
       for (h = 0; h < a->grad_probs.cols; h++) gp[h] = 0.0f;
     for (j = 0; j < K; j++) {
       int64_t row = rm[j];
-      float w, dot = 0.0f;
+      float w;
+      double dot = 0.0;
       if (row < 0) continue;
       w = slot_weight(a, c->slots, t, j);
       for (h0 = 0; h0 < H; h0 += HCHUNK) {
@@ -495,10 +504,10 @@ static void unpermute_bwd_range(void *vctx, int64_t b, int64_t e, int tid) {
         store_f32_part(&a->grad_in, row, h0, n, x);
         if (gp) {
           load_f32_part(&a->fwd_in, row, h0, n, x);
-          for (h = 0; h < n; h++) dot = xte_fma_nanprop(g[h], x[h], dot);
+          for (h = 0; h < n; h++) dot = xte_dot_step_f64(dot, g[h], x[h]);
         }
       }
-      if (gp) gp[a->probs_dense ? c->slots[t * K + j] : j] = dot;
+      if (gp) gp[a->probs_dense ? c->slots[t * K + j] : j] = xte_f64_to_f32(dot);
     }
   }
 }

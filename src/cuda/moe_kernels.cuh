@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "numerics/xte_math.h"
+#include "numerics/xte_moe_numerics.h"
 #include "xte_backend.h"
 #include "xte_moe_ops.h"
 
@@ -72,17 +73,21 @@ __device__ __forceinline__ int64_t xte_moe_idx_at(const xte_moe_view &v, int64_t
                                     : ((const int64_t *)v.data)[t * v.ld + j];
 }
 
+/* fp32 / bf16 / fp16 elements as fp32 (exact), and fp32 rounded (RNE) into them. */
 __device__ __forceinline__ float xte_moe_load(const xte_moe_view &v, int64_t row, int64_t h) {
   if (v.dtype == XTE_DTYPE_FP32) return ((const float *)v.data)[row * v.ld + h];
-  return xte_bf16_to_f32(((const uint16_t *)v.data)[row * v.ld + h]);
+  if (v.dtype == XTE_DTYPE_BF16) return xte_bf16_to_f32(((const uint16_t *)v.data)[row * v.ld + h]);
+  return xte_fp16_to_f32(((const uint16_t *)v.data)[row * v.ld + h]);
 }
 
 __device__ __forceinline__ void xte_moe_store(const xte_moe_view &v, int64_t row, int64_t h,
                                               float x) {
   if (v.dtype == XTE_DTYPE_FP32)
     ((float *)v.data)[row * v.ld + h] = x;
-  else
+  else if (v.dtype == XTE_DTYPE_BF16)
     ((uint16_t *)v.data)[row * v.ld + h] = xte_f32_to_bf16(x);
+  else
+    ((uint16_t *)v.data)[row * v.ld + h] = xte_f32_to_fp16(x);
 }
 
 /* n bytes from src to dst (src NULL: zeros) by the threads of the block: 16-byte accesses when
@@ -457,12 +462,12 @@ __global__ void __launch_bounds__(XTE_MOE_NT)
       __syncthreads();
       for (int64_t j = threadIdx.x; j < K; j += blockDim.x) {
         const int64_t row = rm[j];
-        float dot = 0.0f;
+        double dot = 0.0;
         if (row < 0) continue;
         for (int64_t h = 0; h < H; h++)
           dot =
-              xte_fma_nanprop(xte_moe_load(a.grad_out, t, h), xte_moe_load(a.fwd_in, row, h), dot);
-        gp[a.probs_dense ? slots[t * K + j] : j] = dot;
+              xte_dot_step_f64(dot, xte_moe_load(a.grad_out, t, h), xte_moe_load(a.fwd_in, row, h));
+        gp[a.probs_dense ? slots[t * K + j] : j] = xte_f64_to_f32(dot);
       }
       __syncthreads();
     }

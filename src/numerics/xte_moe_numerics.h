@@ -157,4 +157,13 @@ XTE_HD float xte_f64_to_f32(double x) {
                       (uint32_t)((u >> 29) & 0x007FFFFFu));
 }
 
+/* One step of the unpermute backward's grad_probs dot product (token movement): acc + a b in
+ * fp64. The product of two fp32 values is exact in fp64, so only the running sum rounds, to fp64:
+ * a dot over thousands of hidden elements stays within an fp32 ulp or so of the exact one once
+ * rounded (xte_f64_to_f32), where an fp32 chain drifts by ~sqrt(H) ulps. NaN: the first NaN of
+ * acc, a, b, quieted; inf * 0 and inf - inf give x86's default NaN (xte_nan2_f64). */
+XTE_HD double xte_dot_step_f64(double acc, float a, float b) {
+  return xte_add_f64_nanprop(acc, xte_mul_f64_nanprop(xte_f32_to_f64(a), xte_f32_to_f64(b)));
+}
+
 #endif /* XTE_MOE_NUMERICS_H */

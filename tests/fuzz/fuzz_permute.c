@@ -7,9 +7,9 @@
 static const xte_dtype k_idx[] = {XTE_DTYPE_INT32, XTE_DTYPE_INT64};
 static const xte_dtype k_i32[] = {XTE_DTYPE_INT32};
 static const xte_dtype k_u8[] = {XTE_DTYPE_UINT8};
-static const xte_dtype k_act[] = {XTE_DTYPE_FP32, XTE_DTYPE_BF16};
+static const xte_dtype k_act[] = {XTE_DTYPE_FP32, XTE_DTYPE_BF16, XTE_DTYPE_FP16};
 static const xte_dtype k_perm_in[] = {XTE_DTYPE_FP32, XTE_DTYPE_BF16, XTE_DTYPE_E4M3,
-                                      XTE_DTYPE_E5M2};
+                                      XTE_DTYPE_E5M2, XTE_DTYPE_FP16};
 static const xte_dtype k_any[] = {XTE_DTYPE_FP32,  XTE_DTYPE_BF16,  XTE_DTYPE_E4M3,
                                   XTE_DTYPE_UINT8, XTE_DTYPE_INT64, XTE_DTYPE_FP16};
 
@@ -199,7 +199,7 @@ static void do_token_ops(fz *f, int op) {
   if (op == 1) { /* permute */
     xte_tensor in, sc, out, osc, rm;
     xte_permute_outputs ex;
-    xte_dtype dt = fz_dtype(f, k_perm_in, 4);
+    xte_dtype dt = fz_dtype(f, k_perm_in, 5);
     int fp8 = dt == XTE_DTYPE_E4M3 || dt == XTE_DTYPE_E5M2;
     int64_t S = 1 + fz_u8(f) % 3, want_rows = rows;
     int with_ex;
@@ -237,11 +237,11 @@ static void do_token_ops(fz *f, int op) {
     int with_probs = op == 2 && (fz_u8(f) & 1);
     if (!rt.valid) fz_mark_impossible("routing");
     make_row_map(f, &rt, use_cfg ? &cfg : NULL, map_rows, rows, &rm, with_probs, 0);
-    fz_tensor2(f, &in, fz_dtype(f, k_act, 2), rows, H, 0, 1, "input");
+    fz_tensor2(f, &in, fz_dtype(f, k_act, 3), rows, H, 0, 1, "input");
     if (with_probs)
       fz_tensor2(f, &probs, XTE_DTYPE_FP32, rt.T, rt.r.routing_map ? rt.map.shape[1] : rt.K, 0, 1,
                  "probs");
-    fz_tensor2(f, &out, fz_dtype(f, k_act, 2), rt.T, H, 1, 1, "out");
+    fz_tensor2(f, &out, fz_dtype(f, k_act, 3), rt.T, H, 1, 1, "out");
     if (fz_g.skip) return;
     if (op == 2)
       st = xte_moe_unpermute(&in, &rt.r, &rm, with_probs ? &probs : NULL, &out, fz_pick_stream(f));
@@ -254,10 +254,10 @@ static void do_token_ops(fz *f, int op) {
     int64_t pc = rt.r.routing_map ? rt.map.shape[1] : rt.K;
     if (!rt.valid) fz_mark_impossible("routing");
     make_row_map(f, &rt, use_cfg ? &cfg : NULL, map_rows, rows, &rm, with_probs, 1);
-    fz_tensor2(f, &go, fz_dtype(f, k_act, 2), rt.T, H, 0, 1, "grad_out");
-    fz_tensor2(f, &in, fz_dtype(f, k_act, 2), rows, H, 0, with_gp, "input");
+    fz_tensor2(f, &go, fz_dtype(f, k_act, 3), rt.T, H, 0, 1, "grad_out");
+    fz_tensor2(f, &in, fz_dtype(f, k_act, 3), rows, H, 0, with_gp, "input");
     if (with_probs) fz_tensor2(f, &probs, XTE_DTYPE_FP32, rt.T, pc, 0, 1, "probs");
-    fz_tensor2(f, &gi, fz_dtype(f, k_act, 2), rows, H, 1, 1, "grad_input");
+    fz_tensor2(f, &gi, fz_dtype(f, k_act, 3), rows, H, 1, 1, "grad_input");
     if (with_gp) fz_tensor2(f, &gp, XTE_DTYPE_FP32, rt.T, pc, 1, 1, "grad_probs");
     if (fz_g.skip) return;
     st = xte_moe_unpermute_backward(&go, (fz_u8(f) & 3) ? &in : NULL, &rt.r, &rm,

@@ -4,17 +4,17 @@
  * CUDA backend), against the CPU backend, byte for byte: every output byte (outputs start as 0xCD
  * on both sides: padding rows, rows past R, every extra output), on empty, one-token, odd and
  * multi-block shapes; topk_idx (int32 / int64, with -1 slots) and routing-map routing (row_map
- * wider than needed); fp32 / bf16 / e4m3 / e5m2 rows (fp8 with fp32 or e8m0 scale rows); padded
- * leading dimensions (aligned and unaligned rows: the 16-, 4- and 1-byte copy paths); caps (none,
- * 0, partial, past the total) and align padding; more output rows than R. Unpermute and both
- * backwards: fp32 / bf16 in and out, probs dense / per slot / none, NaN / inf / subnormal values,
- * grad_probs. Bad inputs: an expert out of range, an expert twice, a map row with more experts than
- * row_map columns, a row_map entry out of range / on an empty slot / repeated, an output with too
- * few rows: the same status and message as the CPU, and every output byte unchanged. Sort
- * chunks: 1..64 chunks (empty ones too), any dtype, H = 0, int32 / int64 sizes, padded input rows,
- * with and without row_map; a negative size, sizes past the rows or short of them, an index
- * repeated or out of range; its backward with a good and a bad map. Dispatch layout: every output
- * subset, int32 / int64 indices with -1, 1..4 ranks, bad indices.
+ * wider than needed); fp32 / bf16 / fp16 / e4m3 / e5m2 rows (fp8 with fp32 or e8m0 scale rows);
+ * padded leading dimensions (aligned and unaligned rows: the 16-, 4- and 1-byte copy paths); caps
+ * (none, 0, partial, past the total) and align padding; more output rows than R. Unpermute and both
+ * backwards: fp32 / bf16 / fp16 in and out, probs dense / per slot / none, NaN / inf / subnormal
+ * values, grad_probs. Bad inputs: an expert out of range, an expert twice, a map row with more
+ * experts than row_map columns, a row_map entry out of range / on an empty slot / repeated, an
+ * output with too few rows: the same status and message as the CPU, and every output byte
+ * unchanged. Sort chunks: 1..64 chunks (empty ones too), any dtype, H = 0, int32 / int64 sizes,
+ * padded input rows, with and without row_map; a negative size, sizes past the rows or short of
+ * them, an index repeated or out of range; its backward with a good and a bad map. Dispatch layout:
+ * every output subset, int32 / int64 indices with -1, 1..4 ranks, bad indices.
  *
  *   test_simt_moe [--reduced | --full] [--verbose]
  * default: the case list thinned (about a minute on 2 cores); --full: every case (~8 min);
@@ -59,6 +59,17 @@ static buf random_bytes(size_t n, int dt) {
         v = (uint16_t)(specials[rnd() % 8] >> 16);
       else
         v = (uint16_t)(((rnd() & 0x807F)) | ((110 + rnd() % 30) << 7));
+      std::memcpy(&b[i], &v, 2);
+    }
+  } else if (dt == XTE_DTYPE_FP16) {
+    const uint16_t sp16[] = {0x7C00u, 0xFC00u, 0x7E00u, 0xFD23u,
+                             0x0001u, 0x8000u, 0x0000u, 0x7BFFu};
+    for (size_t i = 0; i + 2 <= n; i += 2) {
+      uint16_t v;
+      if (rnd() % 13 == 0)
+        v = sp16[rnd() % 8];
+      else
+        v = (uint16_t)((rnd() & 0x83FF) | ((4 + rnd() % 24) << 10));
       std::memcpy(&b[i], &v, 2);
     }
   } else {
@@ -289,8 +300,8 @@ static void unpermute_cases(routing &g, const std::string &d0, const buf &row_ma
   const int64_t Hs[] = {1, 5, 64, 131};
   int n = 0;
   for (int64_t H : Hs)
-    for (int in_dt : {XTE_DTYPE_FP32, XTE_DTYPE_BF16})
-      for (int out_dt : {XTE_DTYPE_FP32, XTE_DTYPE_BF16})
+    for (int in_dt : {XTE_DTYPE_FP32, XTE_DTYPE_BF16, XTE_DTYPE_FP16})
+      for (int out_dt : {XTE_DTYPE_FP32, XTE_DTYPE_BF16, XTE_DTYPE_FP16})
         for (int probs_kind = 0; probs_kind < 3; probs_kind++) {
           if (probs_kind == 2 && !g.by_map) continue;
           if (probs_kind == 1 && g.by_map) continue;
@@ -568,8 +579,9 @@ static void permute_cases() {
                         (long long)K);
           const int64_t total = T * topk;
           const int64_t caps[] = {-1, 0, total / 3, total + 5};
-          const int dts[] = {XTE_DTYPE_FP32, XTE_DTYPE_BF16, XTE_DTYPE_E4M3, XTE_DTYPE_E5M2};
-          for (int di = 0; di < 4; di++)
+          const int dts[] = {XTE_DTYPE_FP32, XTE_DTYPE_BF16, XTE_DTYPE_E4M3, XTE_DTYPE_E5M2,
+                             XTE_DTYPE_FP16};
+          for (int di = 0; di < 5; di++)
             for (int ci = 0; ci < 4; ci++)
               for (int64_t align : {1, 4, 16}) {
                 n++;

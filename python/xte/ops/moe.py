@@ -339,6 +339,8 @@ def fused_moe_aux_loss_backward(grad_aux_loss, tokens_per_expert, total_num_toke
 
 # ------------------------------------------------------------------------------- token movement
 
+_ACT16 = (DType.FP32, DType.BF16, DType.FP16)  # activations of the token movement
+
 
 class RowIdMap:
     """The row map of a permute with the routing it came from.
@@ -412,7 +414,7 @@ def moe_permute(inp, routing_map, num_out_tokens=-1, max_token_num=-1, map_type=
                 tokens_per_expert=None, row_to_expert=None):
     """TE's moe_permute: (output, row_id_map).
 
-    inp [T, H] fp32 / bf16 / e4m3 / e5m2, or an xte.QuantizedTensor with rowwise data and
+    inp [T, H] fp32 / bf16 / fp16 / e4m3 / e5m2, or an xte.QuantizedTensor with rowwise data and
     COMPACT row-major scales (1x128 / 1x32: the scales move with their rows; per-tensor scaling is
     XteUnsupportedError) -> the output is then a QuantizedTensor. A raw fp8 inp with input_scales
     ([T, S] fp32 / e8m0) returns (output, output_scales, row_id_map).
@@ -448,7 +450,7 @@ def moe_permute(inp, routing_map, num_out_tokens=-1, max_token_num=-1, map_type=
     else:
         data = inp
         dname, sname = "inp", "input_scales"
-    vx = view(data, dname, (DType.FP32, DType.BF16, DType.E4M3, DType.E5M2))
+    vx = view(data, dname, (DType.FP32, DType.BF16, DType.FP16, DType.E4M3, DType.E5M2))
     if len(vx.shape) != 2:
         raise _bad(dname, f"shape {vx.shape}: want [T, H]", XteShapeError, Status.SHAPE)
     T, H = vx.shape
@@ -526,18 +528,19 @@ def moe_unpermute(inp, row_id_map, merging_probs=None, restore_shape=None, map_t
                   probs=None, *, routing_map=None, topk_idx=None, num_experts=None, out=None,
                   out_dtype=None):
     """TE's moe_unpermute: out[t] = sum over t's slots (ascending) of w * inp[row], fp32 fmaf
-    from +0, rounded once. inp [rows, H] fp32 / bf16. row_id_map: the RowIdMap of moe_permute, or
-    an int32 [T, k] row map with routing_map= (byte [T, E]) or topk_idx= (+ num_experts=).
-    merging_probs: fp32 [T, E] (byte map) or [T, k] (topk indices); None: weight 1.
-    restore_shape: (T, H) of the output (default: the row map's T, inp's H). probs: TE's old
-    name of merging_probs. out: [T, H] fp32 / bf16 buffer; out_dtype: its dtype (default inp's)."""
+    from +0, rounded once. inp [rows, H] fp32 / bf16 / fp16. row_id_map: the RowIdMap of
+    moe_permute, or an int32 [T, k] row map with routing_map= (byte [T, E]) or topk_idx= (+
+    num_experts=). merging_probs: fp32 [T, E] (byte map) or [T, k] (topk indices); None: weight
+    1. restore_shape: (T, H) of the output (default: the row map's T, inp's H). probs: TE's old
+    name of merging_probs. out: [T, H] fp32 / bf16 / fp16 buffer; out_dtype: its dtype (default
+    inp's)."""
     if probs is not None:
         if merging_probs is not None:
             raise _bad("probs", "both merging_probs and probs are given (probs is TE's old name)")
         merging_probs = probs
     rmap, rt_map, rt_idx, E, _ = _from_row_id_map(row_id_map, routing_map, topk_idx, num_experts,
                                                   map_type)
-    vx = view(inp, "inp", _FLOAT_IN)
+    vx = view(inp, "inp", _ACT16)
     vrm = view(rmap, "row_id_map", (DType.INT32,))
     rt, vr = _routing(rt_map, rt_idx, E, "routing_map", "topk_idx")
     vp = view_opt(merging_probs, "merging_probs", (DType.FP32,))
@@ -545,9 +548,9 @@ def moe_unpermute(inp, row_id_map, merging_probs=None, restore_shape=None, map_t
         T = vrm.shape[0]
         H = vx.shape[-1]
         shape = tuple(restore_shape) if restore_shape is not None else (T, H)
-        d = _dtype(out_dtype, "out_dtype", _FLOAT_IN, vx.dtype)
+        d = _dtype(out_dtype, "out_dtype", _ACT16, vx.dtype)
         out = empty(vx, shape, d)
-    vo = view(out, "out", _FLOAT_IN, writable=True)
+    vo = view(out, "out", _ACT16, writable=True)
     _call("xte_moe_unpermute", {"input": "inp", "row_map": "row_id_map", "probs": "merging_probs",
                                 "routing->": "routing_map / topk_idx"},
           vx.ptr, ctypes.byref(rt), vrm.ptr, ptr(vp), vo.ptr, stream_of(vx, vrm, vr, vp, vo))
@@ -556,15 +559,15 @@ def moe_unpermute(inp, row_id_map, merging_probs=None, restore_shape=None, map_t
 
 def moe_permute_backward(grad_output, row_id_map, *, routing_map=None, topk_idx=None,
                          num_experts=None, num_tokens=None, out=None):
-    """Backward of moe_permute: grad_input [T, H] (fp32 / bf16), grad_input[t] = the sum of
+    """Backward of moe_permute: grad_input [T, H] (fp32 / bf16 / fp16), grad_input[t] = the sum of
     grad_output's rows of t's slots (ascending). T: the row map's rows (or num_tokens)."""
     rmap, rt_map, rt_idx, E, _ = _from_row_id_map(row_id_map, routing_map, topk_idx, num_experts,
                                                   None)
-    vg = view(grad_output, "grad_output", _FLOAT_IN)
+    vg = view(grad_output, "grad_output", _ACT16)
     vrm = view(rmap, "row_id_map", (DType.INT32,))
     rt, vr = _routing(rt_map, rt_idx, E, "routing_map", "topk_idx")
     T = int(num_tokens) if num_tokens is not None else vrm.shape[0]
-    gi, vo = _out(out, vg, (T, vg.shape[-1]), vg.dtype, "out", _FLOAT_IN)
+    gi, vo = _out(out, vg, (T, vg.shape[-1]), vg.dtype, "out", _ACT16)
     _call("xte_moe_permute_backward", {"grad_input": "out", "row_map": "row_id_map",
                                        "routing->": "routing_map / topk_idx"},
           vg.ptr, ctypes.byref(rt), vrm.ptr, vo.ptr, stream_of(vg, vrm, vr, vo))
@@ -581,15 +584,15 @@ def moe_unpermute_backward(grad_output, inp, row_id_map, merging_probs=None, *, 
     num_rows or the RowIdMap)."""
     rmap, rt_map, rt_idx, E, nrows = _from_row_id_map(row_id_map, routing_map, topk_idx,
                                                       num_experts, None)
-    vg = view(grad_output, "grad_output", _FLOAT_IN)
-    vx = view_opt(inp, "inp", _FLOAT_IN)
+    vg = view(grad_output, "grad_output", _ACT16)
+    vx = view_opt(inp, "inp", _ACT16)
     vrm = view(rmap, "row_id_map", (DType.INT32,))
     rt, vr = _routing(rt_map, rt_idx, E, "routing_map", "topk_idx")
     vp = view_opt(merging_probs, "merging_probs", (DType.FP32,))
     rows = (int(num_rows) if num_rows is not None else vx.shape[0] if vx is not None else nrows)
     if grad_input is None and rows is None:
         raise _bad("num_rows", "the permuted rows are unknown: give inp, num_rows or grad_input")
-    gi, vgi = _out(grad_input, vg, (rows, vg.shape[-1]), vg.dtype, "grad_input", _FLOAT_IN)
+    gi, vgi = _out(grad_input, vg, (rows, vg.shape[-1]), vg.dtype, "grad_input", _ACT16)
     gp = vgp = None
     if vp is not None:
         gp, vgp = _out(grad_probs, vg, vp.shape, DType.FP32, "grad_probs", (DType.FP32,))
