@@ -282,11 +282,25 @@ Test(fast_lt, plugin_refuses) {
   }
 }
 
-/* cuBLASLt's FP8 table lists a bf16 bias (CUDA_R_16BF) for fp32 and bf16 outputs: FAST sets that
- * type (a CUDA_R_32F bias had every FAST call with a bias refused by the heuristic). */
-Test(fast_lt, bias_type) {
-  cr_expect_eq(xte_lt_bias_type(XTE_LT_R_32F), XTE_LT_R_16BF);
-  cr_expect_eq(xte_lt_bias_type(XTE_LT_R_16BF), XTE_LT_R_16BF);
+/* A FAST call with a bias gives cuBLASLt no bias (its FP8 table lists only a bf16 one; the
+ * contract adds the fp32 bias in fp32): cuBLASLt writes fp32, into D when D is fp32, into the fp32
+ * workspace slice when D is bf16; without a bias it writes D's own dtype into D. */
+Test(fast_lt, bias_after_cublaslt) {
+  static const float bias[8];
+  xte_lt_call c;
+  memset(&c, 0, sizeof c);
+  c.d_type = XTE_LT_R_32F;
+  cr_expect_eq(xte_lt_out_type(&c), XTE_LT_R_32F);
+  cr_expect_eq(xte_lt_out_in_workspace(&c), 0);
+  c.d_type = XTE_LT_R_16BF;
+  cr_expect_eq(xte_lt_out_type(&c), XTE_LT_R_16BF);
+  cr_expect_eq(xte_lt_out_in_workspace(&c), 0);
+  c.bias = bias;
+  cr_expect_eq(xte_lt_out_type(&c), XTE_LT_R_32F);
+  cr_expect_eq(xte_lt_out_in_workspace(&c), 1);
+  c.d_type = XTE_LT_R_32F;
+  cr_expect_eq(xte_lt_out_type(&c), XTE_LT_R_32F);
+  cr_expect_eq(xte_lt_out_in_workspace(&c), 0);
 }
 
 /* libcublasLt (hundreds of MB) is loaded at the first FAST call that could use it, never when

@@ -66,9 +66,8 @@ typedef struct xte_gemm_config {
   /* 1: D = C + A * B with C (fp32 or bf16, shape of D) given; C may be D itself (same data,
    * dtype and ld); other overlaps are undefined. 0: C is ignored (may be NULL). */
   int accumulate;
-  /* Optional fp32 bias [N] added to every row (NULL: none). XTE_GEMM_FAST on CUDA passes it to
-   * cuBLASLt as bf16 (the bias type of its FP8 table; docs/numerics.md): a bias value bf16 does
-   * not hold is rounded there. */
+  /* Optional fp32 bias [N] added to every row (NULL: none), in fp32 as above in both modes
+   * (XTE_GEMM_FAST on CUDA adds it after cuBLASLt: docs/numerics.md). */
   const xte_tensor *bias;
   xte_gemm_mode mode;
 } xte_gemm_config;

@@ -1,10 +1,12 @@
 /* XTE_GEMM_FAST on CUDA through cuBLASLt's block scaling (see xte_cublaslt.h): one cuBLASLt
  * handle per device, the stream handle's cached workspace (cuBLASLt's workspace, then room for
- * the scales repacked into the layout cuBLASLt reads when the caller's layout is another), one
- * dense call per problem (a grouped call is a loop of dense calls). Every problem is planned and
- * its algorithm chosen before anything is enqueued: when one cannot run here the whole call goes
- * to the exact kernel, and nothing has been written. MUSA builds have no cuBLASLt: FAST runs the
- * exact kernel there. */
+ * the scales repacked into the layout cuBLASLt reads when the caller's layout is another, then the
+ * fp32 result of a problem with a bias and a bf16 D), one dense call per problem (a grouped call
+ * is a loop of dense calls). A bias is never cuBLASLt's: after each problem's cuBLASLt call (fp32
+ * result, no epilogue) the exact kernels' epilogue adds it in fp32 (xte_gpu_gemm_bias_epilogue).
+ * Every problem is planned and its algorithm chosen before anything is enqueued: when one cannot
+ * run here the whole call goes to the exact kernel, and nothing has been written. MUSA builds have
+ * no cuBLASLt: FAST runs the exact kernel there. */
 #include "cuda/xte_cublaslt.h"
 #include "cuda/xte_fast.h"
 #include "cuda/xte_gpu.h"
@@ -84,14 +86,6 @@ void lt_repack(cudaStream_t st, const xte_gemm_operand &o, const xte_lt_operand 
   // clang-format on
 }
 
-/* The caller's fp32 bias [n] as the bf16 bias cuBLASLt's FP8 table lists for fp32 and bf16
- * outputs (round to nearest even: xte_f32_to_bf16). */
-__global__ void lt_bias_bf16(const float *src, int64_t n, uint16_t *dst) {
-  for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n;
-       t += (int64_t)gridDim.x * blockDim.x)
-    dst[t] = xte_f32_to_bf16(src[t]);
-}
-
 /* The cuBLASLt descriptors of one call. */
 struct lt_descs {
   const xte_lt_api *api;
@@ -108,14 +102,14 @@ struct lt_descs {
     if (la) api->layout_destroy(la);
     if (op) api->desc_destroy(op);
   }
-  /* scale pointers are set at enqueue time (repacked ones live in the workspace); bias: the bias
-   * in the dtype xte_lt_bias_type names (the bf16 copy in the workspace), NULL when planning */
-  bool build(const xte_lt_call &c, const void *bias = nullptr) {
+  /* scale pointers are set at enqueue time (repacked ones live in the workspace). No bias
+   * epilogue: with a bias cuBLASLt writes fp32 accumulators (xte_lt_out_type), ld_out floats
+   * apart, and xte_gemm_bias_epilogue adds it */
+  bool build(const xte_lt_call &c, int64_t ld_out) {
     const int32_t ta = XTE_LT_OP_T, tb = XTE_LT_OP_N;
     const int32_t sa = c.b.scale_mode, sb = c.a.scale_mode; /* cuBLASLt's A is our B */
     const int8_t fast = 0;
-    const uint32_t epi = c.bias ? XTE_LT_EPILOGUE_BIAS : XTE_LT_EPILOGUE_DEFAULT;
-    const int32_t bias_type = xte_lt_bias_type(c.d_type);
+    const uint32_t epi = XTE_LT_EPILOGUE_DEFAULT;
     const uint64_t ws = XTE_LT_WORKSPACE;
     if (api->desc_create(&op, XTE_LT_COMPUTE_32F, XTE_LT_R_32F) != XTE_LT_OK) return false;
     if (api->desc_set(op, XTE_LT_DESC_TRANSA, &ta, sizeof ta) != XTE_LT_OK ||
@@ -125,16 +119,11 @@ struct lt_descs {
         api->desc_set(op, XTE_LT_DESC_B_SCALE_MODE, &sb, sizeof sb) != XTE_LT_OK ||
         api->desc_set(op, XTE_LT_DESC_EPILOGUE, &epi, sizeof epi) != XTE_LT_OK)
       return false;
-    /* planning: the caller's bias stands in for the bf16 copy (same alignment class) */
-    const void *bias_ptr = bias ? bias : (const void *)c.bias;
-    if (c.bias &&
-        (api->desc_set(op, XTE_LT_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type) != XTE_LT_OK ||
-         api->desc_set(op, XTE_LT_DESC_BIAS_POINTER, &bias_ptr, sizeof bias_ptr) != XTE_LT_OK))
-      return false;
     /* cuBLASLt's A: our B stored [k, n] column-major (rows of B K-contiguous), op T */
     if (api->layout_create(&la, c.b.type, (uint64_t)c.k, (uint64_t)c.n, c.b.ld) != XTE_LT_OK ||
         api->layout_create(&lb, c.a.type, (uint64_t)c.k, (uint64_t)c.m, c.a.ld) != XTE_LT_OK ||
-        api->layout_create(&ld, c.d_type, (uint64_t)c.n, (uint64_t)c.m, c.ld_d) != XTE_LT_OK)
+        api->layout_create(&ld, xte_lt_out_type(&c), (uint64_t)c.n, (uint64_t)c.m, ld_out) !=
+            XTE_LT_OK)
       return false;
     if (c.c) {
       if (api->layout_create(&lc, c.d_type, (uint64_t)c.n, (uint64_t)c.m, c.ld_c) != XTE_LT_OK)
@@ -176,6 +165,12 @@ size_t rup256(size_t b) {
   return (b + 255) / 256 * 256;
 }
 
+/* The row stride (elements) of the result cuBLASLt writes for call c: the workspace slice's (n)
+ * or D's. */
+int64_t lt_ld_out(const xte_lt_call &c) {
+  return xte_lt_out_in_workspace(&c) ? c.n : c.ld_d;
+}
+
 }  // namespace
 
 bool xte_gpu_gemm_fast(const xte_gemm_args *a, xte_gpu_stream *h, xte_status *st,
@@ -183,7 +178,7 @@ bool xte_gpu_gemm_fast(const xte_gemm_args *a, xte_gpu_stream *h, xte_status *st
   const xte_lt_api *api;
   const cudaError_t prior = cudaPeekAtLastError();
   void *handle, *ws = nullptr;
-  size_t repack_bytes = 0, bias_bytes = 0;
+  size_t repack_bytes = 0, acc_bytes = 0;
   xte_lt_call *calls;
   xte_lt_algo *algos;
   int64_t i, ncalls = 0;
@@ -225,7 +220,16 @@ bool xte_gpu_gemm_fast(const xte_gemm_args *a, xte_gpu_stream *h, xte_status *st
         const size_t rb =
             rup256((size_t)calls[i].a.s_floats * 4) + rup256((size_t)calls[i].b.s_floats * 4);
         if (rb > repack_bytes) repack_bytes = rb;
-        if (calls[i].bias) bias_bytes = rup256((size_t)calls[i].n * 2);
+        if (xte_lt_out_in_workspace(&calls[i])) { /* the fp32 slice of a bf16 D with a bias */
+          size_t ab = 0;
+          if (__builtin_mul_overflow((size_t)calls[i].m, (size_t)calls[i].n, &ab) ||
+              __builtin_mul_overflow(ab, (size_t)4, &ab) || ab > SIZE_MAX - 255) {
+            ok = false;
+            *why = "the fp32 result of a bf16 D with a bias does not fit size_t";
+          } else if (rup256(ab) > acc_bytes) {
+            acc_bytes = rup256(ab);
+          }
+        }
       }
     }
   }
@@ -234,7 +238,7 @@ bool xte_gpu_gemm_fast(const xte_gemm_args *a, xte_gpu_stream *h, xte_status *st
   for (i = 0; i < a->num_problems && ok && handle; i++) {
     if (calls[i].empty) continue;
     lt_descs d(api);
-    if (!d.build(calls[i])) {
+    if (!d.build(calls[i], lt_ld_out(calls[i]))) {
       ok = false;
       *why = "cuBLASLt refused a descriptor attribute";
     } else if (!lt_pick(api, handle, d, &algos[i])) {
@@ -251,25 +255,26 @@ bool xte_gpu_gemm_fast(const xte_gemm_args *a, xte_gpu_stream *h, xte_status *st
   /* every problem runs here: from now on errors are reported, not passed to the exact kernel */
   {
     xte_gpu_lock lock(h);
-    *st = xte_gpu_workspace(h, 256 + XTE_LT_WORKSPACE + repack_bytes + bias_bytes, &ws);
+    /* checked: 256 + XTE_LT_WORKSPACE + repack_bytes + acc_bytes (before anything is enqueued) */
+    size_t total = 256 + XTE_LT_WORKSPACE;
+    if (repack_bytes > SIZE_MAX - total || acc_bytes > SIZE_MAX - total - repack_bytes)
+      *st = xte_gpu_services()->set_error(
+          XTE_ERROR_OUT_OF_MEMORY, "%s: FAST GEMM: workspace size overflows size_t", XTE_GPU_NAME);
+    else
+      *st = xte_gpu_workspace(h, total + repack_bytes + acc_bytes, &ws);
     if (*st == XTE_SUCCESS) {
       char *base = (char *)ws + (256 - (uintptr_t)ws % 256) % 256;
       float *rep_a = (float *)(base + XTE_LT_WORKSPACE);
-      uint16_t *bias16 = (uint16_t *)((char *)rep_a + repack_bytes);
+      /* the fp32 result of a problem with a bias and a bf16 D (one slice, reused in stream
+       * order: the epilogue of problem i reads it before problem i + 1's cuBLASLt call writes) */
+      float *acc32 = (float *)((char *)rep_a + repack_bytes);
       const float one = 1.0f, zero = 0.0f;
-      if (bias_bytes) { /* one bf16 copy of the bias: every problem has the same N columns */
-        int64_t nb = 0, j;
-        for (j = 0; j < a->num_problems; j++)
-          if (calls[j].bias && calls[j].n > nb) nb = calls[j].n;
-        // clang-format off
-        lt_bias_bf16<<<(unsigned)((nb + 255) / 256 < 1024 ? (nb + 255) / 256 : 1024), 256, 0,
-                       h->stream>>>(a->bias, nb, bias16);
-        // clang-format on
-      }
       for (i = 0; i < a->num_problems && *st == XTE_SUCCESS; i++) {
         const xte_lt_call &c = calls[i];
         const float *sa = c.a.scale, *sb = c.b.scale;
         float *rep_b = (float *)((char *)rep_a + rup256((size_t)c.a.s_floats * 4));
+        const int64_t ld_out = lt_ld_out(c);
+        void *out = xte_lt_out_in_workspace(&c) ? (void *)acc32 : c.d;
         int lst;
         if (c.empty) continue;
         if (c.a.repack) {
@@ -284,7 +289,7 @@ bool xte_gpu_gemm_fast(const xte_gemm_args *a, xte_gpu_stream *h, xte_status *st
         if (*st != XTE_SUCCESS) break;
         {
           lt_descs d(api);
-          if (!d.build(c, c.bias ? (const void *)bias16 : nullptr) ||
+          if (!d.build(c, ld_out) ||
               api->desc_set(d.op, XTE_LT_DESC_A_SCALE_POINTER, &sb, sizeof sb) != XTE_LT_OK ||
               api->desc_set(d.op, XTE_LT_DESC_B_SCALE_POINTER, &sa, sizeof sa) != XTE_LT_OK) {
             *st = xte_gpu_services()->set_error(
@@ -292,20 +297,24 @@ bool xte_gpu_gemm_fast(const xte_gemm_args *a, xte_gpu_stream *h, xte_status *st
             break;
           }
           lst = api->matmul(handle, d.op, &one, c.b.data, d.la, c.a.data, d.lb, c.c ? &one : &zero,
-                            c.c ? c.c : c.d, d.lc, c.d, d.ld, &algos[i], base, XTE_LT_WORKSPACE,
+                            c.c ? c.c : out, d.lc, out, d.ld, &algos[i], base, XTE_LT_WORKSPACE,
                             (void *)h->stream);
-          if (lst != XTE_LT_OK)
+          if (lst != XTE_LT_OK) {
             *st = xte_gpu_services()->set_error(XTE_ERROR_DEVICE,
                                                 "%s: FAST GEMM: cublasLtMatmul failed (status %d)",
                                                 XTE_GPU_NAME, lst);
+            break;
+          }
+        }
+        if (c.bias) { /* the contract's epilogue on cuBLASLt's fp32 accumulators */
+          xte_gpu_gemm_bias_epilogue(a, &a->problems[i], (const float *)out, ld_out, h->stream);
+          *st = xte_gpu_launch_check(prior, "FAST GEMM bias epilogue launch");
         }
       }
       if (*st == XTE_SUCCESS) *st = xte_gpu_launch_check(prior, "FAST GEMM (cuBLASLt) launch");
     }
   }
-  if (*st == XTE_SUCCESS)
-    xte_gpu_report_lt(api->lib, api->version, ncalls,
-                      a->bias ? xte_lt_bias_type(calls[0].d_type) : -1);
+  if (*st == XTE_SUCCESS) xte_gpu_report_lt(api->lib, api->version, ncalls, a->bias != NULL);
   free(calls);
   free(algos);
   return true;

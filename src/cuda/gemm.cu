@@ -145,6 +145,13 @@ int dmma_selected(int, cudaError_t, const xte_gemm_args *, int requested, const 
 
 }  // namespace
 
+void xte_gpu_gemm_bias_epilogue(const xte_gemm_args *a, const xte_gemm_problem *p, const float *src,
+                                int64_t ld, cudaStream_t st) {
+  const int64_t grid = p->m < XTE_GEMM_GRID_CAP ? p->m : XTE_GEMM_GRID_CAP;
+  if (grid > 0 && p->n > 0)
+    xte_gemm_bias_epilogue<<<(unsigned)grid, XTE_GEMM_NT, 0, st>>>(*a, *p, src, ld);
+}
+
 static xte_status gpu_gemm(const xte_gemm_args *a, void *handle) {
   xte_gpu_stream *h;
   XTE_GPU_ENTER(handle, h);

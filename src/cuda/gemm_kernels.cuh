@@ -209,6 +209,18 @@ __device__ __forceinline__ void xte_gemm_store(const xte_gemm_args &g, const xte
     ((float *)g.d)[rd * g.ld_d + c] = xte_gemm_out_f32(o);
 }
 
+/* XTE_GEMM_FAST with a bias (src/cuda/cublaslt.cu): cuBLASLt wrote problem p's accumulators, fp32,
+ * no C, no bias, to src [p.m, p.n] (row stride ld floats); every element goes through the epilogue
+ * of the exact kernels (xte_gemm_store: t = RNE_fp32(acc + bias[c]), then RNE to D's dtype,
+ * canonical NaN). src may be D itself (fp32 D): each element is read, then written, by one thread.
+ * One block per row (grid stride), threads along the columns. */
+__global__ void __launch_bounds__(XTE_GEMM_NT)
+    xte_gemm_bias_epilogue(xte_gemm_args g, xte_gemm_problem p, const float *src, int64_t ld) {
+  for (int64_t r = blockIdx.x; r < p.m; r += gridDim.x)
+    for (int64_t c = threadIdx.x; c < p.n; c += blockDim.x)
+      xte_gemm_store(g, p, r, c, src[r * ld + c]);
+}
+
 /* The GEMM. SPLIT: 0 no e5m2 operand, 1 A is e5m2, 2 B is e5m2 (the low class of that operand
  * staged apart). Problems: G == 1 and probs == NULL: p1; else probs[g] with its first tile at
  * tstart[g] (tstart[G] = total). Tiles of a problem: row-major over (m tiles, n tiles). */

@@ -172,14 +172,6 @@ static inline const xte_lt_api *xte_lt_get(void) {
   return &xte_lt_g_api;
 }
 
-/* The bias data type of a FAST call with D of cuBLASLt type d_type: cuBLASLt's FP8 table
- * (cublasLtMatmul, A / B e4m3 or e5m2, compute 32F) lists a bf16 bias (CUDA_R_16BF) for bf16 and
- * fp32 outputs; the fp32 bias of the contract is rounded to bf16 on the device first (the
- * difference is in docs/numerics.md). */
-static inline int xte_lt_bias_type(int d_type) {
-  return d_type == XTE_LT_R_32F || d_type == XTE_LT_R_16BF ? XTE_LT_R_16BF : XTE_LT_R_32F;
-}
-
 /* ---------------------------------------------------------------- the applicability decision */
 
 /* One operand of one cuBLASLt call: data (codes of row 0, k 0 of the problem; rows K-contiguous
@@ -210,6 +202,20 @@ typedef struct xte_lt_call {
   const float *bias; /* NULL: none */
   int empty;         /* nothing to compute (m or n is 0) */
 } xte_lt_call;
+
+/* A FAST call with a bias sets no cuBLASLt bias epilogue: cuBLASLt's FP8 table lists only a bf16
+ * bias for fp32 and bf16 outputs, and the contract adds the fp32 bias in fp32
+ * (include/xte/gemm.h). cuBLASLt writes the fp32 accumulators instead (there is no C: C and a bias
+ * together never come here), into D itself when D is fp32, else into an fp32 workspace slice
+ * [m, n] (row stride n); the exact kernels' epilogue (xte_gemm_bias_epilogue) then adds the bias
+ * and rounds to D's dtype. The cuBLASLt type of the result cuBLASLt writes for call c: */
+static inline int xte_lt_out_type(const xte_lt_call *c) {
+  return c->bias ? XTE_LT_R_32F : c->d_type;
+}
+/* 1: cuBLASLt writes call c's result into the fp32 workspace slice (a bias and a bf16 D). */
+static inline int xte_lt_out_in_workspace(const xte_lt_call *c) {
+  return c->bias && c->d_type == XTE_LT_R_16BF;
+}
 
 static inline int64_t xte_lt_rup(int64_t a, int64_t b) {
   return (a + b - 1) / b * b;

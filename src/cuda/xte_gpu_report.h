@@ -94,15 +94,15 @@ static inline void xte_gpu_report_exact(int mode, int requested, int chosen, uns
   xte_gpu_report_line(line);
 }
 
-/* One FAST call that ran through cuBLASLt (problems: the dense calls made; bias_type: the
- * cuBLASLt bias data type set, -1 none). */
+/* One FAST call that ran through cuBLASLt (problems: the dense calls made; bias: the call has a
+ * bias, added in fp32 after cuBLASLt by the exact kernels' epilogue: bias=fp32-epilogue). */
 static inline void xte_gpu_report_lt(const char *lib, size_t version, long long problems,
-                                     int bias_type) {
+                                     int bias) {
   char line[320];
   if (snprintf(line, sizeof line,
                "gemm mode=fast path=cublaslt lib=%.96s version=%zu.%zu.%zu calls=%lld bias=%s", lib,
                version / 10000, version / 100 % 100, version % 100, problems,
-               bias_type < 0 ? "none" : (bias_type == 14 ? "bf16" : "fp32")) < 0)
+               bias ? "fp32-epilogue" : "none") < 0)
     return;
   xte_gpu_report_line(line);
 }

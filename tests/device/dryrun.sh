@@ -101,7 +101,7 @@ case $mode in
       fail "fast: not every FAST call reported the cuBLASLt path"
     grep -q '+ bias.*| cublaslt |' "$out/fast.log" || fail "fast: no bias case on the cuBLASLt path"
     grep -q 'one block partial' "$out/fast.log" || fail "fast: no one-block-partial case"
-    grep -q 'bias=bf16' "$out/gpu_report.txt" || fail "the plugin's report has no bf16 bias"
+    grep -q 'bias=fp32-epilogue' "$out/gpu_report.txt" || fail "the plugin's report has no fp32-epilogue bias"
     expect '^ep-nccl: PASSED'
     expect '^ep-nccl-ranks: SKIPPED \(one GPU'
     expect '^verdicts: [0-9]+ PASSED, 0 FAILED, [0-9]+ SKIPPED, 0 NOT RUN'

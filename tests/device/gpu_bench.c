@@ -504,9 +504,9 @@ static int g_expect_lt; /* --expect-cublaslt: every FAST call must report path=c
 static int g_fast_calls, g_fast_lt;
 
 /* One FAST case: the FAST call against the exact kernel on the same device. bias: a bias [n]
- * (values exactly representable in bf16, so that the bf16 bias cuBLASLt reads is the caller's
- * bias and the bound of gemm.h holds unchanged). With k = 128 the output is one scaled block
- * partial: its error is the error of that partial. */
+ * (values bf16 does not hold: the plugin adds the caller's fp32 bias after cuBLASLt, as the
+ * contract says, so the bound of gemm.h holds unchanged). With k = 128 the output is one scaled
+ * block partial: its error is the error of that partial. */
 static int fast_check(xte_stream gpu, xte_scaling_mode ma, xte_scaling_mode mb, xte_dtype db,
                       int64_t m, int64_t n, int64_t k, xte_scale_layout lay, int bias) {
   gop a, b;
@@ -529,7 +529,8 @@ static int fast_check(xte_stream gpu, xte_scaling_mode ma, xte_scaling_mode mb, 
   gop_make(&b, gpu, n, k, mb, db);
   g_dev_layout = XTE_SCALE_LAYOUT_COMPACT;
   CHECK(xte_malloc(gpu, nd * 4 + 4, &dd));
-  for (i = 0; i < (size_t)n; i++) hb[i] = (float)((int)(i % 13) - 6) * 0.125f; /* bf16-exact */
+  for (i = 0; i < (size_t)n; i++) /* 12 significant bits: not bf16 values */
+    hb[i] = (float)((int)(i % 13) - 6) * 0.125f + (float)(i % 5) * 0x1p-12f;
   if (bias) {
     CHECK(xte_malloc(gpu, (size_t)n * 4 + 4, &dbias));
     CHECK(xte_memcpy(gpu, dbias, hb, (size_t)n * 4, XTE_MEMCPY_HOST_TO_DEVICE));

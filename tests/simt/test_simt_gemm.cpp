@@ -324,6 +324,39 @@ static void dense_case(int pi, xte_dtype da, xte_dtype db, int ta, int tb, int64
   run_both(d, o, dense_call, &c, da == XTE_DTYPE_E4M3 && db == XTE_DTYPE_E4M3);
 }
 
+/* FAST with a bias on cuBLASLt's path (the stand-in: shapes, layouts and alignment xte_lt_plan
+ * takes): cuBLASLt's fp32 result, then the bias added by xte_gemm_bias_epilogue, into D itself
+ * (fp32 D) or from the fp32 workspace slice (bf16 D). The bias (NaN, inf, subnormals among its
+ * values) is the contract's fp32 bias: the bytes must be the CPU's. */
+static void fast_bias_cases() {
+  static const int64_t shapes[][3] = {{16, 64, 256}, {8, 136, 128}, {72, 8, 400}};
+  int n = 0;
+  for (int pi = 0; pi < 3; pi += 2) /* 1x128 x 128x128, 1x128 x 1x128 */
+    for (int si = 0; si < 3; si++)
+      for (int dd = 0; dd < 2; dd++) {
+        const int64_t M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+        qop qa, qb;
+        xte_scale_layout lya[3], lyb[3];
+        layouts_for(PAIRS[pi][0].recipe, lya);
+        layouts_for(PAIRS[pi][1].recipe, lyb);
+        n++;
+        if (!make_q(qa, M, K, PAIRS[pi][0], lya[0], XTE_DTYPE_E4M3, n % 4, 0) ||
+            !make_q(qb, N, K, PAIRS[pi][1], lyb[0], XTE_DTYPE_E4M3, (n + 1) % 4, 0))
+          continue;
+        dense_ctx c;
+        c.a = &qa.t.q;
+        c.b = &qb.t.q;
+        c.cfg = xte_gemm_config_default();
+        c.cfg.mode = XTE_GEMM_FAST;
+        outs o;
+        setup_outs(o, M, N, dd ? XTE_DTYPE_BF16 : XTE_DTYPE_FP32, -1, 0, 1, 0);
+        char d[200];
+        std::snprintf(d, sizeof d, "FAST bias (cuBLASLt path) pair %d M %lld N %lld K %lld D %d",
+                      pi, (long long)M, (long long)N, (long long)K, o.d_dt);
+        run_both(d, o, dense_call, &c, true);
+      }
+}
+
 static void dense_cases() {
   static const int64_t shapes[][3] = {{1, 1, 1},     {7, 9, 130},    {65, 67, 300},
                                       {64, 64, 128}, {130, 70, 257}, {3, 100, 33},
@@ -1071,6 +1104,7 @@ int main(int argc, char **argv) {
   digits_unit();
   imma_unit();
   dense_cases();
+  fast_bias_cases();
   tie_cases();
   grouped_cases();
   warp128_cases();
