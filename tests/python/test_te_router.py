@@ -497,3 +497,40 @@ def test_quantile_balancing_bins_clamp_and_modes():
     wh = torch.zeros(E, nb, dtype=torch.int64).scatter_add_(1, bins.t(),
                                                              torch.ones(E, T, dtype=torch.int64))
     assert torch.equal(hs[0].long(), wh)
+
+
+def test_raw_qb_binding_matches_the_router():
+    """xte.transformer_engine_torch.fused_topk_with_score_function_qb_fwd (TE's `tex` binding):
+    the router's probs and map, the counts added into the histogram in place, topk_indices filled
+    in place, RuntimeError for bad bin bounds with the histogram untouched."""
+    import xte.transformer_engine_torch as tex
+    T, E, k, nb = 24, 12, 3, 6
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(T, E, generator=g)
+    bias = torch.linspace(-0.2, 0.2, E)
+    bounds = torch.tensor([-1.0, 1.0])
+    h0 = torch.full((E, nb), 5, dtype=torch.int32)
+    p0, m0 = R.fused_topk_with_score_function(x, k, False, None, None, 2.0, "sigmoid", bias,
+                                              qb_histogram=h0, qb_bin_bounds=bounds,
+                                              qb_histogram_mode="two_kernel")
+    h1 = torch.full((E, nb), 5, dtype=torch.int32)
+    p1, m1, raw, cutoff, hr = tex.fused_topk_with_score_function_qb_fwd(
+        x, k, 2.0, bias, tex.NVTERoutingMapFormat.BYTEMAP, None, h1, bounds,
+        tex.NVTEQBHistogramMode.TWO_KERNEL)
+    assert hr is h1 and torch.equal(h1, h0) and int(h1.sum()) == 5 * E * nb + T * E
+    assert torch.equal(p1, p0) and torch.equal(m1, m0) and m1.dtype == torch.bool
+    close(raw, torch.sigmoid(x.double()), 8)
+    assert cutoff.shape == (T,)
+    idx = torch.zeros(T, k, dtype=torch.int16)
+    h2 = torch.zeros(E, nb, dtype=torch.int32)
+    _, out, _, _, _ = tex.fused_topk_with_score_function_qb_fwd(
+        x, k, 2.0, bias, tex.NVTERoutingMapFormat.BYTEMAP, idx, h2, bounds,
+        tex.NVTEQBHistogramMode.FUSED_ATOMIC)
+    assert out is idx
+    assert torch.equal(torch.zeros(T, E, dtype=torch.bool).scatter(1, idx.long(), True), m0)
+    h3 = torch.zeros(E, nb, dtype=torch.int32)
+    with pytest.raises(RuntimeError):
+        tex.fused_topk_with_score_function_qb_fwd(
+            x, k, 2.0, bias, tex.NVTERoutingMapFormat.BYTEMAP, None, h3,
+            torch.tensor([1.0, -1.0]), tex.NVTEQBHistogramMode.TWO_KERNEL)
+    assert int(h3.abs().sum()) == 0
