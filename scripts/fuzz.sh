@@ -24,7 +24,7 @@ build=${XTE_FUZZ_BUILD_DIR:-build-fuzz}
 case "$build" in /*) ;; *) build="$root/$build" ;; esac
 export CC=${CC:-clang} CXX=${CXX:-clang++}
 
-if ! "$CC" --version 2>/dev/null | grep -qi clang; then
+if ! grep -qi clang <<<"$("$CC" --version 2>/dev/null)"; then
   echo "fuzz: CC=$CC is not clang (libFuzzer needs clang and libclang-rt-dev)" >&2
   exit 2
 fi

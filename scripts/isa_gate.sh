@@ -90,7 +90,7 @@ if on "$(cache XTE_AVX512)"; then
 fi
 isa_libs=${XTE_ISA_LIBRARIES:-}
 for l in $want $(printf "%s" "$isa_libs" | tr ";," "  "); do
-  if ! printf '%s\n' "$libs" | grep -qx "$l"; then
+  if ! grep -qx "$l" <<<"$libs"; then
     echo "isa_gate: FAIL: library $l has no objects in $build, but this configuration builds it" \
       "(XTE_SIMDE=$(cache XTE_SIMDE), XTE_AVX512=$(cache XTE_AVX512), XTE_AMX=$(cache XTE_AMX)," \
       "XTE_VNNI=$(cache XTE_VNNI), XTE_ISA_LIBRARIES=${isa_libs:-unset}): a library left out" \

@@ -33,11 +33,11 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DXTE_NAN_SIM=ON -DXT
   -DXTE_CUDA=OFF -DXTE_MUSA=OFF -DXTE_BUILD_TESTS=ON -DXTE_BUILD_BENCH=OFF -DXTE_SIMDE=OFF \
   "${extra[@]}" >/dev/null
 # the simulation must reach the scalar ISA (and must not reach the SIMD kernels)
-if ! grep -A3 'src/cpu/scalar/quantize_scalar.c' "$build/build.ninja" | grep -q 'XTE_NAN_SIM=1'; then
+if ! grep -q 'XTE_NAN_SIM=1' <<<"$(grep -A3 'src/cpu/scalar/quantize_scalar.c' "$build/build.ninja")"; then
   echo "nansim: XTE_NAN_SIM=1 is not on src/cpu/scalar/quantize_scalar.c: not a NaN-simulating build" >&2
   exit 1
 fi
-if grep -A3 'src/cpu/avx2/quantize_avx2.c' "$build/build.ninja" | grep -q 'XTE_NAN_SIM=1'; then
+if grep -q 'XTE_NAN_SIM=1' <<<"$(grep -A3 'src/cpu/avx2/quantize_avx2.c' "$build/build.ninja")"; then
   echo "nansim: XTE_NAN_SIM reached the AVX2 kernels (they are real hardware)" >&2
   exit 1
 fi

@@ -7,7 +7,7 @@ bash scripts/deps.sh
 bash scripts/build.sh
 bdir=${XTE_BUILD_DIR:-build}
 "$bdir/xte" info
-if "$bdir/xte" help | grep -q '^  moe '; then
+if grep -q '^  moe ' <<<"$("$bdir/xte" help)"; then
   "$bdir/xte" moe "$@"
 else
   "$bdir/xte" bench quantize --filter 64MiB --min-time 0.2

@@ -358,14 +358,14 @@ fi
 
 # ---------------------------------------------------------------- 4. expert parallelism over NCCL
 if gpu_step_ok ep-nccl && selected ep-nccl; then
-  if [ -z "${XTE_NCCL_LIBRARY:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl.so.2 '; then
+  if [ -z "${XTE_NCCL_LIBRARY:-}" ] && ! grep -q 'libnccl.so.2 ' <<<"$(ldconfig -p 2>/dev/null)"; then
     for f in /usr/local/cuda*/lib*/libnccl.so.2 /usr/local/cuda*/targets/*/lib/libnccl.so.2 \
       /usr/lib/x86_64-linux-gnu/libnccl.so.2; do
       [ -e "$f" ] && export XTE_NCCL_LIBRARY="$f" && break
     done
   fi
   ep_skipped=0
-  if [ -z "${XTE_NCCL_LIBRARY:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl.so.2 '; then
+  if [ -z "${XTE_NCCL_LIBRARY:-}" ] && ! grep -q 'libnccl.so.2 ' <<<"$(ldconfig -p 2>/dev/null)"; then
     verdict ep-nccl SKIPPED "no libnccl.so.2 (ldconfig, /usr/local/cuda*) and no XTE_NCCL_LIBRARY"
     ep_skipped=1
   fi
