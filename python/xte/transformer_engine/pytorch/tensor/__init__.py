@@ -86,7 +86,28 @@ class Quantizer:
             raise ValueError("quantizer: neither rowwise nor columnwise usage is set")
 
 
-class Float8BlockwiseQTensorStorage:
+class _QTensorStorage:
+    """What every storage below answers: shape / dtype of the high-precision tensor it stands
+    for, size(), and device (that of its first data copy present, _DATA_FIELDS in order)."""
+
+    _DATA_FIELDS = ("_rowwise_data", "_columnwise_data")
+
+    shape = property(lambda self: self._shape)
+    dtype = property(lambda self: self._dtype)
+
+    @property
+    def device(self):
+        for name in self._DATA_FIELDS:
+            d = getattr(self, name)
+            if d is not None:
+                return d.device
+        raise ValueError(f"{type(self).__name__}: no data copy is present")
+
+    def size(self, dim=None):
+        return self._shape if dim is None else self._shape[dim]
+
+
+class Float8BlockwiseQTensorStorage(_QTensorStorage):
     """TE's blockwise FP8 tensor fields: _rowwise_data (uint8 [..., K]), _rowwise_scale_inv,
     _columnwise_data (uint8 [K, ...]), _columnwise_scale_inv, _fp8_dtype, _quantizer,
     _is_2D_scaled; shape / dtype / device of the high-precision tensor it stands for."""
@@ -102,17 +123,6 @@ class Float8BlockwiseQTensorStorage:
         self._fp8_dtype = fp8_dtype
         self._quantizer = quantizer
         self._is_2D_scaled = is_2D_scaled
-
-    shape = property(lambda self: self._shape)
-    dtype = property(lambda self: self._dtype)
-
-    @property
-    def device(self):
-        d = self._rowwise_data if self._rowwise_data is not None else self._columnwise_data
-        return d.device
-
-    def size(self, dim=None):
-        return self._shape if dim is None else self._shape[dim]
 
     def dim(self):
         return len(self._shape)
@@ -229,9 +239,11 @@ class Float8BlockQuantizer(Quantizer):
         pass
 
 
-class Float8TensorStorage:
+class Float8TensorStorage(_QTensorStorage):
     """TE's per-tensor FP8 tensor fields: _data (uint8, the logical shape), _scale_inv (fp32
     [1]), _transpose (uint8 [K, ...] or None), _fp8_dtype, _quantizer."""
+
+    _DATA_FIELDS = ("_data", "_transpose")
 
     def __init__(self, shape, dtype, data, scale_inv, transpose, fp8_dtype, quantizer):
         self._shape = torch.Size(shape)
@@ -242,14 +254,6 @@ class Float8TensorStorage:
         self._transpose_invalid = transpose is None
         self._fp8_dtype = fp8_dtype
         self._quantizer = quantizer
-
-    shape = property(lambda self: self._shape)
-    dtype = property(lambda self: self._dtype)
-    device = property(lambda self: (self._data if self._data is not None
-                                    else self._transpose).device)
-
-    def size(self, dim=None):
-        return self._shape if dim is None else self._shape[dim]
 
     def dequantize(self, *, dtype=None):
         dtype = self._dtype if dtype is None else dtype
@@ -347,7 +351,7 @@ class Float8Quantizer(_PerTensorQuantizer):
                 "amax": self.amax}
 
 
-class MXFP8TensorStorage:
+class MXFP8TensorStorage(_QTensorStorage):
     """TE's MXFP8 tensor fields: _rowwise_data / _columnwise_data (uint8, both the logical
     shape), _rowwise_scale_inv / _columnwise_scale_inv (E8M0 bytes, uint8, TE's padded layout),
     _fp8_dtype, _quantizer, _with_gemm_swizzled_scales (False)."""
@@ -363,14 +367,6 @@ class MXFP8TensorStorage:
         self._fp8_dtype = fp8_dtype
         self._quantizer = quantizer
         self._with_gemm_swizzled_scales = False
-
-    shape = property(lambda self: self._shape)
-    dtype = property(lambda self: self._dtype)
-    device = property(lambda self: (self._rowwise_data if self._rowwise_data is not None
-                                    else self._columnwise_data).device)
-
-    def size(self, dim=None):
-        return self._shape if dim is None else self._shape[dim]
 
     def dequantize(self, *, dtype=None):
         """x = fp32(q * 2^(e - 127)) from the rowwise copy, else the columnwise one."""
