@@ -1923,16 +1923,10 @@ OPS.update({
 # shapes chosen by the flags.
 
 
-@torch.library.custom_op("xte::te_router", mutates_args=(), device_types=_DEV)
-def te_router(logits: Tensor, expert_bias: Optional[Tensor], topk: int, score_function: int,
-              use_pre_softmax: bool, num_groups: int, group_topk: int, scaling_factor: float,
-              want_bits: bool, want_idx: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """xte_router_forward in TE's form: (probs fp32 [T, E], routing_map uint8 [T, E], routing_bits
-    uint8 [T, ceil(E/8)] (want_bits, else [T, 0]), topk_idx int32 [T, k] in rank order
-    (want_idx, else [T, 0]), saved fp32 [T, E]); autograd from probs to the logits."""
-    vl = view(logits, "logits", _ACT)
-    vb = view(expert_bias, "expert_bias", (DType.FP32,)) if expert_bias is not None else None
-    T, E = vl.shape[0], vl.shape[-1]
+def _te_router_outputs(vl, T, E, topk, want_bits, want_idx):
+    """The te_router / te_router_qb outputs: (probs fp32 [T, E], routing_map uint8 [T, E],
+    routing_bits uint8 [T, ceil(E/8)] or [T, 0], topk_idx int32 [T, k] or [T, 0], saved fp32
+    [T, E]), the RouterOutputs pointing at them and their writable views."""
     probs = empty(vl, (T, E), DType.FP32)
     rmap = empty(vl, (T, E), DType.UINT8)
     bits = empty(vl, (T, (E + 7) // 8 if want_bits else 0), DType.UINT8)
@@ -1948,6 +1942,21 @@ def te_router(logits: Tensor, expert_bias: Optional[Tensor], topk: int, score_fu
     if want_idx:
         views.append(view(idx, "topk_indices", writable=True))
         out.topk_idx = views[-1].t
+    return (probs, rmap, bits, idx, saved), out, views
+
+
+@torch.library.custom_op("xte::te_router", mutates_args=(), device_types=_DEV)
+def te_router(logits: Tensor, expert_bias: Optional[Tensor], topk: int, score_function: int,
+              use_pre_softmax: bool, num_groups: int, group_topk: int, scaling_factor: float,
+              want_bits: bool, want_idx: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """xte_router_forward in TE's form: (probs fp32 [T, E], routing_map uint8 [T, E], routing_bits
+    uint8 [T, ceil(E/8)] (want_bits, else [T, 0]), topk_idx int32 [T, k] in rank order
+    (want_idx, else [T, 0]), saved fp32 [T, E]); autograd from probs to the logits."""
+    vl = view(logits, "logits", _ACT)
+    vb = view(expert_bias, "expert_bias", (DType.FP32,)) if expert_bias is not None else None
+    T, E = vl.shape[0], vl.shape[-1]
+    (probs, rmap, bits, idx, saved), out, views = _te_router_outputs(vl, T, E, topk, want_bits,
+                                                                   want_idx)
     cfg = _router_cfg(topk, score_function, use_pre_softmax, num_groups, group_topk,
                       scaling_factor)
     call("xte_router_forward", vl.ptr, vb.ptr if vb is not None else None, ctypes.byref(cfg),
@@ -1994,23 +2003,10 @@ def te_router_qb(logits: Tensor, expert_bias: Tensor, topk: int, scaling_factor:
     vb = view(expert_bias, "expert_bias", (DType.FP32,))
     T, E = vl.shape[0], vl.shape[-1]
     lower, upper = (float(v) for v in bin_bounds.detach().reshape(-1).cpu().tolist())
-    probs = empty(vl, (T, E), DType.FP32)
-    rmap = empty(vl, (T, E), DType.UINT8)
-    bits = empty(vl, (T, (E + 7) // 8 if want_bits else 0), DType.UINT8)
-    idx = empty(vl, (T, topk if want_idx else 0), DType.INT32)
-    saved = empty(vl, (T, E), DType.FP32)
+    (probs, rmap, bits, idx, saved), out, views = _te_router_outputs(vl, T, E, topk, want_bits,
+                                                                   want_idx)
     cutoff = empty(vl, (T,), DType.FP32)
     counts = zeros(vl, (E, num_bins), DType.INT32)
-    out = RouterOutputs()
-    views = [view(probs, "probs", writable=True), view(rmap, "routing_map", writable=True),
-             view(saved, "saved", writable=True)]
-    out.probs, out.routing_map, out.saved = views[0].t, views[1].t, views[2].t
-    if want_bits:
-        views.append(view(bits, "routing_bits", writable=True))
-        out.routing_bits = views[-1].t
-    if want_idx:
-        views.append(view(idx, "topk_indices", writable=True))
-        out.topk_idx = views[-1].t
     vc, vh = view(cutoff, "cutoff", writable=True), view(counts, "histogram", writable=True)
     call("xte_router_qb_forward", vl.ptr, vb.ptr, int(topk), float(scaling_factor), lower, upper,
          ctypes.byref(out), vc.ptr, vh.ptr, stream_of(vl, vb, vc, vh, *views))
