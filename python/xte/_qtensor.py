@@ -114,7 +114,7 @@ class QuantizedTensor:
                 f"columnwise={self.columnwise_data is not None})")
 
 
-def _scale_fields(arr, layout, name, writable):
+def scale_fields(arr, layout, name, writable):
     """(View, (data, dtype, rows, cols, layout)) of a scale array: [rows, cols]; 1-D [n] as
     [1, n]; more dimensions (grouped [G, rows, cols]) with the leading ones as rows. A scale
     buffer is dense (xte_scale_tensor has no row stride): a padded view is an XteLayoutError."""
@@ -179,14 +179,14 @@ def qview(q, name, writable=False):
         rt = v.f
         views.append(v)
         if q.scale_inv is not None:
-            v, rs = _scale_fields(q.scale_inv, q.layout, f"{name}.scale_inv", writable)
+            v, rs = scale_fields(q.scale_inv, q.layout, f"{name}.scale_inv", writable)
             views.append(v)
     if q.columnwise_data is not None:
         v = view(q.columnwise_data, f"{name}.columnwise_data", writable=writable)
         ct = v.f
         views.append(v)
         if q.columnwise_scale_inv is not None:
-            v, cs = _scale_fields(q.columnwise_scale_inv, q.columnwise_layout,
+            v, cs = scale_fields(q.columnwise_scale_inv, q.columnwise_layout,
                                   f"{name}.columnwise_scale_inv", writable)
             views.append(v)
     # amax is an output of a quantizing call; scale too for TE_CURRENT (TE_DELAYED reads it)

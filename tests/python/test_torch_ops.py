@@ -253,7 +253,7 @@ def test_router_bytes_equal_plain_opcheck_and_grad(score, pre, ng, gt):
     g = torch.Generator().manual_seed(4)
     logits, bias = _router_inputs(g)
     topk, scale = 4, 2.5
-    sf = int(xt._score(score))
+    sf = int(P_moe.parse_score(score))
     eb = bias if score != "softmax" else None
     w, idx, rmap, saved = ops.router(logits, eb, topk, sf, pre, ng, gt, scale)
     idx_p = torch.empty(idx.shape, dtype=torch.int64)
@@ -393,7 +393,7 @@ def test_attention_bytes_opcheck_grad(layout, mask):
     pg = P_att.attention_bwd(q, k, v, po, do, plse, layout=layout, mask=mask or "none")
     for a, bb in zip(grads, pg):
         same_bytes(a, bb)
-    args = xt._attn_args(layout, mask, None, None, None, None, None, None, None, None)
+    args = xt._attention.op_args(layout, mask, None, None, None, None, None, None, None, None)
     if layout == "sbhd":  # opcheck once (time); the fake shapes of BSHD / THD are checked below
         _opcheck(ops.attention_fwd, (q, k, v) + args)
         _opcheck(ops.attention_fwd, (q.clone().requires_grad_(True),
@@ -432,7 +432,7 @@ def test_attention_thd_opcheck():
     g = torch.Generator().manual_seed(8)
     cu = torch.tensor([0, 5, 12], dtype=torch.int32)
     q, k, v = (torch.randn(12, 2, 8, generator=g) for _ in range(3))
-    args = xt._attn_args("thd", "causal", None, None, None, None, cu, cu, 7, 7)
+    args = xt._attention.op_args("thd", "causal", None, None, None, None, cu, cu, 7, 7)
     _opcheck(ops.attention_fwd, (q, k, v) + args)
     o, lse = ops.attention_fwd(q, k, v, *args)
     po, plse = P_att.attention_fwd(q, k, v, layout="thd", mask="causal", cu_seqlens_q=cu,
@@ -514,7 +514,7 @@ def test_aux_scores_and_aux_loss(score):
     g = torch.Generator().manual_seed(21)
     T, E, k = 19, 8, 2
     logits = torch.randn(T, E, generator=g)
-    sf = int(xt._score(score))
+    sf = int(P_moe.parse_score(score))
     sc, rm, sv = ops.router_aux_scores(logits, k, sf)
     prm, psc, psv = P_moe.fused_compute_score_for_moe_aux_loss(logits, k, score,
                                                                return_intermediate=True)
@@ -568,12 +568,13 @@ def test_sort_chunks_and_dispatch_layout():
 
 
 def test_every_op_is_opchecked_here():
-    """The list of registered ops is the one this file and test_torch_ops2.py opcheck (a new op
-    needs a test)."""
+    """The list of registered ops is the one this file and test_torch_ops_deepgemm_te.py opcheck
+    (a new op needs a test)."""
     import re
     import os
     here = os.path.dirname(os.path.abspath(__file__))
-    src = open(__file__).read() + open(os.path.join(here, "test_torch_ops2.py")).read()
+    src = open(__file__).read() + open(os.path.join(here,
+                                                    "test_torch_ops_deepgemm_te.py")).read()
     checked = set(re.findall(r"_opcheck\(ops\.(\w+)", src))
     assert set(xt.OPS) <= checked, set(xt.OPS) - checked
 

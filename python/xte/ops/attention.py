@@ -228,3 +228,14 @@ def attention_bwd(q, k, v, out, d_out, lse, *, layout="bshd", mask="none", windo
     _call("xte_attention_bwd", vq.ptr, vk.ptr, vv.ptr, vo.ptr, vdo.ptr, vl.ptr, vdq.ptr, vdk.ptr,
           vdv.ptr, ctypes.byref(cfg), stream_of(vq, vk, vv, vo, vdo, vl, vdq, vdk, vdv, *keep))
     return dq, dk, dv
+
+
+def parse_layout(layout):
+    """The AttnLayout of a layout name ('bshd', 'sbhd', 'thd'), enum or int (xte.torch's ops take
+    it as an int)."""
+    return _enum(layout, _LAYOUTS, AttnLayout, "layout")
+
+
+def parse_mask(mask):
+    """The AttnMask of a mask name (TE's 'no_mask' / 'padding*' accepted), enum, int or None."""
+    return _enum(mask if mask is not None else "none", _MASKS, AttnMask, "mask")

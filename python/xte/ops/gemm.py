@@ -63,7 +63,8 @@ _LAYOUT_ORDER = (ScaleLayout.COMPACT, ScaleLayout.DEEPGEMM, ScaleLayout.TE_GEMM,
 _parse_enum = _lib_parse_enum
 
 
-def _gemm_mode(mode):
+def parse_gemm_mode(mode):
+    """The GemmMode of "exact" / "fast", a GemmMode or its int (errors name `mode`)."""
     return _parse_enum(mode, {"exact": GemmMode.EXACT, "fast": GemmMode.FAST}, GemmMode, "mode")
 
 
@@ -149,7 +150,9 @@ def _mode_hint(v, what):
         raise XteValueError(Status.INVALID_ARGUMENT, f"{what}: {e.message}") from None
 
 
-def _hints(recipe, recipe_a, recipe_b, layout):
+def deepgemm_hints(recipe, recipe_a, recipe_b, layout):
+    """((mode hint, layout hint) of a, (mode hint, layout hint) of b) from DeepGEMM's recipe
+    tuple or recipe_a / recipe_b names and layout (None: inferred from the scales)."""
     ha, hb = _mode_hint(recipe_a, "recipe_a"), _mode_hint(recipe_b, "recipe_b")
     if recipe is not None:
         if not (isinstance(recipe, (tuple, list)) and len(recipe) == 3):
@@ -252,7 +255,7 @@ def _operands(a, b, trans_a, trans_b, recipe=None, recipe_a=None, recipe_b=None,
               names=("a", "b")):
     """Resolve a and b (C-level trans flags) into _Operands, choosing the scaling modes of
     (data, scales) pairs jointly so that the pair is a supported one."""
-    hint_a, hint_b = _hints(recipe, recipe_a, recipe_b, layout)
+    hint_a, hint_b = deepgemm_hints(recipe, recipe_a, recipe_b, layout)
     res = []
     for x, name, trans, hint in ((a, names[0], trans_a, hint_a), (b, names[1], trans_b, hint_b)):
         if isinstance(x, QuantizedTensor):
@@ -295,7 +298,7 @@ def _config(trans_a, trans_b, accumulate, vbias, mode):
     cfg.trans_b = int(bool(trans_b))
     cfg.accumulate = int(bool(accumulate))
     cfg.bias = None if vbias is None else ctypes.pointer(vbias.t)  # a struct field: a real pointer
-    cfg.mode = int(_gemm_mode(mode))
+    cfg.mode = int(parse_gemm_mode(mode))
     return cfg
 
 
@@ -775,7 +778,8 @@ def _torch_of(x):
     return torch if torch is not None and isinstance(x, torch.Tensor) else None
 
 
-def _k_recipe(recipe):
+def check_k_recipe(recipe):
+    """gran_k of a k-grouped GEMM recipe ((1, 1, 128) or (1, 1, 32); None: 128), or the error."""
     if recipe is None:
         return 128
     r = tuple(int(v) for v in recipe)
@@ -824,7 +828,7 @@ def _k_groups(ks, grouped_layout, G, use_psum_layout, alignment, rows):
 
 def _k_grouped(a, b, d, ks, grouped_layout, c, recipe, layout, mode, bias, use_psum_layout,
                alignment, nt):
-    gk = _k_recipe(recipe)
+    gk = check_k_recipe(recipe)
     if not (_is_pair(a) and _is_pair(b)):
         raise XteDTypeError(Status.DTYPE, "a, b: k-grouped GEMMs take (data, scales) pairs")
     G = int(d.shape[0])

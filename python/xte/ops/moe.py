@@ -76,7 +76,8 @@ _SCORES = {"softmax": RouterScore.SOFTMAX, "sigmoid": RouterScore.SIGMOID,
            "sqrtsoftplus": RouterScore.SQRTSOFTPLUS}
 
 
-def _score(score_function):
+def parse_score(score_function):
+    """The RouterScore of a score-function name ("softmax", "sigmoid", "sqrtsoftplus") or int."""
     return parse_enum(score_function, _SCORES, RouterScore, "score_function")
 
 
@@ -133,7 +134,7 @@ def _router_config(topk, use_pre_softmax, num_groups, group_topk, scaling_factor
                    score_function):
     c = lib.xte_router_config_default()
     c.topk = int(topk)
-    c.score_function = int(_score(score_function))
+    c.score_function = int(parse_score(score_function))
     c.use_pre_softmax = int(bool(use_pre_softmax))
     c.num_groups = 0 if num_groups is None else int(num_groups)
     c.group_topk = 0 if group_topk is None else int(group_topk)
@@ -248,7 +249,7 @@ def fused_compute_score_for_moe_aux_loss(logits, topk, score_function="softmax",
     if len(vl.shape) != 2:
         raise _bad("logits", f"shape {vl.shape}: want [T, E]", XteShapeError, Status.SHAPE)
     T, E = vl.shape
-    sf = _score(score_function)
+    sf = parse_score(score_function)
     fmt = routing_map_format.lower() if hasattr(routing_map_format, "lower") else routing_map_format
     if fmt not in ("bytemap", "bitmap_u8", 0, 1, None):
         raise _bad("routing_map_format", f"{routing_map_format!r}: want 'bytemap', 'bitmap_u8' or "
@@ -281,7 +282,7 @@ def fused_compute_score_for_moe_aux_loss_backward(intermediate_output, grad_scor
     vg = view(grad_scores, "grad_scores", (DType.FP32,))
     vs = view(intermediate_output, "intermediate_output", (DType.FP32,))
     vl = view_opt(logits, "logits", _FLOAT_IN)
-    sf = _score(score_function)
+    sf = parse_score(score_function)
     d = _dtype(dtype, "dtype", _FLOAT_IN, vl.dtype if vl is not None else DType.FP32)
     gl, vo = _out(grad_logits, vg, vg.shape, d, "grad_logits", _FLOAT_IN)
     _call("xte_router_aux_scores_backward", {"saved": "intermediate_output"},

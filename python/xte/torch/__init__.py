@@ -28,18 +28,22 @@ pass FP8 data / E8M0 scales as uint8 bytes (opcheck and autograd cannot compare 
 these wrappers restore the float8 dtypes as zero-copy views.
 """
 
-import torch
+from typing import List, Optional, Sequence, Tuple, Union
 
-from .._lib import AttnLayout, AttnMask, DType, GemmMode, Recipe, RouterScore, ScaleLayout, ScalingMode
+import torch
+from torch import Tensor
+
+from .._lib import (AttnLayout, AttnMask, DType, GemmMode, Recipe, RouterScore, ScaleLayout,
+                    ScalingMode, Status, XteDTypeError, XteUnsupportedError, XteValueError)
 from .._qtensor import QuantizedTensor, parse_layout, parse_mode, parse_recipe
 from .._tensor import dtype_of
-from ..ops import attention as _A
-from ..ops.moe import _score
-from ..ops.gemm import _gemm_mode
-from . import _ops  # noqa: F401  (registers the ops)
-from ._ops import OPS, permute_capacity, permute_rows, scale_shape  # noqa: F401
-from .._lib import Status, XteDTypeError, XteUnsupportedError, XteValueError
 from ..ops import gemm as _G
+from ..ops.gemm import parse_gemm_mode
+from ..ops.moe import parse_score
+from . import _attention
+from . import _ops  # noqa: F401  (registers the ops)
+from ._common import split_copies
+from ._ops import OPS, permute_capacity, permute_rows, scale_shape  # noqa: F401
 
 __all__ = ["quantize", "dequantize", "gemm", "gemm_grouped", "router", "moe_permute",
            "moe_unpermute", "swiglu", "dswiglu", "swiglu_quantize", "attention", "attention_fwd",
@@ -94,7 +98,7 @@ def _bytes_or(t):
 
 def from_lists(outs, mode, recipe, layout, rowwise=True, columnwise=False, fmt=DType.E4M3):
     """A QuantizedTensor (fp8 dtypes restored as zero-copy views) from xte::quantize's list."""
-    d, s, cd, cs = _ops.split_copies(outs, rowwise, columnwise)
+    d, s, cd, cs = split_copies(outs, rowwise, columnwise)
     f = _TFP8[DType(int(fmt))]
     mx = int(recipe) in (int(Recipe.MX_TE), int(Recipe.MX_OCP))
 
@@ -140,7 +144,7 @@ def gemm(a, b, *, trans_a=False, trans_b=True, c=None, accumulate=False, bias=No
     b^T when trans_b (the default: b is the weight [N, K], the Linear forward "TN"); a, b
     QuantizedTensors. (The raw op torch.ops.xte.gemm takes the C flags: its trans_b is
     `not trans_b` here.)"""
-    m = _gemm_mode(mode)
+    m = parse_gemm_mode(mode)
     if c is not None:
         accumulate = True
     return ops.gemm(*_qargs(a), *_qargs(b), c, bias, bool(trans_a), not bool(trans_b),
@@ -163,7 +167,7 @@ def gemm_grouped(a, b, *, group_sizes=None, masked_m=None, num_groups=None, kind
         group_sizes = torch.tensor(group_sizes, dtype=torch.int64)
     if num_groups is None:
         num_groups = (group_sizes if group_sizes is not None else masked_m).numel()
-    m = _gemm_mode(mode)
+    m = parse_gemm_mode(mode)
     return ops.gemm_grouped(*_qargs(a), *_qargs(b), c, bias, group_sizes, masked_m,
                             int(num_groups), k, int(alignment), bool(trans_a), not bool(trans_b),
                             bool(accumulate), int(m), int(_dt(out_dtype)))
@@ -175,7 +179,7 @@ def router(logits, topk, score_function="softmax", *, expert_bias=None, use_pre_
     with autograd to the logits. Unlike TE's function (and xte.fused_topk_with_score_function),
     it returns the index form (topk_weights fp32 [T, k], topk_idx int64 [T, k]), which the
     xte.torch permute ops take: static shapes for torch.compile."""
-    sf = _score(score_function)
+    sf = parse_score(score_function)
     w, idx, _, _ = ops.router(logits, expert_bias, int(topk), int(sf), bool(use_pre_softmax),
                               int(num_groups or 0), int(group_topk or 0),
                               float(1.0 if scaling_factor is None else scaling_factor))
@@ -276,7 +280,7 @@ def fused_topk_with_score_function(logits, topk, use_pre_softmax=False, num_grou
     if fmt not in ("bytemap", "bitmap_u8", 0, 1):
         raise XteValueError(Status.INVALID_ARGUMENT, f"routing_map_format: "
                             f"{routing_map_format!r}: want 'bytemap' or 'bitmap_u8'")
-    sf = _score(score_function)
+    sf = parse_score(score_function)
     probs, rmap, bits, _ = ops.router_probs(
         logits, expert_bias, int(topk), int(sf), bool(use_pre_softmax), int(num_groups or 0),
         int(group_topk or 0), float(1.0 if scaling_factor is None else scaling_factor))
@@ -304,7 +308,7 @@ def _dg_args(a, b, recipe, recipe_a, recipe_b, layout):
     """The pair tensors, formats and the folded hints [mode_a, layout_a, mode_b, layout_b]."""
     ad, asc, af = _dg_pair(a, "a")
     bd, bsc, bf = _dg_pair(b, "b")
-    (ma, la), (mb, lb) = _G._hints(recipe, recipe_a, recipe_b, layout)
+    (ma, la), (mb, lb) = _G.deepgemm_hints(recipe, recipe_a, recipe_b, layout)
     hints = [-1 if v is None else int(v) for v in (ma, la, mb, lb)]
     return ad, asc, bd, bsc, af, bf, hints
 
@@ -328,7 +332,7 @@ def _make_dg(nm):
         _no_alpha(alpha)
         ad, asc, bd, bsc, af, bf, hints = _dg_args(a, b, recipe, recipe_a, recipe_b, layout)
         op(ad, asc, bd, bsc, d, None if c is d else c, c is d, bias, af, bf, [], hints,
-           int(_gemm_mode(mode)))
+           int(parse_gemm_mode(mode)))
         return d
     f.__name__ = f.__qualname__ = f"fp8_gemm_{nm}"
     f.__doc__ = (f"xte.fp8_gemm_{nm} (DeepGEMM's name and arguments) through the mutating custom "
@@ -362,7 +366,7 @@ def m_grouped_fp8_gemm_nt_contiguous(a, b, d, grouped_layout=None, recipe=None, 
     ops.m_grouped_fp8_gemm_nt_contiguous(ad, asc, bd, bsc, d, grouped_layout,
                                          _sizes_tensor(group_sizes),
                                          -1 if alignment is None else int(alignment), bias, af,
-                                         bf, [], hints, int(_gemm_mode(mode)),
+                                         bf, [], hints, int(parse_gemm_mode(mode)),
                                          bool(use_psum_layout), bool(ensure_zero_padding),
                                          bool(trans_b))
     return d
@@ -375,7 +379,7 @@ def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m=None, recipe=None
     returns it; rows past masked_m[g] keep their bytes)."""
     ad, asc, bd, bsc, af, bf, hints = _dg_args(a, b, recipe, recipe_a, recipe_b, layout)
     ops.m_grouped_fp8_gemm_nt_masked(ad, asc, bd, bsc, d, masked_m, bias, af, bf, [], hints,
-                                     int(_gemm_mode(mode)))
+                                     int(parse_gemm_mode(mode)))
     return d
 
 
@@ -388,7 +392,7 @@ def k_grouped_fp8_gemm_tn_contiguous(a, b, d, ks=None, grouped_layout=None, c=No
     the K of each group; use_psum_layout: grouped_layout holds the groups' end rows."""
     ad, asc, af = _dg_pair(a, "a")
     bd, bsc, bf = _dg_pair(b, "b")
-    _G._k_recipe(recipe)
+    _G.check_k_recipe(recipe)
     if isinstance(layout, (tuple, list)):
         la, lb = (None if v is None else parse_layout(v) for v in layout)
     else:
@@ -399,7 +403,7 @@ def k_grouped_fp8_gemm_tn_contiguous(a, b, d, ks=None, grouped_layout=None, c=No
         ks = None
     ops.k_grouped_fp8_gemm_tn_contiguous(ad, asc, bd, bsc, d, _sizes_tensor(ks), grouped_layout,
                                          None if c is d else c, c is d, bias, af, bf, rec, hints,
-                                         int(_gemm_mode(mode)), bool(use_psum_layout),
+                                         int(parse_gemm_mode(mode)), bool(use_psum_layout),
                                          -1 if alignment is None else int(alignment), bool(nt))
     return d
 
@@ -435,22 +439,13 @@ def swiglu_quantize(x, act_dtype=torch.bfloat16, recipe="te_block", layout=None,
     return from_lists(outs, ScalingMode.BLOCK_1x128, r, lay, rowwise, columnwise, f)
 
 
-def _attn_args(layout, mask, window, softmax_scale, softcap, alibi_slopes, cu_seqlens_q,
-               cu_seqlens_kv, max_seqlen_q, max_seqlen_kv):
-    lay = int(_A._enum(layout, _A._LAYOUTS, AttnLayout, "layout"))
-    msk = int(_A._enum(mask if mask is not None else "none", _A._MASKS, AttnMask, "mask"))
-    wl, wr = (-1, -1) if window is None else (int(window[0]), int(window[1]))
-    return (lay, msk, wl, wr, float(softmax_scale or 0.0), float(softcap or 0.0), alibi_slopes,
-            cu_seqlens_q, cu_seqlens_kv, int(max_seqlen_q or 0), int(max_seqlen_kv or 0))
-
-
 def attention_fwd(q, k, v, *, layout="bshd", mask=None, window=None, softmax_scale=None,
                   softcap=None, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_kv=None,
                   max_seqlen_q=None, max_seqlen_kv=None):
     """(O, LSE) through xte::attention_fwd."""
-    return ops.attention_fwd(q, k, v, *_attn_args(layout, mask, window, softmax_scale, softcap,
-                                                  alibi_slopes, cu_seqlens_q, cu_seqlens_kv,
-                                                  max_seqlen_q, max_seqlen_kv))
+    return ops.attention_fwd(q, k, v, *_attention.op_args(
+        layout, mask, window, softmax_scale, softcap, alibi_slopes, cu_seqlens_q, cu_seqlens_kv,
+        max_seqlen_q, max_seqlen_kv))
 
 
 def attention_bwd(q, k, v, o, do, lse, *, layout="bshd", mask=None, window=None,
@@ -458,9 +453,9 @@ def attention_bwd(q, k, v, o, do, lse, *, layout="bshd", mask=None, window=None,
                   cu_seqlens_kv=None, max_seqlen_q=None, max_seqlen_kv=None):
     """(dQ, dK, dV) through xte::attention_bwd."""
     return ops.attention_bwd(q, k, v, o, do, lse,
-                             *_attn_args(layout, mask, window, softmax_scale, softcap,
-                                         alibi_slopes, cu_seqlens_q, cu_seqlens_kv,
-                                         max_seqlen_q, max_seqlen_kv))
+                             *_attention.op_args(layout, mask, window, softmax_scale, softcap,
+                                                 alibi_slopes, cu_seqlens_q, cu_seqlens_kv,
+                                                 max_seqlen_q, max_seqlen_kv))
 
 
 def attention(q, k, v, **kw):
@@ -485,7 +480,7 @@ def cast(x, dtype, saturate=True):
 def router_aux_scores(logits, topk, score_function="softmax"):
     """The scores fp32 [T, E] of TE's fused_compute_score_for_moe_aux_loss (autograd to the
     logits; TE returns (routing_map, scores): xte.fused_compute_score_for_moe_aux_loss)."""
-    sf = _score(score_function)
+    sf = parse_score(score_function)
     return ops.router_aux_scores(logits, int(topk), int(sf))[0]
 
 

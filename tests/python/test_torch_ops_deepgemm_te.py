@@ -1,8 +1,8 @@
-"""xte.torch, second set: the custom ops of DeepGEMM's destination-passing GEMMs (fp8_gemm_nt /
-nn / tn / tt, m_grouped_fp8_gemm_nt_contiguous / _masked, k_grouped_fp8_gemm_tn_contiguous:
-mutating ops on d), the mask-form permute / unpermute, the FP8 permute (data and scale rows
-moved together), TE's router form (probs + byte map or bitmap), and moe_permute's exact-rows
-argument.
+"""xte.torch in the peers' forms: the custom ops of DeepGEMM's destination-passing GEMMs
+(fp8_gemm_nt / nn / tn / tt, m_grouped_fp8_gemm_nt_contiguous / _masked,
+k_grouped_fp8_gemm_tn_contiguous: mutating ops on d), the mask-form permute / unpermute, the FP8
+permute (data and scale rows moved together), TE's router form (probs + byte map or bitmap), and
+moe_permute's exact-rows argument.
 
 For each op: torch.library.opcheck (schema incl. the declared mutation of d, fake kernel,
 autograd registration, aot_dispatch_dynamic); the xte.torch wrapper byte-equal to the plain
@@ -463,7 +463,7 @@ def test_router_probs_bytes_opcheck_grad(score, pre, ng, gt):
             same_bytes(m1, m2)
             assert m1.dtype == (torch.bool if fmt == "bytemap" else torch.uint8)
             assert tuple(m1.shape) == ((T, E) if fmt == "bytemap" else (T, (E + 7) // 8))
-    sf = int(xte.ops.moe._score(score))
+    sf = int(xte.ops.moe.parse_score(score))
     _opcheck(ops.router_probs, (logits.clone().requires_grad_(), bias, k, sf, pre, ng, gt, 1.5))
     # gradient = the plain backward with the forward's byte map and intermediate
     lg = logits.clone().requires_grad_()
@@ -523,7 +523,7 @@ def test_every_op_is_opchecked():
     """Every registered op (xte.torch.OPS) is opchecked in test_torch_ops.py or here."""
     here = os.path.dirname(os.path.abspath(__file__))
     src = "".join(open(os.path.join(here, f)).read()
-                  for f in ("test_torch_ops.py", "test_torch_ops2.py"))
+                  for f in ("test_torch_ops.py", "test_torch_ops_deepgemm_te.py"))
     checked = set(re.findall(r"_opcheck\(ops\.(\w+)", src))
     assert set(xt.OPS) <= checked, set(xt.OPS) - checked
     mine = {"fp8_gemm_nt", "fp8_gemm_nn", "fp8_gemm_tn", "fp8_gemm_tt",
