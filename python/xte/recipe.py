@@ -10,6 +10,12 @@ reads, so it can be passed as `recipe=` anywhere) and maps its options to xte.qu
 arguments through `quantize_kwargs(role)`; xte.quantize applies them where the call leaves an
 argument at its default. Roles: "input" (activations, forward), "weight", "grad" (backward).
 Format.HYBRID means e4m3 forward and e5m2 for gradients.
+GEMM mode (xte's own field, not TE's): every recipe has `gemm_mode`, "exact" by default (a class
+attribute; set it on an object, `r.gemm_mode = "fast"`, to run the modules' GEMMs in
+XTE_GEMM_FAST). The modules that take a recipe (xte.nn, xte.transformer_engine.pytorch under
+autocast) read it; an explicit gemm_mode= of an xte.nn module or function wins. TE's MMParams
+(use_split_accumulator) do not select the mode: the exact GEMM's fp32 block partials are what a
+split accumulator gives on the GPU, and the default stays bit-reproducible.
 
 Only what changes the arithmetic is used: xte keeps no amax history, so DelayedScaling's
 history options are stored for reference only and its scale is passed to quantize(scale=);
@@ -137,9 +143,11 @@ def _check_override(v):
 
 
 class Recipe:
-    """Base of the recipes (TE's transformer_engine.common.recipe.Recipe): the class queries."""
+    """Base of the recipes (TE's transformer_engine.common.recipe.Recipe): the class queries,
+    and xte's gemm_mode ("exact" or "fast": the GEMM mode of the modules that use the recipe)."""
 
     xte_recipe = None
+    gemm_mode = "exact"
 
     @classmethod
     def nvfp4(cls):

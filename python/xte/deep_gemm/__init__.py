@@ -8,12 +8,15 @@ m_grouped_fp8_gemm_{nt,nn}_contiguous, m_grouped_fp8_gemm_nt_masked (and v2.0's
 fp8_m_grouped_gemm_nt_masked), k_grouped_fp8_gemm_{tn,nt}_contiguous, cublaslt_gemm_* (unscaled
 FP8). Runtime settings: set_num_sms / get_num_sms (xte's CPU thread count), the contiguous
 layout alignment (utils), and DeepGEMM's tuning knobs (accepted, no effect on the CPU).
+xte's own setting: set_gemm_mode("exact" | "fast") / get_gemm_mode(), the GEMM mode of every
+call ("exact" by default: DeepGEMM's signatures carry no mode).
 """
 
 from .. import _lib
 from . import testing, utils
 from ._gemm import (cublaslt_gemm_nn, cublaslt_gemm_nt, cublaslt_gemm_tn, cublaslt_gemm_tt,
-                    fp8_gemm_nn, fp8_gemm_nt, fp8_gemm_tn, fp8_gemm_tt,
+                    fp8_gemm_nn, fp8_gemm_nt, fp8_gemm_tn, fp8_gemm_tt, get_gemm_mode,
+                    set_gemm_mode,
                     k_grouped_fp8_gemm_nt_contiguous, k_grouped_fp8_gemm_tn_contiguous,
                     m_grouped_fp8_gemm_nn_contiguous, m_grouped_fp8_gemm_nt_contiguous,
                     m_grouped_fp8_gemm_nt_masked)

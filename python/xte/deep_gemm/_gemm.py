@@ -7,13 +7,34 @@ copy) with the transposed form of the GEMM; scales (any strides) are made dense 
 orientation of the stored data (a scale copy, as DeepGEMM's own TMA-layout copy); packed UE8M0
 scales (int32) are unpacked (gran_k 32: E8M0 bytes, xte's MXFP8; gran_k 128: fp32 powers of
 two); fp32 power-of-two scales with gran_k 32 become E8M0 bytes (exact).
+
+GEMM mode: DeepGEMM's signatures have no mode, so every entry point here passes the module's
+setting, set_gemm_mode("exact" | "fast") / get_gemm_mode(), to the op's mode=. The default is
+"exact" (xte's exact GEMM: bit-reproducible, and within DeepGEMM's own test tolerances);
+"fast" selects XTE_GEMM_FAST (block partials in a backend-defined order and precision, as
+DeepGEMM's tensor-core kernels form them; bound in include/xte/gemm.h).
 """
+
+from typing import Union
 
 import torch
 
 from .. import torch as _xt
-from .._lib import Status, XteUnsupportedError, XteValueError
+from .._lib import GemmMode, Status, XteUnsupportedError, XteValueError
+from ..ops.gemm import parse_gemm_mode
 from . import utils as _U
+
+_mode = {"gemm": GemmMode.EXACT}
+
+
+def set_gemm_mode(mode: Union[str, GemmMode]) -> None:
+    """The GEMM mode of every xte.deep_gemm GEMM from now on: "exact" (the default) or "fast"."""
+    _mode["gemm"] = parse_gemm_mode(mode)
+
+
+def get_gemm_mode() -> str:
+    """The GEMM mode of xte.deep_gemm's GEMMs: "exact" or "fast"."""
+    return _mode["gemm"].name.lower()
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 _FP4 = tuple(getattr(torch, n) for n in ("float4_e2m1fn_x2",) if hasattr(torch, n))
@@ -123,7 +144,7 @@ def fp8_gemm_nt(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None,
     form = _FORMS[(amn, bmn)]
     layout = ("compact", "compact")
     getattr(_xt, f"fp8_gemm_{form}")((ad, asf), (bd, bsf), d, c, recipe, recipe_a, recipe_b,
-                                     layout=layout)
+                                     layout=layout, mode=_mode["gemm"])
 
 
 def fp8_gemm_nn(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None,
@@ -176,7 +197,7 @@ def m_grouped_fp8_gemm_nt_contiguous(a, b, d, grouped_layout, recipe=None, recip
         (a[0], asf), (bd, bsf), d, grouped_layout, recipe, recipe_a, recipe_b,
         alignment=_U.get_mk_alignment_for_contiguous_layout(), layout=("compact", "compact"),
         use_psum_layout=bool(use_psum_layout), ensure_zero_padding=bool(ensure_zero_padding),
-        trans_b=trans_b)
+        trans_b=trans_b, mode=_mode["gemm"])
 
 
 def m_grouped_fp8_gemm_nn_contiguous(a, b, d, grouped_layout, recipe=None, recipe_a=None,
@@ -205,7 +226,8 @@ def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m, recipe=None, rec
         b[0], _unpacked(b[1], b[0].shape[-1], gk_b), recipe, recipe_a, recipe_b)
     bsf = _dense(bsf, gk_b, "b[1]")
     _xt.m_grouped_fp8_gemm_nt_masked((a[0], asf), (b[0], bsf), d, masked_m, expected_m, recipe,
-                                     recipe_a, recipe_b, layout=("compact", "compact"))
+                                     recipe_a, recipe_b, layout=("compact", "compact"),
+                                     mode=_mode["gemm"])
 
 
 def _k_grouped(a, b, d, ks_cpu, grouped_layout, c, recipe, use_psum_layout, nt):
@@ -218,7 +240,7 @@ def _k_grouped(a, b, d, ks_cpu, grouped_layout, c, recipe, use_psum_layout, nt):
     _xt.k_grouped_fp8_gemm_tn_contiguous(
         (a[0], asf), (b[0], bsf), d, ks, grouped_layout, c, recipe,
         layout=("compact", "compact"), use_psum_layout=bool(use_psum_layout),
-        alignment=_U.get_mk_alignment_for_contiguous_layout(), nt=nt)
+        alignment=_U.get_mk_alignment_for_contiguous_layout(), nt=nt, mode=_mode["gemm"])
 
 
 def _k_scales(sf, gk):
@@ -265,7 +287,7 @@ def cublaslt_gemm_nt(a, b, d, c=None):
     pa = (a.t(), pa[1]) if amn else pa
     pb = (b.t(), pb[1]) if bmn else pb
     getattr(_xt, f"fp8_gemm_{_FORMS[(amn, bmn)]}")(pa, pb, d, c, recipe_a="per_tensor",
-                                                   recipe_b="per_tensor")
+                                                   recipe_b="per_tensor", mode=_mode["gemm"])
 
 
 def cublaslt_gemm_nn(a, b, d, c=None):

@@ -18,28 +18,35 @@ boundary is not a multiple of 128 rows, each expert's rows for the weight gradie
   fprop  y  = Q(x) Q(W)^T (+ bias)      xte_gemm, 1x128 x 128x128
   dgrad  dx = Q(dy) Q(W)                 xte_gemm trans_b, 1x128 x 128x128
   wgrad  dW = Qc(dy)^T Qc(x)             xte_gemm trans_a trans_b, 1x128 columnwise x 1x128
-Every product is xte's exact GEMM (docs/numerics.md section 6), so the only error against an
-fp64 product of the same FP8 operands is the fp32 rounding of the 128-element block partials,
-the fp32 accumulation over the K blocks and the final rounding to the output dtype.
+GEMM mode (gemm_mode=, default: the recipe object's gemm_mode field, else "exact"): every
+product is xte's EXACT GEMM by default (docs/numerics.md section 6), so the only error against
+an fp64 product of the same FP8 operands is the fp32 rounding of the 128-element block partials,
+the fp32 accumulation over the K blocks and the final rounding to the output dtype. "fast" runs
+all three GEMMs (fprop, dgrad, wgrad) in XTE_GEMM_FAST, within the bound gemm.h states for it
+(each block partial in a backend-defined order and precision; see include/xte/gemm.h).
 """
 
 import torch
 
+from typing import Optional, Sequence, Union
+
+from torch import Tensor
+
 from .._lib import DType, GemmMode, Recipe, ScaleLayout, ScalingMode
 from .._qtensor import parse_mode, parse_recipe
+from ..ops.gemm import parse_gemm_mode
 from ..torch import (attention, attention_fwd, moe_permute, moe_unpermute, permute_capacity,
                      permute_rows, router, swiglu)
 from .._tensor import dtype_of
 
 __all__ = ["linear", "grouped_linear", "attention", "attention_fwd", "router", "moe_permute",
            "moe_unpermute", "swiglu", "permute_capacity", "permute_rows",
-           "group_sizes_from_offsets", "linear_plan"]
+           "group_sizes_from_offsets", "linear_plan", "gemm_mode_of"]
 
 _ops = torch.ops.xte
 _B1 = int(ScalingMode.BLOCK_1x128)
 _B128 = int(ScalingMode.BLOCK_128x128)
 _LAY = int(ScaleLayout.COMPACT)
-_EXACT = int(GemmMode.EXACT)
 _FMT_DT = {"e4m3": int(DType.E4M3), "e5m2": int(DType.E5M2)}
 
 
@@ -104,6 +111,15 @@ def linear_plan(recipe="te_block", fmt="e4m3"):
     return (r,) + tuple(roles)
 
 
+def gemm_mode_of(recipe=None, gemm_mode=None) -> GemmMode:
+    """The GemmMode linear / grouped_linear run their GEMMs in: gemm_mode when given ("exact",
+    "fast", a GemmMode), else the recipe object's gemm_mode field (xte.recipe.Recipe.gemm_mode,
+    "exact" unless set), else EXACT (recipe names carry no mode)."""
+    if gemm_mode is None:
+        gemm_mode = getattr(recipe, "gemm_mode", None)
+    return parse_gemm_mode("exact" if gemm_mode is None else gemm_mode)
+
+
 def _q(x, plan, role, rowwise, columnwise):
     """[data, scale, cdata, cscale] of x for a role (1 input, 2 weight, 3 grad); the copies not
     asked for are None."""
@@ -132,22 +148,22 @@ def _w_cols(plan):
 
 class _Linear(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, plan):
+    def forward(ctx, x, weight, bias, plan, mode):
         need_wgrad = weight.requires_grad
         need_dgrad = x.requires_grad
         xq = _q(x, plan, 1, True, need_wgrad)
         wq = _q(weight, plan, 2, True, need_dgrad and _w_cols(plan))
         b32 = None if bias is None else bias.to(torch.float32)
         y = _ops.gemm(xq[0], xq[1], None, None, _meta(plan, 1), wq[0], wq[1], None, None,
-                      _meta(plan, 2), None, b32, False, False, False, _EXACT, _out_dt(x))
+                      _meta(plan, 2), None, b32, False, False, False, mode, _out_dt(x))
         ctx.save_for_backward(xq[2], xq[3], wq[0], wq[1], wq[2], wq[3])
-        ctx.cfg = (plan, x.dtype, weight.dtype, None if bias is None else bias.dtype)
+        ctx.cfg = (plan, mode, x.dtype, weight.dtype, None if bias is None else bias.dtype)
         return _fin(y, x.dtype)
 
     @staticmethod
     def backward(ctx, dy):
         xc, xcs, w, ws, wc, wcs = ctx.saved_tensors
-        plan, xt, wt, bdt = ctx.cfg
+        plan, mode, xt, wt, bdt = ctx.cfg
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         dy = dy.contiguous()
         dx = dw = db = None
@@ -156,25 +172,28 @@ class _Linear(torch.autograd.Function):
             mg = _meta(plan, 3)
         if need_dx:
             dx = _fin(_ops.gemm(dyq[0], dyq[1], None, None, mg, w, ws, wc, wcs, _meta(plan, 2),
-                                None, None, False, True, False, _EXACT,
+                                None, None, False, True, False, mode,
                                 _out_dt(torch.empty(0, dtype=xt))), xt)
         if need_dw:
             dw = _fin(_ops.gemm(None, None, dyq[2], dyq[3], mg, None, None, xc, xcs,
-                                _meta(plan, 1), None, None, True, True, False, _EXACT,
+                                _meta(plan, 1), None, None, True, True, False, mode,
                                 _out_dt(torch.empty(0, dtype=wt))), wt)
         if bdt is not None and ctx.needs_input_grad[2]:
             db = dy.sum(0, dtype=torch.float32).to(bdt)
-        return dx, dw, db, None
+        return dx, dw, db, None, None
 
 
-def linear(x, weight, bias=None, recipe="te_block", fmt="e4m3"):
+def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, recipe="te_block",
+           fmt: str = "e4m3", *, gemm_mode: Union[str, GemmMode, None] = None) -> Tensor:
     """y = x W^T (+ bias) with FP8 forward and backward (see the module doc).
     x [..., K] fp32 / bf16 (y in x's dtype); weight [N, K] fp32 / bf16; bias [N] (added in
-    fp32 in the GEMM epilogue; its gradient in bias's dtype). recipe: see linear_plan."""
+    fp32 in the GEMM epilogue; its gradient in bias's dtype). recipe: see linear_plan;
+    gemm_mode: see gemm_mode_of (default exact)."""
     plan = linear_plan(recipe, fmt)
+    mode = int(gemm_mode_of(recipe, gemm_mode))
     K = x.shape[-1]
     x2 = x.reshape(-1, K)
-    y = _Linear.apply(x2, weight, bias, plan)
+    y = _Linear.apply(x2, weight, bias, plan, mode)
     return y.reshape(tuple(x.shape[:-1]) + (weight.shape[0],))
 
 
@@ -202,7 +221,7 @@ def _quantize_experts(weights, plan, N_pad):
 
 class _GroupedLinear(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, m_splits, plan, *weights):
+    def forward(ctx, x, m_splits, plan, mode, *weights):
         E = len(weights)
         N, K = weights[0].shape
         N_pad = -(-N // 128) * 128 if E > 1 else N
@@ -211,22 +230,22 @@ class _GroupedLinear(torch.autograd.Function):
         wd, ws = _quantize_experts(weights, plan, N_pad)
         y = _ops.gemm_grouped(xq[0], xq[1], None, None, _meta(plan, 1), wd, ws, None, None,
                               _meta(plan, 2), None, None, m_splits, None, E, 0, 0, False, False,
-                              False, _EXACT, _out_dt(x))
+                              False, mode, _out_dt(x))
         if N_pad != N:
             y = y[:, :N].contiguous()
         y = _fin(y, x.dtype)
         ctx.save_for_backward(xq[2], xq[3], wd, ws, m_splits)
         if len({w.dtype for w in weights}) != 1:
             raise TypeError("grouped_linear: the expert weights have different dtypes")
-        ctx.cfg = (plan, x.dtype, weights[0].dtype, E, N, N_pad, K)
+        ctx.cfg = (plan, mode, x.dtype, weights[0].dtype, E, N, N_pad, K)
         return y
 
     @staticmethod
     def backward(ctx, dy):
         xc, xcs, wd, ws, m_splits = ctx.saved_tensors
-        plan, xt, wt, E, N, N_pad, K = ctx.cfg
+        plan, mode, xt, wt, E, N, N_pad, K = ctx.cfg
         need_dx = ctx.needs_input_grad[0]
-        need_dw = any(ctx.needs_input_grad[3:])
+        need_dw = any(ctx.needs_input_grad[4:])
         dy = dy.contiguous()
         mg = _meta(plan, 3)
         dx = None
@@ -237,16 +256,16 @@ class _GroupedLinear(torch.autograd.Function):
             dq = _q(dyp, plan, 3, True, False)
             dx = _ops.gemm_grouped(dq[0], dq[1], None, None, mg, wd, ws, None, None,
                                    _meta(plan, 2), None, None, m_splits, None, E, 0, 0, False,
-                                   True, False, _EXACT, _out_dt(torch.empty(0, dtype=xt)))
+                                   True, False, mode, _out_dt(torch.empty(0, dtype=xt)))
             dx = _fin(dx, xt)
         if need_dw:
             dq = _q(dy, plan, 3, False, True)
             dw = _ops.gemm_grouped(None, None, dq[2], dq[3], mg, None, None, xc, xcs,
                                    _meta(plan, 1), None, None, m_splits, None, E, 2, 0, True,
-                                   True, False, _EXACT, _out_dt(torch.empty(0, dtype=wt)))
+                                   True, False, mode, _out_dt(torch.empty(0, dtype=wt)))
             dw = _fin(dw, wt)
-            dws = [dw[g] if ctx.needs_input_grad[3 + g] else None for g in range(E)]
-        return (dx, None, None) + tuple(dws)
+            dws = [dw[g] if ctx.needs_input_grad[4 + g] else None for g in range(E)]
+        return (dx, None, None, None) + tuple(dws)
 
 
 def _splits_list(m_splits):
@@ -255,7 +274,9 @@ def _splits_list(m_splits):
     return [int(v) for v in m_splits]
 
 
-def grouped_linear(x, weight, m_splits, recipe="te_block", fmt="e4m3", bias=None):
+def grouped_linear(x: Tensor, weight: Union[Tensor, Sequence[Tensor]], m_splits,
+                   recipe="te_block", fmt: str = "e4m3", bias=None, *,
+                   gemm_mode: Union[str, GemmMode, None] = None) -> Tensor:
     """Expert GEMMs: rows [off_g, off_g + m_splits[g]) of x [R, K] times expert g's weight
     [N, K]^T (+ bias[g]) -> [R, N]. weight: [E, N, K] or a sequence of E [N, K] tensors (TE's
     weight0 .. weight{E-1}); bias: None, [E, N] or a sequence of E [N]. m_splits: int64 tensor
@@ -264,11 +285,13 @@ def grouped_linear(x, weight, m_splits, recipe="te_block", fmt="e4m3", bias=None
     padded to a multiple of 128 with zero rows when E > 1, and the weight gradient as a
     K-grouped GEMM when every group but the last has a multiple of 128 rows (always assumed
     under torch.compile); otherwise (another recipe, or unaligned groups in eager mode) each
-    expert runs linear() on its rows, its rows quantized on their own as TE does."""
+    expert runs linear() on its rows, its rows quantized on their own as TE does. gemm_mode: see
+    gemm_mode_of (default exact), for every GEMM of the call."""
     weights = list(weight.unbind(0)) if isinstance(weight, torch.Tensor) else list(weight)
     if not weights:
         raise ValueError("grouped_linear: no expert weights")
     plan = linear_plan(recipe, fmt)
+    mode = int(gemm_mode_of(recipe, gemm_mode))
     E = len(weights)
     use_grouped = _grouped_plan_ok(plan)
     splits = None
@@ -284,7 +307,7 @@ def grouped_linear(x, weight, m_splits, recipe="te_block", fmt="e4m3", bias=None
     if not isinstance(ms, torch.Tensor):
         ms = torch.tensor([int(v) for v in m_splits], dtype=torch.int64)
     if use_grouped:
-        y = _GroupedLinear.apply(x, ms, plan, *weights)
+        y = _GroupedLinear.apply(x, ms, plan, mode, *weights)
     else:
         if splits is None:
             raise NotImplementedError("xte: grouped_linear under torch.compile needs the block "
@@ -294,7 +317,7 @@ def grouped_linear(x, weight, m_splits, recipe="te_block", fmt="e4m3", bias=None
             if xg.shape[0] == 0:  # an expert with no rows: an empty product, zero gradients
                 outs.append(torch.matmul(xg, w.t()).to(x.dtype))
             else:
-                outs.append(_Linear.apply(xg, w, None, plan))
+                outs.append(_Linear.apply(xg, w, None, plan, mode))
         y = torch.cat(outs)
     if bias is not None:
         b = torch.stack(list(bias)) if not isinstance(bias, torch.Tensor) else bias

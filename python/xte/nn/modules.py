@@ -1,11 +1,22 @@
-"""xte.nn modules: Linear, GroupedLinear, MoE (block-scaled FP8 expert MLPs)."""
+"""xte.nn modules: Linear, GroupedLinear, MoE (block-scaled FP8 expert MLPs).
+
+GEMM mode: each module takes gemm_mode= ("exact", "fast" or None) and keeps it as
+self.gemm_mode. None (the default) means the recipe object's gemm_mode field when recipe is an
+xte.recipe object, else "exact": by default every GEMM is xte's EXACT GEMM (bit-reproducible on
+every backend, ISA and thread count); "fast" picks XTE_GEMM_FAST (bounded error, see
+include/xte/gemm.h) for the forward and both backward GEMMs.
+"""
 
 import math
+from typing import Optional, Union
 
 import torch
 from torch import nn
 
+from .._lib import GemmMode
 from . import functional as F
+
+_Mode = Union[str, GemmMode, None]
 
 __all__ = ["Linear", "GroupedLinear", "MoE"]
 
@@ -14,23 +25,28 @@ class Linear(nn.Module):
     """y = x W^T + b with TransformerEngine Float8BlockScaling numerics (xte.nn.functional.linear):
     fp32 master weight [out, in], 1x128 activations / gradients, 128x128 weight tiles."""
 
-    def __init__(self, in_features, out_features, bias=True, *, recipe="te_block", fmt="e4m3",
-                 params_dtype=torch.float32, device=None):
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
+                 recipe="te_block", fmt: str = "e4m3", params_dtype: torch.dtype = torch.float32,
+                 device=None, gemm_mode: _Mode = None):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.recipe, self.fmt = recipe, fmt
+        F.gemm_mode_of(recipe, gemm_mode)  # a bad mode fails here, not at the first forward
+        self.gemm_mode = gemm_mode
         self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=params_dtype,
                                                device=device))
         self.bias = (nn.Parameter(torch.zeros(out_features, dtype=torch.float32, device=device))
                      if bias else None)
         nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
 
-    def forward(self, x):
-        return F.linear(x, self.weight, self.bias, self.recipe, self.fmt)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias, self.recipe, self.fmt,
+                        gemm_mode=self.gemm_mode)
 
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"bias={self.bias is not None}, recipe={self.recipe!r}")
+                f"bias={self.bias is not None}, recipe={self.recipe!r}, "
+                f"gemm_mode={F.gemm_mode_of(self.recipe, self.gemm_mode).name.lower()}")
 
 
 class GroupedLinear(nn.Module):
@@ -38,22 +54,27 @@ class GroupedLinear(nn.Module):
     weight); forward(x [R, in], m_splits) -> [R, out] (xte.nn.functional.grouped_linear).
     Each expert's weight is quantized on its own (any out % 128), as TE does."""
 
-    def __init__(self, num_gemms, in_features, out_features, *, recipe="te_block", fmt="e4m3",
-                 params_dtype=torch.float32, device=None):
+    def __init__(self, num_gemms: int, in_features: int, out_features: int, *,
+                 recipe="te_block", fmt: str = "e4m3", params_dtype: torch.dtype = torch.float32,
+                 device=None, gemm_mode: _Mode = None):
         super().__init__()
         self.num_gemms, self.in_features, self.out_features = num_gemms, in_features, out_features
         self.recipe, self.fmt = recipe, fmt
+        F.gemm_mode_of(recipe, gemm_mode)
+        self.gemm_mode = gemm_mode
         self.weight = nn.Parameter(torch.empty(num_gemms, out_features, in_features,
                                                dtype=params_dtype, device=device))
         bound = 1.0 / math.sqrt(in_features)
         nn.init.uniform_(self.weight, -bound, bound)
 
-    def forward(self, x, m_splits):
-        return F.grouped_linear(x, self.weight, m_splits, self.recipe, self.fmt)
+    def forward(self, x: torch.Tensor, m_splits) -> torch.Tensor:
+        return F.grouped_linear(x, self.weight, m_splits, self.recipe, self.fmt,
+                                gemm_mode=self.gemm_mode)
 
     def extra_repr(self):
         return (f"num_gemms={self.num_gemms}, in_features={self.in_features}, "
-                f"out_features={self.out_features}, recipe={self.recipe!r}")
+                f"out_features={self.out_features}, recipe={self.recipe!r}, "
+                f"gemm_mode={F.gemm_mode_of(self.recipe, self.gemm_mode).name.lower()}")
 
 
 class MoE(nn.Module):
@@ -85,13 +106,18 @@ class MoE(nn.Module):
     last expert's GEMMs and never read back. Both give the same bytes
     (each output row of the grouped GEMMs depends on its own row only). static_capacity=True
     uses the worst case in eager mode too.
+
+    gemm_mode: the GEMM mode of every expert and shared-expert GEMM (see the module doc; None:
+    the recipe object's, else exact). The router's logits are an fp32 torch matmul either way.
     """
 
-    def __init__(self, hidden_size, ffn_hidden_size, num_experts, topk, *,
-                 score_function="sigmoid", use_expert_bias=True, num_groups=0, group_topk=0,
-                 scaling_factor=1.0, use_pre_softmax=False, num_shared_experts=0,
-                 num_out_tokens=None, align=128, recipe="te_block", fmt="e4m3",
-                 params_dtype=torch.float32, device=None, static_capacity=False):
+    def __init__(self, hidden_size: int, ffn_hidden_size: int, num_experts: int, topk: int, *,
+                 score_function: str = "sigmoid", use_expert_bias: bool = True,
+                 num_groups: int = 0, group_topk: int = 0, scaling_factor: float = 1.0,
+                 use_pre_softmax: bool = False, num_shared_experts: int = 0,
+                 num_out_tokens: Optional[int] = None, align: int = 128, recipe="te_block",
+                 fmt: str = "e4m3", params_dtype: torch.dtype = torch.float32, device=None,
+                 static_capacity: bool = False, gemm_mode: _Mode = None):
         super().__init__()
         self.static_capacity = static_capacity
         self.permuted_rows = None  # rows of the last eager forward's permuted buffer
@@ -111,7 +137,8 @@ class MoE(nn.Module):
             self.expert_bias = None
         self.register_buffer("tokens_per_expert", torch.zeros(num_experts, dtype=torch.int64,
                                                               device=device), persistent=False)
-        kw = dict(recipe=recipe, fmt=fmt, params_dtype=params_dtype, device=device)
+        kw = dict(recipe=recipe, fmt=fmt, params_dtype=params_dtype, device=device,
+                  gemm_mode=gemm_mode)
         self.fc1 = GroupedLinear(num_experts, hidden_size, 2 * ffn_hidden_size, **kw)
         self.fc2 = GroupedLinear(num_experts, ffn_hidden_size, hidden_size, **kw)
         if num_shared_experts:
@@ -127,7 +154,7 @@ class MoE(nn.Module):
                         use_pre_softmax=self.use_pre_softmax, num_groups=self.num_groups,
                         group_topk=self.group_topk, scaling_factor=self.scaling_factor)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         x2 = x.reshape(-1, self.hidden_size)
         w, idx = self.route(x2)
@@ -151,7 +178,7 @@ class MoE(nn.Module):
         return y.reshape(shape)
 
     @torch.no_grad()
-    def update_expert_bias(self, rate=1e-3):
+    def update_expert_bias(self, rate: float = 1e-3) -> None:
         """DeepSeek-V3's auxiliary-loss-free balancing: raise the bias of under-loaded experts
         and lower it for over-loaded ones, by rate * sign(mean load - load)."""
         if self.expert_bias is None:

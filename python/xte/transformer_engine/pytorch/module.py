@@ -6,7 +6,9 @@ Inside an enabled `autocast(recipe=...)` (or `fp8_autocast(fp8_recipe=...)`) the
 FP8 through xte.nn.functional.linear / grouped_linear with the recipe's blocks, formats and
 scale rules (Float8BlockScaling, Float8CurrentScaling, MXFP8BlockScaling); outside, in the
 parameters' precision (torch). Every tensor is quantized on its own as in TE: each expert's
-weight in GroupedLinear, whatever out_features % 128.
+weight in GroupedLinear, whatever out_features % 128. The FP8 GEMMs run in the recipe's
+gemm_mode (xte's field of every recipe, "exact" by default: xte's exact GEMM; set
+`recipe.gemm_mode = "fast"` for XTE_GEMM_FAST); TE's MMParams do not change it.
 
 Differences from TE: device defaults to torch's default device (TE: "cuda"); the options xte
 cannot honour raise NotImplementedError naming them when set away from their defaults (tensor
