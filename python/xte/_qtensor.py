@@ -6,6 +6,7 @@ else. Every array stays in the caller's framework; nothing is copied.
 """
 
 import ctypes
+from typing import Any
 
 from . import _lib
 from ._lib import QTensor, Recipe, ScaleLayout, ScalingMode, Status, XteValueError
@@ -35,18 +36,18 @@ def _parse(table, enum_cls, value, what):
     return _lib.parse_enum(value, table, enum_cls, what)
 
 
-def parse_recipe(r):
+def parse_recipe(r: Any) -> Recipe:
     """A recipe from an xte.Recipe, its name ('te_block', 'deepgemm', 'mx_te', ...) or a recipe
     object with an .xte_recipe attribute (xte.recipe.Float8BlockScaling(), ...)."""
     r = getattr(r, "xte_recipe", r)
     return _parse(_RECIPES, Recipe, r, "recipe")
 
 
-def parse_layout(x):
+def parse_layout(x: Any) -> ScaleLayout:
     return _parse(_LAYOUTS, ScaleLayout, x, "layout")
 
 
-def parse_mode(x):
+def parse_mode(x: Any) -> ScalingMode:
     return _parse(_MODES, ScalingMode, x, "block")
 
 
@@ -60,9 +61,10 @@ class QuantizedTensor:
     __slots__ = ("data", "scale_inv", "columnwise_data", "columnwise_scale_inv", "scaling_mode",
                  "recipe", "layout", "columnwise_layout", "amax", "scale")
 
-    def __init__(self, data, scale_inv, *, scaling_mode, recipe, layout=ScaleLayout.COMPACT,
-                 columnwise_data=None, columnwise_scale_inv=None, columnwise_layout=None,
-                 amax=None, scale=None):
+    def __init__(self, data: Any, scale_inv: Any, *, scaling_mode: Any, recipe: Any,
+                 layout: Any = ScaleLayout.COMPACT, columnwise_data: Any = None,
+                 columnwise_scale_inv: Any = None, columnwise_layout: Any = None, amax=None,
+                 scale=None) -> None:
         self.data = data
         self.scale_inv = scale_inv
         self.columnwise_data = columnwise_data

@@ -14,6 +14,7 @@ tensors on the CUDA plugin, on torch's current stream (one xte stream per torch 
 import ctypes
 import sys
 import threading
+from typing import Any, Dict
 
 from . import _lib
 from ._lib import DType, Status, Tensor, XteValueError, lib
@@ -57,7 +58,7 @@ def _numpy():
     return numpy
 
 
-_NP_DTYPES = {}
+_NP_DTYPES: Dict[Any, Any] = {}
 
 
 def _np_dtype(d):
@@ -76,7 +77,7 @@ def _np_dtype_make(d):
     return np.dtype(name)
 
 
-_TORCH_DT = {}
+_TORCH_DT: Dict[Any, Any] = {}
 
 
 def torch_dtype(d):
@@ -88,7 +89,7 @@ def torch_dtype(d):
         return r
 
 
-_DT_CACHE = {}
+_DT_CACHE: Dict[Any, Any] = {}
 
 
 def dtype_of(x):
@@ -433,7 +434,7 @@ def zeros(like, shape, dtype):
 
 # ------------------------------------------------------------------------------- streams
 
-_streams = {}
+_streams: Dict[Any, Any] = {}
 _streams_lock = threading.Lock()
 _BACKEND_OF = {"cpu": _lib.Backend.CPU, "cuda": _lib.Backend.CUDA, "musa": _lib.Backend.MUSA}
 

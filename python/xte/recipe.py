@@ -26,7 +26,7 @@ them imports; xte cannot run them (xte.transformer_engine.pytorch.autocast raise
 
 import enum
 import os
-from typing import NamedTuple
+from typing import Any, Dict, NamedTuple, Optional
 
 from ._lib import Recipe as _XRecipe
 
@@ -87,7 +87,7 @@ class MMParams:
 
     __slots__ = ("use_split_accumulator",)
 
-    def __init__(self, use_split_accumulator=True):
+    def __init__(self, use_split_accumulator: bool = True) -> None:
         object.__setattr__(self, "use_split_accumulator", bool(use_split_accumulator))
 
     def __setattr__(self, name, value):
@@ -113,8 +113,9 @@ class QParams:
     __slots__ = ("power_2_scale", "amax_epsilon", "random_hadamard_transform",
                  "stochastic_rounding", "fp4_2d_quantization")
 
-    def __init__(self, power_2_scale=False, amax_epsilon=0.0, random_hadamard_transform=False,
-                 stochastic_rounding=False, fp4_2d_quantization=False):
+    def __init__(self, power_2_scale: bool = False, amax_epsilon: float = 0.0,
+                 random_hadamard_transform: bool = False, stochastic_rounding: bool = False,
+                 fp4_2d_quantization: bool = False) -> None:
         self.power_2_scale = bool(power_2_scale)
         self.amax_epsilon = float(amax_epsilon)
         self.random_hadamard_transform = bool(random_hadamard_transform)
@@ -146,45 +147,46 @@ class Recipe:
     """Base of the recipes (TE's transformer_engine.common.recipe.Recipe): the class queries,
     and xte's gemm_mode ("exact" or "fast": the GEMM mode of the modules that use the recipe)."""
 
-    xte_recipe = None
-    gemm_mode = "exact"
+    xte_recipe: Optional[_XRecipe] = None
+    fp8_format: "Format"
+    gemm_mode: str = "exact"
 
     @classmethod
-    def nvfp4(cls):
+    def nvfp4(cls) -> bool:
         """Whether the recipe is NVFP4 block scaling."""
         return issubclass(cls, NVFP4BlockScaling)
 
     @classmethod
-    def mxfp8(cls):
+    def mxfp8(cls) -> bool:
         """Whether the recipe is MXFP8 block scaling."""
         return issubclass(cls, MXFP8BlockScaling)
 
     @classmethod
-    def delayed(cls):
+    def delayed(cls) -> bool:
         """Whether the recipe is delayed scaling."""
         return issubclass(cls, DelayedScaling)
 
     @classmethod
-    def float8_current_scaling(cls):
+    def float8_current_scaling(cls) -> bool:
         """Whether the recipe is per-tensor current scaling."""
         return issubclass(cls, Float8CurrentScaling)
 
     @classmethod
-    def float8_per_tensor_scaling(cls):
+    def float8_per_tensor_scaling(cls) -> bool:
         """Whether the recipe is per-tensor scaling (delayed or current)."""
         return issubclass(cls, (DelayedScaling, Float8CurrentScaling))
 
     @classmethod
-    def float8_block_scaling(cls):
+    def float8_block_scaling(cls) -> bool:
         """Whether the recipe is FP8 block scaling (1x128 / 128x128)."""
         return issubclass(cls, Float8BlockScaling)
 
     @classmethod
-    def custom(cls):
+    def custom(cls) -> bool:
         """Whether the recipe is a custom (quantizer factory) recipe."""
         return issubclass(cls, CustomRecipe)
 
-    def quantize_kwargs(self, role="input"):
+    def quantize_kwargs(self, role: str = "input") -> Dict[str, Any]:
         """xte.quantize keyword arguments of this recipe for a tensor role."""
         return {"fmt": _fmt(self.fp8_format, _role(role))}
 
@@ -202,9 +204,11 @@ class DelayedScaling(Recipe):
 
     xte_recipe = _XRecipe.TE_DELAYED
 
-    def __init__(self, margin=0, fp8_format=Format.HYBRID, amax_history_len=1024,
-                 amax_compute_algo="max", scaling_factor_compute_algo=None, reduce_amax=True,
-                 fp8_dpa=False, fp8_mha=False, backward_override=None):
+    def __init__(self, margin: int = 0, fp8_format: Any = Format.HYBRID,
+                 amax_history_len: int = 1024, amax_compute_algo: Any = "max",
+                 scaling_factor_compute_algo: Any = None, reduce_amax: bool = True,
+                 fp8_dpa: bool = False, fp8_mha: bool = False,
+                 backward_override: Optional[str] = None) -> None:
         self.margin = margin
         self.fp8_format = _format(fp8_format)
         if self.fp8_format is Format.E5M2:
@@ -219,7 +223,7 @@ class DelayedScaling(Recipe):
             raise ValueError("backward_override: delayed scaling only supports None (as TE)")
         self.backward_override = None
 
-    def quantize_kwargs(self, role="input"):
+    def quantize_kwargs(self, role: str = "input") -> Dict[str, Any]:
         return {"fmt": _fmt(self.fp8_format, _role(role)), "block": "per_tensor"}
 
 
@@ -257,11 +261,14 @@ class Float8CurrentScaling(_RoleParams, Recipe):
 
     xte_recipe = _XRecipe.TE_CURRENT
 
-    def __init__(self, fp8_format=Format.HYBRID, fp8_quant_fwd_inp=None,
-                 fp8_quant_fwd_weight=None, fp8_quant_bwd_grad=None, use_power_2_scales=None,
-                 fp8_gemm_fprop=MMParams(False), fp8_gemm_dgrad=MMParams(True),
-                 fp8_gemm_wgrad=MMParams(True), fp8_dpa=False, fp8_mha=False,
-                 backward_override=None):
+    def __init__(self, fp8_format: Any = Format.HYBRID, fp8_quant_fwd_inp: Optional[QParams] = None,
+                 fp8_quant_fwd_weight: Optional[QParams] = None,
+                 fp8_quant_bwd_grad: Optional[QParams] = None,
+                 use_power_2_scales: Optional[bool] = None,
+                 fp8_gemm_fprop: MMParams = MMParams(False),
+                 fp8_gemm_dgrad: MMParams = MMParams(True),
+                 fp8_gemm_wgrad: MMParams = MMParams(True), fp8_dpa: bool = False,
+                 fp8_mha: bool = False, backward_override: Optional[str] = None) -> None:
         if use_power_2_scales is None:
             use_power_2_scales = os.getenv("NVTE_FP8_CURRENT_SCALING_POWER_2_SCALES", "0") == "1"
         self.use_power_2_scales = bool(use_power_2_scales)
@@ -279,12 +286,14 @@ class Float8BlockScaling(_RoleParams, Recipe):
 
     xte_recipe = _XRecipe.TE_BLOCK
 
-    def __init__(self, fp8_format=Format.E4M3, fp8_quant_fwd_inp=None,
-                 fp8_quant_fwd_weight=None, fp8_quant_bwd_grad=None, x_block_scaling_dim=1,
-                 w_block_scaling_dim=2, grad_block_scaling_dim=1, use_f32_scales=None,
-                 fp8_gemm_fprop=MMParams(True), fp8_gemm_dgrad=MMParams(True),
-                 fp8_gemm_wgrad=MMParams(True), fp8_dpa=False, fp8_mha=False,
-                 backward_override=None):
+    def __init__(self, fp8_format: Any = Format.E4M3, fp8_quant_fwd_inp: Optional[QParams] = None,
+                 fp8_quant_fwd_weight: Optional[QParams] = None,
+                 fp8_quant_bwd_grad: Optional[QParams] = None, x_block_scaling_dim: int = 1,
+                 w_block_scaling_dim: int = 2, grad_block_scaling_dim: int = 1,
+                 use_f32_scales: Optional[bool] = None, fp8_gemm_fprop: MMParams = MMParams(True),
+                 fp8_gemm_dgrad: MMParams = MMParams(True),
+                 fp8_gemm_wgrad: MMParams = MMParams(True), fp8_dpa: bool = False,
+                 fp8_mha: bool = False, backward_override: Optional[str] = None) -> None:
         if use_f32_scales is None:
             use_f32_scales = os.getenv("NVTE_FP8_BLOCK_SCALING_FP32_SCALES", "0") == "1"
         self.use_f32_scales = bool(use_f32_scales)
@@ -302,7 +311,7 @@ class Float8BlockScaling(_RoleParams, Recipe):
         self.w_block_scaling_dim = w_block_scaling_dim
         self.grad_block_scaling_dim = grad_block_scaling_dim
 
-    def quantize_kwargs(self, role="input"):
+    def quantize_kwargs(self, role: str = "input") -> Dict[str, Any]:
         kw = super().quantize_kwargs(role)
         dim = {"input": self.x_block_scaling_dim, "weight": self.w_block_scaling_dim,
                "grad": self.grad_block_scaling_dim}[role]
@@ -316,8 +325,9 @@ class MXFP8BlockScaling(Recipe):
 
     xte_recipe = _XRecipe.MX_TE
 
-    def __init__(self, margin=0, fp8_format=Format.E4M3, fp8_dpa=False, fp8_mha=False,
-                 backward_override=None, enable_2d_quantization=False):
+    def __init__(self, margin: int = 0, fp8_format: Any = Format.E4M3, fp8_dpa: bool = False,
+                 fp8_mha: bool = False, backward_override: Optional[str] = None,
+                 enable_2d_quantization: bool = False) -> None:
         self.margin = margin
         self.fp8_format = _format(fp8_format)
         if self.fp8_format is Format.E5M2:
@@ -327,7 +337,7 @@ class MXFP8BlockScaling(Recipe):
         self.backward_override = _check_override(backward_override)
         self.enable_2d_quantization = bool(enable_2d_quantization)
 
-    def quantize_kwargs(self, role="input"):
+    def quantize_kwargs(self, role: str = "input") -> Dict[str, Any]:
         return {"fmt": _fmt(self.fp8_format, _role(role)), "block": "1x32"}
 
 
@@ -343,13 +353,14 @@ class NVFP4BlockScaling(Recipe):
     imports; xte has no FP4 kernels (quantize_kwargs and the TE-style autocast raise
     NotImplementedError)."""
 
-    def __init__(self, fp4_format=Format.E2M1, fp8_format=Format.E4M3, **options):
+    def __init__(self, fp4_format: Any = Format.E2M1, fp8_format: Any = Format.E4M3,
+                 **options) -> None:
         self.fp4_format = _format(fp4_format)
         self.fp8_format = _format(fp8_format)
         for k, v in options.items():
             setattr(self, k, v)
 
-    def quantize_kwargs(self, role="input"):
+    def quantize_kwargs(self, role: str = "input") -> Dict[str, Any]:
         raise NotImplementedError("xte: NVFP4BlockScaling (FP4, E2M1) is out of xte's scope")
 
 
@@ -358,8 +369,9 @@ class CustomRecipe(Recipe):
     xte's TE-style modules do not run user quantizer factories (autocast raises
     NotImplementedError)."""
 
-    def __init__(self, qfactory=None, fp8_format=Format.HYBRID, fp8_dpa=False, fp8_mha=False,
-                 backward_override=None, quantization_alignment=128):
+    def __init__(self, qfactory: Any = None, fp8_format: Any = Format.HYBRID, fp8_dpa: bool = False,
+                 fp8_mha: bool = False, backward_override: Optional[str] = None,
+                 quantization_alignment: int = 128) -> None:
         self.qfactory = qfactory
         self.fp8_format = _format(fp8_format)
         self.fp8_dpa = fp8_dpa
@@ -367,7 +379,7 @@ class CustomRecipe(Recipe):
         self.backward_override = _check_override(backward_override)
         self.quantization_alignment = quantization_alignment
 
-    def quantize_kwargs(self, role="input"):
+    def quantize_kwargs(self, role: str = "input") -> Dict[str, Any]:
         raise NotImplementedError("xte: CustomRecipe (user quantizer factories) is not "
                                   "supported")
 
@@ -377,7 +389,7 @@ class DeepGEMMScaling(Recipe):
     (XTE_RECIPE_DEEPGEMM, or DEEPGEMM_UE8M0 with use_ue8m0: scales rounded up to powers of
     two). E4M3."""
 
-    def __init__(self, use_ue8m0=False):
+    def __init__(self, use_ue8m0: bool = False) -> None:
         self.use_ue8m0 = bool(use_ue8m0)
         self.fp8_format = Format.E4M3
 
@@ -385,7 +397,7 @@ class DeepGEMMScaling(Recipe):
     def xte_recipe(self):
         return _XRecipe.DEEPGEMM_UE8M0 if self.use_ue8m0 else _XRecipe.DEEPGEMM
 
-    def quantize_kwargs(self, role="input"):
+    def quantize_kwargs(self, role: str = "input") -> Dict[str, Any]:
         return {"fmt": "e4m3", "block": "128x128" if _role(role) == "weight" else "1x128"}
 
 
@@ -395,14 +407,14 @@ class MTFP8BlockScaling(Recipe):
 
     xte_recipe = _XRecipe.MTFP8
 
-    def __init__(self, fp8_format=Format.E4M3, x_block_scaling_dim=1, w_block_scaling_dim=2,
-                 grad_block_scaling_dim=1):
+    def __init__(self, fp8_format: Any = Format.E4M3, x_block_scaling_dim: int = 1,
+                 w_block_scaling_dim: int = 2, grad_block_scaling_dim: int = 1) -> None:
         self.fp8_format = fp8_format
         self.x_block_scaling_dim = x_block_scaling_dim
         self.w_block_scaling_dim = w_block_scaling_dim
         self.grad_block_scaling_dim = grad_block_scaling_dim
 
-    def quantize_kwargs(self, role="input"):
+    def quantize_kwargs(self, role: str = "input") -> Dict[str, Any]:
         dim = {"input": self.x_block_scaling_dim, "weight": self.w_block_scaling_dim,
                "grad": self.grad_block_scaling_dim}[_role(role)]
         return {"fmt": _fmt(self.fp8_format, role), "block": "1x128" if dim == 1 else "128x128"}

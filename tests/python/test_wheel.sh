@@ -2,9 +2,10 @@
 # The Python wheel, end to end: builds it from the source tree with pip (pyproject.toml,
 # scikit-build-core, the CMake build in a fresh temporary build directory, as from a clean clone),
 # checks its contents (xte/lib/libxte.so with an $ORIGIN run path, the plugins CMake built, the
-# Python sources, one py3 wheel for every Python), installs it into a fresh virtual environment
-# and, from outside the source tree with XTE_LIBRARY and PYTHONPATH unset, imports xte and calls
-# the library: it must be the one inside the package, and each plugin in the wheel must load.
+# Python sources and the py.typed marker, one py3 wheel for every Python), installs it into a
+# fresh virtual environment and, from outside the source tree with XTE_LIBRARY and PYTHONPATH
+# unset, imports xte and calls the library: it must be the one inside the package, and each
+# plugin in the wheel must load.
 # Usage: test_wheel.sh SOURCE_DIR WORK_DIR PYTHON     (WORK_DIR is emptied first)
 # Needs the package index (PyPI: scikit-build-core for the build, numpy and ml_dtypes for the
 # install). Exit 77 (ctest: skipped) when no virtual environment or no index; a failure instead
@@ -70,6 +71,8 @@ for root, _, files in os.walk(pysrc):
             rel = "xte/" + os.path.relpath(os.path.join(root, f), pysrc).replace(os.sep, "/")
             if rel not in names:
                 errors.append(f"{rel} (python/{rel}) missing")
+if "xte/py.typed" not in names:  # PEP 561: the package's type hints are for its users
+    errors.append("xte/py.typed (python/xte/py.typed) missing")
 for e in errors:
     print("test_wheel:", e)
 sys.exit(1 if errors else 0)

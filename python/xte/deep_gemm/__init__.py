@@ -12,6 +12,8 @@ xte's own setting: set_gemm_mode("exact" | "fast") / get_gemm_mode(), the GEMM m
 call ("exact" by default: DeepGEMM's signatures carry no mode).
 """
 
+from typing import Any, Dict
+
 from .. import _lib
 from . import testing, utils
 from ._gemm import (cublaslt_gemm_nn, cublaslt_gemm_nt, cublaslt_gemm_tn, cublaslt_gemm_tt,
@@ -43,7 +45,7 @@ def get_num_sms() -> int:
     return int(_lib.lib.xte_cpu_get_num_threads())
 
 
-_knobs = {"tc_util": 100, "pdl": False, "ignore_compile_dims": False,
+_knobs: Dict[str, Any] = {"tc_util": 100, "pdl": False, "ignore_compile_dims": False,
           "block_size_multiple_of": (1, 1)}
 
 

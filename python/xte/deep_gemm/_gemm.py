@@ -15,19 +15,23 @@ setting, set_gemm_mode("exact" | "fast") / get_gemm_mode(), to the op's mode=. T
 DeepGEMM's tensor-core kernels form them; bound in include/xte/gemm.h).
 """
 
-from typing import Union
+from typing import Any, Optional, Sequence, Tuple
 
 import torch
+from torch import Tensor
 
 from .. import torch as _xt
 from .._lib import GemmMode, Status, XteUnsupportedError, XteValueError
+from .._typing import GemmModeLike
 from ..ops.gemm import parse_gemm_mode
 from . import utils as _U
+
+Pair = Tuple[Tensor, Tensor]  # DeepGEMM's (data, scales) operand
 
 _mode = {"gemm": GemmMode.EXACT}
 
 
-def set_gemm_mode(mode: Union[str, GemmMode]) -> None:
+def set_gemm_mode(mode: GemmModeLike) -> None:
     """The GEMM mode of every xte.deep_gemm GEMM from now on: "exact" (the default) or "fast"."""
     _mode["gemm"] = parse_gemm_mode(mode)
 
@@ -134,8 +138,9 @@ def _recipes(recipe, recipe_a, recipe_b):
 _FORMS = {(False, False): "nt", (False, True): "nn", (True, False): "tt", (True, True): "tn"}
 
 
-def fp8_gemm_nt(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None,
-                compiled_dims="nk", disable_ue8m0_cast=False):
+def fp8_gemm_nt(a: Pair, b: Pair, d: Tensor, c: Optional[Tensor] = None, recipe: Any = None,
+                recipe_a: Any = None, recipe_b: Any = None, compiled_dims: str = "nk",
+                disable_ue8m0_cast: bool = False) -> None:
     """d = a @ b^T (+ c): a (data [M, K], scales), b (data [N, K], scales); data K-major or
     MN-major (a strided view); d bf16 / fp32 [M, N] (row-major); c may be d. Returns None."""
     recipe, recipe_a, recipe_b = _recipes(recipe, recipe_a, recipe_b)
@@ -147,31 +152,36 @@ def fp8_gemm_nt(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None,
                                      layout=layout, mode=_mode["gemm"])
 
 
-def fp8_gemm_nn(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None,
-                compiled_dims="nk", disable_ue8m0_cast=False):
+def fp8_gemm_nn(a: Pair, b: Pair, d: Tensor, c: Optional[Tensor] = None, recipe: Any = None,
+                recipe_a: Any = None, recipe_b: Any = None, compiled_dims: str = "nk",
+                disable_ue8m0_cast: bool = False) -> None:
     """d = a @ b (+ c): b (data [K, N], scales of that storage)."""
     fp8_gemm_nt(a, (b[0].t(), b[1].t()), d, c, recipe, recipe_a, recipe_b, compiled_dims,
                 disable_ue8m0_cast)
 
 
-def fp8_gemm_tn(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None,
-                compiled_dims="mn", disable_ue8m0_cast=False):
+def fp8_gemm_tn(a: Pair, b: Pair, d: Tensor, c: Optional[Tensor] = None, recipe: Any = None,
+                recipe_a: Any = None, recipe_b: Any = None, compiled_dims: str = "mn",
+                disable_ue8m0_cast: bool = False) -> None:
     """d = a^T @ b (+ c): a (data [K, M], scales), b (data [K, N], scales)."""
     fp8_gemm_nt((a[0].t(), a[1].t()), (b[0].t(), b[1].t()), d, c, recipe, recipe_a, recipe_b,
                 compiled_dims, disable_ue8m0_cast)
 
 
-def fp8_gemm_tt(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None,
-                compiled_dims="mn", disable_ue8m0_cast=False):
+def fp8_gemm_tt(a: Pair, b: Pair, d: Tensor, c: Optional[Tensor] = None, recipe: Any = None,
+                recipe_a: Any = None, recipe_b: Any = None, compiled_dims: str = "mn",
+                disable_ue8m0_cast: bool = False) -> None:
     """d = a^T @ b^T (+ c): a (data [K, M], scales), b (data [N, K], scales)."""
     fp8_gemm_nt((a[0].t(), a[1].t()), b, d, c, recipe, recipe_a, recipe_b, compiled_dims,
                 disable_ue8m0_cast)
 
 
-def m_grouped_fp8_gemm_nt_contiguous(a, b, d, grouped_layout, recipe=None, recipe_a=None,
-                                     recipe_b=None, compiled_dims="nk", disable_ue8m0_cast=False,
-                                     use_psum_layout=False, ensure_zero_padding=True,
-                                     expected_m_for_psum_layout=None):
+def m_grouped_fp8_gemm_nt_contiguous(a: Pair, b: Pair, d: Tensor, grouped_layout: Optional[Tensor],
+                                     recipe: Any = None, recipe_a: Any = None, recipe_b: Any = None,
+                                     compiled_dims: str = "nk", disable_ue8m0_cast: bool = False,
+                                     use_psum_layout: bool = False,
+                                     ensure_zero_padding: bool = True,
+                                     expected_m_for_psum_layout: Optional[int] = None) -> None:
     """Rows of a [M, K] (K-major) by group: d[rows of g] = a[rows of g] @ b[g]^T, b (data
     [G, N, K] K- or MN-major, scales [G, ceil(N/128), ceil(K/128)]). grouped_layout: int32 [M]
     (row -> group, -1 padding) or, with use_psum_layout, int32 [G] (each group's end row);
@@ -200,17 +210,22 @@ def m_grouped_fp8_gemm_nt_contiguous(a, b, d, grouped_layout, recipe=None, recip
         trans_b=trans_b, mode=_mode["gemm"])
 
 
-def m_grouped_fp8_gemm_nn_contiguous(a, b, d, grouped_layout, recipe=None, recipe_a=None,
-                                     recipe_b=None, compiled_dims="nk", disable_ue8m0_cast=False,
-                                     use_psum_layout=False, ensure_zero_padding=True):
+def m_grouped_fp8_gemm_nn_contiguous(a: Pair, b: Pair, d: Tensor, grouped_layout: Optional[Tensor],
+                                     recipe: Any = None, recipe_a: Any = None, recipe_b: Any = None,
+                                     compiled_dims: str = "nk", disable_ue8m0_cast: bool = False,
+                                     use_psum_layout: bool = False,
+                                     ensure_zero_padding: bool = True) -> None:
     """m_grouped_fp8_gemm_nt_contiguous with b (data [G, K, N], scales of that storage)."""
     m_grouped_fp8_gemm_nt_contiguous(a, (b[0].mT, b[1].mT), d, grouped_layout, recipe, recipe_a,
                                      recipe_b, compiled_dims, disable_ue8m0_cast,
                                      use_psum_layout, ensure_zero_padding)
 
 
-def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m, recipe=None, recipe_a=None,
-                                 recipe_b=None, compiled_dims="nk", disable_ue8m0_cast=False):
+def m_grouped_fp8_gemm_nt_masked(a: Pair, b: Pair, d: Tensor, masked_m: Tensor,
+                                 expected_m: Optional[int], recipe: Any = None,
+                                 recipe_a: Any = None, recipe_b: Any = None,
+                                 compiled_dims: str = "nk",
+                                 disable_ue8m0_cast: bool = False) -> None:
     """d[g, :masked_m[g]] = a[g, :masked_m[g]] @ b[g]^T: a [G, max_m, K], b [G, N, K] (both
     K-major), d [G, max_m, N]; rows past masked_m[g] are neither read nor written; expected_m
     is DeepGEMM's scheduling hint (unused). Returns None."""
@@ -253,9 +268,10 @@ def _k_scales(sf, gk):
     return sf.contiguous()
 
 
-def k_grouped_fp8_gemm_tn_contiguous(a, b, d, ks_cpu, grouped_layout, c=None,
-                                     recipe=(1, 1, 128), compiled_dims="mn",
-                                     use_psum_layout=False):
+def k_grouped_fp8_gemm_tn_contiguous(a: Pair, b: Pair, d: Tensor, ks_cpu: Optional[Sequence[int]],
+                                     grouped_layout: Optional[Tensor], c: Optional[Tensor] = None,
+                                     recipe: Any = (1, 1, 128), compiled_dims: str = "mn",
+                                     use_psum_layout: bool = False) -> None:
     """Weight-gradient GEMM with K grouped: a (data [sum_k, M], scales [sum_g ceil(k_g /
     gran_k), M]), b likewise [sum_k, N]; d [G, M, N] = c[g] + a[seg g]^T @ b[seg g]. ks_cpu:
     the K of each group (None / [] with use_psum_layout: grouped_layout's end rows, groups
@@ -264,9 +280,10 @@ def k_grouped_fp8_gemm_tn_contiguous(a, b, d, ks_cpu, grouped_layout, c=None,
     _k_grouped(a, b, d, ks_cpu, grouped_layout, c, recipe, use_psum_layout, False)
 
 
-def k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks_cpu, grouped_layout, c=None,
-                                     recipe=(1, 1, 128), compiled_dims="mn",
-                                     use_psum_layout=False):
+def k_grouped_fp8_gemm_nt_contiguous(a: Pair, b: Pair, d: Tensor, ks_cpu: Optional[Sequence[int]],
+                                     grouped_layout: Optional[Tensor], c: Optional[Tensor] = None,
+                                     recipe: Any = (1, 1, 128), compiled_dims: str = "mn",
+                                     use_psum_layout: bool = False) -> None:
     """k-grouped with K-major operands: a holds each group's [M, k_g] block one after the other
     (flat), b [N, k_g] blocks; scales [M, sum_k / 128] / [N, ...]. Returns None."""
     _k_grouped(a, b, d, ks_cpu, grouped_layout, c, recipe, use_psum_layout, True)
@@ -279,7 +296,7 @@ def _unit_pair(x, name):
     return (x, torch.ones((1, 1), dtype=torch.float32, device=x.device))
 
 
-def cublaslt_gemm_nt(a, b, d, c=None):
+def cublaslt_gemm_nt(a: Tensor, b: Tensor, d: Tensor, c: Optional[Tensor] = None) -> None:
     """d = a @ b^T (+ c) of unscaled FP8 a [M, K], b [N, K] (K- or MN-major): xte's per-tensor
     GEMM with unit scales. Returns None."""
     pa, pb = _unit_pair(a, "a"), _unit_pair(b, "b")
@@ -290,13 +307,13 @@ def cublaslt_gemm_nt(a, b, d, c=None):
                                                    recipe_b="per_tensor", mode=_mode["gemm"])
 
 
-def cublaslt_gemm_nn(a, b, d, c=None):
+def cublaslt_gemm_nn(a: Tensor, b: Tensor, d: Tensor, c: Optional[Tensor] = None) -> None:
     cublaslt_gemm_nt(a, b.t(), d, c)
 
 
-def cublaslt_gemm_tn(a, b, d, c=None):
+def cublaslt_gemm_tn(a: Tensor, b: Tensor, d: Tensor, c: Optional[Tensor] = None) -> None:
     cublaslt_gemm_nt(a.t(), b.t(), d, c)
 
 
-def cublaslt_gemm_tt(a, b, d, c=None):
+def cublaslt_gemm_tt(a: Tensor, b: Tensor, d: Tensor, c: Optional[Tensor] = None) -> None:
     cublaslt_gemm_nt(a.t(), b, d, c)

@@ -26,12 +26,12 @@ all three GEMMs (fprop, dgrad, wgrad) in XTE_GEMM_FAST, within the bound gemm.h 
 (each block partial in a backend-defined order and precision; see include/xte/gemm.h).
 """
 
+from typing import Any, Optional, Sequence, Union
+
 import torch
-
-from typing import Optional, Sequence, Union
-
 from torch import Tensor
 
+from .._typing import GemmModeLike
 from .._lib import DType, GemmMode, Recipe, ScaleLayout, ScalingMode
 from .._qtensor import parse_mode, parse_recipe
 from ..ops.gemm import parse_gemm_mode
@@ -78,7 +78,7 @@ def _pow2(v):
     return -1 if v is None else int(bool(v))
 
 
-def linear_plan(recipe="te_block", fmt="e4m3"):
+def linear_plan(recipe: Any = "te_block", fmt: str = "e4m3") -> tuple:
     """The quantization plan of linear / grouped_linear: (xte recipe, then for the roles input,
     weight, grad: (scaling mode, fp8 dtype, amax_epsilon, force_pow_2)), as ints / floats.
     recipe: an xte recipe name / xte.Recipe (the roles' blocks 1x128, 128x128, 1x128 for the
@@ -184,7 +184,7 @@ class _Linear(torch.autograd.Function):
 
 
 def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, recipe="te_block",
-           fmt: str = "e4m3", *, gemm_mode: Union[str, GemmMode, None] = None) -> Tensor:
+           fmt: str = "e4m3", *, gemm_mode: Optional[GemmModeLike] = None) -> Tensor:
     """y = x W^T (+ bias) with FP8 forward and backward (see the module doc).
     x [..., K] fp32 / bf16 (y in x's dtype); weight [N, K] fp32 / bf16; bias [N] (added in
     fp32 in the GEMM epilogue; its gradient in bias's dtype). recipe: see linear_plan;
@@ -276,7 +276,7 @@ def _splits_list(m_splits):
 
 def grouped_linear(x: Tensor, weight: Union[Tensor, Sequence[Tensor]], m_splits,
                    recipe="te_block", fmt: str = "e4m3", bias=None, *,
-                   gemm_mode: Union[str, GemmMode, None] = None) -> Tensor:
+                   gemm_mode: Optional[GemmModeLike] = None) -> Tensor:
     """Expert GEMMs: rows [off_g, off_g + m_splits[g]) of x [R, K] times expert g's weight
     [N, K]^T (+ bias[g]) -> [R, N]. weight: [E, N, K] or a sequence of E [N, K] tensors (TE's
     weight0 .. weight{E-1}); bias: None, [E, N] or a sequence of E [N]. m_splits: int64 tensor
@@ -326,7 +326,7 @@ def grouped_linear(x: Tensor, weight: Union[Tensor, Sequence[Tensor]], m_splits,
     return y
 
 
-def group_sizes_from_offsets(expert_offsets, rows):
+def group_sizes_from_offsets(expert_offsets: Tensor, rows: int) -> Tensor:
     """Rows per expert for the grouped GEMMs from moe_permute's (padded) expert_offsets [E + 1],
     the unused rows of the static capacity `rows` added to the last expert (they are zeros;
     none when the buffer has exactly permute_rows(...) rows, as xte.nn.MoE's in eager mode)."""

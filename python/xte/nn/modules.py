@@ -8,15 +8,15 @@ include/xte/gemm.h) for the forward and both backward GEMMs.
 """
 
 import math
-from typing import Optional, Union
+from typing import Optional
 
 import torch
 from torch import nn
 
-from .._lib import GemmMode
+from .._typing import GemmModeLike
 from . import functional as F
 
-_Mode = Union[str, GemmMode, None]
+_Mode = Optional[GemmModeLike]
 
 __all__ = ["Linear", "GroupedLinear", "MoE"]
 
@@ -120,7 +120,7 @@ class MoE(nn.Module):
                  static_capacity: bool = False, gemm_mode: _Mode = None):
         super().__init__()
         self.static_capacity = static_capacity
-        self.permuted_rows = None  # rows of the last eager forward's permuted buffer
+        self.permuted_rows: Optional[int] = None  # rows of the last eager forward's permuted buffer
         self.hidden_size, self.ffn_hidden_size = hidden_size, ffn_hidden_size
         self.num_experts, self.topk = num_experts, topk
         self.score_function = score_function
@@ -135,12 +135,15 @@ class MoE(nn.Module):
                                                             device=device))
         else:
             self.expert_bias = None
+        self.tokens_per_expert: torch.Tensor  # a buffer (not saved in the state dict)
         self.register_buffer("tokens_per_expert", torch.zeros(num_experts, dtype=torch.int64,
                                                               device=device), persistent=False)
         kw = dict(recipe=recipe, fmt=fmt, params_dtype=params_dtype, device=device,
                   gemm_mode=gemm_mode)
         self.fc1 = GroupedLinear(num_experts, hidden_size, 2 * ffn_hidden_size, **kw)
         self.fc2 = GroupedLinear(num_experts, ffn_hidden_size, hidden_size, **kw)
+        self.shared_fc1: Optional[Linear]
+        self.shared_fc2: Optional[Linear]
         if num_shared_experts:
             fs = ffn_hidden_size * num_shared_experts
             self.shared_fc1 = Linear(hidden_size, 2 * fs, bias=False, **kw)
@@ -173,7 +176,7 @@ class MoE(nn.Module):
         a = F.swiglu(h)
         o = self.fc2(a, m_splits)
         y = F.moe_unpermute(o, idx, row_map, w, self.num_experts)
-        if self.shared_fc1 is not None:
+        if self.shared_fc1 is not None and self.shared_fc2 is not None:
             y = y + self.shared_fc2(F.swiglu(self.shared_fc1(x2)))
         return y.reshape(shape)
 

@@ -33,6 +33,7 @@ xte_last_error()'s message and leave every output untouched.
 
 import ctypes
 import re
+from typing import Any, Optional, Union, cast
 
 from .. import _lib
 from .._lib import (DType, GemmGroups, GemmGrouping, GemmMode, QTensor, Recipe,
@@ -41,6 +42,7 @@ from .._lib import (DType, GemmGroups, GemmGrouping, GemmMode, QTensor, Recipe,
 from .._qtensor import QuantizedTensor, parse_layout, parse_mode, qview
 from .._lib import parse_enum as _lib_parse_enum
 from .._tensor import XteLayoutError, dtype_of, empty, ptr, stream_of, view, view_opt
+from .._typing import Array, DTypeLike, EnumLike, GemmModeLike, Pair
 
 __all__ = ["gemm", "gemm_grouped", "fp8_gemm_nt", "fp8_gemm_nn", "fp8_gemm_tn", "fp8_gemm_tt",
            "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nn_contiguous",
@@ -63,7 +65,7 @@ _LAYOUT_ORDER = (ScaleLayout.COMPACT, ScaleLayout.DEEPGEMM, ScaleLayout.TE_GEMM,
 _parse_enum = _lib_parse_enum
 
 
-def parse_gemm_mode(mode):
+def parse_gemm_mode(mode: GemmModeLike) -> GemmMode:
     """The GemmMode of "exact" / "fast", a GemmMode or its int (errors name `mode`)."""
     return _parse_enum(mode, {"exact": GemmMode.EXACT, "fast": GemmMode.FAST}, GemmMode, "mode")
 
@@ -330,8 +332,10 @@ def _run_gemm(oa, ob, c, out, ta, tb, accumulate, bias, mode, names):
 # ------------------------------------------------------------------------------- xte.gemm
 
 
-def gemm(a, b, out=None, *, trans_a=False, trans_b=True, c=None, accumulate=False, bias=None,
-         mode="exact", out_dtype="bfloat16"):
+def gemm(a: Union[QuantizedTensor, Pair], b: Union[QuantizedTensor, Pair],
+         out: Optional[Array] = None, *, trans_a: bool = False, trans_b: bool = True,
+         c: Optional[Array] = None, accumulate: bool = False, bias: Any = None,
+         mode: GemmModeLike = "exact", out_dtype: DTypeLike = "bfloat16") -> Array:
     """D = op(a) @ op(b) (+ C) (+ bias), block-scaled FP8 (xte_gemm).
 
     op(a) = a^T if trans_a else a, [M, K]; op(b) = b^T if trans_b else b, [K, N]: the default
@@ -495,9 +499,12 @@ def _grouped(a, b, d, kind, group_sizes, masked_m, alignment, num_groups, ta, tb
     return d
 
 
-def gemm_grouped(a, b, out=None, *, kind="contiguous", group_sizes=None, masked_m=None,
-                 alignment=0, num_groups=None, trans_a=False, trans_b=True, c=None,
-                 accumulate=False, bias=None, mode="exact", out_dtype="bfloat16"):
+def gemm_grouped(a: Union[QuantizedTensor, Pair], b: Union[QuantizedTensor, Pair],
+                 out: Optional[Array] = None, *, kind: EnumLike = "contiguous",
+                 group_sizes: Any = None, masked_m: Optional[Array] = None, alignment: int = 0,
+                 num_groups: Optional[int] = None, trans_a: bool = False, trans_b: bool = True,
+                 c: Optional[Array] = None, accumulate: bool = False, bias: Any = None,
+                 mode: GemmModeLike = "exact", out_dtype: DTypeLike = "bfloat16") -> Array:
     """All groups of a grouped GEMM in one call (xte_gemm_grouped, MoE experts); each group's
     result is bit-identical to xte.gemm on its slices. Transposes as xte.gemm (op(b) = b^T when
     trans_b, the default: b holds [G, N, K]).
@@ -609,12 +616,18 @@ def _zero_rows(d, r0, r1):
         d[r0:r1] = 0
 
 
-def m_grouped_fp8_gemm_nt_contiguous(a, b, d, grouped_layout=None, recipe=None, recipe_a=None,
-                                     recipe_b=None, *, group_sizes=None, alignment=None,
-                                     layout=None, mode="exact", bias=None, compiled_dims=None,
-                                     disable_ue8m0_cast=False, use_psum_layout=False,
-                                     ensure_zero_padding=True, expected_m_for_psum_layout=None,
-                                     trans_b=False):
+def m_grouped_fp8_gemm_nt_contiguous(a: Union[QuantizedTensor, Pair],
+                                     b: Union[QuantizedTensor, Pair], d: Array,
+                                     grouped_layout: Any = None, recipe: Any = None,
+                                     recipe_a: Any = None, recipe_b: Any = None, *,
+                                     group_sizes: Any = None, alignment: Optional[int] = None,
+                                     layout: Any = None, mode: GemmModeLike = "exact",
+                                     bias: Any = None, compiled_dims: Any = None,
+                                     disable_ue8m0_cast: bool = False,
+                                     use_psum_layout: bool = False,
+                                     ensure_zero_padding: bool = True,
+                                     expected_m_for_psum_layout: Optional[int] = None,
+                                     trans_b: bool = False) -> Array:
     """DeepGEMM's m_grouped_fp8_gemm_nt_contiguous(a, b, d, grouped_layout) over
     xte_gemm_grouped: a [M, K], b [G, N, K] (or, trans_b=True, [G, K, N]: DeepGEMM's _nn form),
     d [M, N] (bf16 or fp32); the rows of group g of a times b[g]^T.
@@ -645,7 +658,7 @@ def m_grouped_fp8_gemm_nt_contiguous(a, b, d, grouped_layout=None, recipe=None, 
              "groups->group_sizes": "group_sizes", "groups->alignment": "alignment"}
     if group_sizes is None and isinstance(grouped_layout, (list, tuple)) and not use_psum_layout:
         group_sizes, grouped_layout = grouped_layout, None
-    M = int(a[0].shape[0]) if _is_pair(a) else int(a.shape[0])
+    M = int(a[0].shape[0]) if _is_pair(a) else int(cast(QuantizedTensor, a).shape[0])
     m_indices = group_sizes is None and not use_psum_layout
     if group_sizes is not None:
         align = max(int(alignment or 1), 1)
@@ -725,17 +738,22 @@ def _m_grouped_split_last(a, b, d, sizes, padded, align, tb, recipe, recipe_a, r
                  bias, None)
 
 
-def m_grouped_fp8_gemm_nn_contiguous(a, b, d, grouped_layout=None, recipe=None, recipe_a=None,
-                                     recipe_b=None, **kw):
+def m_grouped_fp8_gemm_nn_contiguous(a: Union[QuantizedTensor, Pair],
+                                     b: Union[QuantizedTensor, Pair], d: Array,
+                                     grouped_layout: Any = None, recipe: Any = None,
+                                     recipe_a: Any = None, recipe_b: Any = None, **kw) -> Array:
     """DeepGEMM's m_grouped_fp8_gemm_nn_contiguous: m_grouped_fp8_gemm_nt_contiguous with b
     [G, K, N] (scales [G, ceil(K/128), ceil(N/128)] of that storage); same keywords."""
     return m_grouped_fp8_gemm_nt_contiguous(a, b, d, grouped_layout, recipe, recipe_a, recipe_b,
                                             trans_b=True, **kw)
 
 
-def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m=None, recipe=None, recipe_a=None,
-                                 recipe_b=None, *, layout=None, mode="exact", bias=None,
-                                 compiled_dims=None, disable_ue8m0_cast=False):
+def m_grouped_fp8_gemm_nt_masked(a: Union[QuantizedTensor, Pair], b: Union[QuantizedTensor, Pair],
+                                 d: Array, masked_m: Array, expected_m: Optional[int] = None,
+                                 recipe: Any = None, recipe_a: Any = None, recipe_b: Any = None, *,
+                                 layout: Any = None, mode: GemmModeLike = "exact",
+                                 bias: Any = None, compiled_dims: Any = None,
+                                 disable_ue8m0_cast: bool = False) -> Array:
     """DeepGEMM's m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m) over
     xte_gemm_grouped: a [G, m_max, K], b [G, N, K], d [G, m_max, N]; masked_m int32 [G] (on the
     operands' device) holds the valid rows of each group: d[g, :masked_m[g]] = a[g, :masked_m[g]]
@@ -778,7 +796,7 @@ def _torch_of(x):
     return torch if torch is not None and isinstance(x, torch.Tensor) else None
 
 
-def check_k_recipe(recipe):
+def check_k_recipe(recipe: Any) -> int:
     """gran_k of a k-grouped GEMM recipe ((1, 1, 128) or (1, 1, 32); None: 128), or the error."""
     if recipe is None:
         return 128
@@ -912,10 +930,13 @@ def _cont(x):
     return np.ascontiguousarray(x)
 
 
-def k_grouped_fp8_gemm_tn_contiguous(a, b, d, ks=None, grouped_layout=None, c=None,
-                                     recipe=(1, 1, 128), *, layout=None, mode="exact",
-                                     bias=None, compiled_dims=None, use_psum_layout=False,
-                                     alignment=None):
+def k_grouped_fp8_gemm_tn_contiguous(a: Union[QuantizedTensor, Pair],
+                                     b: Union[QuantizedTensor, Pair], d: Array, ks: Any = None,
+                                     grouped_layout: Any = None, c: Optional[Array] = None,
+                                     recipe: Any = (1, 1, 128), *, layout: Any = None,
+                                     mode: GemmModeLike = "exact", bias: Any = None,
+                                     compiled_dims: Any = None, use_psum_layout: bool = False,
+                                     alignment: Optional[int] = None) -> Array:
     """DeepGEMM's k_grouped_fp8_gemm_tn_contiguous(a, b, d, ks_cpu, grouped_layout, c) over
     xte_gemm_grouped / xte_gemm: a [sum_k, M], b [sum_k, N] (K-outer, "MN-major"), d [G, M, N]:
     d[g] = (c[g] +) a[seg g]^T @ b[seg g]; an empty group gives d[g] = c[g] (zeros without c).
@@ -934,10 +955,13 @@ def k_grouped_fp8_gemm_tn_contiguous(a, b, d, ks=None, grouped_layout=None, c=No
                       use_psum_layout, alignment, False)
 
 
-def k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks=None, grouped_layout=None, c=None,
-                                     recipe=(1, 1, 128), *, layout=None, mode="exact",
-                                     bias=None, compiled_dims=None, use_psum_layout=False,
-                                     alignment=None):
+def k_grouped_fp8_gemm_nt_contiguous(a: Union[QuantizedTensor, Pair],
+                                     b: Union[QuantizedTensor, Pair], d: Array, ks: Any = None,
+                                     grouped_layout: Any = None, c: Optional[Array] = None,
+                                     recipe: Any = (1, 1, 128), *, layout: Any = None,
+                                     mode: GemmModeLike = "exact", bias: Any = None,
+                                     compiled_dims: Any = None, use_psum_layout: bool = False,
+                                     alignment: Optional[int] = None) -> Array:
     """DeepGEMM's k_grouped_fp8_gemm_nt_contiguous: a holds each group's K-major [M, k_g] block
     one after the other (a 1-D or any-shaped contiguous array of sum_k * M codes), b likewise
     [N, k_g]; scales [M, sum_g ceil(k_g / 128)] and [N, ...] (any strides: each group's columns

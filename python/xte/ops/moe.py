@@ -21,6 +21,7 @@ import copy
 import ctypes
 import re
 import sys
+from typing import Any, Optional, Tuple, Union
 
 from .. import _lib
 from .._lib import (DType, MoeRouting, PermuteConfig, PermuteOutputs, Recipe,
@@ -29,6 +30,7 @@ from .._lib import (DType, MoeRouting, PermuteConfig, PermuteOutputs, Recipe,
 from .._qtensor import QuantizedTensor, parse_layout, parse_recipe
 from .._lib import parse_enum
 from .._tensor import empty, ptr, stream_of, view, view_opt
+from .._typing import Array, DTypeLike, EnumLike
 
 __all__ = [
     "RowIdMap",
@@ -76,7 +78,7 @@ _SCORES = {"softmax": RouterScore.SOFTMAX, "sigmoid": RouterScore.SIGMOID,
            "sqrtsoftplus": RouterScore.SQRTSOFTPLUS}
 
 
-def parse_score(score_function):
+def parse_score(score_function: EnumLike) -> RouterScore:
     """The RouterScore of a score-function name ("softmax", "sigmoid", "sqrtsoftplus") or int."""
     return parse_enum(score_function, _SCORES, RouterScore, "score_function")
 
@@ -142,13 +144,20 @@ def _router_config(topk, use_pre_softmax, num_groups, group_topk, scaling_factor
     return c
 
 
-def fused_topk_with_score_function(logits, topk, use_pre_softmax=False, num_groups=None,
-                                   group_topk=None, scaling_factor=None,
-                                   score_function="softmax", expert_bias=None,
-                                   routing_map_format="bytemap", topk_indices=None, *,
-                                   return_intermediate=False, return_topk_weights=False,
-                                   probs_out=None, routing_map_out=None, intermediate_out=None,
-                                   topk_weights_out=None):
+def fused_topk_with_score_function(logits: Array, topk: int, use_pre_softmax: bool = False,
+                                   num_groups: Optional[int] = None,
+                                   group_topk: Optional[int] = None,
+                                   scaling_factor: Optional[float] = None,
+                                   score_function: EnumLike = "softmax",
+                                   expert_bias: Optional[Array] = None,
+                                   routing_map_format: str = "bytemap",
+                                   topk_indices: Optional[Array] = None, *,
+                                   return_intermediate: bool = False,
+                                   return_topk_weights: bool = False,
+                                   probs_out: Optional[Array] = None,
+                                   routing_map_out: Optional[Array] = None,
+                                   intermediate_out: Optional[Array] = None,
+                                   topk_weights_out: Optional[Array] = None):
     """TE's fused router: (probs, routing_map) from logits [T, E] (fp32 / bf16).
 
     probs: fp32 [T, E], scaling_factor * weight at the selected experts, 0 elsewhere.
@@ -208,7 +217,7 @@ def fused_topk_with_score_function(logits, topk, use_pre_softmax=False, num_grou
         routing = rbits
     else:
         routing = rmap if routing_map_out is not None else _as_bool(rmap)
-    res = (probs, routing)
+    res: Tuple[Any, ...] = (probs, routing)
     if return_intermediate:
         res += (saved,)
     if return_topk_weights:
@@ -216,11 +225,16 @@ def fused_topk_with_score_function(logits, topk, use_pre_softmax=False, num_grou
     return res
 
 
-def fused_topk_with_score_function_backward(routing_map, intermediate_output, grad_probs, topk,
-                                            use_pre_softmax=False, scaling_factor=None,
-                                            score_function="softmax", logits=None, *,
-                                            num_groups=None, group_topk=None, grad_logits=None,
-                                            dtype=None):
+def fused_topk_with_score_function_backward(routing_map: Array, intermediate_output: Array,
+                                            grad_probs: Array, topk: int,
+                                            use_pre_softmax: bool = False,
+                                            scaling_factor: Optional[float] = None,
+                                            score_function: EnumLike = "softmax",
+                                            logits: Optional[Array] = None, *,
+                                            num_groups: Optional[int] = None,
+                                            group_topk: Optional[int] = None,
+                                            grad_logits: Optional[Array] = None,
+                                            dtype: Optional[DTypeLike] = None) -> Array:
     """grad_logits [T, E] from grad_probs (fp32 [T, E]), the forward's byte routing_map and
     intermediate_output (return_intermediate=True). logits is needed for 'sqrtsoftplus' only.
     grad_logits: a buffer (fp32 / bf16), else new in `dtype` (default: logits' dtype, or fp32)."""
@@ -237,10 +251,13 @@ def fused_topk_with_score_function_backward(routing_map, intermediate_output, gr
     return gl
 
 
-def fused_compute_score_for_moe_aux_loss(logits, topk, score_function="softmax",
-                                         routing_map_format="bytemap", *,
-                                         return_intermediate=False, scores_out=None,
-                                         routing_map_out=None, intermediate_out=None):
+def fused_compute_score_for_moe_aux_loss(logits: Array, topk: int,
+                                         score_function: EnumLike = "softmax",
+                                         routing_map_format: str = "bytemap", *,
+                                         return_intermediate: bool = False,
+                                         scores_out: Optional[Array] = None,
+                                         routing_map_out: Optional[Array] = None,
+                                         intermediate_out: Optional[Array] = None):
     """TE's scores for the aux loss: (routing_map, scores). scores fp32 [T, E] (softmax over all
     E, or sigmoid / sqrtsoftplus normalised over all E); routing_map bool [T, E] (the top-k of the
     scores; None with routing_map_format=None). return_intermediate appends the fp32 [T, E]
@@ -268,15 +285,17 @@ def fused_compute_score_for_moe_aux_loss(logits, topk, score_function="softmax",
           vs.ptr, stream_of(vl, vsc, vs, vm))
     if rmap is not None and routing_map_out is None and not bits:
         rmap = _as_bool(rmap)
-    res = (rmap, scores)
+    res: Tuple[Any, ...] = (rmap, scores)
     if return_intermediate:
         res += (saved,)
     return res
 
 
-def fused_compute_score_for_moe_aux_loss_backward(intermediate_output, grad_scores, topk,
-                                                  score_function="softmax", logits=None, *,
-                                                  grad_logits=None, dtype=None):
+def fused_compute_score_for_moe_aux_loss_backward(intermediate_output: Array, grad_scores: Array,
+                                                  topk: int, score_function: EnumLike = "softmax",
+                                                  logits: Optional[Array] = None, *,
+                                                  grad_logits: Optional[Array] = None,
+                                                  dtype: Optional[DTypeLike] = None) -> Array:
     """grad_logits [T, E] from grad_scores (fp32 [T, E]) and the forward's intermediate_output
     (logits for 'sqrtsoftplus' only). dtype as fused_topk_with_score_function_backward."""
     vg = view(grad_scores, "grad_scores", (DType.FP32,))
@@ -298,8 +317,9 @@ def _num_experts_check(num_experts, E, what):
                    XteShapeError, Status.SHAPE)
 
 
-def fused_moe_aux_loss(probs, tokens_per_expert, total_num_tokens, num_experts, topk, coeff, *,
-                       out=None):
+def fused_moe_aux_loss(probs: Array, tokens_per_expert: Array, total_num_tokens: int,
+                       num_experts: int, topk: int, coeff: float, *,
+                       out: Optional[Array] = None) -> Array:
     """TE's aux loss: C * sum_e (sum_t probs[t, e]) * tokens_per_expert[e] with
     C = num_experts * coeff / (topk * total_num_tokens^2). probs fp32 [T, columns], columns a
     multiple of num_experts (the sequence-level loss; None: the columns); tokens_per_expert
@@ -320,8 +340,9 @@ def fused_moe_aux_loss(probs, tokens_per_expert, total_num_tokens, num_experts, 
     return res if out is not None else res.reshape(())
 
 
-def fused_moe_aux_loss_backward(grad_aux_loss, tokens_per_expert, total_num_tokens, num_experts,
-                                topk, coeff, num_rows, *, out=None):
+def fused_moe_aux_loss_backward(grad_aux_loss: Any, tokens_per_expert: Array, total_num_tokens: int,
+                                num_experts: int, topk: int, coeff: float, num_rows: int, *,
+                                out: Optional[Array] = None) -> Array:
     """grad_probs fp32 [num_rows, columns] = fp32(C * tokens_per_expert[e]) * grad_aux_loss
     (a Python float or a one-element array, read on the host); columns: tokens_per_expert's
     length, a multiple of num_experts (None: the columns)."""
@@ -409,10 +430,13 @@ def _from_row_id_map(row_id_map, routing_map, topk_idx, num_experts, map_type):
     return row_id_map, routing_map, topk_idx, num_experts, None
 
 
-def moe_permute(inp, routing_map, num_out_tokens=-1, max_token_num=-1, map_type="mask", *,
-                num_experts=None, align=1, topk=None, input_scales=None, out=None,
-                output_scales=None, row_id_map=None, return_extras=False, expert_offsets=None,
-                tokens_per_expert=None, row_to_expert=None):
+def moe_permute(inp: Union[Array, QuantizedTensor], routing_map: Array, num_out_tokens: int = -1,
+                max_token_num: int = -1, map_type: str = "mask", *, num_experts: Optional[int] = None, align: int = 1,
+                topk: Optional[int] = None, input_scales: Optional[Array] = None,
+                out: Optional[Array] = None, output_scales: Optional[Array] = None,
+                row_id_map: Any = None, return_extras: bool = False,
+                expert_offsets: Optional[Array] = None, tokens_per_expert: Optional[Array] = None,
+                row_to_expert: Optional[Array] = None):
     """TE's moe_permute: (output, row_id_map).
 
     inp [T, H] fp32 / bf16 / fp16 / e4m3 / e5m2, or an xte.QuantizedTensor with rowwise data and
@@ -511,6 +535,7 @@ def moe_permute(inp, routing_map, num_out_tokens=-1, max_token_num=-1, map_type=
           ctypes.byref(ex), stream_of(vx, vr, vsc, vo, vos, vrm, *vex))
     rid = RowIdMap(rm, routing_map if map_type == "mask" else None,
                    routing_map if map_type == "index" else None, E, rows)
+    res: Tuple[Any, ...]
     if q is not None:
         res_out = QuantizedTensor(out, output_scales if vsc is not None else q.scale_inv,
                                   scaling_mode=q.scaling_mode, recipe=q.recipe, layout=q.layout,
@@ -525,9 +550,11 @@ def moe_permute(inp, routing_map, num_out_tokens=-1, max_token_num=-1, map_type=
     return res
 
 
-def moe_unpermute(inp, row_id_map, merging_probs=None, restore_shape=None, map_type=None,
-                  probs=None, *, routing_map=None, topk_idx=None, num_experts=None, out=None,
-                  out_dtype=None):
+def moe_unpermute(inp: Array, row_id_map: Any, merging_probs: Optional[Array] = None,
+                  restore_shape: Any = None, map_type: Optional[str] = None,
+                  probs: Optional[Array] = None, *, routing_map: Optional[Array] = None,
+                  topk_idx: Optional[Array] = None, num_experts: Optional[int] = None,
+                  out: Optional[Array] = None, out_dtype: Optional[DTypeLike] = None) -> Array:
     """TE's moe_unpermute: out[t] = sum over t's slots (ascending) of w * inp[row], fp32 fmaf
     from +0, rounded once. inp [rows, H] fp32 / bf16 / fp16. row_id_map: the RowIdMap of
     moe_permute, or an int32 [T, k] row map with routing_map= (byte [T, E]) or topk_idx= (+
@@ -558,8 +585,10 @@ def moe_unpermute(inp, row_id_map, merging_probs=None, restore_shape=None, map_t
     return out
 
 
-def moe_permute_backward(grad_output, row_id_map, *, routing_map=None, topk_idx=None,
-                         num_experts=None, num_tokens=None, out=None):
+def moe_permute_backward(grad_output: Array, row_id_map: Any, *,
+                         routing_map: Optional[Array] = None, topk_idx: Optional[Array] = None,
+                         num_experts: Optional[int] = None, num_tokens: Optional[int] = None,
+                         out: Optional[Array] = None) -> Array:
     """Backward of moe_permute: grad_input [T, H] (fp32 / bf16 / fp16), grad_input[t] = the sum of
     grad_output's rows of t's slots (ascending). T: the row map's rows (or num_tokens)."""
     rmap, rt_map, rt_idx, E, _ = _from_row_id_map(row_id_map, routing_map, topk_idx, num_experts,
@@ -575,9 +604,11 @@ def moe_permute_backward(grad_output, row_id_map, *, routing_map=None, topk_idx=
     return gi
 
 
-def moe_unpermute_backward(grad_output, inp, row_id_map, merging_probs=None, *, routing_map=None,
-                           topk_idx=None, num_experts=None, num_rows=None, grad_input=None,
-                           grad_probs=None):
+def moe_unpermute_backward(grad_output: Array, inp: Array, row_id_map: Any,
+                           merging_probs: Optional[Array] = None, *,
+                           routing_map: Optional[Array] = None, topk_idx: Optional[Array] = None,
+                           num_experts: Optional[int] = None, num_rows: Optional[int] = None,
+                           grad_input: Optional[Array] = None, grad_probs: Optional[Array] = None):
     """Backward of moe_unpermute: (grad_input [rows, H], grad_probs or None).
     grad_input[row_map[t, j]] = fp32(w * grad_output[t]) (other rows 0); grad_probs (shape of
     merging_probs, fp32): the dot of grad_output[t] and inp[row] per slot. inp is the forward's
@@ -605,8 +636,9 @@ def moe_unpermute_backward(grad_output, inp, row_id_map, merging_probs=None, *, 
     return gi, gp
 
 
-def moe_sort_chunks_by_index(inp, split_sizes, sorted_index, *, out=None, row_id_map=None,
-                             return_row_id_map=False):
+def moe_sort_chunks_by_index(inp: Array, split_sizes: Array, sorted_index: Array, *,
+                             out: Optional[Array] = None, row_id_map: Any = None,
+                             return_row_id_map: bool = False):
     """TE's moe_sort_chunks_by_index: inp [R, H] (any dtype, rows moved as bytes) split into
     chunks of split_sizes (int32 / int64 [n]) rows, concatenated in the order sorted_index.
     return_row_id_map: (output, row_id_map int32 [R], the output row of each input row), which
@@ -624,9 +656,10 @@ def moe_sort_chunks_by_index(inp, split_sizes, sorted_index, *, out=None, row_id
     return (res, rm) if return_row_id_map else res
 
 
-def moe_sort_chunks_by_index_with_probs(inp, probs, split_sizes, sorted_index, *, out=None,
-                                        probs_out=None, row_id_map=None,
-                                        return_row_id_map=False):
+def moe_sort_chunks_by_index_with_probs(inp: Array, probs: Array, split_sizes: Array,
+                                        sorted_index: Array, *, out: Optional[Array] = None,
+                                        probs_out: Optional[Array] = None, row_id_map: Any = None,
+                                        return_row_id_map: bool = False):
     """TE's moe_sort_chunks_by_index_with_probs: (output, permuted_probs[, row_id_map]); probs
     [R] (or [R, 1]) is moved with its rows. Two C calls (the tokens, then the probs as [R, 1])."""
     res, rm = moe_sort_chunks_by_index(inp, split_sizes, sorted_index, out=out,
@@ -641,7 +674,8 @@ def moe_sort_chunks_by_index_with_probs(inp, probs, split_sizes, sorted_index, *
     return (res, probs_out, rm) if return_row_id_map else (res, probs_out)
 
 
-def moe_sort_chunks_backward(grad_output, row_id_map, *, out=None):
+def moe_sort_chunks_backward(grad_output: Array, row_id_map: Any, *,
+                             out: Optional[Array] = None) -> Array:
     """Backward of moe_sort_chunks_by_index: grad_input[r] = grad_output[row_id_map[r]]."""
     vg = view(grad_output, "grad_output")
     vrm = view(row_id_map, "row_id_map", (DType.INT32,))
@@ -651,8 +685,10 @@ def moe_sort_chunks_backward(grad_output, row_id_map, *, out=None):
     return res
 
 
-def dispatch_layout(topk_idx, num_experts, num_ranks, *, num_tokens_per_rank=None,
-                    num_tokens_per_expert=None, is_token_in_rank=None):
+def dispatch_layout(topk_idx: Array, num_experts: int, num_ranks: int, *,
+                    num_tokens_per_rank: Optional[Array] = None,
+                    num_tokens_per_expert: Optional[Array] = None,
+                    is_token_in_rank: Optional[Array] = None) -> Tuple[Array, Array, Array]:
     """DeepEP's get_dispatch_layout: (num_tokens_per_rank int32 [num_ranks],
     num_tokens_per_expert int32 [E], is_token_in_rank bool [T, num_ranks]) from topk_idx
     (int32 / int64 [T, k], -1: none), experts split contiguously, E / num_ranks per rank.
@@ -677,7 +713,8 @@ def dispatch_layout(topk_idx, num_experts, num_ranks, *, num_tokens_per_rank=Non
 # ------------------------------------------------------------------------------- SwiGLU
 
 
-def swiglu(inp, *, out=None, out_dtype=None):
+def swiglu(inp: Array, *, out: Optional[Array] = None,
+           out_dtype: Optional[DTypeLike] = None) -> Array:
     """y [T, F] = silu(inp[:, :F]) * inp[:, F:] for inp [T, 2F] (fp32 / bf16); y in out_dtype
     (fp32 / bf16, default inp's) or out."""
     vx = view(inp, "inp", _FLOAT_IN)
@@ -689,7 +726,8 @@ def swiglu(inp, *, out=None, out_dtype=None):
     return y
 
 
-def dswiglu(grad_output, inp, *, out=None, out_dtype=None):
+def dswiglu(grad_output: Array, inp: Array, *, out: Optional[Array] = None,
+            out_dtype: Optional[DTypeLike] = None) -> Array:
     """grad_input [T, 2F] of swiglu from grad_output [T, F] and the forward's inp [T, 2F]."""
     vg = view(grad_output, "grad_output", _FLOAT_IN)
     vx = view(inp, "inp", _FLOAT_IN)
@@ -753,9 +791,12 @@ def _swiglu_q(fn, args, aliases, like, M, K, recipe, layout, fmt, rowwise, colum
     return out
 
 
-def swiglu_quantize(inp, recipe="te_block", layout=None, fmt="e4m3", rowwise=True,
-                    columnwise=False, *, act_dtype="float32", amax_epsilon=0.0, force_pow_2=None,
-                    saturate=True, amax=None, out=None):
+def swiglu_quantize(inp: Array, recipe: Any = "te_block", layout: Any = None,
+                    fmt: DTypeLike = "e4m3", rowwise: bool = True, columnwise: bool = False, *,
+                    act_dtype: DTypeLike = "float32", amax_epsilon: float = 0.0,
+                    force_pow_2: Optional[bool] = None, saturate: bool = True,
+                    amax: Optional[Array] = None,
+                    out: Optional[QuantizedTensor] = None) -> QuantizedTensor:
     """swiglu(inp) rounded to act_dtype (fp32 / bf16) and quantized in 1x128 blocks, in one
     pass, byte for byte what xte.quantize(swiglu(inp)) gives: an xte.QuantizedTensor [T, F].
     recipe: 'te_block', 'deepgemm', 'deepgemm_ue8m0', 'mtfp8'; layout: 'compact' (default),
@@ -769,9 +810,12 @@ def swiglu_quantize(inp, recipe="te_block", layout=None, fmt="e4m3", rowwise=Tru
                      amax_epsilon, force_pow_2, saturate, amax, out)
 
 
-def dswiglu_quantize(grad_output, inp, recipe="te_block", layout=None, fmt="e4m3", rowwise=True,
-                     columnwise=False, *, act_dtype="float32", amax_epsilon=0.0,
-                     force_pow_2=None, saturate=True, amax=None, out=None):
+def dswiglu_quantize(grad_output: Array, inp: Array, recipe: Any = "te_block", layout: Any = None,
+                     fmt: DTypeLike = "e4m3", rowwise: bool = True, columnwise: bool = False, *,
+                     act_dtype: DTypeLike = "float32", amax_epsilon: float = 0.0,
+                     force_pow_2: Optional[bool] = None, saturate: bool = True,
+                     amax: Optional[Array] = None,
+                     out: Optional[QuantizedTensor] = None) -> QuantizedTensor:
     """dswiglu(grad_output, inp) [T, 2F] rounded to act_dtype and quantized as swiglu_quantize."""
     vg = view(grad_output, "grad_output", _FLOAT_IN)
     vx = view(inp, "inp", _FLOAT_IN)

@@ -8,12 +8,14 @@ helpers under DeepGEMM's names and return conventions. The arithmetic is the C l
 """
 
 import ctypes
+from typing import Any, Dict, Optional, Tuple
 
 from .._lib import (DType, Recipe, ScaleLayout, ScalingMode, Status, XteDTypeError, XteShapeError,
                     XteValueError, call, lib)
 from .._qtensor import (QuantizedTensor, parse_layout, parse_mode, parse_recipe, qpack_rowwise,
                         qview)
 from .._tensor import data_ptr, dtype_of, empty, stream_of, view
+from .._typing import Array, DTypeLike, EnumLike, Pair
 
 __all__ = ["quantize", "dequantize", "cast", "quantize_scale_shape", "per_token_cast_to_fp8",
            "per_block_cast_to_fp8", "as_quantized", "default_block"]
@@ -51,7 +53,7 @@ def _parse_dtype(d, what, allowed):
     return r
 
 
-def default_block(recipe):
+def default_block(recipe: Any) -> ScalingMode:
     """The scaling mode a recipe uses when block=None: 1x128 for TE_BLOCK, DEEPGEMM(_UE8M0) and
     MTFP8 (activations / gradients, as TransformerEngine's Float8BlockScaling and DeepGEMM's
     per_token_cast_to_fp8); 1x32 for the MX recipes; per-tensor for TE_CURRENT / TE_DELAYED."""
@@ -67,7 +69,7 @@ def _mode(block, recipe):
     return default_block(recipe) if block is None else parse_mode(block)
 
 
-_SHAPES = {}  # (M, K, mode, recipe, layout, columnwise) -> (rows, cols): a pure function
+_SHAPES: Dict[tuple, Tuple[int, int]] = {}  # (M, K, mode, recipe, layout, columnwise) -> (rows, cols): a pure function
 
 
 def _scale_shape(M, K, mode, recipe, layout, columnwise):
@@ -85,7 +87,7 @@ def _scale_shape(M, K, mode, recipe, layout, columnwise):
     return r
 
 
-_CONFIGS = {}  # (amax_epsilon, force_pow_2, saturate) -> xte_quant_config (read-only for C)
+_CONFIGS: Dict[tuple, Any] = {}  # (amax_epsilon, force_pow_2, saturate) -> xte_quant_config (read-only for C)
 
 
 def _config(amax_epsilon, force_pow_2, saturate):
@@ -102,7 +104,8 @@ def _config(amax_epsilon, force_pow_2, saturate):
     return c
 
 
-def quantize_scale_shape(M, K, block, recipe, layout, columnwise=False):
+def quantize_scale_shape(M: int, K: int, block: EnumLike, recipe: Any, layout: Any,
+                         columnwise: bool = False) -> Tuple[int, int]:
     """(rows, cols) of the scale buffer xte_quantize writes for an [M, K] input: the rowwise
     copy's (columnwise=False) or the columnwise copy's. block=None / layout=None take quantize's
     defaults (the recipe's block; COMPACT). The buffer is fp32, E8M0 (one byte) for MX recipes."""
@@ -149,9 +152,12 @@ def _check_scalar_out(arr, name):
     return v
 
 
-def quantize(x, recipe="te_block", block=None, layout=None, fmt="e4m3", rowwise=True,
-             columnwise=False, *, amax_epsilon=0.0, force_pow_2=None, saturate=True,
-             scale=None, amax=None, out=None):
+def quantize(x: Array, recipe: Any = "te_block", block: Optional[EnumLike] = None,
+             layout: Any = None, fmt: DTypeLike = "e4m3", rowwise: bool = True,
+             columnwise: bool = False, *, amax_epsilon: float = 0.0,
+             force_pow_2: Optional[bool] = None, saturate: bool = True, scale: Any = None,
+             amax: Optional[Array] = None,
+             out: Optional[QuantizedTensor] = None) -> QuantizedTensor:
     """Quantize a 2-D [M, K] fp32 / bf16 / fp16 tensor to FP8 with block scales (xte_quantize).
 
     recipe: 'te_block' (TransformerEngine Float8BlockScaling, the default), 'deepgemm',
@@ -338,7 +344,7 @@ _DEFAULT_CFG = lib.xte_quant_config_default()
 # (recipe, block, layout, fmt) as the caller spelled them -> (recipe, mode, layout, fp8 dtype,
 # scale dtype, config): filled by a successful general call with the default options, rowwise
 # only, no out=; then the same call skips the parsing and builds the xte_qtensor in one go.
-_FAST = {}
+_FAST: Dict[Any, Any] = {}
 
 
 def _quantize_fast(x, r, mode, lay, qd, sd, cfg):
@@ -354,7 +360,8 @@ def _quantize_fast(x, r, mode, lay, qd, sd, cfg):
     return QuantizedTensor._rowwise(data, sc, mode, r, lay)
 
 
-def dequantize(q, columnwise=False, dtype="float32", out=None):
+def dequantize(q: QuantizedTensor, columnwise: bool = False, dtype: DTypeLike = "float32",
+               out: Optional[Array] = None) -> Array:
     """Dequantize a QuantizedTensor's rowwise copy (or its columnwise copy) to fp32 / bf16 /
     fp16 (xte_dequantize): fp32(q * scale_inv) RNE, then RNE to dtype. The result has the
     copy's shape ([K, M] for a transposed columnwise copy), in the data's framework; out= (of
@@ -376,7 +383,7 @@ def dequantize(q, columnwise=False, dtype="float32", out=None):
     return out
 
 
-def cast(x, dtype, saturate=True, out=None):
+def cast(x: Array, dtype: DTypeLike, saturate: bool = True, out: Optional[Array] = None) -> Array:
     """Elementwise cast (no scaling) between fp32 / bf16 / fp16 / e4m3 / e5m2 / e8m0 (xte_cast):
     RNE, fp8 under the saturation rule (saturate=True: overflow -> +-max; False: NaN for e4m3,
     inf for e5m2), E8M0 as ml_dtypes' float8_e8m0fnu (docs/numerics.md, section 3). The result
@@ -397,8 +404,11 @@ def cast(x, dtype, saturate=True, out=None):
     return out
 
 
-def as_quantized(data, scale_inv, recipe="deepgemm", block=None, layout=None, *,
-                 columnwise_data=None, columnwise_scale_inv=None, columnwise_layout=None):
+def as_quantized(data: Array, scale_inv: Array, recipe: Any = "deepgemm",
+                 block: Optional[EnumLike] = None, layout: Any = None, *,
+                 columnwise_data: Optional[Array] = None,
+                 columnwise_scale_inv: Optional[Array] = None,
+                 columnwise_layout: Optional[EnumLike] = None) -> QuantizedTensor:
     """Wrap existing FP8 data and scales (e.g. DeepGEMM's (data, scales) pair) as a
     QuantizedTensor, without copies: recipe / block (None: the recipe's default) / layout
     (None: COMPACT, as DeepGEMM's casts return them) say how the scales were made and laid out."""
@@ -410,7 +420,7 @@ def as_quantized(data, scale_inv, recipe="deepgemm", block=None, layout=None, *,
                            columnwise_layout=columnwise_layout)
 
 
-def per_token_cast_to_fp8(x, use_ue8m0=False):
+def per_token_cast_to_fp8(x: Array, use_ue8m0: bool = False) -> Pair:
     """DeepGEMM's per_token_cast_to_fp8: [M, K] -> (e4m3 data [M, K], fp32 scales
     [M, ceil(K/128)] row-major), scales sf = max(amax, 1e-4) / 448 per 1x128 block (rounded up
     to a power of two with use_ue8m0), data = fp8(x / sf). Recipe DEEPGEMM(_UE8M0), COMPACT."""
@@ -418,7 +428,7 @@ def per_token_cast_to_fp8(x, use_ue8m0=False):
     return q.data, q.scale_inv
 
 
-def per_block_cast_to_fp8(x, use_ue8m0=False):
+def per_block_cast_to_fp8(x: Array, use_ue8m0: bool = False) -> Pair:
     """DeepGEMM's per_block_cast_to_fp8: [M, K] -> (e4m3 data [M, K], fp32 scales
     [ceil(M/128), ceil(K/128)] row-major), one scale per 128x128 tile."""
     q = quantize(x, "deepgemm_ue8m0" if use_ue8m0 else "deepgemm", "128x128", "compact")

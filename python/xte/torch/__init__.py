@@ -28,7 +28,7 @@ pass FP8 data / E8M0 scales as uint8 bytes (opcheck and autograd cannot compare 
 these wrappers restore the float8 dtypes as zero-copy views.
 """
 
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -44,6 +44,7 @@ from . import _attention
 from . import _ops  # noqa: F401  (registers the ops)
 from ._common import split_copies
 from ._ops import OPS, permute_capacity, permute_rows, scale_shape  # noqa: F401
+from .._typing import DTypeLike, EnumLike, GemmModeLike, Pair
 
 __all__ = ["quantize", "dequantize", "gemm", "gemm_grouped", "router", "moe_permute",
            "moe_unpermute", "swiglu", "dswiglu", "swiglu_quantize", "attention", "attention_fwd",
@@ -81,7 +82,7 @@ def _default_mode(r):
 _TFP8 = {DType.E4M3: torch.float8_e4m3fn, DType.E5M2: torch.float8_e5m2}
 
 
-def qmeta(q):
+def qmeta(q: QuantizedTensor) -> List[int]:
     """[scaling_mode, recipe, layout, columnwise_layout, fmt] of a QuantizedTensor (the ops'
     meta argument)."""
     d = q.data if q.data is not None else q.columnwise_data
@@ -96,7 +97,9 @@ def _bytes_or(t):
     return t if t.dtype == torch.uint8 else t.view(torch.uint8)
 
 
-def from_lists(outs, mode, recipe, layout, rowwise=True, columnwise=False, fmt=DType.E4M3):
+def from_lists(outs: List[Tensor], mode: EnumLike, recipe: EnumLike, layout: EnumLike,
+               rowwise: bool = True, columnwise: bool = False,
+               fmt: DTypeLike = DType.E4M3) -> QuantizedTensor:
     """A QuantizedTensor (fp8 dtypes restored as zero-copy views) from xte::quantize's list."""
     d, s, cd, cs = split_copies(outs, rowwise, columnwise)
     f = _TFP8[DType(int(fmt))]
@@ -110,8 +113,11 @@ def from_lists(outs, mode, recipe, layout, rowwise=True, columnwise=False, fmt=D
                            columnwise_scale_inv=sc(cs))
 
 
-def quantize(x, recipe="te_block", block=None, layout=None, fmt="e4m3", rowwise=True,
-             columnwise=False, *, amax_epsilon=0.0, force_pow_2=None, saturate=True, scale=None):
+def quantize(x: Tensor, recipe: Any = "te_block", block: Optional[EnumLike] = None,
+             layout: Any = None, fmt: DTypeLike = "e4m3", rowwise: bool = True,
+             columnwise: bool = False, *, amax_epsilon: float = 0.0,
+             force_pow_2: Optional[bool] = None, saturate: bool = True,
+             scale: Any = None) -> QuantizedTensor:
     """xte.quantize through the custom op xte::quantize; returns a QuantizedTensor."""
     r = parse_recipe(recipe)
     mode = _default_mode(r) if block is None else parse_mode(block)
@@ -125,7 +131,8 @@ def quantize(x, recipe="te_block", block=None, layout=None, fmt="e4m3", rowwise=
     return from_lists(outs, mode, r, lay, rowwise, columnwise, f)
 
 
-def dequantize(q, columnwise=False, dtype=torch.float32):
+def dequantize(q: QuantizedTensor, columnwise: bool = False,
+               dtype: DTypeLike = torch.float32) -> Tensor:
     """xte.dequantize of one copy through xte::dequantize."""
     d, s = (q.columnwise_data, q.columnwise_scale_inv) if columnwise else (q.data, q.scale_inv)
     lay = q.columnwise_layout if columnwise else q.layout
@@ -138,8 +145,9 @@ def _qargs(q):
             _bytes_or(q.columnwise_scale_inv), qmeta(q))
 
 
-def gemm(a, b, *, trans_a=False, trans_b=True, c=None, accumulate=False, bias=None,
-         mode="exact", out_dtype=torch.bfloat16):
+def gemm(a: QuantizedTensor, b: QuantizedTensor, *, trans_a: bool = False, trans_b: bool = True,
+         c: Optional[Tensor] = None, accumulate: bool = False, bias: Any = None,
+         mode: GemmModeLike = "exact", out_dtype: DTypeLike = torch.bfloat16) -> Tensor:
     """D = op(a) @ op(b) (+ C) (+ bias) through xte::gemm, with xte.gemm's conventions: op(b) =
     b^T when trans_b (the default: b is the weight [N, K], the Linear forward "TN"); a, b
     QuantizedTensors. (The raw op torch.ops.xte.gemm takes the C flags: its trans_b is
@@ -154,9 +162,12 @@ def gemm(a, b, *, trans_a=False, trans_b=True, c=None, accumulate=False, bias=No
 _KINDS = {"contiguous": 0, "masked": 1, "k": 2}
 
 
-def gemm_grouped(a, b, *, group_sizes=None, masked_m=None, num_groups=None, kind="contiguous",
-                 alignment=0, trans_a=False, trans_b=True, c=None, accumulate=False, bias=None,
-                 mode="exact", out_dtype=torch.bfloat16):
+def gemm_grouped(a: QuantizedTensor, b: QuantizedTensor, *, group_sizes: Any = None,
+                 masked_m: Optional[Tensor] = None, num_groups: Optional[int] = None,
+                 kind: EnumLike = "contiguous", alignment: int = 0, trans_a: bool = False,
+                 trans_b: bool = True, c: Optional[Tensor] = None, accumulate: bool = False,
+                 bias: Any = None, mode: GemmModeLike = "exact",
+                 out_dtype: DTypeLike = torch.bfloat16) -> Tensor:
     """xte_gemm_grouped through xte::gemm_grouped, with xte.gemm_grouped's conventions (trans_b
     True: b holds [G, N, K]). group_sizes: int64 tensor / list [G] (rows per group for
     'contiguous', K per group for 'k'); masked_m: int32 [G] for 'masked'."""
@@ -166,15 +177,19 @@ def gemm_grouped(a, b, *, group_sizes=None, masked_m=None, num_groups=None, kind
     if isinstance(group_sizes, (list, tuple)):
         group_sizes = torch.tensor(group_sizes, dtype=torch.int64)
     if num_groups is None:
-        num_groups = (group_sizes if group_sizes is not None else masked_m).numel()
+        sizes = group_sizes if group_sizes is not None else masked_m
+        if sizes is None:
+            raise XteValueError(Status.NULL_POINTER, "group_sizes / masked_m: give one")
+        num_groups = sizes.numel()
     m = parse_gemm_mode(mode)
     return ops.gemm_grouped(*_qargs(a), *_qargs(b), c, bias, group_sizes, masked_m,
                             int(num_groups), k, int(alignment), bool(trans_a), not bool(trans_b),
                             bool(accumulate), int(m), int(_dt(out_dtype)))
 
 
-def router(logits, topk, score_function="softmax", *, expert_bias=None, use_pre_softmax=False,
-           num_groups=0, group_topk=0, scaling_factor=1.0):
+def router(logits: Tensor, topk: int, score_function: EnumLike = "softmax", *,
+           expert_bias: Optional[Tensor] = None, use_pre_softmax: bool = False, num_groups: int = 0,
+           group_topk: int = 0, scaling_factor: float = 1.0) -> Tuple[Tensor, Tensor]:
     """The router of TE's fused_topk_with_score_function (same options) through xte::router,
     with autograd to the logits. Unlike TE's function (and xte.fused_topk_with_score_function),
     it returns the index form (topk_weights fp32 [T, k], topk_idx int64 [T, k]), which the
@@ -186,7 +201,9 @@ def router(logits, topk, score_function="softmax", *, expert_bias=None, use_pre_
     return w, idx
 
 
-def moe_permute(x, topk_idx, num_experts, num_out_tokens=-1, align=1, rows=None):
+def moe_permute(x: Tensor, topk_idx: Tensor, num_experts: int, num_out_tokens: int = -1,
+                align: int = 1,
+                rows: Optional[int] = None) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """(output [permute_capacity(...), H], row_map int32 [T, k], tokens_per_expert int64 [E],
     expert_offsets int64 [E + 1]) through xte::moe_permute (autograd to x). rows: the output's
     row count instead of the static worst case (eager code passes permute_rows(topk_idx=...,
@@ -196,7 +213,9 @@ def moe_permute(x, topk_idx, num_experts, num_out_tokens=-1, align=1, rows=None)
                            -1 if rows is None else int(rows))
 
 
-def moe_permute_mask(x, routing_map, num_out_tokens=-1, align=1, topk=None, rows=None):
+def moe_permute_mask(x: Tensor, routing_map: Tensor, num_out_tokens: int = -1, align: int = 1,
+                     topk: Optional[int] = None,
+                     rows: Optional[int] = None) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """TE's moe_permute with map_type 'mask' through xte::moe_permute_mask (autograd to x):
     routing_map bool / uint8 [T, E]; topk: the row map's columns (the most experts a token may
     have; default E). Returns (output [permute_capacity(T, topk, E, ...) or rows, H], row_map int32
@@ -207,14 +226,17 @@ def moe_permute_mask(x, routing_map, num_out_tokens=-1, align=1, topk=None, rows
                                 int(align), -1 if rows is None else int(rows))
 
 
-def moe_unpermute_mask(x, routing_map, row_map, probs=None):
+def moe_unpermute_mask(x: Tensor, routing_map: Tensor, row_map: Tensor,
+                       probs: Optional[Tensor] = None) -> Tensor:
     """[T, H] = sum over t's routed experts (ascending) of probs[t, e] * x[row] through
     xte::moe_unpermute_mask (autograd to x and probs); probs fp32 [T, E] (the router's probs)."""
     return ops.moe_unpermute_mask(x, _bytes_or(routing_map), row_map, probs)
 
 
-def moe_permute_fp8(x, scales=None, *, routing_map=None, topk_idx=None, num_experts=None,
-                    num_out_tokens=-1, align=1, topk=None, rows=None):
+def moe_permute_fp8(x: Union[QuantizedTensor, Tensor], scales: Optional[Tensor] = None, *,
+                    routing_map: Optional[Tensor] = None, topk_idx: Optional[Tensor] = None,
+                    num_experts: Optional[int] = None, num_out_tokens: int = -1, align: int = 1,
+                    topk: Optional[int] = None, rows: Optional[int] = None):
     """FP8 rows permuted with their scales through xte::moe_permute_fp8 (no autograd).
 
     x: an xte.QuantizedTensor with rowwise data and COMPACT 1x128 / 1x32 scales, or float8 data
@@ -269,9 +291,13 @@ def moe_permute_fp8(x, scales=None, *, routing_map=None, topk_idx=None, num_expe
     return out, osc, row_map, tpe, offs
 
 
-def fused_topk_with_score_function(logits, topk, use_pre_softmax=False, num_groups=None,
-                                   group_topk=None, scaling_factor=None, score_function="softmax",
-                                   expert_bias=None, routing_map_format="bytemap"):
+def fused_topk_with_score_function(logits: Tensor, topk: int, use_pre_softmax: bool = False,
+                                   num_groups: Optional[int] = None,
+                                   group_topk: Optional[int] = None,
+                                   scaling_factor: Optional[float] = None,
+                                   score_function: EnumLike = "softmax",
+                                   expert_bias: Optional[Tensor] = None,
+                                   routing_map_format: str = "bytemap") -> Tuple[Tensor, Tensor]:
     """TE's fused router in TE's form through xte::router_probs (autograd from probs to the
     logits): (probs fp32 [T, E], routing_map bool [T, E] ('bytemap') or uint8 [T, ceil(E/8)]
     LSB-first ('bitmap_u8')), the bytes of xte.fused_topk_with_score_function."""
@@ -347,12 +373,16 @@ fp8_gemm_tn = _make_dg("tn")
 fp8_gemm_tt = _make_dg("tt")
 
 
-def m_grouped_fp8_gemm_nt_contiguous(a, b, d, grouped_layout=None, recipe=None, recipe_a=None,
-                                     recipe_b=None, *, group_sizes=None, alignment=None,
-                                     layout=None, mode="exact", bias=None, compiled_dims=None,
-                                     disable_ue8m0_cast=False, use_psum_layout=False,
-                                     ensure_zero_padding=True, expected_m_for_psum_layout=None,
-                                     trans_b=False):
+def m_grouped_fp8_gemm_nt_contiguous(a: Pair, b: Pair, d: Tensor, grouped_layout: Any = None,
+                                     recipe: Any = None, recipe_a: Any = None, recipe_b: Any = None,
+                                     *, group_sizes: Any = None, alignment: Optional[int] = None,
+                                     layout: Any = None, mode: GemmModeLike = "exact",
+                                     bias: Any = None, compiled_dims: Any = None,
+                                     disable_ue8m0_cast: bool = False,
+                                     use_psum_layout: bool = False,
+                                     ensure_zero_padding: bool = True,
+                                     expected_m_for_psum_layout: Optional[int] = None,
+                                     trans_b: bool = False) -> Tensor:
     """xte.m_grouped_fp8_gemm_nt_contiguous through xte::m_grouped_fp8_gemm_nt_contiguous
     (writes d, returns it). group_sizes: a list or int64 tensor; grouped_layout: DeepGEMM's int32
     [M] m_indices, or with use_psum_layout its int32 [G] end rows (a list without
@@ -372,9 +402,12 @@ def m_grouped_fp8_gemm_nt_contiguous(a, b, d, grouped_layout=None, recipe=None, 
     return d
 
 
-def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m=None, recipe=None, recipe_a=None,
-                                 recipe_b=None, *, layout=None, mode="exact", bias=None,
-                                 compiled_dims=None, disable_ue8m0_cast=False):
+def m_grouped_fp8_gemm_nt_masked(a: Pair, b: Pair, d: Tensor, masked_m: Tensor,
+                                 expected_m: Optional[int] = None, recipe: Any = None,
+                                 recipe_a: Any = None, recipe_b: Any = None, *, layout: Any = None,
+                                 mode: GemmModeLike = "exact", bias: Any = None,
+                                 compiled_dims: Any = None,
+                                 disable_ue8m0_cast: bool = False) -> Tensor:
     """xte.m_grouped_fp8_gemm_nt_masked through xte::m_grouped_fp8_gemm_nt_masked (writes d,
     returns it; rows past masked_m[g] keep their bytes)."""
     ad, asc, bd, bsc, af, bf, hints = _dg_args(a, b, recipe, recipe_a, recipe_b, layout)
@@ -383,10 +416,12 @@ def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m=None, recipe=None
     return d
 
 
-def k_grouped_fp8_gemm_tn_contiguous(a, b, d, ks=None, grouped_layout=None, c=None,
-                                     recipe=(1, 1, 128), *, layout=None, mode="exact",
-                                     bias=None, compiled_dims=None, use_psum_layout=False,
-                                     alignment=None, nt=False):
+def k_grouped_fp8_gemm_tn_contiguous(a: Pair, b: Pair, d: Tensor, ks: Any = None,
+                                     grouped_layout: Any = None, c: Optional[Tensor] = None,
+                                     recipe: Any = (1, 1, 128), *, layout: Any = None,
+                                     mode: GemmModeLike = "exact", bias: Any = None,
+                                     compiled_dims: Any = None, use_psum_layout: bool = False,
+                                     alignment: Optional[int] = None, nt: bool = False) -> Tensor:
     """xte.k_grouped_fp8_gemm_tn_contiguous (nt=True: _nt_contiguous) through
     xte::k_grouped_fp8_gemm_tn_contiguous (writes d, returns it). ks: a list or int64 tensor of
     the K of each group; use_psum_layout: grouped_layout holds the groups' end rows."""
@@ -408,7 +443,8 @@ def k_grouped_fp8_gemm_tn_contiguous(a, b, d, ks=None, grouped_layout=None, c=No
     return d
 
 
-def moe_unpermute(x, topk_idx, row_map, probs=None, num_experts=None):
+def moe_unpermute(x: Tensor, topk_idx: Tensor, row_map: Tensor, probs: Optional[Tensor] = None,
+                  num_experts: Optional[int] = None) -> Tensor:
     """[T, H] = sum over slots of probs * x[row_map] through xte::moe_unpermute (autograd to x
     and probs)."""
     if num_experts is None:
@@ -416,18 +452,19 @@ def moe_unpermute(x, topk_idx, row_map, probs=None, num_experts=None):
     return ops.moe_unpermute(x, topk_idx, row_map, probs, int(num_experts))
 
 
-def swiglu(x):
+def swiglu(x: Tensor) -> Tensor:
     """silu(x[..., :F]) * x[..., F:] through xte::swiglu (autograd)."""
     return ops.swiglu(x)
 
 
-def dswiglu(grad_out, x):
+def dswiglu(grad_out: Tensor, x: Tensor) -> Tensor:
     return ops.dswiglu(grad_out, x)
 
 
-def swiglu_quantize(x, act_dtype=torch.bfloat16, recipe="te_block", layout=None, fmt="e4m3",
-                    rowwise=True, columnwise=False, *, amax_epsilon=0.0, force_pow_2=None,
-                    saturate=True):
+def swiglu_quantize(x: Tensor, act_dtype: DTypeLike = torch.bfloat16, recipe: Any = "te_block",
+                    layout: Any = None, fmt: DTypeLike = "e4m3", rowwise: bool = True,
+                    columnwise: bool = False, *, amax_epsilon: float = 0.0,
+                    force_pow_2: Optional[bool] = None, saturate: bool = True) -> QuantizedTensor:
     """quantize(swiglu(x)) in one pass (xte_swiglu_quantize); returns a QuantizedTensor."""
     r = parse_recipe(recipe)
     lay = ScaleLayout.COMPACT if layout is None else parse_layout(layout)
@@ -465,7 +502,7 @@ def attention(q, k, v, **kw):
     return attention_fwd(q, k, v, **kw)[0]
 
 
-def cast(x, dtype, saturate=True):
+def cast(x: Tensor, dtype: DTypeLike, saturate: bool = True) -> Tensor:
     """xte.cast through xte::cast (fp8 / e8m0 results as float8 tensors)."""
     d = _dt(dtype) if not isinstance(dtype, str) or dtype not in _FMT else _FMT[dtype]
     if isinstance(dtype, str) and dtype.lower() in ("e8m0", "float8_e8m0fnu"):
@@ -477,26 +514,29 @@ def cast(x, dtype, saturate=True):
     return out.view(torch.float8_e8m0fnu) if d == DType.E8M0 else out
 
 
-def router_aux_scores(logits, topk, score_function="softmax"):
+def router_aux_scores(logits: Tensor, topk: int, score_function: EnumLike = "softmax") -> Tensor:
     """The scores fp32 [T, E] of TE's fused_compute_score_for_moe_aux_loss (autograd to the
     logits; TE returns (routing_map, scores): xte.fused_compute_score_for_moe_aux_loss)."""
     sf = parse_score(score_function)
     return ops.router_aux_scores(logits, int(topk), int(sf))[0]
 
 
-def moe_aux_loss(probs, tokens_per_expert, total_num_tokens, topk, coeff):
+def moe_aux_loss(probs: Tensor, tokens_per_expert: Tensor, total_num_tokens: int, topk: int,
+                 coeff: float) -> Tensor:
     """TE's fused_moe_aux_loss as a 0-d fp32 tensor (autograd to probs); TE's num_experts
     argument is probs' column count here (xte.fused_moe_aux_loss takes TE's argument list)."""
     return ops.moe_aux_loss(probs, tokens_per_expert, int(total_num_tokens), int(topk),
                             float(coeff))
 
 
-def moe_sort_chunks_by_index(x, split_sizes, sorted_index):
+def moe_sort_chunks_by_index(x: Tensor, split_sizes: Tensor,
+                             sorted_index: Tensor) -> Tuple[Tensor, Tensor]:
     """(output, row_map) of TE's moe_sort_chunks_by_index (autograd to x)."""
     return ops.moe_sort_chunks_by_index(x, split_sizes, sorted_index)
 
 
-def dispatch_layout(topk_idx, num_experts, num_ranks):
+def dispatch_layout(topk_idx: Tensor, num_experts: int,
+                    num_ranks: int) -> Tuple[Tensor, Tensor, Tensor]:
     """DeepEP's get_dispatch_layout: (tokens_per_rank int32, tokens_per_expert int32,
     is_token_in_rank bool [T, R])."""
     a, b, c = ops.moe_dispatch_layout(topk_idx, int(num_experts), int(num_ranks))

@@ -116,6 +116,7 @@ def te_permute_mask(x: Tensor, routing_map: Tensor, probs: Optional[Tensor], num
     rid[:, 2 * E] = m.sum(1)
     if align > 1:
         # the padding before each expert: its padded first row less its unpadded one
+        assert offs is not None and tpe is not None  # written by the C permute when align > 1
         unpadded = torch.cumsum(tpe, 0) - tpe
         pad = offs[:E] - unpadded
         if pad_offsets is None or not torch.equal(pad.to(pad_offsets.device),
@@ -251,6 +252,7 @@ def te_unpermute_mask_backward(grad_out: Tensor, x: Tensor, row_id_map: Tensor,
          vgx.ptr, ptr(vgp), stream_of(vg, vx, vi, vr, vp, vgx, vgp))
     if gp is None:
         return gx, grad_out.new_empty((0,), dtype=torch.float32)
+    assert merging_probs is not None  # gp is computed only with merging_probs
     return gx, _te_dense(row_id_map, E, gp, merging_probs.dtype)
 
 

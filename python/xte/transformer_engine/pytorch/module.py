@@ -17,6 +17,8 @@ fuse_wgrad_accumulation, delay_wgrad_compute, fp8_output / fp8_grad, parameters_
 single_grouped_weight / single_grouped_bias); is_first_microbatch is accepted (xte quantizes
 the weight on every forward, which gives the bytes TE's weight cache would hold).
 """
+from typing import Any, List, Optional
+
 import torch
 from torch import nn
 
@@ -69,14 +71,17 @@ def _linear(x, weight, bias, recipe):
 class Linear(nn.Module):
     """TE's Linear: y = x W^T + b, weight [out_features, in_features] in params_dtype."""
 
-    def __init__(self, in_features, out_features, sequence_parallel=False,
-                 fuse_wgrad_accumulation=False, tp_group=None, tp_size=1,
-                 get_rng_state_tracker=None, rng_tracker_name=None, init_method=None, bias=True,
-                 return_bias=False, params_dtype=None, parallel_mode=None,
-                 parameters_split=None, device=None, ub_overlap_ag=False, ub_overlap_rs=False,
-                 ub_overlap_rs_dgrad=False, ub_bulk_dgrad=False, ub_bulk_wgrad=False,
-                 ub_name=None, delay_wgrad_compute=False, symmetric_ar_type=None,
-                 save_original_input=False, name=None):
+    def __init__(self, in_features: int, out_features: int, sequence_parallel: bool = False,
+                 fuse_wgrad_accumulation: bool = False, tp_group: Any = None, tp_size: int = 1,
+                 get_rng_state_tracker: Any = None, rng_tracker_name: Optional[str] = None,
+                 init_method: Any = None, bias: bool = True, return_bias: bool = False,
+                 params_dtype: Optional[torch.dtype] = None, parallel_mode: Optional[str] = None,
+                 parameters_split: Any = None, device: Any = None, ub_overlap_ag: bool = False,
+                 ub_overlap_rs: bool = False, ub_overlap_rs_dgrad: bool = False,
+                 ub_bulk_dgrad: bool = False, ub_bulk_wgrad: bool = False,
+                 ub_name: Optional[str] = None, delay_wgrad_compute: bool = False,
+                 symmetric_ar_type=None, save_original_input: bool = False,
+                 name: Optional[str] = None) -> None:
         super().__init__()
         _common_refusals(tp_group, tp_size, sequence_parallel, fuse_wgrad_accumulation,
                          dict(ub_overlap_ag=ub_overlap_ag, ub_overlap_rs=ub_overlap_rs,
@@ -99,14 +104,15 @@ class Linear(nn.Module):
         else:
             self.register_parameter("bias", None)
 
-    def forward(self, inp, is_first_microbatch=None, fp8_output=False, fp8_grad=False):
+    def forward(self, inp: torch.Tensor, is_first_microbatch: Optional[bool] = None,
+                fp8_output: bool = False, fp8_grad: bool = False):
         _refuse(fp8_output=(fp8_output, False), fp8_grad=(fp8_grad, False))
         out = _linear(inp, self.weight, self.bias if self.apply_bias else None, _fp8_recipe())
         if self.return_bias:
             return out, (self.bias.to(inp.dtype) if self.bias is not None else None)
         return out
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.use_bias}")
 
@@ -115,16 +121,18 @@ class LayerNormLinear(nn.Module):
     """TE's LayerNormLinear: LayerNorm or RMSNorm (torch, in the input's dtype) then Linear.
     return_layernorm_output: forward also returns the normalised input."""
 
-    def __init__(self, in_features, out_features, eps=1e-5, sequence_parallel=False,
-                 fuse_wgrad_accumulation=False, tp_group=None, tp_size=1,
-                 get_rng_state_tracker=None, init_method=None, bias=True,
-                 normalization="LayerNorm", return_bias=False, params_dtype=None,
-                 parallel_mode=None, return_layernorm_output=False,
-                 return_layernorm_output_gathered=False, parameters_split=None,
-                 zero_centered_gamma=False, device=None, ub_overlap_ag=False,
-                 ub_overlap_rs=False, ub_overlap_rs_dgrad=False, ub_bulk_wgrad=False,
-                 ub_bulk_dgrad=False, ub_name=None, delay_wgrad_compute=False,
-                 symmetric_ar_type=None, name=None):
+    def __init__(self, in_features: int, out_features: int, eps: float = 1e-5,
+                 sequence_parallel: bool = False, fuse_wgrad_accumulation: bool = False,
+                 tp_group: Any = None, tp_size: int = 1, get_rng_state_tracker: Any = None,
+                 init_method: Any = None, bias: bool = True, normalization: str = "LayerNorm",
+                 return_bias: bool = False, params_dtype: Optional[torch.dtype] = None,
+                 parallel_mode: Optional[str] = None, return_layernorm_output: bool = False,
+                 return_layernorm_output_gathered: bool = False, parameters_split: Any = None,
+                 zero_centered_gamma: bool = False, device: Any = None, ub_overlap_ag: bool = False,
+                 ub_overlap_rs: bool = False, ub_overlap_rs_dgrad: bool = False,
+                 ub_bulk_wgrad: bool = False, ub_bulk_dgrad: bool = False,
+                 ub_name: Optional[str] = None, delay_wgrad_compute: bool = False,
+                 symmetric_ar_type=None, name: Optional[str] = None) -> None:
         super().__init__()
         _common_refusals(tp_group, tp_size, sequence_parallel, fuse_wgrad_accumulation,
                          dict(ub_overlap_ag=ub_overlap_ag, ub_overlap_rs=ub_overlap_rs,
@@ -166,7 +174,8 @@ class LayerNormLinear(nn.Module):
                                                   self.layer_norm_bias.to(x.dtype), self.eps)
         return torch.nn.functional.rms_norm(x, (self.in_features,), g.to(x.dtype), self.eps)
 
-    def forward(self, inp, is_first_microbatch=None, fp8_output=False, fp8_grad=False):
+    def forward(self, inp: torch.Tensor, is_first_microbatch: Optional[bool] = None,
+                fp8_output: bool = False, fp8_grad: bool = False):
         _refuse(fp8_output=(fp8_output, False), fp8_grad=(fp8_grad, False))
         ln_out = self._norm(inp)
         out = _linear(ln_out, self.weight, self.bias if self.apply_bias else None,
@@ -183,14 +192,17 @@ class GroupedLinear(nn.Module):
     m_splits a list or an int tensor of rows per expert (summing to R) -> [R, out_features].
     Under FP8 each expert's weight is quantized on its own (xte.nn.functional.grouped_linear)."""
 
-    def __init__(self, num_gemms, in_features, out_features, sequence_parallel=False,
-                 fuse_wgrad_accumulation=False, tp_group=None, tp_size=1,
-                 get_rng_state_tracker=None, rng_tracker_name=None, init_method=None, bias=True,
-                 return_bias=False, params_dtype=None, parallel_mode=None, device=None,
-                 ub_overlap_rs=False, ub_overlap_ag=False, ub_name=None,
-                 delay_wgrad_compute=False, save_original_input=False,
-                 single_grouped_weight=False, single_grouped_bias=False, name=None,
-                 use_grouped_tensor=None):
+    def __init__(self, num_gemms: int, in_features: int, out_features: int,
+                 sequence_parallel: bool = False, fuse_wgrad_accumulation: bool = False,
+                 tp_group: Any = None, tp_size: int = 1, get_rng_state_tracker: Any = None,
+                 rng_tracker_name: Optional[str] = None, init_method: Any = None, bias: bool = True,
+                 return_bias: bool = False, params_dtype: Optional[torch.dtype] = None,
+                 parallel_mode: Optional[str] = None, device: Any = None,
+                 ub_overlap_rs: bool = False, ub_overlap_ag: bool = False,
+                 ub_name: Optional[str] = None, delay_wgrad_compute: bool = False,
+                 save_original_input: bool = False, single_grouped_weight: bool = False,
+                 single_grouped_bias: bool = False, name: Optional[str] = None,
+                 use_grouped_tensor=None) -> None:
         super().__init__()
         _common_refusals(tp_group, tp_size, sequence_parallel, fuse_wgrad_accumulation,
                          dict(ub_overlap_rs=ub_overlap_rs, ub_overlap_ag=ub_overlap_ag),
@@ -214,7 +226,8 @@ class GroupedLinear(nn.Module):
             else:
                 setattr(self, f"bias{i}", torch.Tensor().to(dtype=params_dtype, device=device))
 
-    def forward(self, inp, m_splits, is_first_microbatch=None, out=None, dgrad_out=None):
+    def forward(self, inp: torch.Tensor, m_splits: List[int],
+                is_first_microbatch: Optional[bool] = None, out: Any = None, dgrad_out: Any = None):
         _refuse(out=(out, None), dgrad_out=(dgrad_out, None))
         weights = [getattr(self, f"weight{i}") for i in range(self.num_gemms)]
         biases = ([getattr(self, f"bias{i}") for i in range(self.num_gemms)]
@@ -228,6 +241,7 @@ class GroupedLinear(nn.Module):
             y = torch.cat([torch.nn.functional.linear(xg, w) for xg, w in
                            zip(torch.split(x, splits), weights)])
             if self.apply_bias:
+                assert biases is not None  # apply_bias implies use_bias
                 y = y + torch.repeat_interleave(torch.stack(biases).to(y.dtype),
                                                 torch.tensor(splits), dim=0)
         else:
@@ -238,7 +252,7 @@ class GroupedLinear(nn.Module):
             return y, [b.to(inp.dtype) for b in biases] if biases else biases
         return y
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"num_gemms={self.num_gemms}, in_features={self.in_features}, "
                 f"out_features={self.out_features}, bias={self.use_bias}")
 
@@ -258,11 +272,11 @@ class Fp8Padding(nn.Module):
     align_size (None: the autocast recipe's alignment, 16; 32 for MXFP8). forward(inp,
     m_splits) -> (padded, padded_m_splits); the gradient drops the padding rows."""
 
-    def __init__(self, num_gemms, align_size=None):
+    def __init__(self, num_gemms: int, align_size: Optional[int] = None) -> None:
         super().__init__()
         self.num_gemms, self.align_size = num_gemms, align_size
 
-    def forward(self, inp, m_splits):
+    def forward(self, inp: torch.Tensor, m_splits: List[int]):
         splits, padded = _aligned_splits(self, m_splits)
         if splits == padded:
             return inp, splits
@@ -276,11 +290,11 @@ class Fp8Unpadding(nn.Module):
     """TE's Fp8Unpadding: the inverse of Fp8Padding. forward(inp, m_splits) keeps the first
     m_splits[g] rows of each padded group."""
 
-    def __init__(self, num_gemms, align_size=None):
+    def __init__(self, num_gemms: int, align_size: Optional[int] = None) -> None:
         super().__init__()
         self.num_gemms, self.align_size = num_gemms, align_size
 
-    def forward(self, inp, m_splits):
+    def forward(self, inp: torch.Tensor, m_splits: List[int]):
         splits, padded = _aligned_splits(self, m_splits)
         if splits == padded:
             return inp

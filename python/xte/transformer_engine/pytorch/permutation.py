@@ -28,9 +28,10 @@ __all__ = [
     "moe_unpermute",
     "moe_sort_chunks_by_index",
     "moe_sort_chunks_by_index_with_probs",
-    "Fp8Padding",
-    "Fp8Unpadding",
 ]
+# Fp8Padding / Fp8Unpadding are defined here and in module.py (whose classes
+# transformer_engine.pytorch exports); they are left out of __all__ so the package's star
+# imports name one class each.
 
 
 def _mask(routing_map):
@@ -238,13 +239,13 @@ def moe_unpermute(
             num_tokens = row_id_map.size(0)
         return torch.ops.xte.te_unpermute_index(inp, row_id_map, merging_probs, num_tokens)
     if map_type == "mask":
-        if restore_shape is None:  # TE: inp's shape, which is right only when rows == tokens
-            restore_shape = (row_id_map.size(0) if row_id_map.dim() == 2 else inp.size(0),
-                             inp.size(-1))
-        num_tokens, hidden_size = restore_shape
+        # restore_shape None: TE's default, inp's shape, which is right only when rows == tokens
+        shape = (tuple(restore_shape) if restore_shape is not None else
+                 (row_id_map.size(0) if row_id_map.dim() == 2 else inp.size(0), inp.size(-1)))
+        num_tokens, hidden_size = shape
         if inp.dim() != 2 or inp.size(1) != hidden_size:
             raise ValueError(f"inp has shape {tuple(inp.shape)}: want [rows, {hidden_size}] "
-                             f"(restore_shape {tuple(restore_shape)})")
+                             f"(restore_shape {shape})")
         if row_id_map.dim() != 2:
             return inp.new_zeros((num_tokens, hidden_size))  # an empty permute's map
         return torch.ops.xte.te_unpermute_mask(inp, row_id_map, merging_probs, int(num_tokens),

@@ -153,7 +153,7 @@ def fused_topk_with_score_function(
     grouped = group_topk is not None and group_topk > 0
     if grouped and num_groups is None:
         raise ValueError("group_topk needs num_groups")
-    ng, gt = (int(num_groups), int(group_topk)) if grouped else (0, 0)
+    ng, gt = (int(num_groups or 0), int(group_topk or 0)) if grouped else (0, 0)
     scale = 1.0 if scaling_factor is None else float(scaling_factor)
     bias = None if expert_bias is None else expert_bias.detach().to(torch.float32).reshape(-1)
     if topk_indices is not None:
@@ -164,6 +164,7 @@ def fused_topk_with_score_function(
                              f"{lead + (topk,)}")
     want_bits, want_idx = topk_indices is None and fmt == 1, topk_indices is not None
     if qb:
+        assert qb_histogram is not None and qb_bin_bounds is not None  # _check_qb: all or none
         if tuple(qb_histogram.shape[:1]) != (E,):
             raise ValueError(f"qb_histogram has shape {tuple(qb_histogram.shape)}: want "
                              f"[{E}, num_bins]")

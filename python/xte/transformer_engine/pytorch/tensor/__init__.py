@@ -21,6 +21,7 @@ quantized tensors are plain Python objects holding those tensors (TE's *Storage 
 torch.Tensor subclasses: use .dequantize() to get a tensor back.
 """
 import math
+from typing import Optional
 
 import torch
 
@@ -270,7 +271,7 @@ Float8Tensor = Float8TensorStorage
 
 
 class _PerTensorQuantizer(Quantizer):
-    _recipe = None
+    _recipe: Optional[str] = None
 
     def make_empty(self, shape, *, dtype=torch.float32, device=None, requires_grad=False,
                    pin_memory=False):
