@@ -323,15 +323,20 @@ static void read_line(const char *path, char *out, size_t size) {
   fclose(f);
 }
 
-static size_t mem_available(void) {
+double xte_bench_mem_available(void) {
   FILE *f = fopen("/proc/meminfo", "r");
   char line[256];
-  unsigned long long kb = 0;
-  if (!f) return 0;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+  double v = -1;
+  if (!f) return -1;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long long kb;
+    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+      v = (double)kb * 1024.0;
+      break;
+    }
+  }
   fclose(f);
-  return (size_t)kb * 1024;
+  return v;
 }
 
 static xte_backend_info *binfo(void) {
@@ -354,12 +359,13 @@ size_t xte_bench_llc_bytes(void) {
 
 size_t xte_bench_dram_bytes(void) {
   static size_t once; /* decided once: the record states the size the cases use */
-  size_t b, avail;
+  size_t b;
+  double avail;
   if (once) return once;
   b = 4 * xte_bench_llc_bytes();
-  avail = mem_available();
+  avail = xte_bench_mem_available();
   if (b < 64 * XTE_BENCH_MiB) b = 64 * XTE_BENCH_MiB;
-  if (avail && b > avail / 8) b = avail / 8;
+  if (avail >= 1 && (double)b > avail / 8) b = (size_t)(avail / 8);
   if (b < 4 * XTE_BENCH_MiB) b = 4 * XTE_BENCH_MiB;
   once = b / XTE_BENCH_MiB * XTE_BENCH_MiB;
   return once;

@@ -82,6 +82,8 @@ void xte_bench_machine_add(const char *key, const char *value);
  * available memory (MemAvailable), rounded down to a MiB. */
 size_t xte_bench_llc_bytes(void);
 size_t xte_bench_dram_bytes(void);
+/* MemAvailable of /proc/meminfo in bytes, or -1 where it cannot be read. */
+double xte_bench_mem_available(void);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,9 @@
 #  moe_layer_small       hidden 256, FFN 128, 8 experts, top-2, 64 tokens, every token checked
 #  moe_layer_small_json  the same with --json, another recipe and the scalar kernels
 #  moe_layer_fwd_only    --forward-only (no columnwise copies, no padding), MTFP8
+#  moe_layer_small_fast  --mode fast: XTE_GEMM_FAST in every FP8 GEMM of the layer, the fp64 check
+#                        under the FAST bounds (docs/numerics.md section 6; tools/moe/ref.c)
+#  moe_layer_mode_bad    --mode other than exact / fast: a usage error that names the choices
 #  moe_layer_weights_checksum, _scalar1
 #                        --checksum: the FNV-1a hash of the FP8 weights and their scales (4 experts,
 #                        hidden 4096, FFN 1024; codes and block scales made directly from the
@@ -35,6 +38,17 @@ if(TARGET xte_cli AND NOT XTE_BENCH_GPU_ONLY) # (the GPU-only xte has no CPU sui
     LABELS "moe" TIMEOUT 300
     PASS_REGULAR_EXPRESSION "numerics: PASS"
     FAIL_REGULAR_EXPRESSION "FAIL|NON-FINITE")
+  add_test(NAME moe_layer_small_fast COMMAND xte_cli moe ${XTE_MOE_SMALL} --mode fast --json)
+  set_tests_properties(moe_layer_small_fast PROPERTIES
+    LABELS "moe" TIMEOUT 300
+    PASS_REGULAR_EXPRESSION "\"mode\": \"fast\".*\"bound_rel\": 0.13125.*\"pass\": true"
+    FAIL_REGULAR_EXPRESSION "\"pass\": false")
+  add_test(NAME moe_layer_mode_bad COMMAND xte_cli moe ${XTE_MOE_SMALL} --mode fastest)
+  set_tests_properties(moe_layer_mode_bad PROPERTIES
+    LABELS "moe" TIMEOUT 60 WILL_FAIL TRUE)
+  add_test(NAME moe_layer_mode_bad_msg COMMAND xte_cli moe ${XTE_MOE_SMALL} --mode fastest)
+  set_tests_properties(moe_layer_mode_bad_msg PROPERTIES
+    LABELS "moe" TIMEOUT 60 PASS_REGULAR_EXPRESSION "--mode 'fastest': want exact or fast")
   set(XTE_MOE_SUM --hidden 4096 --ffn 1024 --experts 4 --topk 2 --tokens 32 --shared 0
                   --forward-only --checksum --quiet)
   add_test(NAME moe_layer_weights_checksum COMMAND xte_cli moe ${XTE_MOE_SUM} --check-tokens 8)
@@ -50,7 +64,7 @@ if(TARGET xte_cli AND NOT XTE_BENCH_GPU_ONLY) # (the GPU-only xte has no CPU sui
     FAIL_REGULAR_EXPRESSION "FAIL|NON-FINITE")
 endif()
 
-# `xte moe --ep N` (tools/moe_ep.c) under mpiexec, when MPI is found (cmake/XteEp.cmake): the
+# `xte moe --ep N` (tools/moe/ep.c) under mpiexec, when MPI is found (cmake/XteEp.cmake): the
 # routed experts split over N ranks (xte_ep_dispatch, the local experts' grouped GEMMs,
 # xte_ep_combine; forward and backward), output and every gradient compared byte for byte with
 # the one-process layer (exit 1 and "ep check: FAIL" on any difference).

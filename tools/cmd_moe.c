@@ -7,7 +7,6 @@
  * the xte program); its parts live in tools/moe/ (moe.h says which file does what), and
  * `--ep N` hands over to tools/moe_ep.c (the same layer over N MPI ranks). */
 #include "moe/moe.h"
-#include "moe_ep.h"
 
 const char xte_cmd_moe_summary[] =
     "run one MoE layer (Kimi-K2 expert shapes) forward + backward: kernel table, fp64 check";
@@ -20,25 +19,6 @@ int xte_cmd_moe(int argc, char **argv) {
   rc = moe_parse_opts(argc, argv, &o);
   if (rc == 1) return 0;
   if (rc) return 2;
-  if (o.ep > 0) { /* hand over to tools/moe_ep.c */
-    xte_moe_ep_opts e = {.ep = (int)o.ep,
-                         .tokens = o.tokens,
-                         .experts = o.experts,
-                         .hidden = o.hidden,
-                         .ffn = o.ffn,
-                         .topk = o.topk,
-                         .shared = (int)o.shared,
-                         .scaling = o.scaling,
-                         .recipe = (int)o.recipe,
-                         .threads = o.threads,
-                         .isa = o.isa,
-                         .backward = o.backward != 0,
-                         .seed = o.seed,
-                         .iters = o.iters,
-                         .warmup = o.warmup,
-                         .quiet = o.quiet};
-    return xte_moe_ep_main(&e);
-  }
-
+  if (o.ep > 0) return moe_ep_main(&o); /* tools/moe/ep.c: over N MPI ranks */
   return moe_run(&o);
 }

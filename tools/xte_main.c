@@ -5,12 +5,12 @@
  *     int xte_cmd_<name>(int argc, char **argv);   argv[0] is "<name>"; returns the exit code
  *                                                 (0 ok, 1 failure, 2 usage error)
  *     const char xte_cmd_<name>_summary[];          one line for `xte help`
- * bench/CMakeLists.txt globs tools/cmd_*.c and generates "xte_commands.inc", one line
+ * tools/CMakeLists.txt globs tools/cmd_*.c and generates "xte_commands.inc", one line
  * XTE_COMMAND(<name>) per file, which the table includes: nothing else is edited.
  * Benchmark suites are listed the same way (bench/suites.h); `xte bench <suite> --backend cuda`
  * runs a suite's CUDA cases (bench/bench_gpu.h), listed in "xte_bench_gpu_suites.inc".
  *
- * The GPU-only build (bench/CMakeLists.txt, XTE_BENCH_GPU_ONLY: no Google Benchmark, no OpenBLAS,
+ * The GPU-only build (tools/CMakeLists.txt, XTE_BENCH_GPU_ONLY: no Google Benchmark, no OpenBLAS,
  * for tests/device/run.sh) defines XTE_BENCH_GPU_ONLY: info, help and `bench --backend cuda`. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <errno.h>

@@ -18,37 +18,49 @@
 #include "moe.h"
 #include "synth.h"
 
-static int col_transposed(xte_recipe r) {
+int moe_col_transposed(xte_recipe r) {
   return r != XTE_RECIPE_MTFP8 && r != XTE_RECIPE_MX_TE && r != XTE_RECIPE_MX_OCP;
 }
 
-/* A qtensor for an [M, K] input, e4m3, COMPACT scales; row / col: which copies. */
-static void qalloc(layer *L, xte_qtensor *q, int64_t M, int64_t K, xte_scaling_mode mode, int row,
-                   int col, int cat) {
+static void scale_tensor(xte_scale_tensor *s, void *data, int64_t rows, int64_t cols) {
+  s->data = data;
+  s->dtype = XTE_DTYPE_FP32;
+  s->rows = rows;
+  s->cols = cols;
+  s->layout = XTE_SCALE_LAYOUT_COMPACT;
+}
+
+xte_status moe_qalloc(xte_qtensor *q, int64_t M, int64_t K, xte_scaling_mode mode,
+                      xte_recipe recipe, int row, int col, moe_alloc_fn alloc, void *ctx, int cat) {
   int64_t sr = 0, sc = 0;
+  xte_status rc = XTE_SUCCESS, r;
   memset(q, 0, sizeof *q);
   q->scaling_mode = mode;
-  q->recipe = L->o.recipe;
+  q->recipe = recipe;
   if (row) {
-    (void)xte_quantize_scale_shape(M, K, mode, q->recipe, XTE_SCALE_LAYOUT_COMPACT, 0, &sr, &sc);
-    q->rowwise = xte_tensor_2d(mem(&L->mb, (size_t)(M * K), cat), XTE_DTYPE_E4M3, M, K);
-    q->rowwise_scale_inv.data = mem(&L->mb, (size_t)(sr * sc) * 4, cat);
-    q->rowwise_scale_inv.dtype = XTE_DTYPE_FP32;
-    q->rowwise_scale_inv.rows = sr;
-    q->rowwise_scale_inv.cols = sc;
-    q->rowwise_scale_inv.layout = XTE_SCALE_LAYOUT_COMPACT;
+    rc = xte_quantize_scale_shape(M, K, mode, recipe, XTE_SCALE_LAYOUT_COMPACT, 0, &sr, &sc);
+    q->rowwise = xte_tensor_2d(alloc(ctx, (size_t)(M * K), cat), XTE_DTYPE_E4M3, M, K);
+    scale_tensor(&q->rowwise_scale_inv, alloc(ctx, (size_t)(sr * sc) * 4, cat), sr, sc);
   }
   if (col) {
-    int tr = col_transposed(q->recipe);
-    (void)xte_quantize_scale_shape(M, K, mode, q->recipe, XTE_SCALE_LAYOUT_COMPACT, 1, &sr, &sc);
+    int tr = moe_col_transposed(recipe);
+    r = xte_quantize_scale_shape(M, K, mode, recipe, XTE_SCALE_LAYOUT_COMPACT, 1, &sr, &sc);
+    if (rc == XTE_SUCCESS) rc = r;
     q->columnwise =
-        xte_tensor_2d(mem(&L->mb, (size_t)(M * K), cat), XTE_DTYPE_E4M3, tr ? K : M, tr ? M : K);
-    q->columnwise_scale_inv.data = mem(&L->mb, (size_t)(sr * sc) * 4, cat);
-    q->columnwise_scale_inv.dtype = XTE_DTYPE_FP32;
-    q->columnwise_scale_inv.rows = sr;
-    q->columnwise_scale_inv.cols = sc;
-    q->columnwise_scale_inv.layout = XTE_SCALE_LAYOUT_COMPACT;
+        xte_tensor_2d(alloc(ctx, (size_t)(M * K), cat), XTE_DTYPE_E4M3, tr ? K : M, tr ? M : K);
+    scale_tensor(&q->columnwise_scale_inv, alloc(ctx, (size_t)(sr * sc) * 4, cat), sr, sc);
   }
+  return rc;
+}
+
+static void *book_alloc(void *ctx, size_t bytes, int cat) {
+  return mem((membook *)ctx, bytes, cat);
+}
+
+/* A qtensor for an [M, K] input of the layer's recipe, from the memory book (dry: counted). */
+static void qalloc(layer *L, xte_qtensor *q, int64_t M, int64_t K, xte_scaling_mode mode, int row,
+                   int col, int cat) {
+  (void)moe_qalloc(q, M, K, mode, L->o.recipe, row, col, book_alloc, &L->mb, cat);
 }
 
 /* Phase A: inputs, router outputs (small; needed to know the permuted rows R). */
@@ -272,7 +284,9 @@ int run_layer(layer *L, int timed) {
   xte_permute_config pc;
   xte_permute_outputs po;
   xte_gemm_groups gc, gk;
+  xte_gemm_config fw = xte_gemm_config_default(); /* the forward GEMMs: --mode */
 
+  fw.mode = L->o.mode;
   memset(&rt, 0, sizeof rt);
   rt.routing_map = &mapt;
   rt.num_experts = E;
@@ -304,16 +318,16 @@ int run_layer(layer *L, int timed) {
     }
   }
   RUN(F_QX, xte_quantize(&xpt, &L->qx, NULL, L->st));
-  RUN(F_GU, xte_gemm_grouped(&L->qx, &L->Wgu, NULL, &ht, &gc, NULL, L->st));
+  RUN(F_GU, xte_gemm_grouped(&L->qx, &L->Wgu, NULL, &ht, &gc, &fw, L->st));
   RUN(F_SWIGLU, xte_swiglu_quantize(&ht, XTE_DTYPE_BF16, &L->qa, NULL, L->st));
-  RUN(F_DOWN, xte_gemm_grouped(&L->qa, &L->Wd, NULL, &yt, &gc, NULL, L->st));
+  RUN(F_DOWN, xte_gemm_grouped(&L->qa, &L->Wd, NULL, &yt, &gc, &fw, L->st));
   RUN(F_UNPERM, xte_moe_unpermute(&yt, &rt, &rowm, &probs, &outt, L->st));
   if (L->shared) {
     xte_tensor hst = T2(L->hs, XTE_DTYPE_BF16, T, 2 * F);
-    xte_gemm_config acc = xte_gemm_config_default();
+    xte_gemm_config acc = fw;
     acc.accumulate = 1;
     RUN(F_S_QX, xte_quantize(&xt, &L->qxs, NULL, L->st));
-    RUN(F_S_GU, xte_gemm(&L->qxs, &L->Wsgu, NULL, &hst, NULL, L->st));
+    RUN(F_S_GU, xte_gemm(&L->qxs, &L->Wsgu, NULL, &hst, &fw, L->st));
     RUN(F_S_SWIGLU, xte_swiglu_quantize(&hst, XTE_DTYPE_BF16, &L->qas, NULL, L->st));
     RUN(F_S_DOWN, xte_gemm(&L->qas, &L->Wsd, &outt, &outt, &acc, L->st));
   }
@@ -328,7 +342,7 @@ int run_layer(layer *L, int timed) {
     xte_tensor dWgut = T2(L->dWgu, XTE_DTYPE_FP32, E * 2 * F, H);
     xte_tensor dlt = T2(L->dlogits, XTE_DTYPE_FP32, T, E);
     xte_tensor savedt = T2(L->saved, XTE_DTYPE_FP32, T, E);
-    xte_gemm_config dg = xte_gemm_config_default(), wg = xte_gemm_config_default();
+    xte_gemm_config dg = fw, wg = fw;
     dg.trans_b = 1; /* dgrad: op(B) = W^T */
     wg.trans_a = 1; /* wgrad: op(A) = grad^T, op(B) = act^T (token axis = K) */
     wg.trans_b = 1;

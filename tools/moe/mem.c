@@ -169,19 +169,3 @@ double mem_peak(const membook *m) {
   double lay = b[CAT_WEIGHT] + b[CAT_ACT];
   return b[CAT_INPUT] + b[CAT_WGRAD] + (lay > b[CAT_CHECK] ? lay : b[CAT_CHECK]);
 }
-
-double mem_available(void) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  char line[256];
-  double v = -1;
-  if (!f) return -1;
-  while (fgets(line, sizeof line, f)) {
-    unsigned long long kb;
-    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
-      v = (double)kb * 1024.0;
-      break;
-    }
-  }
-  fclose(f);
-  return v;
-}

@@ -2,18 +2,21 @@
  *   opts.c    options, presets, usage
  *   mem.c     the memory book (estimate, allocation, parallel first touch), clock, progress line
  *   synth.c   the synthetic data: seeded fills, the FP8 expert weights made directly (synth.h;
- *             shared with tools/moe_ep.c)
+ *             shared with tools/moe/ep.c)
  *   layer.c   the layer: buffers, weights, kernel steps, one forward (+ backward) through xte
  *   ref.c     the fp64 check: the same layer in fp64 from the bf16 inputs and the FP8 weights
  *   report.c  the kernel table / JSON and the numerics report
  *   run.c     moe_run: the phases in order (routing, memory estimate, allocation, weights,
- *             timed runs, check, report) */
+ *             timed runs, check, report)
+ *   ep.c      moe_ep_main (`--ep N`): the routed experts over N MPI ranks, checked byte for byte
+ *             against the same layer in one process (qtensors by layer.c's moe_qalloc) */
 #ifndef XTE_TOOLS_MOE_H
 #define XTE_TOOLS_MOE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bench_common.h" /* xte_bench_mem_available, the team */
 #include "xte/xte.h"
 
 /* ================================================================== options (opts.c) */
@@ -28,9 +31,10 @@ typedef struct moe_opts {
   int64_t check_tokens;
   uint64_t seed;
   int iters, warmup, json, quiet;
-  int checksum;   /* --checksum: print FNV-1a hashes of the FP8 weights and of the outputs */
-  int huge_pages; /* --huge-pages 0|1: MADV_HUGEPAGE on the FP8 weight stacks (default 1) */
-  int64_t ep;     /* --ep N: experts over N MPI ranks (tools/moe_ep.c); 0: one process */
+  int checksum;       /* --checksum: print FNV-1a hashes of the FP8 weights and of the outputs */
+  int huge_pages;     /* --huge-pages 0|1: MADV_HUGEPAGE on the FP8 weight stacks (default 1) */
+  int64_t ep;         /* --ep N: experts over N MPI ranks (tools/moe/ep.c); 0: one process */
+  xte_gemm_mode mode; /* --mode exact|fast: the mode of every FP8 GEMM of the layer */
   const char *preset;
 } moe_opts;
 
@@ -67,7 +71,7 @@ void *mem(membook *m, size_t bytes, int cat);
 void mem_free_all(membook *m);
 void mem_free_cat(membook *m, int cat); /* frees one category (its bytes stay in the book) */
 double mem_peak(const membook *m);
-double mem_available(void); /* MemAvailable in bytes, or -1 */
+/* MemAvailable: bench_common.h's xte_bench_mem_available (bytes, or -1). */
 
 double now_s(void);
 double cpu_s(void); /* CPU time of the process (all threads, user + system) */
@@ -146,6 +150,15 @@ typedef struct layer {
   char why_fwd[200]; /* why the backward was left out ("" when it ran or was not asked for) */
 } layer;
 
+/* Where moe_qalloc takes its buffers: bytes of category cat (mem()'s categories), zeroed. */
+typedef void *(*moe_alloc_fn)(void *ctx, size_t bytes, int cat);
+/* e4m3 codes and COMPACT fp32 scales of an [M, K] input for mode / recipe; row / col: which
+ * copies (the columnwise one transposed where moe_col_transposed(recipe)). The status of the
+ * scale-shape query (the buffers are taken either way). */
+xte_status moe_qalloc(xte_qtensor *q, int64_t M, int64_t K, xte_scaling_mode mode,
+                      xte_recipe recipe, int row, int col, moe_alloc_fn alloc, void *ctx, int cat);
+int moe_col_transposed(xte_recipe r);
+
 void alloc_inputs(layer *L); /* phase A: inputs, router outputs */
 void alloc_layer(layer *L);  /* phase B: weights, activations, gradients (R known) */
 int generate_weights(layer *L);
@@ -174,6 +187,10 @@ double cmp_maxrel(const cmp *c);
 enum { C_OUT, C_DX, C_DWD, C_DWGU, C_COUNT };
 extern const char *const moe_cmp_names[C_COUNT];
 extern const double moe_bound_rel, moe_bound_diff;
+/* The bounds the check applies in this mode (XTE_GEMM_FAST: widened by the FAST bound of
+ * docs/numerics.md section 6, ref.c). */
+double moe_bound_rel_for(xte_gemm_mode mode);
+double moe_bound_diff_for(xte_gemm_mode mode);
 
 typedef struct check {
   int64_t n;       /* checked tokens */
@@ -183,6 +200,7 @@ typedef struct check {
   int64_t wexpert; /* expert whose weight gradients are checked (-1: none) */
   cmp c[C_COUNT];
   int have[C_COUNT];
+  double bound_rel, bound_diff; /* the bounds of this run's GEMM mode (moe_bound_*_for) */
   double t;
 } check;
 
@@ -198,5 +216,14 @@ void print_table(const layer *L, const check *ck, double avail, double t_total);
 /* ================================================================== the run (run.c) */
 
 int moe_run(const moe_opts *o); /* the exit status of `xte moe` (one process) */
+
+/* ================================================================== --ep N (ep.c) */
+
+/* Runs the check on every rank of MPI_COMM_WORLD (MPI_Init when MPI is not initialised yet,
+ * MPI_Finalize then). Returns the exit status: 0 when every rank matched the one-process layer,
+ * 1 on a mismatch or a failure, 2 on a usage error (N not the communicator's size, experts not
+ * divisible by N; or the program was built without MPI). Reads o's shape, recipe, scaling,
+ * seed, threads, isa, backward (0: forward only), iters, warmup, quiet, shared (a note only). */
+int moe_ep_main(const moe_opts *o);
 
 #endif /* XTE_TOOLS_MOE_H */

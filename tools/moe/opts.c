@@ -26,6 +26,7 @@ static void opts_default(moe_opts *o) {
   o->warmup = 0;
   o->preset = "default";
   o->huge_pages = 1;
+  o->mode = XTE_GEMM_EXACT;
 }
 
 static void usage(FILE *f) {
@@ -35,7 +36,7 @@ static void usage(FILE *f) {
       "               [--ffn N] [--topk N] [--shared 0|1] [--scaling X] [--recipe R]\n"
       "               [--backend B] [--threads N] [--isa ISA] [--forward-only | --backward]\n"
       "               [--check-tokens N] [--seed N] [--iters N] [--warmup N] [--json] [--quiet]\n"
-      "               [--checksum] [--huge-pages 0|1]\n"
+      "               [--checksum] [--huge-pages 0|1] [--mode exact|fast]\n"
       "       mpirun -np N xte moe --ep N [shape options]\n"
       "\n"
       "One MoE layer forward and backward through xte: Kimi-K2's expert shapes (hidden 7168,\n"
@@ -61,6 +62,9 @@ static void usage(FILE *f) {
       "  --backend B       auto (default), cpu, cuda, musa\n"
       "  --threads N       threads of xte's CPU pool and of OpenBLAS (default: cores)\n"
       "  --isa ISA         CPU kernels: scalar, avx2, avx512, avx512_simde\n"
+      "  --mode M          exact (default) or fast: the mode of every FP8 GEMM of the layer\n"
+      "                    (XTE_GEMM_EXACT / XTE_GEMM_FAST); fast widens the fp64 check's bounds\n"
+      "                    by the FAST bound (docs/numerics.md section 6)\n"
       "  --forward-only    skip the backward (no weight gradients: far less memory)\n"
       "  --backward        run the backward even where the preset would not\n"
       "  --check-tokens N  tokens checked against fp64, evenly spaced (0: no check;\n"
@@ -71,7 +75,7 @@ static void usage(FILE *f) {
       "  --json            print one JSON object instead of the table\n"
       "  --ep N            expert parallelism: the routed experts split over the N ranks of an\n"
       "                    MPI job (dispatch, grouped GEMMs, combine; forward and backward),\n"
-      "                    checked byte for byte against the one-process layer (tools/moe_ep.c)\n"
+      "                    checked byte for byte against the one-process layer (tools/moe/ep.c)\n"
       "  --quiet           no progress line\n"
       "  --huge-pages 0|1  transparent huge pages for the FP8 weights (default 1: their first\n"
       "                    touch, most of the setup, costs less)\n"
@@ -216,6 +220,16 @@ int moe_parse_opts(int argc, char **argv, moe_opts *o) {
         for (k = 0; k < XTE_CPU_ISA_COUNT; k++)
           fprintf(stderr, " %s", xte_cpu_isa_name((xte_cpu_isa)k));
         fprintf(stderr, "\n");
+        return 2;
+      }
+    } else if (is_opt(a, "--mode")) {
+      if (!(s = opt_value(argc, argv, &i, "--mode"))) return 2;
+      if (strcmp(s, "exact") == 0)
+        o->mode = XTE_GEMM_EXACT;
+      else if (strcmp(s, "fast") == 0)
+        o->mode = XTE_GEMM_FAST;
+      else {
+        fprintf(stderr, "xte moe: --mode '%s': want exact or fast\n", s);
         return 2;
       }
     } else if (strcmp(a, "--forward-only") == 0) {

@@ -61,12 +61,12 @@ void print_json(const layer *L, const check *ck, double avail, double t_total) {
       "\"topk\": %lld, \"shared\": %d, \"scaling\": %.6g, \"recipe\": \"%s\", "
       "\"backend\": \"%s\", \"isa\": \"%s\", \"threads\": %d, \"backward\": %d, "
       "\"routed_rows\": %lld, \"permuted_rows\": %lld, \"align\": %lld, \"iters\": %d, "
-      "\"seed\": %llu},\n",
+      "\"seed\": %llu, \"mode\": \"%s\"},\n",
       (long long)L->T, (long long)L->E, (long long)L->H, (long long)L->F, (long long)L->k,
       L->shared, (double)L->o.scaling, moe_recipe_names[L->o.recipe],
       xte_backend_name(XTE_BACKEND_CPU), xte_cpu_isa_name(xte_cpu_get_isa()),
       xte_cpu_get_num_threads(), L->bwd, (long long)L->Nr, (long long)L->R, (long long)L->align,
-      L->o.iters, (unsigned long long)L->o.seed);
+      L->o.iters, (unsigned long long)L->o.seed, L->o.mode == XTE_GEMM_FAST ? "fast" : "exact");
   printf(" \"forward_only_reason\": ");
   json_str(L->why_fwd);
   printf(",\n \"memory\": {\"estimate_bytes\": %.0f, \"mem_available_bytes\": %.0f",
@@ -117,7 +117,7 @@ void print_json(const layer *L, const check *ck, double avail, double t_total) {
   printf(
       "{\"checked_tokens\": %lld, \"topk_agree_tokens\": %lld, \"wgrad_expert\": %lld, "
       "\"bound_rel\": %g, \"bound_diff\": %g, \"pass\": %s, \"tensors\": [",
-      (long long)ck->n, (long long)ck->agree, (long long)ck->wexpert, moe_bound_rel, moe_bound_diff,
+      (long long)ck->n, (long long)ck->agree, (long long)ck->wexpert, ck->bound_rel, ck->bound_diff,
       check_pass(ck) ? "true" : "false");
   first = 1;
   for (i = 0; i < C_COUNT; i++) {
@@ -157,8 +157,8 @@ void print_table(const layer *L, const check *ck, double avail, double t_total) 
       (long long)L->align, L->bwd ? ": the k-grouped wgrad runs on the padded rows" : "");
   printf(
       "  recipe    %s: e4m3, 1x128 activations / grads, 128x128 weights, COMPACT scales, bf16 "
-      "activations, fp32 weight grads\n",
-      moe_recipe_names[L->o.recipe]);
+      "activations, fp32 weight grads; GEMM mode %s\n",
+      moe_recipe_names[L->o.recipe], L->o.mode == XTE_GEMM_FAST ? "fast" : "exact");
   printf("  backend   cpu (%s, %d threads; %s), %d timed run%s%s\n",
          xte_cpu_isa_name(xte_cpu_get_isa()), xte_cpu_get_num_threads(), bi.cpu_name, L->o.iters,
          L->o.iters > 1 ? "s (mean)" : "", L->o.warmup ? " after warm-up" : "");
@@ -228,7 +228,7 @@ void print_table(const layer *L, const check *ck, double avail, double t_total) 
         "    rel err = ||xte - ref|| / ||ref||; diff = 1 - 2 sum(xte ref) / sum(xte^2 + "
         "ref^2) (DeepGEMM)\n");
     printf("  numerics: %s (bounds: rel err <= %g, diff <= %g); fp64 check took %.2f s\n",
-           check_pass(ck) ? "PASS" : "FAIL", moe_bound_rel, moe_bound_diff, ck->t);
+           check_pass(ck) ? "PASS" : "FAIL", ck->bound_rel, ck->bound_diff, ck->t);
   }
   printf("  run: %.2f s in all\n", t_total);
 }

@@ -1,4 +1,4 @@
-/* The synthetic data of `xte moe` (tools/moe/) and of its expert-parallel run (tools/moe_ep.c):
+/* The synthetic data of `xte moe` (tools/moe/) and of its expert-parallel run (tools/moe/ep.c):
  * one definition, so that both build the same weights from the same seed.
  *
  * Value i of a stream is uniform in [-1, 1) (24 bits, exact in fp32) times an fp32 magnitude:
@@ -18,7 +18,7 @@
 #include "xte/xte.h"
 
 /* Streams of the synthetic tensors; expert e uses 16 + 2e (gate/up) and 17 + 2e (down).
- * S_LOGITS: moe_ep.c's router logits (the one-process layer computes them with a gate GEMM). */
+ * S_LOGITS: ep.c's router logits (the one-process layer computes them with a gate GEMM). */
 enum { S_X = 1, S_WR, S_BIAS, S_DY, S_SGU, S_SD, S_LOGITS = 9, S_EXPERT0 = 16 };
 
 static inline uint64_t moe_mix64(uint64_t z) {
@@ -66,7 +66,7 @@ void moe_fill_bf16(uint16_t *p, size_t n, uint64_t seed, uint64_t stream, float 
  * 64-bit hash per 8 weights; the same bytes on every ISA and thread count (integer arithmetic). */
 uint8_t moe_e4m3_level(unsigned j); /* the code of level j (0..127), positive */
 
-/* Kept for tools/moe_ep.c: the generation needs no fp32 stage any more (returns 16). */
+/* Kept for tools/moe/ep.c: the generation needs no fp32 stage any more (returns 16). */
 size_t moe_weight_stage_floats(int64_t N, int64_t K);
 
 /* One expert's weight matrix [N, K] (stream `stream`, as above) into slot g of the 128x128-block

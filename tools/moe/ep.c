@@ -1,5 +1,5 @@
-/* `xte moe --ep N` (declared in tools/moe_ep.h, called from tools/cmd_moe.c): the MoE layer of
- * `xte moe` with its routed experts split over the N ranks of MPI_COMM_WORLD, forward and
+/* `xte moe --ep N` (moe_ep_main, declared in tools/moe/moe.h, called from tools/cmd_moe.c): the MoE
+ * layer of `xte moe` with its routed experts split over the N ranks of MPI_COMM_WORLD, forward and
  * backward, checked byte for byte against the same layer run in one process.
  *
  *   mpirun -np 4 xte moe --ep 4 [--tokens N --experts N --hidden N --ffn N --topk N ...]
@@ -34,21 +34,19 @@
  * Test hook: the environment variable XTE_MOE_EP_FAULT plants a bug in the EP run, so that the
  * tests can show the check fails: "weights" combines without the top-k weights, "offset" gives
  * each rank the weights of the experts one past its own. (tests/moe_layer.cmake) */
-#define _GNU_SOURCE /* clock_gettime, posix_memalign */
-#include "moe_ep.h"
-#include "moe/synth.h"
-
+#define _GNU_SOURCE /* posix_memalign */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "moe.h"
+#include "synth.h"
 #include "xte/xte.h"
 
 #ifndef XTE_HAVE_MPI
 
-int xte_moe_ep_main(const xte_moe_ep_opts *o) {
+int moe_ep_main(const moe_opts *o) {
   (void)o;
   fprintf(stderr,
           "xte moe: --ep: this xte was built without MPI (expert parallelism needs it: "
@@ -63,12 +61,6 @@ int xte_moe_ep_main(const xte_moe_ep_opts *o) {
 /* ================================================================== small helpers */
 
 static int g_rank, g_size;
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void die(const char *what, xte_status st) {
   fprintf(stderr, "xte moe --ep: rank %d: %s: %s: %s\n", g_rank, what, xte_status_string(st),
@@ -86,14 +78,14 @@ static void die(const char *what, xte_status st) {
 
 /* Zeroed, 64-byte aligned, never NULL (an empty tensor still has a data pointer); freed by
  * free_all. A failure aborts the job (a rank leaving alone would hang the others). */
-#define MAX_BUFS 128
-static void *g_bufs[MAX_BUFS];
+#define EP_MAX_BUFS 128
+static void *g_bufs[EP_MAX_BUFS];
 static int g_nbufs;
 
 static void *zalloc(size_t n) {
   void *p = NULL;
   if (n < 64) n = 64;
-  if (g_nbufs >= MAX_BUFS || posix_memalign(&p, 64, n) != 0 || !p) {
+  if (g_nbufs >= EP_MAX_BUFS || posix_memalign(&p, 64, n) != 0 || !p) {
     fprintf(stderr,
             "xte moe --ep: rank %d: out of memory (%zu bytes): lower --experts or "
             "--tokens\n",
@@ -114,12 +106,6 @@ static xte_tensor T2(void *p, xte_dtype dt, int64_t r, int64_t c) {
   return xte_tensor_2d(p, dt, r, c);
 }
 
-static const char *recipe_name(int r) {
-  static const char *n[] = {"te_current",     "te_delayed", "te_block", "deepgemm",
-                            "deepgemm_ue8m0", "mtfp8",      "mx_te",    "mx_ocp"};
-  return r >= 0 && r < (int)(sizeof n / sizeof *n) ? n[r] : "?";
-}
-
 /* ================================================================== the experts' FFN
  * G experts on expert-major rows (expert g's m[g] rows, padded to kpad[g], a multiple of 128),
  * the calls and modes of tools/moe/layer.c's run_layer: the EP run (the local experts) and the
@@ -130,6 +116,7 @@ static const char *recipe_name(int r) {
 typedef struct ffn {
   int64_t G, rows, H, F;
   xte_recipe recipe;
+  xte_gemm_mode mode; /* of every GEMM (--mode) */
   int bwd;
   int64_t *m, *kpad; /* [G] host arrays: rows and padded rows per expert */
   xte_qtensor Wgu, Wd, qx, qa, qdyp, qdh;
@@ -137,38 +124,16 @@ typedef struct ffn {
   float *dWgu, *dWd, *stage;
 } ffn;
 
-static int col_transposed(xte_recipe r) {
-  return r != XTE_RECIPE_MTFP8 && r != XTE_RECIPE_MX_TE && r != XTE_RECIPE_MX_OCP;
+static void *ep_alloc(void *ctx, size_t n, int cat) {
+  (void)ctx;
+  (void)cat;
+  return zalloc(n);
 }
 
-/* As tools/moe/layer.c's qalloc: e4m3, COMPACT fp32 scales; row / col: which copies. */
+/* layer.c's moe_qalloc from zalloc; row / col: which copies. */
 static void qalloc(xte_qtensor *q, int64_t M, int64_t K, xte_scaling_mode mode, xte_recipe recipe,
                    int row, int col) {
-  int64_t sr = 0, sc = 0;
-  memset(q, 0, sizeof *q);
-  q->scaling_mode = mode;
-  q->recipe = recipe;
-  if (row) {
-    OK("scale shape",
-       xte_quantize_scale_shape(M, K, mode, recipe, XTE_SCALE_LAYOUT_COMPACT, 0, &sr, &sc));
-    q->rowwise = T2(zalloc((size_t)(M * K)), XTE_DTYPE_E4M3, M, K);
-    q->rowwise_scale_inv.data = zalloc((size_t)(sr * sc) * 4);
-    q->rowwise_scale_inv.dtype = XTE_DTYPE_FP32;
-    q->rowwise_scale_inv.rows = sr;
-    q->rowwise_scale_inv.cols = sc;
-    q->rowwise_scale_inv.layout = XTE_SCALE_LAYOUT_COMPACT;
-  }
-  if (col) {
-    int tr = col_transposed(recipe);
-    OK("scale shape",
-       xte_quantize_scale_shape(M, K, mode, recipe, XTE_SCALE_LAYOUT_COMPACT, 1, &sr, &sc));
-    q->columnwise = T2(zalloc((size_t)(M * K)), XTE_DTYPE_E4M3, tr ? K : M, tr ? M : K);
-    q->columnwise_scale_inv.data = zalloc((size_t)(sr * sc) * 4);
-    q->columnwise_scale_inv.dtype = XTE_DTYPE_FP32;
-    q->columnwise_scale_inv.rows = sr;
-    q->columnwise_scale_inv.cols = sc;
-    q->columnwise_scale_inv.layout = XTE_SCALE_LAYOUT_COMPACT;
-  }
+  OK("scale shape", moe_qalloc(q, M, K, mode, recipe, row, col, ep_alloc, NULL, CAT_ACT));
 }
 
 /* One weight stack [G, N, K] in 128x128 blocks, expert g from the stream of global expert
@@ -183,9 +148,11 @@ static void quantize_experts(ffn *f, xte_qtensor *W, int64_t N, int64_t K, int64
                          (uint64_t)(S_EXPERT0 + 2 * ((e0 + g) % E) + down), st));
 }
 
-static void ffn_weights(ffn *f, int64_t G, int64_t H, int64_t F, xte_recipe recipe, int bwd,
-                        int64_t e0, int64_t E, uint64_t seed, xte_stream st) {
+static void ffn_weights(ffn *f, int64_t G, int64_t H, int64_t F, xte_recipe recipe,
+                        xte_gemm_mode mode, int bwd, int64_t e0, int64_t E, uint64_t seed,
+                        xte_stream st) {
   memset(f, 0, sizeof *f);
+  f->mode = mode;
   f->G = G;
   f->H = H;
   f->F = F;
@@ -246,11 +213,13 @@ static void ffn_forward(ffn *f, xte_stream st) {
   xte_tensor xpt = T2(f->xp, XTE_DTYPE_BF16, R, H), ht = T2(f->h, XTE_DTYPE_BF16, R, 2 * F);
   xte_tensor yt = T2(f->y, XTE_DTYPE_BF16, R, H);
   xte_gemm_groups gc = groups_contig(f);
+  xte_gemm_config fw = xte_gemm_config_default();
+  fw.mode = f->mode;
   if (R == 0) return;
   OK("quantize 1x128", xte_quantize(&xpt, &f->qx, NULL, st));
-  OK("grouped GEMM gate/up", xte_gemm_grouped(&f->qx, &f->Wgu, NULL, &ht, &gc, NULL, st));
+  OK("grouped GEMM gate/up", xte_gemm_grouped(&f->qx, &f->Wgu, NULL, &ht, &gc, &fw, st));
   OK("SwiGLU + quantize", xte_swiglu_quantize(&ht, XTE_DTYPE_BF16, &f->qa, NULL, st));
-  OK("grouped GEMM down", xte_gemm_grouped(&f->qa, &f->Wd, NULL, &yt, &gc, NULL, st));
+  OK("grouped GEMM down", xte_gemm_grouped(&f->qa, &f->Wd, NULL, &yt, &gc, &fw, st));
 }
 
 /* dyp -> dxp, dWd, dWgu (the weight gradients stay zero without rows). */
@@ -261,7 +230,9 @@ static void ffn_backward(ffn *f, xte_stream st) {
   xte_tensor dWdt = T2(f->dWd, XTE_DTYPE_FP32, G * H, F);
   xte_tensor dWgut = T2(f->dWgu, XTE_DTYPE_FP32, G * 2 * F, H);
   xte_gemm_groups gc = groups_contig(f), gk;
-  xte_gemm_config dg = xte_gemm_config_default(), wg = xte_gemm_config_default();
+  xte_gemm_config dg = xte_gemm_config_default(), wg;
+  dg.mode = f->mode;
+  wg = dg;
   if (R == 0) return;
   memset(&gk, 0, sizeof gk);
   gk.kind = XTE_GEMM_GROUPED_K;
@@ -340,6 +311,7 @@ typedef struct problem {
   int64_t T, E, H, F, k, El, Tmax;
   int N, bwd;
   xte_recipe recipe;
+  xte_gemm_mode mode;
   uint64_t seed;
   xte_router_config rcfg;
   uint16_t *x, *dy; /* [T, H] all tokens */
@@ -489,7 +461,7 @@ static void ref_run(const problem *p, refrun *q, xte_stream st) {
   xte_permute_outputs po;
   double t0 = now_s();
   router_alloc(&q->rt, T, E, k);
-  ffn_weights(&q->f, E, H, p->F, p->recipe, p->bwd, 0, E, p->seed, st);
+  ffn_weights(&q->f, E, H, p->F, p->recipe, p->mode, p->bwd, 0, E, p->seed, st);
   q->row_map = (int32_t *)zalloc((size_t)(T * k) * 4);
   q->offs = (int64_t *)zalloc((size_t)(E + 1) * 8);
   q->tpe = (int64_t *)zalloc((size_t)E * 8);
@@ -663,20 +635,208 @@ static void send_items(const problem *p, const refrun *q, int nitems) {
     }
 }
 
-/* ================================================================== main */
+/* ================================================================== main, by step */
 
-int xte_moe_ep_main(const xte_moe_ep_opts *o) {
-  int inited = 0, we_init = 0, it, i, r, nitems, pass = 1;
+/* Usage: every rank sees the same options and size, so every rank fails alike. 0 ok, 2 usage. */
+static int ep_usage(const moe_opts *o, const char *fault) {
+  if (o->ep != g_size)
+    fprintf(stderr,
+            "xte moe: rank %d: --ep %d but the MPI job has %d ranks: run it as "
+            "mpirun -np %d xte moe --ep %d\n",
+            g_rank, (int)o->ep, g_size, (int)o->ep, (int)o->ep);
+  else if (o->experts % o->ep != 0)
+    fprintf(stderr,
+            "xte moe: rank %d: --experts %lld is not a multiple of --ep %d (each rank holds "
+            "experts / ranks experts)\n",
+            g_rank, (long long)o->experts, (int)o->ep);
+  else if (fault && strcmp(fault, "weights") != 0 && strcmp(fault, "offset") != 0)
+    fprintf(stderr,
+            "xte moe: rank %d: XTE_MOE_EP_FAULT='%s': want weights or offset (a planted "
+            "bug for the tests)\n",
+            g_rank, fault);
+  else
+    return 0;
+  return 2;
+}
+
+/* The problem every rank builds from the seed: all tokens' x, dy, logits; the expert bias. */
+static void problem_make(problem *P, const moe_opts *o) {
+  int r;
+  memset(P, 0, sizeof *P);
+  P->T = o->tokens;
+  P->E = o->experts;
+  P->H = o->hidden;
+  P->F = o->ffn;
+  P->k = o->topk;
+  P->N = g_size;
+  P->El = P->E / P->N;
+  P->bwd = o->backward != 0;
+  P->recipe = o->recipe;
+  P->mode = o->mode;
+  P->seed = o->seed;
+  P->rcfg = xte_router_config_default();
+  P->rcfg.topk = (int)P->k;
+  P->rcfg.score_function = XTE_ROUTER_SIGMOID;
+  P->rcfg.scaling_factor = o->scaling;
+  for (r = 0; r < P->N; r++)
+    if (tok0(P, r + 1) - tok0(P, r) > P->Tmax) P->Tmax = tok0(P, r + 1) - tok0(P, r);
+  P->x = (uint16_t *)zalloc((size_t)(P->T * P->H) * 2);
+  P->dy = (uint16_t *)zalloc((size_t)(P->T * P->H) * 2);
+  P->logits = (float *)zalloc((size_t)(P->T * P->E) * 4);
+  P->bias = (float *)zalloc((size_t)P->E * 4);
+  moe_fill_bf16(P->x, (size_t)(P->T * P->H), P->seed, S_X, 1.0f);
+  moe_fill_bf16(P->dy, (size_t)(P->T * P->H), P->seed, S_DY, 1.0f);
+  moe_fill_f32(P->logits, (size_t)(P->T * P->E), P->seed, S_LOGITS, 2.0f);
+  moe_fill_f32(P->bias, (size_t)P->E, P->seed, S_BIAS, 0.1f);
+}
+
+/* This rank's EP group, handle, router and experts (fault 2: the weights of the experts one
+ * past its own). */
+static void ep_setup(const problem *P, eprun *E, int fault, xte_stream st) {
+  xte_ep_config cfg;
+  MPI_Comm world = MPI_COMM_WORLD;
+  memset(E, 0, sizeof *E);
+  E->rank = g_rank;
+  E->fault = fault;
+  E->t0 = tok0(P, g_rank);
+  E->Tr = tok0(P, g_rank + 1) - E->t0;
+  E->e0 = (int64_t)g_rank * P->El;
+  cfg = xte_ep_config_default();
+  cfg.experts_per_rank = P->El;
+  cfg.hidden = P->H;
+  cfg.topk = (int32_t)P->k;
+  cfg.align = ALIGN;
+  cfg.max_tokens_per_rank = P->Tmax;
+  OK("xte_ep_group_create_mpi", xte_ep_group_create_mpi(&world, &cfg, &E->g));
+  OK("xte_ep_handle_size", xte_ep_handle_size(E->g, &E->hbytes));
+  E->handle = zalloc(E->hbytes);
+  E->tpe = (int64_t *)zalloc((size_t)P->El * 8);
+  router_alloc(&E->rt, E->Tr, P->E, P->k);
+  ffn_weights(&E->f, P->El, P->H, P->F, P->recipe, P->mode, P->bwd, E->e0 + (E->fault == 2 ? 1 : 0),
+              P->E, P->seed, st);
+  E->out = (uint16_t *)zalloc((size_t)(E->Tr * P->H) * 2);
+  E->dx = (float *)zalloc((size_t)(E->Tr * P->H) * 4);
+}
+
+/* What rank 0 reports: per step the max over ranks of the mean time (tmax[NSTEP]: of their
+ * sum), the bytes sent (all ranks), every rank's tokens and received rows. */
+typedef struct ep_times {
+  double tmax[NSTEP + 1], bsum[NSTEP];
+  int64_t *rows; /* [N, 2], rank 0 only */
+} ep_times;
+
+static void ep_timed_runs(const problem *P, eprun *E, const moe_opts *o, xte_stream st,
+                          ep_times *tm) {
+  double tmine[NSTEP + 1];
+  int64_t mine[2];
+  int it, i;
+  for (it = 0; it < o->warmup + o->iters; it++) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    ep_step(P, E, st, it >= o->warmup);
+  }
+  for (i = 0; i < NSTEP; i++) tmine[i] = E->t[i] / o->iters;
+  tmine[NSTEP] = 0;
+  for (i = 0; i < NSTEP; i++) tmine[NSTEP] += tmine[i];
+  MPI_Reduce(tmine, tm->tmax, NSTEP + 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  MPI_Reduce(E->bytes, tm->bsum, NSTEP, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+  mine[0] = E->Tr;
+  mine[1] = E->c.recv_rows;
+  tm->rows = NULL;
+  if (g_rank == 0) tm->rows = (int64_t *)zalloc((size_t)g_size * 2 * 8);
+  MPI_Gather(mine, 2, MPI_INT64_T, tm->rows, 2, MPI_INT64_T, 0, MPI_COMM_WORLD);
+}
+
+/* Every rank compares its items with the one-process bytes; gres (rank 0): per rank and item
+ * the differing elements and the first one. Returns 1 when every rank matched. */
+static int ep_byte_check(const problem *P, const eprun *E, const refrun *Q, int nitems,
+                         int64_t **gres) {
+  int64_t res[2 * NITEM];
+  uint8_t *buf = (uint8_t *)zalloc(CHUNK);
+  int i, pass = 1;
+  if (g_rank == 0) send_items(P, Q, nitems);
+  for (i = 0; i < NITEM; i++) {
+    res[2 * i] = 0;
+    res[2 * i + 1] = -1;
+    if (i < nitems) check_item(P, E, Q, i, res + 2 * i, buf);
+  }
+  *gres = NULL;
+  if (g_rank == 0) *gres = (int64_t *)zalloc((size_t)g_size * 2 * NITEM * 8);
+  MPI_Gather(res, 2 * NITEM, MPI_INT64_T, *gres, 2 * NITEM, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  for (i = 0; i < NITEM; i++) pass &= res[2 * i] == 0;
+  MPI_Allreduce(MPI_IN_PLACE, &pass, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  return pass;
+}
+
+/* Rank 0: the header, the step table and the byte-check table. */
+static void ep_report(const problem *P, const eprun *E, const refrun *Q, const moe_opts *o,
+                      const char *fault, const ep_times *tm, const int64_t *gres, int nitems,
+                      int pass) {
+  const char *tr = "?";
+  double tot_bytes = 0;
+  int i, r;
+  xte_ep_group_info(E->g, NULL, NULL, &tr);
+  printf(
+      "xte moe --ep %d: %d ranks (%s), %lld routed experts (%lld per rank), %lld tokens "
+      "(%lld to %lld per rank), hidden %lld, FFN %lld, top-%lld, %s, %s, GEMM mode %s\n",
+      P->N, P->N, tr, (long long)P->E, (long long)P->El, (long long)P->T, (long long)(P->T / P->N),
+      (long long)P->Tmax, (long long)P->H, (long long)P->F, (long long)P->k,
+      moe_recipe_names[P->recipe], P->bwd ? "forward + backward" : "forward only",
+      P->mode == XTE_GEMM_FAST ? "fast" : "exact");
+  printf(
+      "  rows travel in bf16 (the wgrad GEMMs need each expert's columnwise 128x1 "
+      "quantization, formed on its rank)%s\n",
+      o->shared ? "; the shared expert is data-parallel: not part of this run" : "");
+  printf("  tokens / received rows (padded to %d) per rank:", ALIGN);
+  for (r = 0; r < P->N; r++)
+    printf(" %lld/%lld", (long long)tm->rows[2 * r], (long long)tm->rows[2 * r + 1]);
+  printf("\n");
+  if (fault) printf("  XTE_MOE_EP_FAULT=%s: a planted bug (the check must fail)\n", fault);
+  printf("\n  %-34s %12s %16s\n", "step (synchronised, mean of iters)", "max ms", "KiB sent (all)");
+  for (i = 0; i < NSTEP; i++) {
+    if (!P->bwd && i >= P_COMBINE_B) break;
+    if (i == P_DISPATCH || i == P_COMBINE || i == P_COMBINE_B || i == P_DISPATCH_B) {
+      printf("  %-34s %12.3f %16.1f\n", step_names[i], 1e3 * tm->tmax[i],
+             tm->bsum[i] / o->iters / 1024.0);
+      tot_bytes += tm->bsum[i] / o->iters;
+    } else {
+      printf("  %-34s %12.3f %16s\n", step_names[i], 1e3 * tm->tmax[i], "");
+    }
+  }
+  printf("  %-34s %12.3f %16.1f\n", "layer (max over ranks of the sum)", 1e3 * tm->tmax[NSTEP],
+         tot_bytes / 1024.0);
+  printf("  %-34s %12.3f\n\n", "one process, all experts (rank 0)", 1e3 * Q->t);
+  printf("  %-28s", "byte check vs one process");
+  for (r = 0; r < P->N; r++) printf(" %8s%-2d", "rank ", r);
+  printf("\n");
+  for (i = 0; i < nitems; i++) {
+    printf("  %-28s", item_names[i]);
+    for (r = 0; r < P->N; r++) {
+      int64_t nd = gres[(size_t)r * 2 * NITEM + 2 * i];
+      char cell[32];
+      if (nd == 0)
+        snprintf(cell, sizeof cell, "PASS");
+      else
+        snprintf(cell, sizeof cell, "FAIL(%lld)", (long long)nd);
+      printf(" %10s", cell);
+    }
+    printf("\n");
+  }
+  printf("\nep check: %s (%d ranks: %s byte-equal to the one-process layer)\n",
+         pass ? "PASS" : "FAIL", P->N,
+         P->bwd ? "out, grad x, grad top-k weights, grad logits and the experts' weight grads"
+                : "out");
+  fflush(stdout);
+}
+
+int moe_ep_main(const moe_opts *o) {
+  int inited = 0, we_init = 0, nitems, pass;
   problem P;
   eprun E;
   refrun Q;
+  ep_times tm;
   xte_stream st = NULL;
-  xte_ep_config cfg;
   const char *fault = getenv("XTE_MOE_EP_FAULT");
-  double tmax[NSTEP + 1], tmine[NSTEP + 1], bsum[NSTEP];
-  int64_t res[2 * NITEM];
-  uint8_t *buf;
-  int64_t *gres = NULL, *rows = NULL;
+  int64_t *gres = NULL;
   int ret = 1;
 
   MPI_Initialized(&inited);
@@ -689,27 +849,7 @@ int xte_moe_ep_main(const xte_moe_ep_opts *o) {
   }
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
-
-  /* usage: every rank sees the same options and size, so every rank fails alike */
-  if (o->ep != g_size || o->experts % o->ep != 0) {
-    if (o->ep != g_size)
-      fprintf(stderr,
-              "xte moe: rank %d: --ep %d but the MPI job has %d ranks: run it as "
-              "mpirun -np %d xte moe --ep %d\n",
-              g_rank, o->ep, g_size, o->ep, o->ep);
-    else
-      fprintf(stderr,
-              "xte moe: rank %d: --experts %lld is not a multiple of --ep %d (each rank holds "
-              "experts / ranks experts)\n",
-              g_rank, (long long)o->experts, o->ep);
-    ret = 2;
-    goto done;
-  }
-  if (fault && strcmp(fault, "weights") != 0 && strcmp(fault, "offset") != 0) {
-    fprintf(stderr,
-            "xte moe: rank %d: XTE_MOE_EP_FAULT='%s': want weights or offset (a planted "
-            "bug for the tests)\n",
-            g_rank, fault);
+  if (ep_usage(o, fault)) {
     ret = 2;
     goto done;
   }
@@ -721,151 +861,17 @@ int xte_moe_ep_main(const xte_moe_ep_opts *o) {
   }
   OK("CPU stream", xte_stream_create(XTE_BACKEND_CPU, 0, NULL, &st));
 
-  /* ---------------------------------------------------------------- the problem */
-  memset(&P, 0, sizeof P);
-  P.T = o->tokens;
-  P.E = o->experts;
-  P.H = o->hidden;
-  P.F = o->ffn;
-  P.k = o->topk;
-  P.N = g_size;
-  P.El = P.E / P.N;
-  P.bwd = o->backward != 0;
-  P.recipe = (xte_recipe)o->recipe;
-  P.seed = o->seed;
-  P.rcfg = xte_router_config_default();
-  P.rcfg.topk = (int)P.k;
-  P.rcfg.score_function = XTE_ROUTER_SIGMOID;
-  P.rcfg.scaling_factor = o->scaling;
-  for (r = 0; r < P.N; r++)
-    if (tok0(&P, r + 1) - tok0(&P, r) > P.Tmax) P.Tmax = tok0(&P, r + 1) - tok0(&P, r);
-  P.x = (uint16_t *)zalloc((size_t)(P.T * P.H) * 2);
-  P.dy = (uint16_t *)zalloc((size_t)(P.T * P.H) * 2);
-  P.logits = (float *)zalloc((size_t)(P.T * P.E) * 4);
-  P.bias = (float *)zalloc((size_t)P.E * 4);
-  moe_fill_bf16(P.x, (size_t)(P.T * P.H), P.seed, S_X, 1.0f);
-  moe_fill_bf16(P.dy, (size_t)(P.T * P.H), P.seed, S_DY, 1.0f);
-  moe_fill_f32(P.logits, (size_t)(P.T * P.E), P.seed, S_LOGITS, 2.0f);
-  moe_fill_f32(P.bias, (size_t)P.E, P.seed, S_BIAS, 0.1f);
-
-  /* ---------------------------------------------------------------- the EP run */
-  memset(&E, 0, sizeof E);
-  E.rank = g_rank;
-  E.fault = !fault ? 0 : strcmp(fault, "weights") == 0 ? 1 : 2;
-  E.t0 = tok0(&P, g_rank);
-  E.Tr = tok0(&P, g_rank + 1) - E.t0;
-  E.e0 = (int64_t)g_rank * P.El;
-  cfg = xte_ep_config_default();
-  cfg.experts_per_rank = P.El;
-  cfg.hidden = P.H;
-  cfg.topk = (int32_t)P.k;
-  cfg.align = ALIGN;
-  cfg.max_tokens_per_rank = P.Tmax;
-  {
-    MPI_Comm world = MPI_COMM_WORLD;
-    OK("xte_ep_group_create_mpi", xte_ep_group_create_mpi(&world, &cfg, &E.g));
-  }
-  OK("xte_ep_handle_size", xte_ep_handle_size(E.g, &E.hbytes));
-  E.handle = zalloc(E.hbytes);
-  E.tpe = (int64_t *)zalloc((size_t)P.El * 8);
-  router_alloc(&E.rt, E.Tr, P.E, P.k);
-  ffn_weights(&E.f, P.El, P.H, P.F, P.recipe, P.bwd, E.e0 + (E.fault == 2 ? 1 : 0), P.E, P.seed,
-              st);
-  E.out = (uint16_t *)zalloc((size_t)(E.Tr * P.H) * 2);
-  E.dx = (float *)zalloc((size_t)(E.Tr * P.H) * 4);
-  for (it = 0; it < o->warmup + o->iters; it++) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    ep_step(&P, &E, st, it >= o->warmup);
-  }
-  for (i = 0; i < NSTEP; i++) tmine[i] = E.t[i] / o->iters;
-  tmine[NSTEP] = 0;
-  for (i = 0; i < NSTEP; i++) tmine[NSTEP] += tmine[i];
-  MPI_Reduce(tmine, tmax, NSTEP + 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-  MPI_Reduce(E.bytes, bsum, NSTEP, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
-  {
-    int64_t mine[2] = {E.Tr, E.c.recv_rows};
-    if (g_rank == 0) rows = (int64_t *)zalloc((size_t)g_size * 2 * 8);
-    MPI_Gather(mine, 2, MPI_INT64_T, rows, 2, MPI_INT64_T, 0, MPI_COMM_WORLD);
-  }
-
-  /* ---------------------------------------------------------------- one process (rank 0) */
+  problem_make(&P, o);
+  ep_setup(&P, &E, !fault ? 0 : strcmp(fault, "weights") == 0 ? 1 : 2, st);
+  ep_timed_runs(&P, &E, o, st, &tm);
   memset(&Q, 0, sizeof Q);
   if (g_rank == 0) {
     if (!o->quiet) fprintf(stderr, "xte moe --ep: the one-process layer on rank 0 ...\n");
     ref_run(&P, &Q, st);
   }
-
-  /* ---------------------------------------------------------------- the byte check */
   nitems = P.bwd ? NITEM : 1;
-  buf = (uint8_t *)zalloc(CHUNK);
-  if (g_rank == 0) send_items(&P, &Q, nitems);
-  for (i = 0; i < NITEM; i++) {
-    res[2 * i] = 0;
-    res[2 * i + 1] = -1;
-    if (i < nitems) check_item(&P, &E, &Q, i, res + 2 * i, buf);
-  }
-  if (g_rank == 0) gres = (int64_t *)zalloc((size_t)g_size * 2 * NITEM * 8);
-  MPI_Gather(res, 2 * NITEM, MPI_INT64_T, gres, 2 * NITEM, MPI_INT64_T, 0, MPI_COMM_WORLD);
-  for (i = 0; i < NITEM; i++) pass &= res[2 * i] == 0;
-  MPI_Allreduce(MPI_IN_PLACE, &pass, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
-
-  /* ---------------------------------------------------------------- the table */
-  if (g_rank == 0) {
-    const char *tr = "?";
-    double tot_bytes = 0;
-    xte_ep_group_info(E.g, NULL, NULL, &tr);
-    printf(
-        "xte moe --ep %d: %d ranks (%s), %lld routed experts (%lld per rank), %lld tokens "
-        "(%lld to %lld per rank), hidden %lld, FFN %lld, top-%lld, %s, %s\n",
-        P.N, P.N, tr, (long long)P.E, (long long)P.El, (long long)P.T, (long long)(P.T / P.N),
-        (long long)P.Tmax, (long long)P.H, (long long)P.F, (long long)P.k, recipe_name(P.recipe),
-        P.bwd ? "forward + backward" : "forward only");
-    printf(
-        "  rows travel in bf16 (the wgrad GEMMs need each expert's columnwise 128x1 "
-        "quantization, formed on its rank)%s\n",
-        o->shared ? "; the shared expert is data-parallel: not part of this run" : "");
-    printf("  tokens / received rows (padded to %d) per rank:", ALIGN);
-    for (r = 0; r < P.N; r++)
-      printf(" %lld/%lld", (long long)rows[2 * r], (long long)rows[2 * r + 1]);
-    printf("\n");
-    if (fault) printf("  XTE_MOE_EP_FAULT=%s: a planted bug (the check must fail)\n", fault);
-    printf("\n  %-34s %12s %16s\n", "step (synchronised, mean of iters)", "max ms",
-           "KiB sent (all)");
-    for (i = 0; i < NSTEP; i++) {
-      if (!P.bwd && i >= P_COMBINE_B) break;
-      if (i == P_DISPATCH || i == P_COMBINE || i == P_COMBINE_B || i == P_DISPATCH_B) {
-        printf("  %-34s %12.3f %16.1f\n", step_names[i], 1e3 * tmax[i],
-               bsum[i] / o->iters / 1024.0);
-        tot_bytes += bsum[i] / o->iters;
-      } else {
-        printf("  %-34s %12.3f %16s\n", step_names[i], 1e3 * tmax[i], "");
-      }
-    }
-    printf("  %-34s %12.3f %16.1f\n", "layer (max over ranks of the sum)", 1e3 * tmax[NSTEP],
-           tot_bytes / 1024.0);
-    printf("  %-34s %12.3f\n\n", "one process, all experts (rank 0)", 1e3 * Q.t);
-    printf("  %-28s", "byte check vs one process");
-    for (r = 0; r < P.N; r++) printf(" %8s%-2d", "rank ", r);
-    printf("\n");
-    for (i = 0; i < nitems; i++) {
-      printf("  %-28s", item_names[i]);
-      for (r = 0; r < P.N; r++) {
-        int64_t nd = gres[(size_t)r * 2 * NITEM + 2 * i];
-        char cell[32];
-        if (nd == 0)
-          snprintf(cell, sizeof cell, "PASS");
-        else
-          snprintf(cell, sizeof cell, "FAIL(%lld)", (long long)nd);
-        printf(" %10s", cell);
-      }
-      printf("\n");
-    }
-    printf("\nep check: %s (%d ranks: %s byte-equal to the one-process layer)\n",
-           pass ? "PASS" : "FAIL", P.N,
-           P.bwd ? "out, grad x, grad top-k weights, grad logits and the experts' weight grads"
-                 : "out");
-    fflush(stdout);
-  }
+  pass = ep_byte_check(&P, &E, &Q, nitems, &gres);
+  if (g_rank == 0) ep_report(&P, &E, &Q, o, fault, &tm, gres, nitems, pass);
   ret = pass ? 0 : 1;
   xte_ep_group_destroy(E.g);
 
