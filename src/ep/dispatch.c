@@ -47,7 +47,9 @@ static xte_status dispatch_ws(xte_ep_call *c, const xte_ep_handle *eh,
  * records of scale rows and weights. Both sides cut a pair's stream alike: a block per run of
  * consecutive tokens (one per token unless the sender's x and the receiver's rows are dense),
  * then the records; the transport can then move each block as it is. The rows land
- * token-major: in recv_x (token-major) or in workspace after the records (expert-major). */
+ * token-major: in recv_x (token-major) or in workspace after the records (expert-major, where a
+ * rank's rows to itself stay out of the exchange: the expansion reads them from x, one copy
+ * fewer). */
 static xte_status dispatch_exchange(xte_ep_call *c, const xte_ep_handle *eh,
                                     const xte_ep_dispatch_args *a, const dws *w) {
   struct xte_ep_group_s *g = c->g;
@@ -74,8 +76,10 @@ static xte_status dispatch_exchange(xte_ep_call *c, const xte_ep_handle *eh,
   for (r = 0; r < g->R; r++) {
     int64_t b0 = eh->send_off[r], b1 = eh->send_off[r + 1];
     int runs = (me_bits & 1) && (g->agree[r].sig[5] & 2);
+    /* expert-major: this rank's own rows skip the exchange (the expansion reads them from x) */
+    const int rows = a->tm || r != g->tr.rank;
     xte_ep_blist_peer(&bs, r);
-    for (i = b0; i < b1; i++)
+    for (i = b0; i < b1 && rows; i++)
       xte_ep_blist_seg(&bs, xd + (size_t)(eh->send_tok[i] * a->ldx) * es, (int64_t)xb,
                        runs && i > b0 && eh->send_tok[i] == eh->send_tok[i - 1] + 1);
     xte_ep_blist_seg(&bs, smeta + (size_t)b0 * mb, (b1 - b0) * (int64_t)mb, 0);
@@ -83,7 +87,7 @@ static xte_status dispatch_exchange(xte_ep_call *c, const xte_ep_handle *eh,
     b1 = eh->recv_off[r + 1];
     runs = (g->agree[r].sig[5] & 1) && (me_bits & 2);
     xte_ep_blist_peer(&br, r);
-    for (i = b0; i < b1; i++)
+    for (i = b0; i < b1 && rows; i++)
       xte_ep_blist_seg(&br, a->tm ? ox + (size_t)(i * a->ldo) * es : xw + (size_t)i * xb,
                        (int64_t)xb, runs && i > b0 && eh->recv_tok[i] == eh->recv_tok[i - 1] + 1);
     xte_ep_blist_seg(&br, w->wbuf + (size_t)b0 * mb, (b1 - b0) * (int64_t)mb, 0);
@@ -140,14 +144,15 @@ static xte_status tokens_out(xte_ep_call *c, const xte_ep_handle *eh, const xte_
   return st;
 }
 
-/* Expert-major: each received row to the recv_x row of each local slot, its scale row and
- * weight along; padding and rows past recv_rows zeroed. */
+/* Expert-major: each received row to the recv_x row of each local slot (this rank's own rows
+ * straight from x), its scale row and weight along; padding and rows past recv_rows zeroed. */
 static void expand(xte_ep_call *c, const xte_ep_handle *eh, const xte_ep_dispatch_args *a,
                    const dws *w) {
   const int64_t K = c->g->K, El = c->g->El, nrows = a->nrows, nrecv = eh->h->nrecv;
   const size_t xb = w->xb, sb = w->sb, mb = w->mb, es = a->es, ss = a->ss;
   char *ox = (char *)a->recv_x->data, *os = a->fp8 ? (char *)a->recv_scales->data : NULL;
-  const char *xw = w->wbuf + (size_t)nrecv * mb;
+  const char *xw = w->wbuf + (size_t)nrecv * mb, *xd = (const char *)a->x->data;
+  const int64_t self0 = eh->recv_off[c->g->tr.rank], self1 = eh->recv_off[c->g->tr.rank + 1];
   float *wt = a->recv_weights ? (float *)a->recv_weights->data : NULL;
   int64_t i, j;
   /* (a GPU group's moves of one launch must not write a byte twice: its weights of the
@@ -155,7 +160,9 @@ static void expand(xte_ep_call *c, const xte_ep_handle *eh, const xte_ep_dispatc
   if (wt && !c->gpu) memset(wt, 0, (size_t)nrows * sizeof(float));
   for (i = 0; i < nrecv; i++) {
     const int32_t *rm = eh->row_map + i * K;
-    const char *meta = w->wbuf + (size_t)i * mb, *xr = xw + (size_t)i * xb;
+    const char *meta = w->wbuf + (size_t)i * mb;
+    const char *xr = i >= self0 && i < self1 ? xd + (size_t)(eh->recv_tok[i] * a->ldx) * es
+                                             : xw + (size_t)i * xb;
     for (j = 0; j < K; j++) {
       int64_t row = rm[j];
       if (row < 0) continue;

@@ -22,7 +22,8 @@
  *  dispatch  one exchange: per (token, rank) the x row, read in place, then per peer the small
  *            records [scale row | k weights]. The rows land token-major (in recv_x for
  *            dispatch_tokens, else in workspace that the expert-major expansion copies to each
- *            local slot's row).
+ *            local slot's row; a rank's rows to itself skip that workspace: the expansion reads
+ *            them from x).
  *  combine / dispatch_backward
  *            the rows of each received (token, local slot) go back to the token's rank, in the
  *            order (local expert, token): one block of consecutive rows per (rank, expert); the
