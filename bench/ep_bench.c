@@ -121,29 +121,257 @@ static int parse(int argc, char **argv, epb_opts *o) {
   return o->topk <= XTE_EP_MAX_TOPK && o->topk <= o->experts && o->hidden <= (1 << 20);
 }
 
-int xte_bench_ep(int argc, char **argv) {
-  epb_opts o = {4096, 7168, 64, 8, 10, 1, 0};
-  int init = 0, R, rank, i, r, rc = 0;
-  MPI_Comm comm = MPI_COMM_WORLD;
-  xte_ep_group g = NULL;
-  xte_ep_config cfg = xte_ep_config_default();
+/* Everything one run holds: the routing and tensors of this rank, the group and its handle, the
+ * anchors' counts and buffers, the per-iteration times. */
+typedef struct epb_run {
+  epb_opts o;
+  MPI_Comm comm;
+  int R, rank;
+  long T, H, K, E, El;
+  size_t xe, S, payload;
+  xte_ep_group g;
   xte_ep_counts c;
   xte_ep_stats sd, sc;
-  size_t hb = 0, xe, S, payload;
-  void *handle = NULL;
-  uint64_t seed;
+  void *handle;
   int32_t *idx;
   float *w, *xs, *rs, *rw;
   uint8_t *x, *rx, *yo, *out, *abuf_s, *abuf_r, *cbuf_s, *cbuf_r;
   int *a_sc, *a_sd, *a_rc, *a_rd, *c_sc, *c_sd, *c_rc, *c_rd;
-  double *td, *tc, *tad, *tac, d_x, c_x, d_a, c_a;
-  long T, H, K, E, El;
+  double *td, *tc, *tad, *tac;
+} epb_run;
+
+/* This rank's tokens: top-K distinct experts of E uniformly (seeded by the rank), weights 1/8,
+ * rows of 0x3C bytes, scales 1. */
+static void make_tokens(epb_run *b) {
+  uint64_t seed = 0x1234 + (uint64_t)b->rank;
+  long T = b->T, K = b->K, i;
+  b->idx = (int32_t *)malloc((size_t)(T * K) * 4);
+  b->w = (float *)malloc((size_t)(T * K) * 4);
+  b->x = (uint8_t *)malloc((size_t)(T * b->H) * b->xe);
+  b->xs = (float *)malloc((size_t)T * (b->S ? b->S : 1) * 4);
+  for (i = 0; i < T; i++) {
+    int j, q;
+    for (j = 0; j < K; j++) {
+      int32_t e;
+      do {
+        e = (int32_t)(epb_rng(&seed) % (uint64_t)b->E);
+        for (q = 0; q < j && b->idx[i * K + q] != e; q++) {
+        }
+      } while (q < j);
+      b->idx[i * K + j] = e;
+      b->w[i * K + j] = 0.125f;
+    }
+  }
+  memset(b->x, 0x3C, (size_t)(T * b->H) * b->xe);
+  for (i = 0; i < (long)(T * (long)(b->S ? b->S : 1)); i++) b->xs[i] = 1.0f;
+}
+
+/* The group, the prepared handle and the receive tensors' memory. */
+static void make_group(epb_run *b) {
+  xte_ep_config cfg = xte_ep_config_default();
+  size_t hb = 0;
+  xte_tensor ti;
+  cfg.experts_per_rank = b->El;
+  cfg.hidden = b->H;
+  cfg.topk = (int32_t)b->K;
+  cfg.max_tokens_per_rank = b->T;
+  if (xte_ep_group_create_mpi(&b->comm, &cfg, &b->g) != XTE_SUCCESS) {
+    fprintf(stderr, "rank %d: %s\n", b->rank, xte_last_error());
+    MPI_Abort(b->comm, 1);
+  }
+  xte_ep_handle_size(b->g, &hb);
+  b->handle = malloc(hb);
+  ti = xte_tensor_2d(b->idx, XTE_DTYPE_INT32, b->T, b->K);
+  if (xte_ep_prepare(b->g, &ti, b->handle, hb, &b->c, NULL, NULL) != XTE_SUCCESS) {
+    fprintf(stderr, "rank %d: %s\n", b->rank, xte_last_error());
+    MPI_Abort(b->comm, 1);
+  }
+  b->rx = (uint8_t *)malloc((size_t)(b->c.recv_rows ? b->c.recv_rows : 1) * (size_t)b->H * b->xe);
+  b->rs = (float *)malloc((size_t)(b->c.recv_rows ? b->c.recv_rows : 1) * (b->S ? b->S : 1) * 4);
+  /* recv_weights [recv_rows], or recv_topk_idx and recv_topk_weights [recv_tokens, K] */
+  b->rw = (float *)malloc((size_t)(b->c.recv_rows + 2 * b->c.recv_tokens * b->K + 1) * 4);
+  b->yo = (uint8_t *)calloc((size_t)(b->c.recv_rows ? b->c.recv_rows : 1) * (size_t)b->H, 2);
+  b->out = (uint8_t *)malloc((size_t)(b->T ? b->T : 1) * (size_t)b->H * 2);
+}
+
+/* The anchors' counts, from the routing (independently of xte): tokens to each rank once, and
+ * each routed slot's row back; their buffers, written. */
+static void make_anchors(epb_run *b) {
+  const int R = b->R;
+  long *tok = (long *)calloc((size_t)R, sizeof(long)),
+       *slot = (long *)calloc((size_t)R, sizeof(long));
+  long i, as = 0, ar = 0, cs = 0, cr = 0;
+  int r;
+  b->a_sc = (int *)calloc((size_t)R * 8, sizeof(int));
+  b->a_sd = b->a_sc + R;
+  b->a_rc = b->a_sd + R;
+  b->a_rd = b->a_rc + R;
+  b->c_sc = b->a_rd + R;
+  b->c_sd = b->c_sc + R;
+  b->c_rc = b->c_sd + R;
+  b->c_rd = b->c_rc + R;
+  for (i = 0; i < b->T; i++) {
+    int j, seen[4096 / 32 + 1];
+    memset(seen, 0, sizeof seen);
+    for (j = 0; j < b->K; j++) {
+      int d = b->idx[i * b->K + j] / (int)b->El;
+      slot[d]++;
+      if (!(seen[d / 32] >> (d % 32) & 1)) {
+        seen[d / 32] |= 1 << (d % 32);
+        tok[d]++;
+      }
+    }
+  }
+  for (r = 0; r < R; r++) {
+    b->a_sc[r] = (int)(tok[r] * (long)b->payload);
+    b->c_rc[r] = (int)(slot[r] * b->H * 2);
+  }
+  free(tok);
+  free(slot);
+  MPI_Alltoall(b->a_sc, 1, MPI_INT, b->a_rc, 1, MPI_INT, b->comm);
+  MPI_Alltoall(b->c_rc, 1, MPI_INT, b->c_sc, 1, MPI_INT, b->comm);
+  for (r = 0; r < R; r++) {
+    b->a_sd[r] = (int)as;
+    as += b->a_sc[r];
+    b->a_rd[r] = (int)ar;
+    ar += b->a_rc[r];
+    b->c_sd[r] = (int)cs;
+    cs += b->c_sc[r];
+    b->c_rd[r] = (int)cr;
+    cr += b->c_rc[r];
+  }
+  b->abuf_s = (uint8_t *)calloc((size_t)as + 1, 1);
+  b->abuf_r = (uint8_t *)calloc((size_t)ar + 1, 1);
+  b->cbuf_s = (uint8_t *)calloc((size_t)cs + 1, 1);
+  b->cbuf_r = (uint8_t *)calloc((size_t)cr + 1, 1);
+  /* written, so that the anchor reads real pages (calloc's untouched pages all map the one zero
+   * page, which would flatter the anchor) */
+  memset(b->abuf_s, 0x3C, (size_t)as + 1);
+  memset(b->cbuf_s, 0x3C, (size_t)cs + 1);
+}
+
+/* Dispatch, then combine, each next to its anchor per iteration (two warm-up iterations);
+ * returns 1 when a call failed. */
+static int time_calls(epb_run *b) {
+  const epb_opts *o = &b->o;
+  const int64_t S = (int64_t)b->S, nr = b->c.recv_rows, nt = b->c.recv_tokens;
+  xte_tensor tx = xte_tensor_2d(b->x, o->fp8 ? XTE_DTYPE_E4M3 : XTE_DTYPE_BF16, b->T, b->H);
+  xte_tensor tsx = xte_tensor_2d(b->xs, XTE_DTYPE_FP32, b->T, S);
+  xte_tensor tw = xte_tensor_2d(b->w, XTE_DTYPE_FP32, b->T, b->K);
+  xte_tensor trx = xte_tensor_2d(b->rx, tx.dtype, nr, b->H);
+  xte_tensor trs = xte_tensor_2d(b->rs, XTE_DTYPE_FP32, nr, S);
+  xte_tensor trw = xte_tensor_1d(b->rw, XTE_DTYPE_FP32, nr);
+  xte_tensor ttx = xte_tensor_2d(b->rx, tx.dtype, nt, b->H);
+  xte_tensor tts = xte_tensor_2d(b->rs, XTE_DTYPE_FP32, nt, S);
+  xte_tensor tti = xte_tensor_2d(b->rw, XTE_DTYPE_INT32, nt, b->K);
+  xte_tensor ttw = xte_tensor_2d(b->rw + nt * b->K, XTE_DTYPE_FP32, nt, b->K);
+  xte_tensor tyo = xte_tensor_2d(b->yo, XTE_DTYPE_BF16, nr, b->H);
+  xte_tensor tout = xte_tensor_2d(b->out, XTE_DTYPE_BF16, b->T, b->H);
+  int it, rc = 0;
+  for (it = -2; it < o->iters; it++) {
+    double t0, t1, ta;
+    if (it == 0) xte_ep_group_stats(b->g, NULL, 1);
+    MPI_Barrier(b->comm);
+    t0 = MPI_Wtime();
+    if (o->token_major)
+      rc |= xte_ep_dispatch_tokens(b->g, b->handle, &tx, o->fp8 ? &tsx : NULL, &tw, &ttx,
+                                   o->fp8 ? &tts : NULL, &tti, &ttw, NULL) != XTE_SUCCESS;
+    else
+      rc |= xte_ep_dispatch(b->g, b->handle, &tx, o->fp8 ? &tsx : NULL, &tw, &trx,
+                            o->fp8 ? &trs : NULL, &trw, NULL) != XTE_SUCCESS;
+    t1 = MPI_Wtime();
+    if (it >= 0) b->td[it] = t1 - t0;
+    ta = timed_alltoallv(b->abuf_s, b->a_sc, b->a_sd, b->abuf_r, b->a_rc, b->a_rd, b->comm);
+    if (it >= 0) b->tad[it] = ta;
+  }
+  b->sd.struct_size = sizeof b->sd;
+  xte_ep_group_stats(b->g, &b->sd, 1);
+  for (it = -2; it < o->iters; it++) {
+    double t0, t1, ta;
+    if (it == 0) xte_ep_group_stats(b->g, NULL, 1);
+    MPI_Barrier(b->comm);
+    t0 = MPI_Wtime();
+    rc |= xte_ep_combine(b->g, b->handle, &tyo, &tw, &tout, NULL, NULL) != XTE_SUCCESS;
+    t1 = MPI_Wtime();
+    if (it >= 0) b->tc[it] = t1 - t0;
+    ta = timed_alltoallv(b->cbuf_s, b->c_sc, b->c_sd, b->cbuf_r, b->c_rc, b->c_rd, b->comm);
+    if (it >= 0) b->tac[it] = ta;
+  }
+  b->sc.struct_size = sizeof b->sc;
+  xte_ep_group_stats(b->g, &b->sc, 1);
+  return rc;
+}
+
+/* The medians of the slowest rank and, on rank 0, the table. */
+static void report(epb_run *b) {
+  const epb_opts *o = &b->o;
+  double d_x = median_max(b->td, (int)o->iters, b->comm);
+  double c_x = median_max(b->tc, (int)o->iters, b->comm);
+  double d_a = median_max(b->tad, (int)o->iters, b->comm);
+  double c_a = median_max(b->tac, (int)o->iters, b->comm);
+  double mb_d, mb_c;
+  long v[2] = {0, 0}, all[2];
+  char info[4096];
+  char *cpu = info;
+  int r;
+  for (r = 0; r < b->R; r++) {
+    v[0] += b->a_sc[r];
+    v[1] += b->c_sc[r];
+  }
+  MPI_Allreduce(v, all, 2, MPI_LONG, MPI_SUM, b->comm);
+  mb_d = (double)all[0] / b->R / 1e6;
+  mb_c = (double)all[1] / b->R / 1e6;
+  if (b->rank != 0) return;
+  xte_backend_info_string(info, sizeof info);
+  cpu = strstr(info, "cpu: ");
+  if (cpu) *strchr(cpu, '\n') = '\0';
+  printf(
+      "xte bench ep: %d ranks (mpi) on %s; %ld tokens per rank, hidden %ld, %s%s, top-%ld "
+      "of %ld experts, %ld iterations (median of the slowest rank)%s\n",
+      b->R, cpu ? cpu + 5 : "?", b->T, b->H, o->fp8 ? "e4m3 rows + fp32 1x128 scales" : "bf16 rows",
+      ", fp32 weights", b->K, b->E, o->iters,
+      o->token_major ? "; dispatch: xte_ep_dispatch_tokens (token-major, no expansion)" : "");
+  printf("%-9s %14s %9s %16s %9s %8s %6s %10s %7s\n", "op", "MB per rank", "xte ms",
+         "MPI_Alltoallv ms", "ratio", "GB/s", "pack%", "exchange%", "local%");
+  print_row("dispatch", mb_d, d_x, d_a, &b->sd);
+  print_row("combine", mb_c, c_x, c_a, &b->sc);
+  printf(
+      "(shares: rank 0; combine output bf16, fp32 accumulation in xte_moe_unpermute's "
+      "order)\n");
+}
+
+static void release(epb_run *b) {
+  xte_ep_group_destroy(b->g);
+  free(b->handle);
+  free(b->idx);
+  free(b->w);
+  free(b->x);
+  free(b->xs);
+  free(b->rx);
+  free(b->rs);
+  free(b->rw);
+  free(b->yo);
+  free(b->out);
+  free(b->a_sc);
+  free(b->abuf_s);
+  free(b->abuf_r);
+  free(b->cbuf_s);
+  free(b->cbuf_r);
+  free(b->td);
+}
+
+int xte_bench_ep(int argc, char **argv) {
+  epb_opts o = {4096, 7168, 64, 8, 10, 1, 0};
+  int init = 0, rc;
+  epb_run b;
+  memset(&b, 0, sizeof b);
+  b.comm = MPI_COMM_WORLD;
   MPI_Initialized(&init);
   if (!init) MPI_Init(&argc, &argv);
-  MPI_Comm_size(comm, &R);
-  MPI_Comm_rank(comm, &rank);
-  if (!parse(argc, argv, &o) || o.experts % R) {
-    if (rank == 0)
+  MPI_Comm_size(b.comm, &b.R);
+  MPI_Comm_rank(b.comm, &b.rank);
+  if (!parse(argc, argv, &o) || o.experts % b.R) {
+    if (b.rank == 0)
       fprintf(stderr,
               "usage: mpirun -np R xte bench ep [--tokens T] [--hidden H] [--experts E "
               "(a multiple of R)] [--topk K <= 16] [--dtype e4m3|bf16] [--iters N] "
@@ -153,221 +381,27 @@ int xte_bench_ep(int argc, char **argv) {
   }
   /* the machine record (rank 0's machine), as every benchmark prints it; no OpenBLAS re-exec:
    * the anchor here is MPI_Alltoallv */
-  if (rank == 0) xte_bench_machine_setup(NULL, stdout);
-  T = o.tokens;
-  H = o.hidden;
-  K = o.topk;
-  E = o.experts;
-  El = E / R;
-  xe = o.fp8 ? 1 : 2;
-  S = o.fp8 ? (size_t)(H + 127) / 128 : 0;
-  payload = (size_t)H * xe + S * 4 + (size_t)K * 4;
-  seed = 0x1234 + (uint64_t)rank;
-  idx = (int32_t *)malloc((size_t)(T * K) * 4);
-  w = (float *)malloc((size_t)(T * K) * 4);
-  x = (uint8_t *)malloc((size_t)(T * H) * xe);
-  xs = (float *)malloc((size_t)T * (S ? S : 1) * 4);
-  for (i = 0; i < T; i++) {
-    int j, q;
-    for (j = 0; j < K; j++) {
-      int32_t e;
-      do {
-        e = (int32_t)(epb_rng(&seed) % (uint64_t)E);
-        for (q = 0; q < j && idx[i * K + q] != e; q++) {
-        }
-      } while (q < j);
-      idx[i * K + j] = e;
-      w[i * K + j] = 0.125f;
-    }
-  }
-  memset(x, 0x3C, (size_t)(T * H) * xe);
-  for (i = 0; i < (long)(T * (long)(S ? S : 1)); i++) xs[i] = 1.0f;
-
-  cfg.experts_per_rank = El;
-  cfg.hidden = H;
-  cfg.topk = (int32_t)K;
-  cfg.max_tokens_per_rank = T;
-  if (xte_ep_group_create_mpi(&comm, &cfg, &g) != XTE_SUCCESS) {
-    fprintf(stderr, "rank %d: %s\n", rank, xte_last_error());
-    MPI_Abort(comm, 1);
-  }
-  xte_ep_handle_size(g, &hb);
-  handle = malloc(hb);
-  {
-    xte_tensor ti = xte_tensor_2d(idx, XTE_DTYPE_INT32, T, K);
-    if (xte_ep_prepare(g, &ti, handle, hb, &c, NULL, NULL) != XTE_SUCCESS) {
-      fprintf(stderr, "rank %d: %s\n", rank, xte_last_error());
-      MPI_Abort(comm, 1);
-    }
-  }
-  rx = (uint8_t *)malloc((size_t)(c.recv_rows ? c.recv_rows : 1) * (size_t)H * xe);
-  rs = (float *)malloc((size_t)(c.recv_rows ? c.recv_rows : 1) * (S ? S : 1) * 4);
-  /* recv_weights [recv_rows], or recv_topk_idx and recv_topk_weights [recv_tokens, K] */
-  rw = (float *)malloc((size_t)(c.recv_rows + 2 * c.recv_tokens * K + 1) * 4);
-  yo = (uint8_t *)calloc((size_t)(c.recv_rows ? c.recv_rows : 1) * (size_t)H, 2);
-  out = (uint8_t *)malloc((size_t)(T ? T : 1) * (size_t)H * 2);
-
-  /* the anchors' counts, from the routing (independently of xte): tokens to each rank once,
-   * and each routed slot's row back */
-  a_sc = (int *)calloc((size_t)R * 8, sizeof(int));
-  a_sd = a_sc + R;
-  a_rc = a_sd + R;
-  a_rd = a_rc + R;
-  c_sc = a_rd + R;
-  c_sd = c_sc + R;
-  c_rc = c_sd + R;
-  c_rd = c_rc + R;
-  {
-    long *tok = (long *)calloc((size_t)R, sizeof(long)),
-         *slot = (long *)calloc((size_t)R, sizeof(long));
-    for (i = 0; i < T; i++) {
-      int j, seen[4096 / 32 + 1];
-      memset(seen, 0, sizeof seen);
-      for (j = 0; j < K; j++) {
-        int d = idx[i * K + j] / (int)El;
-        slot[d]++;
-        if (!(seen[d / 32] >> (d % 32) & 1)) {
-          seen[d / 32] |= 1 << (d % 32);
-          tok[d]++;
-        }
-      }
-    }
-    for (r = 0; r < R; r++) {
-      a_sc[r] = (int)(tok[r] * (long)payload);
-      c_rc[r] = (int)(slot[r] * H * 2);
-    }
-    free(tok);
-    free(slot);
-  }
-  MPI_Alltoall(a_sc, 1, MPI_INT, a_rc, 1, MPI_INT, comm);
-  MPI_Alltoall(c_rc, 1, MPI_INT, c_sc, 1, MPI_INT, comm);
-  {
-    long as = 0, ar = 0, cs = 0, cr = 0;
-    for (r = 0; r < R; r++) {
-      a_sd[r] = (int)as;
-      as += a_sc[r];
-      a_rd[r] = (int)ar;
-      ar += a_rc[r];
-      c_sd[r] = (int)cs;
-      cs += c_sc[r];
-      c_rd[r] = (int)cr;
-      cr += c_rc[r];
-    }
-    abuf_s = (uint8_t *)calloc((size_t)as + 1, 1);
-    abuf_r = (uint8_t *)calloc((size_t)ar + 1, 1);
-    cbuf_s = (uint8_t *)calloc((size_t)cs + 1, 1);
-    cbuf_r = (uint8_t *)calloc((size_t)cr + 1, 1);
-    /* written, so that the anchor reads real pages (calloc's untouched pages all map the one
-     * zero page, which would flatter the anchor) */
-    memset(abuf_s, 0x3C, (size_t)as + 1);
-    memset(cbuf_s, 0x3C, (size_t)cs + 1);
-  }
-
-  td = (double *)calloc((size_t)o.iters * 4, sizeof(double));
-  tc = td + o.iters;
-  tad = tc + o.iters;
-  tac = tad + o.iters;
-  {
-    xte_tensor tx = xte_tensor_2d(x, o.fp8 ? XTE_DTYPE_E4M3 : XTE_DTYPE_BF16, T, H);
-    xte_tensor tsx = xte_tensor_2d(xs, XTE_DTYPE_FP32, T, (int64_t)S);
-    xte_tensor tw = xte_tensor_2d(w, XTE_DTYPE_FP32, T, K);
-    xte_tensor trx = xte_tensor_2d(rx, tx.dtype, c.recv_rows, H);
-    xte_tensor trs = xte_tensor_2d(rs, XTE_DTYPE_FP32, c.recv_rows, (int64_t)S);
-    xte_tensor trw = xte_tensor_1d(rw, XTE_DTYPE_FP32, c.recv_rows);
-    xte_tensor ttx = xte_tensor_2d(rx, tx.dtype, c.recv_tokens, H);
-    xte_tensor tts = xte_tensor_2d(rs, XTE_DTYPE_FP32, c.recv_tokens, (int64_t)S);
-    xte_tensor tti = xte_tensor_2d(rw, XTE_DTYPE_INT32, c.recv_tokens, K);
-    xte_tensor ttw = xte_tensor_2d(rw + c.recv_tokens * K, XTE_DTYPE_FP32, c.recv_tokens, K);
-    xte_tensor tyo = xte_tensor_2d(yo, XTE_DTYPE_BF16, c.recv_rows, H);
-    xte_tensor tout = xte_tensor_2d(out, XTE_DTYPE_BF16, T, H);
-    int it;
-    for (it = -2; it < o.iters; it++) {
-      double t0, t1, ta;
-      if (it == 0) {
-        xte_ep_group_stats(g, NULL, 1);
-      }
-      MPI_Barrier(comm);
-      t0 = MPI_Wtime();
-      if (o.token_major)
-        rc |= xte_ep_dispatch_tokens(g, handle, &tx, o.fp8 ? &tsx : NULL, &tw, &ttx,
-                                     o.fp8 ? &tts : NULL, &tti, &ttw, NULL) != XTE_SUCCESS;
-      else
-        rc |= xte_ep_dispatch(g, handle, &tx, o.fp8 ? &tsx : NULL, &tw, &trx, o.fp8 ? &trs : NULL,
-                              &trw, NULL) != XTE_SUCCESS;
-      t1 = MPI_Wtime();
-      if (it >= 0) td[it] = t1 - t0;
-      ta = timed_alltoallv(abuf_s, a_sc, a_sd, abuf_r, a_rc, a_rd, comm);
-      if (it >= 0) tad[it] = ta;
-    }
-    sd.struct_size = sizeof sd;
-    xte_ep_group_stats(g, &sd, 1);
-    for (it = -2; it < o.iters; it++) {
-      double t0, t1, ta;
-      if (it == 0) xte_ep_group_stats(g, NULL, 1);
-      MPI_Barrier(comm);
-      t0 = MPI_Wtime();
-      rc |= xte_ep_combine(g, handle, &tyo, &tw, &tout, NULL, NULL) != XTE_SUCCESS;
-      t1 = MPI_Wtime();
-      if (it >= 0) tc[it] = t1 - t0;
-      ta = timed_alltoallv(cbuf_s, c_sc, c_sd, cbuf_r, c_rc, c_rd, comm);
-      if (it >= 0) tac[it] = ta;
-    }
-    sc.struct_size = sizeof sc;
-    xte_ep_group_stats(g, &sc, 1);
-  }
-  if (rc) fprintf(stderr, "rank %d: %s\n", rank, xte_last_error());
-  d_x = median_max(td, (int)o.iters, comm);
-  c_x = median_max(tc, (int)o.iters, comm);
-  d_a = median_max(tad, (int)o.iters, comm);
-  c_a = median_max(tac, (int)o.iters, comm);
-  {
-    double mb_d = 0, mb_c = 0;
-    long v[2] = {0, 0}, all[2];
-    for (r = 0; r < R; r++) {
-      v[0] += a_sc[r];
-      v[1] += c_sc[r];
-    }
-    MPI_Allreduce(v, all, 2, MPI_LONG, MPI_SUM, comm);
-    mb_d = (double)all[0] / R / 1e6;
-    mb_c = (double)all[1] / R / 1e6;
-    if (rank == 0) {
-      char info[4096];
-      char *cpu = info;
-      xte_backend_info_string(info, sizeof info);
-      cpu = strstr(info, "cpu: ");
-      if (cpu) *strchr(cpu, '\n') = '\0';
-      printf(
-          "xte bench ep: %d ranks (mpi) on %s; %ld tokens per rank, hidden %ld, %s%s, top-%ld "
-          "of %ld experts, %ld iterations (median of the slowest rank)%s\n",
-          R, cpu ? cpu + 5 : "?", T, H, o.fp8 ? "e4m3 rows + fp32 1x128 scales" : "bf16 rows",
-          ", fp32 weights", K, E, o.iters,
-          o.token_major ? "; dispatch: xte_ep_dispatch_tokens (token-major, no expansion)" : "");
-      printf("%-9s %14s %9s %16s %9s %8s %6s %10s %7s\n", "op", "MB per rank", "xte ms",
-             "MPI_Alltoallv ms", "ratio", "GB/s", "pack%", "exchange%", "local%");
-      print_row("dispatch", mb_d, d_x, d_a, &sd);
-      print_row("combine", mb_c, c_x, c_a, &sc);
-      printf(
-          "(shares: rank 0; combine output bf16, fp32 accumulation in xte_moe_unpermute's "
-          "order)\n");
-    }
-  }
-  xte_ep_group_destroy(g);
-  free(handle);
-  free(idx);
-  free(w);
-  free(x);
-  free(xs);
-  free(rx);
-  free(rs);
-  free(rw);
-  free(yo);
-  free(out);
-  free(a_sc);
-  free(abuf_s);
-  free(abuf_r);
-  free(cbuf_s);
-  free(cbuf_r);
-  free(td);
+  if (b.rank == 0) xte_bench_machine_setup(NULL, stdout);
+  b.o = o;
+  b.T = o.tokens;
+  b.H = o.hidden;
+  b.K = o.topk;
+  b.E = o.experts;
+  b.El = b.E / b.R;
+  b.xe = o.fp8 ? 1 : 2;
+  b.S = o.fp8 ? (size_t)(b.H + 127) / 128 : 0;
+  b.payload = (size_t)b.H * b.xe + b.S * 4 + (size_t)b.K * 4;
+  make_tokens(&b);
+  make_group(&b);
+  make_anchors(&b);
+  b.td = (double *)calloc((size_t)o.iters * 4, sizeof(double));
+  b.tc = b.td + o.iters;
+  b.tad = b.tc + o.iters;
+  b.tac = b.tad + o.iters;
+  rc = time_calls(&b);
+  if (rc) fprintf(stderr, "rank %d: %s\n", b.rank, xte_last_error());
+  report(&b);
+  release(&b);
   if (!init) MPI_Finalize();
   return rc ? 1 : 0;
 }

@@ -9,6 +9,7 @@
 
 #include "cpu/xte_cpu.h"
 #include "ep/ep_transport.h"
+#include "xte_ep_ops.h"
 #include "xte_internal.h"
 
 struct xte_stream_s {

@@ -1,4 +1,4 @@
-/* Expert parallelism in the CUDA plugin (src/xte_ep_ops.h): the NCCL transport of src/cuda/ep_ccl.h
+/* Expert parallelism in the CUDA plugin (src/xte_ep_ops.h): the NCCL transport of src/ep/transport/ccl.h
  * (libnccl.so.2 loaded with dlopen; the MUSA build of this file is the MCCL one, its names from
  * src/musa/xte_musa_compat.h) and the device block move of src/cuda/ep_kernels.cuh, both on the
  * CUDA runtime. */
@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "cuda/xte_gpu.h"
-#include "cuda/ep_ccl.h"
+#include "ep/transport/ccl.h"
 #include "cuda/ep_kernels.cuh"
 
 namespace {

@@ -67,7 +67,7 @@
 #define cudaEventRecord musaEventRecord
 #define cudaEventSynchronize musaEventSynchronize
 
-/* the collective library of expert parallelism (src/cuda/ep_ccl.h, loaded with dlopen): MCCL,
+/* the collective library of expert parallelism (src/ep/transport/ccl.h, loaded with dlopen): MCCL,
  * whose mccl* functions take NCCL's arguments (an int result, the communicator and the stream as
  * pointers, uint8 = 1). Its version numbering is its own (1.x), so no minimum is checked. */
 #define XTE_CCL_NAME "mccl"

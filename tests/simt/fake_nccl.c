@@ -1,6 +1,6 @@
 /* A stand-in for libnccl.so.2 over threads of one process (host memory; streams ignored: every
  * operation is done when the call returns), for test_simt_ep: the NCCL transport of
- * src/cuda/ep_ccl.h loads it through XTE_NCCL_LIBRARY and runs on the SIMT runner's plugin.
+ * src/ep/transport/ccl.h loads it through XTE_NCCL_LIBRARY and runs on the SIMT runner's plugin.
  *
  *  - fake_ncclGetUniqueId makes a world (its address in the id); each rank's thread calls
  *    ncclCommInitRank(&comm, nranks, id, rank) with it.

@@ -16,7 +16,7 @@
 #include <mutex>
 
 #include "cuda/attention_kernels.cuh"
-#include "cuda/ep_ccl.h"
+#include "ep/transport/ccl.h"
 #include "cuda/ep_kernels.cuh"
 #include "cuda/gemm_kernels.cuh"
 #include "cuda/moe_kernels.cuh"

@@ -1,6 +1,6 @@
 /* Expert parallelism on a GPU group (xte_ep_group_create_nccl) run on the host: the SIMT runner's
  * libxte_cuda.so (its "device" memory is host memory, its block-move kernel the text of
- * src/cuda/ep_kernels.cuh, its NCCL transport src/cuda/ep_ccl.h) with a fake libnccl.so.2 over
+ * src/cuda/ep_kernels.cuh, its NCCL transport src/ep/transport/ccl.h) with a fake libnccl.so.2 over
  * threads (tests/simt/fake_nccl.c, loaded through XTE_NCCL_LIBRARY). 1 to 4 rank threads, each
  * with its own CUDA stream and communicator; all tensors are device memory (xte_malloc /
  * xte_memcpy on the CUDA stream); every output is compared byte for byte with the one-process CPU
