@@ -9,7 +9,12 @@
  * Permute / unpermute run at T = 2048 tokens and at "dram": as many tokens as make the bytes
  * moved 4 x the last-level cache read at run time (xte_bench_dram_bytes()), each beside a copy
  * of its own bytes.
- * Targets (docs/performance.md, MoE): router >= 0.5 of the copy, permute / unpermute >= 0.7. */
+ *  SwiGLU (Kimi-K2's expert FFN 2048, T = 4096 rows, bf16): forward input [T, 2F] read, output
+ *             [T, F] written; backward grad_out [T, F] + input [T, 2F] read, grad_input [T, 2F]
+ *             written; the fused quantize variants (bf16 activation, TE_BLOCK 1x128, rowwise and
+ *             transposed columnwise e4m3 copies) write the two e4m3 copies and their fp32 scales.
+ * Targets (docs/performance.md, MoE): router >= 0.5 of the copy, permute / unpermute >= 0.7,
+ * SwiGLU / dSwiGLU (+ quantize) >= 0.5. */
 #include <stdio.h>
 #include <string.h>
 
@@ -149,7 +154,103 @@ static void run_permute(xte_bench_state *st, void *arg) {
   xte_bench_set_bytes(st, perm_copy_bytes(PT) + 12.0 * (double)PT * PK);
 }
 
+/* ---------------------------------------------------------------- SwiGLU */
+#define ST 4096
+#define SF 2048
+
+static uint16_t *s_x, *s_dy, *s_out;
+static uint8_t *s_rq, *s_cq;
+static float *s_rs, *s_cs;
+
+static void swiglu_alloc(void) {
+  if (s_x) return;
+  s_x = (uint16_t *)xte_bench_alloc(2ull * ST * 2 * SF);
+  s_dy = (uint16_t *)xte_bench_alloc(2ull * ST * SF);
+  s_out = (uint16_t *)xte_bench_alloc(2ull * ST * 2 * SF);
+  s_rq = (uint8_t *)xte_bench_alloc(1ull * ST * 2 * SF);
+  s_cq = (uint8_t *)xte_bench_alloc(1ull * ST * 2 * SF);
+  s_rs = (float *)xte_bench_alloc(4ull * ST * (2 * SF / 128));
+  s_cs = (float *)xte_bench_alloc(4ull * (ST / 128) * 2 * SF);
+  xte_bench_fill(s_x, XTE_DTYPE_BF16, (size_t)ST * 2 * SF, 11);
+  xte_bench_fill(s_dy, XTE_DTYPE_BF16, (size_t)ST * SF, 12);
+}
+
+/* kind: 0 swiglu, 1 dswiglu, 2 swiglu_quantize, 3 dswiglu_quantize */
+static double swiglu_bytes(int kind) {
+  const double TF = (double)ST * SF, K = kind % 2 ? 2.0 : 1.0; /* output columns / F */
+  const double in = kind % 2 ? 6.0 * TF : 4.0 * TF;
+  if (kind < 2) return in + 2.0 * K * TF;
+  return in + 2.0 * K * TF + 4.0 * K * TF / 128.0 * 2.0; /* two e4m3 copies + scales */
+}
+
+static void swiglu_scales(xte_scale_tensor *t, float *data, int64_t rows, int64_t cols) {
+  t->data = data;
+  t->dtype = XTE_DTYPE_FP32;
+  t->rows = rows;
+  t->cols = cols;
+  t->layout = XTE_SCALE_LAYOUT_COMPACT;
+}
+
+/* TE_BLOCK 1x128 e4m3 of [ST, K]: rowwise and transposed columnwise, COMPACT scales */
+static void swiglu_q(xte_qtensor *q, int64_t K) {
+  int64_t sr = 0, sc = 0;
+  memset(q, 0, sizeof *q);
+  q->scaling_mode = XTE_SCALING_BLOCK_1x128;
+  q->recipe = XTE_RECIPE_TE_BLOCK;
+  (void)xte_quantize_scale_shape(ST, K, q->scaling_mode, q->recipe, XTE_SCALE_LAYOUT_COMPACT, 0,
+                                 &sr, &sc);
+  q->rowwise = xte_tensor_2d(s_rq, XTE_DTYPE_E4M3, ST, K);
+  swiglu_scales(&q->rowwise_scale_inv, s_rs, sr, sc);
+  (void)xte_quantize_scale_shape(ST, K, q->scaling_mode, q->recipe, XTE_SCALE_LAYOUT_COMPACT, 1,
+                                 &sr, &sc);
+  q->columnwise = xte_tensor_2d(s_cq, XTE_DTYPE_E4M3, K, ST);
+  swiglu_scales(&q->columnwise_scale_inv, s_cs, sr, sc);
+}
+
+static xte_status swiglu_call(int kind, xte_tensor *x, xte_tensor *dy, xte_tensor *o,
+                              xte_qtensor *q) {
+  switch (kind) {
+    case 0:
+      return xte_swiglu(x, o, NULL);
+    case 1:
+      return xte_dswiglu(dy, x, o, NULL);
+    case 2:
+      return xte_swiglu_quantize(x, XTE_DTYPE_BF16, q, NULL, NULL);
+    default:
+      return xte_dswiglu_quantize(dy, x, XTE_DTYPE_BF16, q, NULL, NULL);
+  }
+}
+
+static const int swiglu_kinds[4] = {0, 1, 2, 3};
+
+static void run_swiglu(xte_bench_state *st, void *arg) {
+  const int kind = *(const int *)arg;
+  const int64_t K = kind % 2 ? 2 * SF : SF;
+  xte_tensor x, dy, o;
+  xte_qtensor q;
+  xte_status rc;
+  swiglu_alloc();
+  x = xte_tensor_2d(s_x, XTE_DTYPE_BF16, ST, 2 * SF);
+  dy = xte_tensor_2d(s_dy, XTE_DTYPE_BF16, ST, SF);
+  o = xte_tensor_2d(s_out, XTE_DTYPE_BF16, ST, K);
+  swiglu_q(&q, K);
+  rc = swiglu_call(kind, &x, &dy, &o, &q);
+  if (rc != XTE_SUCCESS) {
+    xte_bench_fail(st, xte_last_error());
+    while (xte_bench_keep_running(st)) {
+    }
+    return;
+  }
+  while (xte_bench_keep_running(st)) (void)swiglu_call(kind, &x, &dy, &o, &q);
+  xte_bench_set_bytes(st, swiglu_bytes(kind));
+}
+
 void xte_bench_suite_moe(void) {
+  static const char *const snames[4] = {
+      "moe/swiglu/bf16/T4096/F2048", "moe/dswiglu/bf16/T4096/F2048",
+      "moe/swiglu_quantize/bf16/T4096/F2048", "moe/dswiglu_quantize/bf16/T4096/F2048"};
+  static const char *const slabels[4] = {"moe/swiglu", "moe/dswiglu", "moe/swiglu_quantize",
+                                         "moe/dswiglu_quantize"};
   static int registered;
   static char names[4][96];
   const char *ra, *pa = NULL;
@@ -173,6 +274,11 @@ void xte_bench_suite_moe(void) {
              c->unperm ? "unpermute" : "permute", tag);
     xte_bench_register(names[i], pa, "GB/s", run_permute, c);
   }
+  /* SwiGLU, each beside a copy of its own bytes */
+  for (i = 0; i < 4; i++)
+    xte_bench_register(snames[i],
+                       xte_bench_register_copy(slabels[i], (size_t)(swiglu_bytes(i) / 2)), "GB/s",
+                       run_swiglu, (void *)&swiglu_kinds[i]);
 }
 
 /* ---------------------------------------------------------------- CUDA (--backend cuda)

@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "numerics/xte_math.h"
+#include "numerics/xte_moe_numerics.h"
 #include "test_moe_util.h"
 
 static double silu64(double g) {
@@ -497,4 +498,209 @@ Test(moe_swiglu, special_values_fused_bits) {
     special_fused_case(129, 100, XTE_DTYPE_FP32, XTE_DTYPE_BF16, recs[r], 1);
     special_fused_case(7, 3, XTE_DTYPE_BF16, XTE_DTYPE_FP32, recs[r], 1);
   }
+}
+
+/* ---------------------------------------------------------------- lanes against the scalar
+ * The ISA builds compute SwiGLU XTE_MOE_VW elements at a time (src/cpu/moe_swiglu.c); every lane
+ * must give the scalar contract functions' bits (xte_swiglu_fwd, xte_dswiglu_gate,
+ * xte_dswiglu_up of src/numerics/xte_moe_numerics.h, which set NaN bits explicitly, so here any
+ * operand of an element may be NaN, of either sign, quiet or signalling, with any payload).
+ * Inputs: random bit patterns (every class: NaN, inf, subnormal, huge), values spread over the
+ * exp's whole range [-110, 95], and the edges of its branches (-103.98, -87, -86, 88, 88.72,
+ * +-0) and their neighbours; rows of 1003 columns (full vectors of 8 and 16 lanes and a tail),
+ * both dtypes in and out, forward and backward, on every ISA; then the fused kernel against
+ * xte_quantize of the same reference activations. */
+
+/* wild: a quarter random bit patterns; else only the value classes (the fused check: blocks of
+ * finite values, whose quantization shows a wrong activation bit far more often) */
+static float lane_input(int wild) {
+  static const float edges[] = {-103.97909545898438f,
+                                -103.9791f,
+                                -87.0f,
+                                -86.0f,
+                                88.0f,
+                                88.72283935546875f,
+                                88.7229f,
+                                0.0f,
+                                -0.0f,
+                                -17.0f,
+                                20.0f,
+                                1e-45f,
+                                -1e-45f};
+  const uint32_t r = rng_u32();
+  float v;
+  switch (wild ? r % 4 : 1 + r % 3) {
+    case 0: {
+      uint32_t u = rng_u32() ^ (rng_u32() << 9);
+      memcpy(&v, &u, 4);
+      return v;
+    }
+    case 1:
+      return rng_f() * 102.5f - 7.5f; /* [-110, 95) */
+    case 2: {
+      float e = edges[(r >> 2) % (sizeof edges / sizeof edges[0])];
+      uint32_t u;
+      memcpy(&u, &e, 4);
+      u += (uint32_t)((int)(rng_u32() % 5) - 2); /* the edge and its neighbours */
+      memcpy(&v, &u, 4);
+      return v;
+    }
+    default:
+      return rng_f() * 4.0f;
+  }
+}
+
+static float lane_ref(int kind, float g, float u, float dy) {
+  if (kind == 0) return xte_swiglu_fwd(g, u);
+  if (kind == 1) return xte_dswiglu_gate(dy, g, u);
+  return xte_dswiglu_up(dy, g);
+}
+
+/* sweep: instead of lane_input, the gates step evenly through [-24, 24] (every reduced argument
+ * of the exp, the whole sigmoid), up and dy 1 */
+static void lanes_case(int T, int F, xte_dtype in_dt, xte_dtype out_dt, int sweep) {
+  xte_cpu_isa isas[XTE_CPU_ISA_COUNT];
+  int nisa = moe_isas(isas), ii, bwd;
+  const size_t nx = (size_t)T * 2 * F, ny = (size_t)T * F;
+  float *x = (float *)zalloc(4 * nx), *dy = (float *)zalloc(4 * ny),
+        *want = (float *)zalloc(4 * nx);
+  uint16_t *xb = (uint16_t *)zalloc(2 * nx), *dyb = (uint16_t *)zalloc(2 * ny);
+  void *out = zalloc(4 * nx);
+  size_t i;
+  int t, f;
+  for (i = 0; i < nx; i++) x[i] = sweep ? 1.0f : lane_input(1);
+  for (i = 0; i < ny; i++) dy[i] = sweep ? 1.0f : lane_input(1);
+  if (sweep)
+    for (t = 0; t < T; t++)
+      for (f = 0; f < F; f++)
+        x[(size_t)t * 2 * F + f] = -24.0f + 48.0f * (float)((double)(t * F + f) / (double)ny);
+  if (in_dt == XTE_DTYPE_BF16) { /* the kernel sees the bf16 values (bf16 keeps NaN payloads) */
+    for (i = 0; i < nx; i++) x[i] = f32_of_bf16(xb[i] = (uint16_t)(xte_f32_bits(x[i]) >> 16));
+    for (i = 0; i < ny; i++) dy[i] = f32_of_bf16(dyb[i] = (uint16_t)(xte_f32_bits(dy[i]) >> 16));
+  }
+  for (bwd = 0; bwd < 2; bwd++) {
+    const int K = bwd ? 2 * F : F;
+    for (t = 0; t < T; t++)
+      for (f = 0; f < F; f++) {
+        const float g = x[(size_t)t * 2 * F + f], u = x[(size_t)t * 2 * F + F + f],
+                    d = dy[(size_t)t * F + f];
+        if (!bwd) {
+          want[(size_t)t * K + f] = lane_ref(0, g, u, d);
+        } else {
+          want[(size_t)t * K + f] = lane_ref(1, g, u, d);
+          want[(size_t)t * K + F + f] = lane_ref(2, g, u, d);
+        }
+      }
+    for (ii = 0; ii < nisa; ii++) {
+      xte_tensor xt =
+          xte_tensor_2d(in_dt == XTE_DTYPE_FP32 ? (void *)x : (void *)xb, in_dt, T, 2 * F);
+      xte_tensor dyt =
+          xte_tensor_2d(in_dt == XTE_DTYPE_FP32 ? (void *)dy : (void *)dyb, in_dt, T, F);
+      xte_tensor ot = xte_tensor_2d(out, out_dt, T, K);
+      cr_assert_eq(xte_cpu_set_isa(isas[ii]), XTE_SUCCESS);
+      memset(out, 0x5A, 4 * nx);
+      if (bwd)
+        cr_assert_eq(xte_dswiglu(&dyt, &xt, &ot, NULL), XTE_SUCCESS, "%s", xte_last_error());
+      else
+        cr_assert_eq(xte_swiglu(&xt, &ot, NULL), XTE_SUCCESS, "%s", xte_last_error());
+      for (i = 0; i < (size_t)T * (size_t)K; i++) {
+        uint32_t a, b;
+        if (out_dt == XTE_DTYPE_FP32) {
+          memcpy(&a, (float *)out + i, 4);
+          b = xte_f32_bits(want[i]);
+        } else {
+          a = ((uint16_t *)out)[i];
+          b = bf16_of(want[i]);
+        }
+        cr_assert_eq(a, b,
+                     "isa %d bwd %d in %s out %s: [%zu] (column %zu) 0x%08x, want 0x%08x "
+                     "(gate %a up %a dy %a)",
+                     (int)isas[ii], bwd, xte_dtype_name(in_dt), xte_dtype_name(out_dt), i,
+                     i % (size_t)K, a, b, (double)x[i / K * 2 * F + i % K % F],
+                     (double)x[i / K * 2 * F + F + i % K % F], (double)dy[i / K * F + i % K % F]);
+      }
+    }
+  }
+  free(x), free(dy), free(want), free(xb), free(dyb), free(out);
+}
+
+Test(moe_swiglu, lanes_equal_scalar_plain) {
+  rng_seed(51);
+  lanes_case(24, 1003, XTE_DTYPE_FP32, XTE_DTYPE_FP32, 0);
+  lanes_case(16, 1003, XTE_DTYPE_BF16, XTE_DTYPE_BF16, 0);
+  lanes_case(8, 517, XTE_DTYPE_FP32, XTE_DTYPE_BF16, 0);
+  lanes_case(8, 200, XTE_DTYPE_BF16, XTE_DTYPE_FP32, 0);
+  lanes_case(256, 1024, XTE_DTYPE_FP32, XTE_DTYPE_FP32, 1);
+}
+
+/* The fused kernels against xte_quantize (scalar ISA) of the reference activation rounded to
+ * act: the lanes' activation feeds the quantizer unchanged (the bf16 rounding of the tile
+ * included). Backward at F = 200: a 128-wide tile straddles the d_gate | d_up boundary. */
+static void lanes_fused_case(int T, int F, xte_dtype in_dt, xte_dtype act, int backward) {
+  xte_cpu_isa isas[XTE_CPU_ISA_COUNT];
+  int nisa = moe_isas(isas), ii, t, f;
+  const int64_t M = T, K = backward ? 2 * F : F;
+  const size_t nx = (size_t)T * 2 * F, ny = (size_t)T * F, nq = (size_t)(M * K);
+  float *x = (float *)zalloc(4 * nx), *dy = (float *)zalloc(4 * ny), *y = (float *)zalloc(4 * nq);
+  uint16_t *xb = (uint16_t *)zalloc(2 * nx), *dyb = (uint16_t *)zalloc(2 * ny),
+           *yb = (uint16_t *)zalloc(2 * nq);
+  xte_quant_config cfg = xte_quant_config_default();
+  xte_qtensor q1;
+  qbuf b1;
+  size_t i;
+  for (i = 0; i < nx; i++) x[i] = lane_input(0);
+  for (i = 0; i < ny; i++) dy[i] = rng_f();
+  if (in_dt == XTE_DTYPE_BF16) {
+    for (i = 0; i < nx; i++) x[i] = f32_of_bf16(xb[i] = (uint16_t)(xte_f32_bits(x[i]) >> 16));
+    for (i = 0; i < ny; i++) dy[i] = f32_of_bf16(dyb[i] = (uint16_t)(xte_f32_bits(dy[i]) >> 16));
+  }
+  for (t = 0; t < T; t++)
+    for (f = 0; f < F; f++) {
+      const float g = x[(size_t)t * 2 * F + f], u = x[(size_t)t * 2 * F + F + f],
+                  d = dy[(size_t)t * F + f];
+      if (!backward) {
+        y[(size_t)t * K + f] = lane_ref(0, g, u, d);
+      } else {
+        y[(size_t)t * K + f] = lane_ref(1, g, u, d);
+        y[(size_t)t * K + F + f] = lane_ref(2, g, u, d);
+      }
+    }
+  for (i = 0; i < nq; i++) yb[i] = bf16_of(y[i]);
+  {
+    xte_tensor at =
+        act == XTE_DTYPE_BF16 ? xte_tensor_2d(yb, act, M, K) : xte_tensor_2d(y, act, M, K);
+    cr_assert_eq(xte_cpu_set_isa(isas[0]), XTE_SUCCESS);
+    qbuf_make(&b1, &q1, M, K, XTE_RECIPE_TE_BLOCK, XTE_SCALE_LAYOUT_COMPACT, 1);
+    cr_assert_eq(xte_quantize(&at, &q1, &cfg, NULL), XTE_SUCCESS, "%s", xte_last_error());
+  }
+  for (ii = 0; ii < nisa; ii++) {
+    xte_tensor xt =
+        xte_tensor_2d(in_dt == XTE_DTYPE_FP32 ? (void *)x : (void *)xb, in_dt, T, 2 * F);
+    xte_tensor dyt = xte_tensor_2d(in_dt == XTE_DTYPE_FP32 ? (void *)dy : (void *)dyb, in_dt, T, F);
+    xte_qtensor q2;
+    qbuf b2;
+    char what[128];
+    cr_assert_eq(xte_cpu_set_isa(isas[ii]), XTE_SUCCESS);
+    qbuf_make(&b2, &q2, M, K, XTE_RECIPE_TE_BLOCK, XTE_SCALE_LAYOUT_COMPACT, 1);
+    if (backward)
+      cr_assert_eq(xte_dswiglu_quantize(&dyt, &xt, act, &q2, &cfg, NULL), XTE_SUCCESS, "%s",
+                   xte_last_error());
+    else
+      cr_assert_eq(xte_swiglu_quantize(&xt, act, &q2, &cfg, NULL), XTE_SUCCESS, "%s",
+                   xte_last_error());
+    snprintf(what, sizeof what, "lanes: isa %d in %s act %s bwd %d", (int)isas[ii],
+             xte_dtype_name(in_dt), xte_dtype_name(act), backward);
+    qbuf_same(&b1, &b2, M, K, what);
+    qbuf_free(&b2);
+  }
+  qbuf_free(&b1);
+  free(x), free(dy), free(y), free(xb), free(dyb), free(yb);
+}
+
+Test(moe_swiglu, lanes_equal_scalar_fused) {
+  rng_seed(52);
+  lanes_fused_case(130, 200, XTE_DTYPE_FP32, XTE_DTYPE_FP32, 0);
+  lanes_fused_case(130, 200, XTE_DTYPE_BF16, XTE_DTYPE_BF16, 0);
+  lanes_fused_case(70, 200, XTE_DTYPE_FP32, XTE_DTYPE_BF16, 1);
+  lanes_fused_case(70, 200, XTE_DTYPE_BF16, XTE_DTYPE_FP32, 1);
 }

@@ -42,7 +42,7 @@ xte_status xte_cpu_moe_unpermute_scalar(const xte_unpermute_args *a, int which, 
 xte_status xte_cpu_moe_swiglu_scalar(const xte_swiglu_args *a, void *handle);
 
 /* The same drivers compiled with AVX2 + FMA (src/cpu/avx2/moe_avx2.c); the avx512 ISA's table
- * (both of its builds) uses the unpermute and SwiGLU of these, with its own router. */
+ * (both of its builds) uses the unpermute of these, with its own router and SwiGLU. */
 xte_status xte_cpu_moe_unpermute_avx2(const xte_unpermute_args *a, int which, void *handle);
 xte_status xte_cpu_moe_swiglu_avx2(const xte_swiglu_args *a, void *handle);
 

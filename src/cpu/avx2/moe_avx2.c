@@ -42,6 +42,29 @@ static inline __m256 xv_pow2(__m256 k) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
 }
 #define xv_ldexp(y, k) xv_mul((y), xv_pow2(k))
+/* bf16 (src/cpu/moe_swiglu.c): widening is a shift; xte_f32_to_bf16 rounds u to nearest even
+ * (u + 0x7FFF + bit 16) >> 16, a NaN keeps its top bits, quieted (bit 22 set) */
+static inline __m256 xv_ld_bf16(const uint16_t *p) {
+  const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)p);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+static inline __m256i xv_bf16_hi(__m256 v) { /* the bf16 in the high half of each lane */
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i rnd = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), odd);
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)),
+                                         _mm256_set1_epi32(0x7F800000));
+  return _mm256_blendv_epi8(rnd, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), nan);
+}
+static inline __m256 xv_bf16(__m256 v) {
+  return _mm256_castsi256_ps(_mm256_and_si256(xv_bf16_hi(v), _mm256_set1_epi32((int)0xFFFF0000u)));
+}
+static inline void xv_st_bf16(uint16_t *p, __m256 v) {
+  const __m256i h = _mm256_srli_epi32(xv_bf16_hi(v), 16);
+  /* packus interleaves the 128-bit halves: lanes 0-3 and 4-7 sit in 64-bit elements 0 and 2 */
+  const __m256i pk = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0xD8);
+  _mm_storeu_si128((__m128i *)(void *)p, _mm256_castsi256_si128(pk));
+}
 
 /* Writes base + the lanes set in m (ascending) to dst (8 ints written), returns their count. */
 static const uint32_t xte_moe_lanes_lut[256] = {

@@ -1,9 +1,13 @@
 /* The MoE router driver (src/cpu/moe_router.c) on 16 AVX-512 lanes: the score functions and the
  * top-k filter. Built natively, and a second time against SIMDe (XTE_AVX512_SIMDE, the emulated
  * ISA the tests run everywhere), as src/cpu/avx512/quantize_avx512.c is. The lanes reproduce the
- * scalar functions bit for bit (tests/test_moe_router.c compares every ISA). The other MoE
- * drivers use the AVX2 build for this ISA too. */
+ * scalar functions bit for bit (tests/test_moe_router.c compares every ISA). SwiGLU
+ * (src/cpu/moe_swiglu.c) runs on the same 16 lanes (tests/test_moe_swiglu.c); the unpermute is
+ * the AVX2 build's for this ISA too. */
 #include "cpu/avx512/isa_avx512.h"
+
+#include <stdint.h>
+
 #define XTE_MOE_NAME(x) XTE_AVX512_NAME(x)
 
 #define XTE_MOE_VW 16
@@ -53,6 +57,28 @@ static inline __m512 xv_pow2(__m512 k) {
   _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask((a), _mm512_set1_ps(lim), _CMP_NLT_UQ), (y), (k))
 #endif
 
+/* bf16 (src/cpu/moe_swiglu.c): widening is a shift; xte_f32_to_bf16 rounds u to nearest even
+ * (u + 0x7FFF + bit 16) >> 16, a NaN keeps its top bits, quieted (bit 22 set) */
+static inline __m512 xv_ld_bf16(const uint16_t *p) {
+  const __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+static inline __m512i xv_bf16_hi(__m512 v) { /* the bf16 in the high half of each lane */
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i rnd = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), odd);
+  const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
+                                                _mm512_set1_epi32(0x7F800000));
+  return _mm512_mask_or_epi32(rnd, nan, u, _mm512_set1_epi32(0x00400000));
+}
+static inline __m512 xv_bf16(__m512 v) {
+  return _mm512_castsi512_ps(_mm512_and_si512(xv_bf16_hi(v), _mm512_set1_epi32((int)0xFFFF0000u)));
+}
+static inline void xv_st_bf16(uint16_t *p, __m512 v) {
+  _mm256_storeu_si256((__m256i *)(void *)p,
+                      _mm512_cvtepi32_epi16(_mm512_srli_epi32(xv_bf16_hi(v), 16)));
+}
+
 /* Writes base + the lanes set in m (ascending) to dst (16 ints written), returns their count. */
 static inline int xv_cand(int *dst, unsigned m, int base) {
   __m512i i =
@@ -63,12 +89,13 @@ static inline int xv_cand(int *dst, unsigned m, int base) {
 }
 
 #include "cpu/moe_router.c"
+#include "cpu/moe_swiglu.c"
 
-/* the router on 16 lanes; unpermute and SwiGLU are the avx2 build's (src/cpu/moe_cpu.h) */
+/* the router and SwiGLU on 16 lanes; unpermute is the avx2 build's (src/cpu/moe_cpu.h) */
 const xte_moe_kernels XTE_AVX512_NAME(xte_moe_kernels) = {
     .isa = XTE_AVX512_ISA,
     .router_forward = XTE_AVX512_NAME(xte_cpu_moe_router_forward),
     .router_backward = XTE_AVX512_NAME(xte_cpu_moe_router_backward),
     .unpermute = xte_cpu_moe_unpermute_avx2,
-    .swiglu = xte_cpu_moe_swiglu_avx2,
+    .swiglu = XTE_AVX512_NAME(xte_cpu_moe_swiglu),
 };
