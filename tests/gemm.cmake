@@ -2,6 +2,9 @@
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 target_link_libraries(test_gemm_blas PRIVATE PkgConfig::OPENBLAS)
 set_tests_properties(test_gemm_exact test_gemm_grouped test_gemm_blas PROPERTIES LABELS gemm)
+# XTE_GEMM_FAST (src/cpu/gemm_fast.c): every ISA the machine runs (the test sweeps them), the fp64
+# bound and EXACT's bytes where the partials are exact.
+set_tests_properties(test_gemm_fast PROPERTIES LABELS gemm)
 # Where the AMX-INT8 kernels are built, the GEMM tests run the exact GEMM a second time with them
 # turned off (XTE_CPU_AMX=0): on a machine with AMX the plain runs take the AMX path for e4m3 x
 # e4m3 on avx512, these the fp64 kernels. (gemm_exact::amx_in_use_where_the_cpu_has_it checks
