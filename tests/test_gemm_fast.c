@@ -243,12 +243,13 @@ Test(gemm_fast, bound_pairs_and_layouts) {
     }
 }
 
-/* Tails and blocking edges: M, N, K odd, K below one block, past the K panel (256), past MC,
- * the M chunk (512 rows), NC (2048 columns), MXFP8 tails, C bf16 with bias. */
+/* Tails and blocking edges: M, N, K odd, K below one block, past the K panel (128), past MC,
+ * the M chunk (1024 rows), NC (2048 columns), MXFP8 tails, C bf16 with bias. */
 Test(gemm_fast, bound_shapes) {
   run_bound(S1x128, S128, XTE_DTYPE_E4M3, XTE_DTYPE_E4M3, 0, 0, 1, 1, 1, XTE_DTYPE_FP32, 3, 1);
   run_bound(S1x128, S128, XTE_DTYPE_E4M3, XTE_DTYPE_E4M3, 0, 0, 3, 5, 7, XTE_DTYPE_BF16, 7, 2);
-  run_bound(S1x128, S128, XTE_DTYPE_E5M2, XTE_DTYPE_E4M3, 0, 1, 600, 33, 300, XTE_DTYPE_FP32, 3, 3);
+  run_bound(S1x128, S128, XTE_DTYPE_E5M2, XTE_DTYPE_E4M3, 0, 1, 1100, 33, 300, XTE_DTYPE_FP32, 3,
+            3);
   run_bound(S1x128, S128, XTE_DTYPE_E4M3, XTE_DTYPE_E4M3, 0, 0, 29, 2100, 129, XTE_DTYPE_BF16, 0,
             4);
   run_bound(SMX, SMX, XTE_DTYPE_E4M3, XTE_DTYPE_E5M2, 0, 0, 77, 41, 1000, XTE_DTYPE_FP32, 7, 5);

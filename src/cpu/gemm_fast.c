@@ -27,7 +27,7 @@
 #include "xte_gemm_ops.h"
 #include "xte_internal.h"
 
-#define FKC 256 /* multiple of 128 and 32 */
+#define FKC 128 /* multiple of 128 and 32 */
 #define FMAX_BLK (FKC / 32)
 #define FMAX_W 64 /* widest micro-panel (MR or NR) */
 
@@ -56,7 +56,7 @@ typedef struct fctx {
   int nt;
   const xte_gemm_fast_kernels *fk;
   int MR, NR;
-  int64_t MC, NC, MCH, ldw;
+  int64_t MC_max, MC, NC, MCH, ldw; /* MC: the current chunk's M block (<= MC_max) */
   /* current problem / panels */
   const xte_gemm_problem *p;
   int64_t m;
@@ -71,6 +71,21 @@ typedef struct fctx {
   float **ap, **sap;
 } fctx;
 
+/* A full micro-panel of W rows through the table, d[k * W + i] = t[rp[i][k]], unrolled for a
+ * constant W (the tiles' MR and NR): the general loop costs several times the instructions. */
+static inline __attribute__((always_inline)) void decode_rows(const int W, const uint8_t *const *rp,
+                                                              int64_t kc, const float *t,
+                                                              float *d) {
+  const uint8_t *r[FMAX_W];
+  int64_t kk;
+  int i;
+  for (i = 0; i < W; i++) r[i] = rp[i];
+  for (kk = 0; kk < kc; kk++, d += W) {
+#pragma GCC unroll 32
+    for (i = 0; i < W; i++) d[i] = t[r[i][kk]];
+  }
+}
+
 /* Packs rows [row0, row0 + npanels w) of operand o (rows >= nvalid are zero) over the K range
  * [k0, k0 + kc) into micro-panels [k][w] (fp32 values), and their scales [nblk][w]. */
 static void fpack(const fctx *c, const xte_gemm_operand *o, int64_t row0, int64_t nvalid,
@@ -84,11 +99,24 @@ static void fpack(const fctx *c, const xte_gemm_operand *o, int64_t row0, int64_
     int nv = (int)(nvalid - pnl * w < w ? nvalid - pnl * w : w);
     if (nv < 0) nv = 0;
     if (o->ks == 1) {
-      /* rows contiguous along K: each read sequentially */
-      for (i = 0; i < nv; i++) {
-        const uint8_t *r = o->data + (row0 + pnl * w + i) * o->rs + k0;
-        for (kk = 0; kk < kc; kk++) d[kk * w + i] = t[r[kk]];
-      }
+      /* rows contiguous along K, read side by side; the panel written contiguously */
+      const uint8_t *rp[FMAX_W];
+      for (i = 0; i < nv; i++) rp[i] = o->data + (row0 + pnl * w + i) * o->rs + k0;
+      if (nv == w && w == 32)
+        decode_rows(32, rp, kc, t, d);
+      else if (nv == w && w == 16)
+        decode_rows(16, rp, kc, t, d);
+      else if (nv == w && w == 14)
+        decode_rows(14, rp, kc, t, d);
+      else if (nv == w && w == 8)
+        decode_rows(8, rp, kc, t, d);
+      else if (nv == w && w == 6)
+        decode_rows(6, rp, kc, t, d);
+      else if (nv == w && w == 4)
+        decode_rows(4, rp, kc, t, d);
+      else
+        for (kk = 0; kk < kc; kk++)
+          for (i = 0; i < nv; i++) d[kk * w + i] = t[rp[i][kk]];
     } else {
       for (kk = 0; kk < kc; kk++) {
         const uint8_t *src = o->data + (k0 + kk) * o->ks + (row0 + pnl * w) * o->rs;
@@ -175,6 +203,11 @@ static void run_problem(fctx *c, const xte_gemm_problem *p, int64_t m) {
     c->nstrips = (c->nc + c->NR - 1) / c->NR;
     for (c->mc0 = 0; c->mc0 < m; c->mc0 += c->MCH) {
       c->mch = m - c->mc0 < c->MCH ? m - c->mc0 : c->MCH;
+      /* M blocks of at most MC_max rows, as many as a multiple of the threads where there are
+       * enough rows (M = 512 on 2 threads: 2 x 266 rows, not 476 + 36) */
+      c->n_ic = (c->mch + c->MC_max - 1) / c->MC_max;
+      if (c->mch >= (int64_t)nt * c->MR * 4) c->n_ic = (c->n_ic + nt - 1) / nt * nt;
+      c->MC = ((c->mch + c->n_ic - 1) / c->n_ic + c->MR - 1) / c->MR * c->MR;
       c->n_ic = (c->mch + c->MC - 1) / c->MC;
       /* enough items for every thread: fewer M blocks than threads split the strips too */
       c->n_jch = c->n_ic >= nt ? 1 : (nt + c->n_ic - 1) / c->n_ic;
@@ -216,11 +249,11 @@ xte_status xte_cpu_gemm_fast(const xte_gemm_args *g) {
   c.nt = xte_cpu_threads();
   l2 = xte_cpu_l2();
   /* MC rows of packed A fill about a quarter of L2 (B strips and W tiles stream beside it) */
-  c.MC = (int64_t)(l2 / 4 / (FKC * sizeof(float))) / c.MR * c.MR;
-  if (c.MC < c.MR) c.MC = c.MR;
-  if (c.MC > 480) c.MC = 480 / c.MR * c.MR;
+  c.MC_max = (int64_t)(l2 / 4 / (FKC * sizeof(float))) / c.MR * c.MR;
+  if (c.MC_max < c.MR) c.MC_max = c.MR;
+  if (c.MC_max > 480) c.MC_max = 480 / c.MR * c.MR;
   c.NC = 2048 / c.NR * c.NR;
-  c.MCH = (512 + c.MC - 1) / c.MC * c.MC;
+  c.MCH = 1024; /* B is packed once per chunk of MCH rows */
   for (i = 0; i < g->num_problems; i++) {
     const int64_t mi = g->masked_m ? g->masked_m[i] : g->problems[i].m;
     if (fast_small.max_rows > 0 && mi <= fast_small.max_rows) continue;
@@ -238,8 +271,8 @@ xte_status xte_cpu_gemm_fast(const xte_gemm_args *g) {
   szb = sizeof(float) * (size_t)maxn * FKC;
   szsb = sizeof(float) * (size_t)maxn * FMAX_BLK;
   szw = sizeof(float) * (size_t)maxm * (size_t)c.ldw;
-  sza = sizeof(float) * (size_t)c.MC * FKC;
-  szsa = sizeof(float) * (size_t)c.MC * FMAX_BLK;
+  sza = sizeof(float) * (size_t)c.MC_max * FKC;
+  szsa = sizeof(float) * (size_t)c.MC_max * FMAX_BLK;
   total = al(szb) + al(szsb) + al(szw) + (size_t)c.nt * (al(sza) + al(szsa)) + al(szsmall);
   w = xte_cpu_gemm_ws_acquire(total);
   ptrs = (void **)xte_aligned_calloc((size_t)c.nt * 2, sizeof(void *));

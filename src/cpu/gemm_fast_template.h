@@ -15,6 +15,7 @@
  *   xs            the fp32 vector type
  *   xs_zero() xs_ld(p) xs_st(p, v) xs_1(x) xs_fma(a, b, c)   +0; load; store; broadcast; a b + c
  *   xs_fold(p, sa, sb, acc)   fmaf(p, RNE_fp32(sa sb), acc), lane by lane
+ *   xs_prefetch(p)            (optional) a prefetch of the cache line of p
  * It defines the static function fast_tile. */
 #ifndef XTE_CPU_GEMM_FAST_TEMPLATE_H
 #define XTE_CPU_GEMM_FAST_TEMPLATE_H
@@ -24,6 +25,9 @@
 #define XF_UNROLL(n) _Pragma(XF_STR(GCC unroll n))
 
 #define XF_NV (NR / XS_W) /* vectors per tile row */
+#ifndef xs_prefetch
+#define xs_prefetch(p) ((void)(p))
+#endif
 
 static void fast_tile(int nblk, const int *kl, const float *a, const float *b, const float *sa,
                       const float *sb, float *acc, int64_t ldc) {
@@ -35,6 +39,9 @@ static void fast_tile(int nblk, const int *kl, const float *a, const float *b, c
     int i, v, k;
     XF_UNROLL(MR)
     for (i = 0; i < MR; i++) {
+      /* the accumulators' lines, read after this block's partials */
+      xs_prefetch(acc + i * ldc);
+      xs_prefetch(acc + i * ldc + NR - 1);
       XF_UNROLL(XF_NV)
       for (v = 0; v < XF_NV; v++) c[i][v] = xs_zero();
     }

@@ -15,6 +15,7 @@ typedef __m256 xs;
 #define xs_1(x) _mm256_set1_ps(x)
 #define xs_fma(a, b, c) _mm256_fmadd_ps((a), (b), (c))
 #define xs_fold(p, sa, sb, acc) _mm256_fmadd_ps((p), _mm256_mul_ps((sa), (sb)), (acc))
+#define xs_prefetch(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 
 #include "cpu/gemm_fast_template.h"
 

@@ -16,6 +16,9 @@ typedef __m512 xs;
 #define xs_1(x) _mm512_set1_ps(x)
 #define xs_fma(a, b, c) _mm512_fmadd_ps((a), (b), (c))
 #define xs_fold(p, sa, sb, acc) _mm512_fmadd_ps((p), _mm512_mul_ps((sa), (sb)), (acc))
+#ifndef XTE_AVX512_SIMDE
+#define xs_prefetch(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#endif
 
 #include "cpu/gemm_fast_template.h"
 
