@@ -897,7 +897,7 @@ static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
         return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
                              "groups->masked_m[%lld] = %d is outside [0, m_max = %lld]",
                              (long long)i, (int)g->masked_m[i], (long long)g->problems[i].m);
-  if (g->mode == XTE_GEMM_FAST) return xte_cpu_gemm_fast(g);
+  if (g->mode == XTE_GEMM_FAST && !xte_cpu_gemm_fast_runs_exact(g)) return xte_cpu_gemm_fast(g);
   pthread_once(&tab_once, init_tables);
   memset(&c, 0, sizeof c);
   c.g = g;

@@ -11,6 +11,8 @@
 /* XTE_GEMM_FAST on the CPU: each block partial in fp32 multiply-adds (the ISA's FAST kernels,
  * src/cpu/gemm_kernels.h), then the contract's steps. g->masked_m already checked. */
 xte_status xte_cpu_gemm_fast(const xte_gemm_args *g);
+/* 1 when a FAST call runs the exact driver instead (it is faster there: AMX-INT8). */
+int xte_cpu_gemm_fast_runs_exact(const xte_gemm_args *g);
 
 /* gemm_driver.c: the scales of rows i0 .. i0 + nv - 1 of operand o (0 for rows nv .. width - 1;
  * width <= 64) for nblk K blocks of kstep codes from k0: out[b * width + j]. */
