@@ -29,7 +29,9 @@
 #include "xte_bench.h"
 
 #ifndef XTE_BENCH_NO_OPENBLAS /* the CPU cases (the GPU-only xte has no OpenBLAS: none) */
-enum { KIND_DGEMM = 0, KIND_SGEMM = 1, KIND_XTE = 2, KIND_GROUPED = 3 };
+/* KIND_FAST: xte_gemm in XTE_GEMM_FAST ("gemm/fp8_fast_1x128_128x128_bf16/<M>/<N>x<K>"), beside
+ * its anchor, the OpenBLAS sgemm of the same shape (the same fp32 multiply-adds plus packing). */
+enum { KIND_DGEMM = 0, KIND_SGEMM = 1, KIND_XTE = 2, KIND_GROUPED = 3, KIND_FAST = 4 };
 
 typedef struct gcase {
   char name[96];
@@ -39,7 +41,7 @@ typedef struct gcase {
 
 #define NM 3
 #define NNK 3
-static gcase cases[NM * NNK * 3 + 1];
+static gcase cases[NM * NNK * 4 + 1];
 
 typedef struct qbuf {
   xte_qtensor q;
@@ -117,11 +119,13 @@ static void run_gemm(xte_bench_state *st, void *arg) {
     if (quantize(xa, M, K, XTE_SCALING_BLOCK_1x128, &qa) ||
         quantize(xbb, nb, K, XTE_SCALING_BLOCK_128x128, &qb)) {
       fail(st, "xte_quantize");
-    } else if (c->kind == KIND_XTE) {
-      if (xte_gemm(&qa.q, &qb.q, NULL, &D, NULL, NULL) != XTE_SUCCESS) {
+    } else if (c->kind == KIND_XTE || c->kind == KIND_FAST) {
+      xte_gemm_config cfg = xte_gemm_config_default();
+      if (c->kind == KIND_FAST) cfg.mode = XTE_GEMM_FAST;
+      if (xte_gemm(&qa.q, &qb.q, NULL, &D, &cfg, NULL) != XTE_SUCCESS) {
         fail(st, "xte_gemm");
       } else {
-        while (xte_bench_keep_running(st)) (void)xte_gemm(&qa.q, &qb.q, NULL, &D, NULL, NULL);
+        while (xte_bench_keep_running(st)) (void)xte_gemm(&qa.q, &qb.q, NULL, &D, &cfg, NULL);
       }
     } else {
       int64_t *sizes = (int64_t *)malloc(sizeof(int64_t) * (size_t)c->groups);
@@ -251,13 +255,14 @@ void xte_bench_suite_gemm(void) {
   registered = 1;
   for (mi = 0; mi < NM; mi++)
     for (si = 0; si < NNK; si++) {
-      gcase *d = &cases[n++], *s = &cases[n++], *x = &cases[n++];
+      gcase *d = &cases[n++], *s = &cases[n++], *x = &cases[n++], *f = &cases[n++];
       d->kind = KIND_DGEMM;
       s->kind = KIND_SGEMM;
       x->kind = KIND_XTE;
-      d->M = s->M = x->M = Ms[mi];
-      d->N = s->N = x->N = NK[si][0];
-      d->K = s->K = x->K = NK[si][1];
+      f->kind = KIND_FAST;
+      d->M = s->M = x->M = f->M = Ms[mi];
+      d->N = s->N = x->N = f->N = NK[si][0];
+      d->K = s->K = x->K = f->K = NK[si][1];
       snprintf(d->name, sizeof d->name, "gemm/dgemm/%lld/%lldx%lld", (long long)d->M,
                (long long)d->N, (long long)d->K);
       snprintf(s->name, sizeof s->name, "gemm/sgemm/%lld/%lldx%lld", (long long)d->M,
@@ -267,6 +272,10 @@ void xte_bench_suite_gemm(void) {
       xte_bench_register(d->name, NULL, "GFLOP/s", run_gemm, d);
       xte_bench_register(s->name, d->name, "GFLOP/s", run_gemm, s);
       xte_bench_register(x->name, d->name, "GFLOP/s", run_gemm, x);
+      /* FAST (fp32 block partials) beside its anchor, OpenBLAS sgemm of the same shape */
+      snprintf(f->name, sizeof f->name, "gemm/fp8_fast_1x128_128x128_bf16/%lld/%lldx%lld",
+               (long long)d->M, (long long)d->N, (long long)d->K);
+      xte_bench_register(f->name, s->name, "GFLOP/s", run_gemm, f);
       xte_bench_uses(d->name, "openblas");
       xte_bench_uses(s->name, "openblas");
       if (mi == NM - 1 && si == 0) snprintf(single_2048, sizeof single_2048, "%s", x->name);

@@ -2,12 +2,16 @@
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 target_link_libraries(test_gemm_blas PRIVATE PkgConfig::OPENBLAS)
 set_tests_properties(test_gemm_exact test_gemm_grouped test_gemm_blas PROPERTIES LABELS gemm)
+# XTE_GEMM_FAST (src/cpu/gemm_fast.c): every ISA the machine runs (the test sweeps them), the fp64
+# bound and EXACT's bytes where the partials are exact. With AMX-INT8 in use, FAST runs e4m3 x e4m3
+# calls on the exact AMX path (faster there); test_gemm_fast@noamx (below) runs the fp32 kernels.
+set_tests_properties(test_gemm_fast PROPERTIES LABELS gemm)
 # Where the AMX-INT8 kernels are built, the GEMM tests run the exact GEMM a second time with them
 # turned off (XTE_CPU_AMX=0): on a machine with AMX the plain runs take the AMX path for e4m3 x
 # e4m3 on avx512, these the fp64 kernels. (gemm_exact::amx_in_use_where_the_cpu_has_it checks
 # that the plain runs do use AMX where /proc/cpuinfo lists amx_int8.)
 if(XTE_AVX512 AND XTE_AMX AND XTE_CC_HAS_AMX)
-  foreach(t test_gemm_exact test_gemm_grouped)
+  foreach(t test_gemm_exact test_gemm_grouped test_gemm_fast)
     add_test(NAME ${t}@noamx COMMAND ${t})
     set_tests_properties(${t}@noamx PROPERTIES ENVIRONMENT "XTE_CPU_AMX=0" LABELS gemm)
   endforeach()

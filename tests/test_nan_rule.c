@@ -263,3 +263,64 @@ Test(nan_rule, attention_inf_nan_in_v_isas_agree) {
                    i % D, f32_bits(ref[i]));
   cr_assert(ran >= 1);
 }
+
+/* A [1x128 block] qtensor of raw codes [R, 128] with every scale_inv 1 (rowwise copy only). */
+static void codes_qtensor(xte_qtensor *q, uint8_t *codes, float *scales, int R, xte_dtype dt) {
+  int i;
+  memset(q, 0, sizeof *q);
+  q->scaling_mode = XTE_SCALING_BLOCK_1x128;
+  q->recipe = XTE_RECIPE_TE_BLOCK;
+  q->rowwise = xte_tensor_2d(codes, dt, R, N);
+  q->columnwise = xte_tensor_2d(NULL, dt, N, R);
+  for (i = 0; i < R; i++) scales[i] = 1.0f;
+  q->rowwise_scale_inv.data = scales;
+  q->rowwise_scale_inv.dtype = XTE_DTYPE_FP32;
+  q->rowwise_scale_inv.rows = R;
+  q->rowwise_scale_inv.cols = 1;
+  q->rowwise_scale_inv.layout = XTE_SCALE_LAYOUT_COMPACT;
+}
+
+/* GEMM, both modes: e5m2 infinities times 0 and +inf + -inf in a block make NaN partials (the
+ * FAST kernels' fp32 multiply-adds create them in hardware); D holds exactly the canonical NaN
+ * (fp32 0x7FC00000, bf16 0x7FC0) and the infinity, on every ISA. In the XTE_NAN_SIM build the
+ * scalar kernels' block step gives 0x7FFFFFFF, which must not reach D either. */
+Test(nan_rule, gemm_created_nans_both_modes) {
+  uint8_t a[2 * N], b[2 * N];
+  float sa[2], sb[2], d[4];
+  uint16_t d16[4];
+  const uint32_t want[4] = {0x7FC00000u, 0x7F800000u, 0x7FC00000u, 0x7FC00000u};
+  const uint16_t want16[4] = {0x7FC0, 0x7F80, 0x7FC0, 0x7FC0};
+  const xte_cpu_isa saved = xte_cpu_get_isa();
+  xte_qtensor qa, qb;
+  int isa, mode, i, ran = 0;
+  memset(a, 0, sizeof a);
+  memset(b, 0, sizeof b);
+  a[0] = 0x7C; /* A row 0: +inf at k 0 */
+  a[N] = 0x7C; /* A row 1: +inf at k 0, -inf at k 1 */
+  a[N + 1] = 0xFC;
+  b[1] = 0x38; /* B row 0: 0 at k 0 (inf x 0), 1 at k 1 */
+  b[N] = 0x38; /* B row 1: 1 at k 0 and k 1 */
+  b[N + 1] = 0x38;
+  codes_qtensor(&qa, a, sa, 2, XTE_DTYPE_E5M2);
+  codes_qtensor(&qb, b, sb, 2, XTE_DTYPE_E4M3);
+  for (isa = 0; isa < XTE_CPU_ISA_COUNT; isa++) {
+    if (!set_isa(isa)) continue;
+    ran++;
+    for (mode = 0; mode < 2; mode++) {
+      xte_gemm_config g = xte_gemm_config_default();
+      xte_tensor D = xte_tensor_2d(d, XTE_DTYPE_FP32, 2, 2),
+                 D16 = xte_tensor_2d(d16, XTE_DTYPE_BF16, 2, 2);
+      g.mode = mode ? XTE_GEMM_FAST : XTE_GEMM_EXACT;
+      cr_assert_eq(xte_gemm(&qa, &qb, NULL, &D, &g, NULL), XTE_SUCCESS, "%s", xte_last_error());
+      cr_assert_eq(xte_gemm(&qa, &qb, NULL, &D16, &g, NULL), XTE_SUCCESS, "%s", xte_last_error());
+      for (i = 0; i < 4; i++) {
+        cr_expect_eq(f32_bits(d[i]), want[i], "isa %s mode %d D[%d] = %08x, the contract %08x",
+                     xte_cpu_isa_name((xte_cpu_isa)isa), mode, i, f32_bits(d[i]), want[i]);
+        cr_expect_eq(d16[i], want16[i], "isa %s mode %d bf16 D[%d] = %04x, the contract %04x",
+                     xte_cpu_isa_name((xte_cpu_isa)isa), mode, i, d16[i], want16[i]);
+      }
+    }
+  }
+  xte_cpu_set_isa(saved);
+  cr_assert(ran >= 1);
+}

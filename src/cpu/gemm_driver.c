@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/gemm_fast.h"
 #include "cpu/gemm_kernels.h"
 #include "cpu/xte_cpu.h"
 #include "numerics/xte_gemm_numerics.h"
@@ -896,6 +897,7 @@ static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
         return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
                              "groups->masked_m[%lld] = %d is outside [0, m_max = %lld]",
                              (long long)i, (int)g->masked_m[i], (long long)g->problems[i].m);
+  if (g->mode == XTE_GEMM_FAST && !xte_cpu_gemm_fast_runs_exact(g)) return xte_cpu_gemm_fast(g);
   pthread_once(&tab_once, init_tables);
   memset(&c, 0, sizeof c);
   c.g = g;
@@ -1056,6 +1058,24 @@ static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
     ws_release(w);
   }
   return st;
+}
+
+/* What the FAST driver (src/cpu/gemm_fast.c) shares: src/cpu/gemm_fast.h */
+void xte_cpu_gemm_panel_scales(const xte_gemm_operand *o, int64_t i0, int nv, int width, int64_t k0,
+                               int nblk, int64_t kstep, float *out) {
+  panel_scales(o, i0, nv, width, k0, nblk, kstep, out);
+}
+
+void xte_cpu_gemm_store_row(const xte_gemm_args *g, int64_t r, int64_t n0, float *t, int64_t len) {
+  store_row(g, r, n0, t, len);
+}
+
+char *xte_cpu_gemm_ws_acquire(size_t bytes) {
+  return ws_acquire(bytes);
+}
+
+void xte_cpu_gemm_ws_release(char *p) {
+  ws_release(p);
 }
 
 int xte_cpu_gemm_amx(void) {

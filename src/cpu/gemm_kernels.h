@@ -63,6 +63,25 @@ typedef struct xte_gemm_ukernel {
   xte_gemm_pack_b8_fn pack_b8;
 } xte_gemm_ukernel;
 
+/* ---------------------------------------------------------------- FAST mode (XTE_GEMM_FAST)
+ * A register tile of MR rows (of A) x NR columns (of B) in fp32 (src/cpu/gemm_fast.c drives it).
+ * Packed operands are fp32 (exact FP8 values): A micro-panel [k][MR], B micro-panel [k][NR], over
+ * the blocks of one K panel; scales sa [nblk][MR], sb [nblk][NR]. For each block bl (kl[bl]
+ * elements, in order):
+ *   P[i][j] = sum_k A[k][i] * B[k][j] in fp32 multiplies and adds (fused or not, in the kernel's
+ *   fixed order: the FAST partial, within the bound of docs/numerics.md);
+ *   s = RNE_fp32(sa[bl][i] * sb[bl][j]); acc[i * ldc + j] = fmaf(P, s, acc[i * ldc + j]).
+ * acc is the fp32 tile, row-major with row stride ldc. */
+typedef void (*xte_gemm_fast_tile_fn)(int nblk, const int *kl, const float *a, const float *b,
+                                      const float *sa, const float *sb, float *acc, int64_t ldc);
+
+/* The FAST GEMM kernels of one ISA. */
+typedef struct xte_gemm_fast_kernels {
+  int isa; /* xte_cpu_isa */
+  int mr, nr;
+  xte_gemm_fast_tile_fn tile;
+} xte_gemm_fast_kernels;
+
 /* ---------------------------------------------------------------- extension: AMX-INT8
  * The exact e4m3 x e4m3 GEMM (K block 128) as int8 digit products on the tile unit
  * (src/cpu/amx/gemm_amx.h says what each function does). A packed 16-wide tile of one K block

@@ -117,12 +117,14 @@ struct xte_attn_kernels;      /* src/cpu/attention_kernels.h */
 struct xte_moe_kernels;       /* src/cpu/moe_cpu.h */
 struct xte_gemm_amx_kernels;  /* src/cpu/gemm_kernels.h */
 struct xte_gemm_vnni_kernels; /* src/cpu/gemm_kernels.h */
+struct xte_gemm_fast_kernels; /* src/cpu/gemm_kernels.h */
 typedef struct xte_cpu_isa_table {
   xte_cpu_isa isa;
   const xte_quant_kernels *quant;
   const struct xte_gemm_ukernel *gemm;
   const struct xte_attn_kernels *attn;
   const struct xte_moe_kernels *moe;
+  const struct xte_gemm_fast_kernels *gemm_fast; /* XTE_GEMM_FAST (src/cpu/gemm_fast.c) */
   /* extensions (NULL: none): the exact e4m3 GEMM on AMX-INT8 tiles, and for a few rows on
    * AVX512-VNNI; attached by isa.c to the avx512 table where built, usable on this CPU and OS, and
    * not turned off (XTE_CPU_AMX=0, XTE_CPU_VNNI=0) */

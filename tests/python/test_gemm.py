@@ -10,8 +10,8 @@ import pytest
 import xte
 from xte.ops.gemm import fp8_gemm_nn, fp8_gemm_nt, fp8_gemm_tn, fp8_gemm_tt, gemm
 
-from test_gemm_oracle import (E4M3, E5M2, KB, BF16, gemm_oracle, make_pair, make_q, rand_codes,
-                              rand_grid, row_scales)
+from test_gemm_oracle import (E4M3, E5M2, KB, BF16, decode, gemm_oracle, make_pair, make_q,
+                              rand_codes, rand_grid, row_scales)
 
 PAIRS = [("1x128", "128x128"), ("128x128", "1x128"), ("1x128", "1x128"),
          ("per_tensor", "per_tensor"), ("1x32", "1x32")]
@@ -203,14 +203,43 @@ def test_empty_k_and_m():
     assert gemm(A0, B0).shape == (0, N)
 
 
-def test_fast_mode_is_exact_on_cpu():
-    """The CPU backend runs the exact kernel for mode='fast' (gemm.h)."""
+@pytest.mark.parametrize("fa,fb", FMTS)
+def test_fast_mode_within_the_bound_on_cpu(fa, fb):
+    """mode='fast' on the CPU (docs/numerics.md, XTE_GEMM_FAST): every element within
+    (KB 2^-13 + (nb + 2) 2^-23) S of the fp64 product (S = sum |a b sa sb|, the scales' fp64
+    products; the scales here are normal), NaN where the exact contract gives NaN."""
     rng = np.random.default_rng(8)
-    qa, ga, qb, gb = _case(rng, "1x128", "1x128", 5, 6, 300, E4M3, E4M3)
-    A, B = make_q(qa, E4M3, "1x128", ga, False), make_q(qb, E4M3, "1x128", gb, False)
-    assert bytes_of(gemm(A, B, mode="fast")) == bytes_of(gemm(A, B, mode="exact"))
+    M, N, K = 37, 45, 300
+    qa, ga, qb, gb = _case(rng, "1x128", "1x128", M, N, K, fa, fb)
+    A, B = make_q(qa, fa, "1x128", ga, False), make_q(qb, fb, "1x128", gb, False)
+    d = np.asarray(gemm(A, B, mode="fast", out_dtype="float32"), np.float64)
+    va, vb = decode(qa, fa), decode(qb, fb)
+    sa, sb = row_scales("1x128", ga, M, K), row_scales("1x128", gb, N, K)
+    nb = sa.shape[1]
+    v = np.zeros((M, N))
+    s = np.zeros((M, N))
+    for b in range(nb):
+        ks = slice(b * 128, min(K, (b + 1) * 128))
+        sc = sa[:, b][:, None] * sb[:, b][None, :]
+        v += (va[:, ks] @ vb[:, ks].T) * sc
+        s += (np.abs(va[:, ks]) @ np.abs(vb[:, ks]).T) * np.abs(sc)
+    tol = (128 * 2.0**-13 + (nb + 2) * 2.0**-23) * s + 2.0**-23 * np.abs(v)
+    assert np.all(np.abs(d - v) <= tol)
     with pytest.raises(xte.XteValueError, match="mode"):
         gemm(A, B, mode="fastest")
+
+
+def test_fast_mode_exact_partials_give_exact_bytes_on_cpu():
+    """Where every block sum is exact in fp32 (e4m3 codes below 0.5), FAST gives EXACT's bytes:
+    the scale step and everything after the partial are the contract's."""
+    rng = np.random.default_rng(9)
+    M, N, K = 5, 6, 300
+    qa = (rng.integers(0, 0x30, size=(M, K)) | (rng.integers(0, 2, size=(M, K)) << 7))
+    qb = (rng.integers(0, 0x30, size=(N, K)) | (rng.integers(0, 2, size=(N, K)) << 7))
+    qa, qb = qa.astype(np.uint8), qb.astype(np.uint8)
+    ga, gb = rand_grid(rng, "1x128", M, K), rand_grid(rng, "1x128", N, K)
+    A, B = make_q(qa, E4M3, "1x128", ga, False), make_q(qb, E4M3, "1x128", gb, False)
+    assert bytes_of(gemm(A, B, mode="fast")) == bytes_of(gemm(A, B, mode="exact"))
 
 
 def test_out_zero_copy_and_framework_numpy():

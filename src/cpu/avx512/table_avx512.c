@@ -7,15 +7,17 @@
 #include "cpu/moe_cpu.h"
 #include "cpu/xte_cpu.h"
 
-extern const xte_quant_kernels XTE_AVX512_NAME(xte_quant_kernels); /* quantize_avx512.c */
-extern const xte_gemm_ukernel XTE_AVX512_NAME(xte_gemm_ukernel);   /* gemm_avx512.c */
-extern const xte_attn_kernels XTE_AVX512_NAME(xte_attn_kernels);   /* attention_avx512.c */
-extern const xte_moe_kernels XTE_AVX512_NAME(xte_moe_kernels);     /* moe_avx512.c */
+extern const xte_quant_kernels XTE_AVX512_NAME(xte_quant_kernels);         /* quantize_avx512.c */
+extern const xte_gemm_ukernel XTE_AVX512_NAME(xte_gemm_ukernel);           /* gemm_avx512.c */
+extern const xte_gemm_fast_kernels XTE_AVX512_NAME(xte_gemm_fast_kernels); /* gemm_fast_avx512.c */
+extern const xte_attn_kernels XTE_AVX512_NAME(xte_attn_kernels);           /* attention_avx512.c */
+extern const xte_moe_kernels XTE_AVX512_NAME(xte_moe_kernels);             /* moe_avx512.c */
 
 const xte_cpu_isa_table XTE_AVX512_NAME(xte_cpu_isa_table) = {
     .isa = XTE_AVX512_ISA,
     .quant = &XTE_AVX512_NAME(xte_quant_kernels),
     .gemm = &XTE_AVX512_NAME(xte_gemm_ukernel),
+    .gemm_fast = &XTE_AVX512_NAME(xte_gemm_fast_kernels),
     .attn = &XTE_AVX512_NAME(xte_attn_kernels),
     .moe = &XTE_AVX512_NAME(xte_moe_kernels),
 };

@@ -5,9 +5,10 @@
 #include "cpu/moe_cpu.h"
 #include "cpu/xte_cpu.h"
 
-extern const xte_quant_kernels xte_quant_kernels_scalar; /* quantize_scalar.c */
-extern const xte_gemm_ukernel xte_gemm_ukernel_scalar;   /* gemm_scalar.c */
-extern const xte_attn_kernels xte_attn_kernels_scalar;   /* attention_scalar.c */
+extern const xte_quant_kernels xte_quant_kernels_scalar;         /* quantize_scalar.c */
+extern const xte_gemm_ukernel xte_gemm_ukernel_scalar;           /* gemm_scalar.c */
+extern const xte_gemm_fast_kernels xte_gemm_fast_kernels_scalar; /* gemm_fast_scalar.c */
+extern const xte_attn_kernels xte_attn_kernels_scalar;           /* attention_scalar.c */
 
 static const xte_moe_kernels moe_scalar = {
     .isa = XTE_CPU_ISA_SCALAR,
@@ -21,6 +22,7 @@ const xte_cpu_isa_table xte_cpu_isa_table_scalar = {
     .isa = XTE_CPU_ISA_SCALAR,
     .quant = &xte_quant_kernels_scalar,
     .gemm = &xte_gemm_ukernel_scalar,
+    .gemm_fast = &xte_gemm_fast_kernels_scalar,
     .attn = &xte_attn_kernels_scalar,
     .moe = &moe_scalar,
 };
