@@ -10,6 +10,8 @@ and meant for small test shapes.
     reference_dequantize(data, compact_scales, grid, block)      -> fp32
 """
 
+from typing import Any, Dict, Optional, Tuple
+
 import numpy as np
 
 __all__ = ["calc_diff", "assert_bitwise_equal", "to_numpy", "reference_quantize",
@@ -25,7 +27,7 @@ def _is_torch(x):
     return t is not None and isinstance(x, t.Tensor)
 
 
-def to_numpy(x):
+def to_numpy(x: Any) -> np.ndarray:
     """A NumPy array with x's bytes and dtype (torch bf16 / fp8 / e8m0 as ml_dtypes types),
     copied to host memory when x is a torch tensor."""
     if _is_torch(x):
@@ -42,7 +44,7 @@ def to_numpy(x):
     return np.asarray(x)
 
 
-def calc_diff(x, y):
+def calc_diff(x: Any, y: Any) -> float:
     """DeepGEMM's similarity measure: 1 - 2 sum(x y) / sum(x^2 + y^2), in fp64 (0 for equal
     tensors; 0.0 when both are all zero, as DeepGEMM). Works on torch tensors and NumPy
     arrays."""
@@ -69,7 +71,8 @@ def _dtype_name(x):
     return str(x.dtype).rsplit(".", 1)[-1]
 
 
-def assert_bitwise_equal(a, b, msg=None, check_dtype=True):
+def assert_bitwise_equal(a: Any, b: Any, msg: Optional[str] = None,
+                         check_dtype: bool = True) -> None:
     """Assert that a and b (torch tensors or NumPy arrays, any mix) have the same shape, the
     same dtype (by name: torch.bfloat16 equals ml_dtypes.bfloat16) and the same bytes. The
     message names the first differing element (multi-index) and both values' bytes."""
@@ -88,8 +91,7 @@ def assert_bitwise_equal(a, b, msg=None, check_dtype=True):
     diff = np.any(ba != bb, axis=1)
     if diff.any():
         flat = int(np.argmax(diff))
-        idx = np.unravel_index(flat, na.shape) if na.ndim else ()
-        idx = tuple(int(i) for i in idx)
+        idx = tuple(int(i) for i in (np.unravel_index(flat, na.shape) if na.ndim else ()))
         n = int(diff.sum())
         raise AssertionError(
             f"{where}{n} of {diff.size} elements differ; first at index {idx}: "
@@ -115,7 +117,7 @@ def _fmt_name(fmt):
     raise ValueError(f"fmt: {fmt!r}")
 
 
-def reference_fp8(y, fmt="e4m3", saturate=True):
+def reference_fp8(y: Any, fmt: str = "e4m3", saturate: bool = True) -> np.ndarray:
     """fp32 -> fp8 (RNE) as docs/numerics.md section 3 states, via ml_dtypes: saturating clamps
     to +-max first (ml_dtypes itself does not saturate); NaN keeps its sign (0x7F | s for e4m3,
     0x7E | s for e5m2); e4m3's non-saturating overflow is NaN with the sign of the value."""
@@ -225,8 +227,9 @@ def _mx_ocp_scale(amax, fmt):
 
 _RECIPE_NAMES = {"te_block", "deepgemm", "deepgemm_ue8m0", "mtfp8", "mx_te", "mx_ocp",
                  "te_current", "te_delayed"}
-_BLOCKS = {"1x128": (1, 128), "128x128": (128, 128), "1x32": (1, 32), "per_tensor": None,
-           (1, 128): (1, 128), (128, 128): (128, 128), (1, 32): (1, 32)}
+_BLOCKS: Dict[Any, Optional[Tuple[int, int]]] = {
+    "1x128": (1, 128), "128x128": (128, 128), "1x32": (1, 32), "per_tensor": None,
+    (1, 128): (1, 128), (128, 128): (128, 128), (1, 32): (1, 32)}
 
 
 def _recipe_name(recipe):
@@ -281,8 +284,9 @@ def _rowwise_blocks(x32, bm, bk):
     return amax, expand
 
 
-def reference_quantize(x, recipe="te_block", block=None, fmt="e4m3", *, amax_epsilon=0.0,
-                       force_pow_2=None, saturate=True, scale=None, columnwise=False):
+def reference_quantize(x: Any, recipe: Any = "te_block", block: Any = None, fmt: str = "e4m3", *,
+                       amax_epsilon: float = 0.0, force_pow_2=None, saturate: bool = True,
+                       scale=None, columnwise: bool = False):
     """NumPy oracle of one quantized copy, as docs/numerics.md section 4 states the recipes.
 
     x: 2-D fp32 / bf16 / fp16 (NumPy or torch). Returns (data, scales): data as ml_dtypes
@@ -314,7 +318,9 @@ def reference_quantize(x, recipe="te_block", block=None, fmt="e4m3", *, amax_eps
             np.zeros((1, 1), _F32)
         expand = lambda g: np.broadcast_to(g, x32.shape)  # noqa: E731
     else:
-        bm, bk = _BLOCKS[b]
+        blk = _BLOCKS[b]
+        assert blk is not None  # per_tensor is the branch above
+        bm, bk = blk
         amax, expand = _rowwise_blocks(x32, bm, bk)
 
     pow2 = force_pow_2
@@ -346,7 +352,7 @@ def reference_quantize(x, recipe="te_block", block=None, fmt="e4m3", *, amax_eps
     return data, np.ascontiguousarray(sinv)
 
 
-def reference_grid_kind(recipe, block, columnwise=False):
+def reference_grid_kind(recipe: Any, block: Any, columnwise: bool = False):
     """The kind of a copy's block grid for the layout rules: '1xB' (rowwise blocks, also the
     transposed columnwise copies of 1x128 recipes), '128x128', 'Bx1' (untransposed columnwise
     copies: MTFP8, MX) or 'per_tensor'."""
@@ -361,7 +367,7 @@ def reference_grid_kind(recipe, block, columnwise=False):
     return "1xB"
 
 
-def reference_columnwise_transposed(recipe):
+def reference_columnwise_transposed(recipe: Any) -> bool:
     """Whether a recipe's columnwise copy is the transpose [K, M]."""
     return _recipe_name(recipe) not in ("mtfp8", "mx_te", "mx_ocp")
 
@@ -383,7 +389,7 @@ def _swizzle_128x4(g):
     return np.ascontiguousarray(t.transpose(0, 3, 2, 1, 4)).reshape(Rp, Cp)
 
 
-def reference_scale_layout(compact, kind, layout):
+def reference_scale_layout(compact: Any, kind: str, layout: Any):
     """A compact grid [GR, GC] (reference_quantize's scales) in a scale layout, as
     docs/numerics.md section 5's table states it; padding entries are zero."""
     g = np.asarray(compact)
@@ -408,7 +414,8 @@ def reference_scale_layout(compact, kind, layout):
     raise ValueError(f"layout: {layout!r}")
 
 
-def reference_dequantize(data, compact_scales, kind, block, out_dtype="float32"):
+def reference_dequantize(data: Any, compact_scales: Any, kind: str, block: Any,
+                         out_dtype: str = "float32") -> np.ndarray:
     """fp32(q * scale_inv) per element (one fp32 multiply, RNE), then RNE to out_dtype
     ('float32', 'bfloat16', 'float16' through ml_dtypes / NumPy). data: the copy's fp8 array;
     compact_scales: its compact grid (E8M0 codes decoded as 2^(e - 127)); kind as

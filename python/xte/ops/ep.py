@@ -17,11 +17,13 @@ number of ranks. Outputs are allocated in x's framework (torch or NumPy), on x's
 """
 
 import ctypes
+from typing import Any, Dict, Optional, Tuple
 
 from .. import _lib
 from .._lib import DType, EpCounts, EpStats, Status, call, lib
 from .._tensor import _torch, cuda_stream, empty, stream_of, view, view_opt, zeros
 from .moe import _dtype
+from .._typing import Array, DTypeLike
 
 _ROWS = (DType.FP32, DType.BF16)
 _X = (DType.FP32, DType.BF16, DType.E4M3, DType.E5M2)
@@ -41,7 +43,7 @@ class ThreadsWorld:
         self._w = w
         self.num_ranks = int(num_ranks)
 
-    def close(self):
+    def close(self) -> None:
         if self._w:
             lib.xte_ep_threads_world_destroy(self._w)
             self._w = None
@@ -94,7 +96,8 @@ class EPGroup:
         return cfg
 
     @classmethod
-    def mpi(cls, comm, *, experts_per_rank, hidden, topk, max_tokens_per_rank, align=1):
+    def mpi(cls, comm: Any, *, experts_per_rank: int, hidden: int, topk: int,
+            max_tokens_per_rank: int, align: int = 1) -> "EPGroup":
         """A group over an mpi4py communicator (collective). xte duplicates it."""
         try:
             from mpi4py import MPI
@@ -111,8 +114,8 @@ class EPGroup:
         return cls(g, cfg)
 
     @classmethod
-    def nccl(cls, comm, *, experts_per_rank, hidden, topk, max_tokens_per_rank, align=1,
-             device=None):
+    def nccl(cls, comm: Any, *, experts_per_rank: int, hidden: int, topk: int,
+             max_tokens_per_rank: int, align: int = 1, device=None) -> "EPGroup":
         """A group over NCCL on a CUDA device (collective; the CUDA plugin loads libnccl.so.2 with
         dlopen). comm: a torch.distributed process group with the NCCL backend (its communicator,
         ``pg._get_backend(torch.device("cuda"))._comm_ptr()``: create the group with
@@ -156,8 +159,8 @@ class EPGroup:
         return cls(g, cfg)
 
     @classmethod
-    def threads(cls, world, rank, *, experts_per_rank, hidden, topk, max_tokens_per_rank,
-                align=1):
+    def threads(cls, world: ThreadsWorld, rank: int, *, experts_per_rank: int, hidden: int,
+                topk: int, max_tokens_per_rank: int, align: int = 1) -> "EPGroup":
         """Rank `rank` of a ThreadsWorld (collective over the world's threads)."""
         cfg = cls._config(experts_per_rank, hidden, topk, align, max_tokens_per_rank)
         g = ctypes.c_void_p()
@@ -165,7 +168,7 @@ class EPGroup:
              ctypes.byref(g))
         return cls(g, cfg, world)
 
-    def close(self):
+    def close(self) -> None:
         if self._g:
             lib.xte_ep_group_destroy(self._g)
             self._g = None
@@ -173,7 +176,7 @@ class EPGroup:
     def __del__(self):
         self.close()
 
-    def stats(self, reset=False):
+    def stats(self, reset: bool = False) -> Dict[str, Any]:
         """xte_ep_group_stats as a dict (seconds and bytes)."""
         s = EpStats()
         s.struct_size = ctypes.sizeof(EpStats)
@@ -184,7 +187,7 @@ class EPGroup:
 
     # ------------------------------------------------------------------ the step
 
-    def prepare(self, topk_idx):
+    def prepare(self, topk_idx: Array) -> EPHandle:
         """topk_idx int32 / int64 [T, topk] (-1: none) -> an EPHandle (collective)."""
         import numpy as np
         vi = view(topk_idx, "topk_idx", (DType.INT32, DType.INT64))
@@ -198,7 +201,9 @@ class EPGroup:
              ctypes.c_size_t(buf.nbytes), ctypes.byref(counts), vt.ptr, stream_of(vi))
         return EPHandle(self, buf, counts, tpe, vi.shape[0] if vi.shape else 0)
 
-    def dispatch(self, handle, x, x_scales=None, topk_weights=None):
+    def dispatch(self, handle: EPHandle, x: Array, x_scales: Optional[Array] = None,
+                 topk_weights: Optional[Array] = None
+                 ) -> Tuple[Array, Optional[Array], Optional[Array]]:
         """x [T, hidden] fp32 / bf16 / e4m3 / e5m2 (fp8 with x_scales [T, S] fp32 / e8m0) ->
         (recv_x [recv_rows, hidden], recv_scales or None, recv_weights [recv_rows] or None)."""
         vx = view(x, "x", _X)
@@ -218,7 +223,9 @@ class EPGroup:
              _ptr(vrs), _ptr(vrw), stream_of(vx, vs, vw))
         return rx, rs, rw
 
-    def dispatch_tokens(self, handle, x, x_scales=None, topk_weights=None):
+    def dispatch_tokens(self, handle: EPHandle, x: Array, x_scales: Optional[Array] = None,
+                        topk_weights: Optional[Array] = None
+                        ) -> Tuple[Array, Optional[Array], Array, Optional[Array]]:
         """Token-major dispatch (DeepEP's normal-mode layout): x [T, hidden] (as dispatch) ->
         (recv_x [recv_tokens, hidden], recv_scales or None, recv_topk_idx int32 [recv_tokens,
         topk]: the local expert of each slot, -1 where it lives on another rank, recv_topk_weights
@@ -244,7 +251,8 @@ class EPGroup:
              _ptr(vrs), vri.ptr, _ptr(vrw), stream_of(vx, vs, vw))
         return rx, rs, ri, rw
 
-    def combine(self, handle, expert_out, topk_weights=None, out_dtype=None):
+    def combine(self, handle: EPHandle, expert_out: Array, topk_weights: Optional[Array] = None,
+                out_dtype: Optional[DTypeLike] = None) -> Tuple[Array, Array]:
         """expert_out [>= recv_rows, hidden] fp32 / bf16 -> (out [T, hidden], slot_rows): out
         weighted and summed in xte_moe_unpermute's order; slot_rows (the rows that came back)
         feed combine_backward's grad_weights."""
@@ -259,8 +267,9 @@ class EPGroup:
              stream_of(ve, vw))
         return out, slots
 
-    def combine_backward(self, handle, grad_out, topk_weights=None, slot_rows=None,
-                         grad_dtype=None):
+    def combine_backward(self, handle: EPHandle, grad_out: Array,
+                         topk_weights: Optional[Array] = None, slot_rows: Optional[Array] = None,
+                         grad_dtype: Optional[DTypeLike] = None) -> Tuple[Array, Optional[Array]]:
         """grad_out [T, hidden] -> (grad_expert_out [recv_rows, hidden], grad_weights [T, topk]
         or None: given when topk_weights and slot_rows are)."""
         vg = view(grad_out, "grad_out", _ROWS)
@@ -277,7 +286,8 @@ class EPGroup:
              vge.ptr, _ptr(vgw), stream_of(vg, vw, vsl))
         return ge, gw
 
-    def dispatch_backward(self, handle, grad_recv, grad_dtype=None):
+    def dispatch_backward(self, handle: EPHandle, grad_recv: Array,
+                          grad_dtype: Optional[DTypeLike] = None) -> Array:
         """grad_recv [>= recv_rows, hidden] fp32 / bf16 -> grad_x [T, hidden]."""
         vg = view(grad_recv, "grad_recv", _ROWS)
         gd = _dtype(grad_dtype, "grad_dtype", _ROWS, vg.dtype)

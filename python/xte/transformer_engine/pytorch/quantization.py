@@ -9,6 +9,7 @@ CustomRecipe raise NotImplementedError when an enabled autocast is entered with 
 default recipe (recipe=None) is Float8BlockScaling()."""
 import contextlib
 import warnings
+from typing import Any, Optional
 
 import torch
 
@@ -47,7 +48,7 @@ def is_nvfp4_available(return_reason=False):
     return (False, reason) if return_reason else False
 
 
-def get_default_fp8_recipe():
+def get_default_fp8_recipe() -> Recipe:
     """xte's default recipe: Float8BlockScaling() (TE picks by GPU generation)."""
     return Float8BlockScaling()
 
@@ -55,11 +56,11 @@ def get_default_fp8_recipe():
 get_default_recipe = get_default_fp8_recipe
 
 
-def get_align_size_for_quantization(recipe):
+def get_align_size_for_quantization(recipe: Recipe) -> int:
     """Row alignment of grouped quantized operands (TE's values): a custom recipe's
     quantization_alignment, 32 for MXFP8, 128 for NVFP4, else 16."""
     if recipe.custom():
-        return recipe.quantization_alignment
+        return getattr(recipe, "quantization_alignment")  # CustomRecipe's field
     if recipe.mxfp8():
         return 32
     if recipe.nvfp4():
@@ -72,22 +73,22 @@ def _fwd_e4m3(recipe, fprop_tensor):
                                                 and fprop_tensor)
 
 
-def get_fp8_torch_dtype(fp8_recipe, fprop_tensor=True):
+def get_fp8_torch_dtype(fp8_recipe: Optional[Recipe], fprop_tensor: bool = True) -> torch.dtype:
     """torch.float8_e4m3fn or torch.float8_e5m2 for a recipe's forward / backward tensors."""
     return torch.float8_e4m3fn if _fwd_e4m3(fp8_recipe, fprop_tensor) else torch.float8_e5m2
 
 
-def get_fp8_te_dtype(fp8_recipe, fprop_tensor=True):
+def get_fp8_te_dtype(fp8_recipe: Optional[Recipe], fprop_tensor: bool = True):
     """DType.kFloat8E4M3 or kFloat8E5M2 for a recipe's forward / backward tensors."""
     return DType.kFloat8E4M3 if _fwd_e4m3(fp8_recipe, fprop_tensor) else DType.kFloat8E5M2
 
 
-def get_fp8_max(fp8_recipe, fprop_tensor=True):
+def get_fp8_max(fp8_recipe: Optional[Recipe], fprop_tensor: bool = True) -> float:
     """Largest finite value of the recipe's forward / backward FP8 format."""
     return (Format.E4M3 if _fwd_e4m3(fp8_recipe, fprop_tensor) else Format.E5M2).value.max_fwd
 
 
-def check_recipe_support(recipe):
+def check_recipe_support(recipe: Optional[Recipe]) -> None:
     """Raise NotImplementedError for a recipe xte's modules cannot run."""
     if recipe is None:
         return
@@ -103,9 +104,9 @@ def check_recipe_support(recipe):
         raise NotImplementedError("xte: DelayedScaling (per-tensor scales from an amax history) "
                                   "is not supported by xte's modules; use Float8CurrentScaling "
                                   "or Float8BlockScaling")
-    if getattr(recipe, "backward_override", None) is not None:
-        raise NotImplementedError(f"xte: backward_override={recipe.backward_override!r} is not "
-                                  "supported")
+    override = getattr(recipe, "backward_override", None)
+    if override is not None:
+        raise NotImplementedError(f"xte: backward_override={override!r} is not supported")
     if isinstance(recipe, MXFP8BlockScaling) and getattr(recipe, "enable_2d_quantization",
                                                          False):
         raise NotImplementedError("xte: MXFP8BlockScaling(enable_2d_quantization=True) (2-D "
@@ -129,7 +130,7 @@ class FP8GlobalStateManager:
     AUTOCAST_DEPTH = 0
 
     @classmethod
-    def reset(cls):
+    def reset(cls) -> None:
         cls.FP8_ENABLED = False
         cls.FP8_CALIBRATION = False
         cls.FP8_RECIPE = None
@@ -153,19 +154,19 @@ class FP8GlobalStateManager:
         return is_nvfp4_available(True)
 
     @classmethod
-    def is_fp8_enabled(cls):
+    def is_fp8_enabled(cls) -> bool:
         return cls.FP8_ENABLED
 
     @classmethod
-    def is_fp8_calibration(cls):
+    def is_fp8_calibration(cls) -> bool:
         return cls.FP8_CALIBRATION
 
     @classmethod
-    def with_fp8_parameters(cls):
+    def with_fp8_parameters(cls) -> bool:
         return cls.FP8_PARAMETERS
 
     @classmethod
-    def get_fp8_recipe(cls):
+    def get_fp8_recipe(cls) -> Optional[Recipe]:
         return cls.FP8_RECIPE if cls.FP8_RECIPE is not None else get_default_fp8_recipe()
 
     @classmethod
@@ -178,13 +179,14 @@ class FP8GlobalStateManager:
                 cls.AUTOCAST_DEPTH)
 
     @classmethod
-    def set_autocast_state(cls, state):
+    def set_autocast_state(cls, state: Any):
         (cls.FP8_ENABLED, cls.FP8_CALIBRATION, cls.FP8_RECIPE, cls.FP8_DISTRIBUTED_GROUP,
          cls.AUTOCAST_DEPTH) = state
 
     @classmethod
-    def autocast_enter(cls, enabled=False, calibrating=False, fp8_recipe=None, fp8_group=None,
-                       _graph=False):
+    def autocast_enter(cls, enabled: bool = False, calibrating: bool = False,
+                       fp8_recipe: Optional[Recipe] = None, fp8_group: Any = None,
+                       _graph: bool = False):
         cls.FP8_ENABLED = bool(enabled)
         cls.FP8_CALIBRATION = bool(calibrating)
         cls.FP8_RECIPE = get_default_fp8_recipe() if fp8_recipe is None else fp8_recipe
@@ -192,7 +194,7 @@ class FP8GlobalStateManager:
         cls.AUTOCAST_DEPTH += 1
 
     @classmethod
-    def autocast_exit(cls, enabled, _graph=False):
+    def autocast_exit(cls, enabled: bool, _graph: bool = False):
         pass
 
 
@@ -208,8 +210,9 @@ class autocast:
     __slots__ = ("_enabled", "_calibrating", "_recipe", "_amax_reduction_group", "_graph",
                  "_fp8_state")
 
-    def __init__(self, enabled=True, calibrating=False, recipe=None, amax_reduction_group=None,
-                 _graph=False):
+    def __init__(self, enabled: bool = True, calibrating: bool = False,
+                 recipe: Optional[Recipe] = None, amax_reduction_group: Any = None,
+                 _graph: bool = False) -> None:
         self._enabled = enabled
         self._calibrating = calibrating
         self._recipe = recipe
@@ -239,8 +242,9 @@ class autocast:
             self._fp8_state = None
 
 
-def fp8_autocast(enabled=True, calibrating=False, fp8_recipe=None, fp8_group=None,
-                 _graph=False):
+def fp8_autocast(enabled: bool = True, calibrating: bool = False,
+                 fp8_recipe: Optional[Recipe] = None, fp8_group: Any = None,
+                 _graph: bool = False) -> "autocast":
     """TE's deprecated spelling of autocast (it warns as TE does)."""
     warnings.warn("fp8_autocast is deprecated and will be removed in a future release. Use "
                   "autocast(enabled=..., calibrating=..., recipe=..., group=..., _graph=...) "
@@ -250,7 +254,8 @@ def fp8_autocast(enabled=True, calibrating=False, fp8_recipe=None, fp8_group=Non
 
 
 @contextlib.contextmanager
-def quantized_model_init(enabled=True, recipe=None, preserve_high_precision_init_val=False):
+def quantized_model_init(enabled: bool = True, recipe: Optional[Recipe] = None,
+                         preserve_high_precision_init_val: bool = False):
     """TE's FP8 primary weights: xte's modules keep high-precision parameters and quantize them
     on every forward, so enabled=True raises NotImplementedError; enabled=False is a no-op."""
     if enabled:
@@ -259,7 +264,8 @@ def quantized_model_init(enabled=True, recipe=None, preserve_high_precision_init
     yield
 
 
-def fp8_model_init(enabled=True, recipe=None, preserve_high_precision_init_val=False):
+def fp8_model_init(enabled: bool = True, recipe: Optional[Recipe] = None,
+                   preserve_high_precision_init_val: bool = False):
     """Deprecated name of quantized_model_init."""
     return quantized_model_init(enabled, recipe, preserve_high_precision_init_val)
 
