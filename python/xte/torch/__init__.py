@@ -436,37 +436,40 @@ def swiglu_quantize(x, act_dtype=torch.bfloat16, recipe="te_block", layout=None,
 
 
 def _attn_args(layout, mask, window, softmax_scale, softcap, alibi_slopes, cu_seqlens_q,
-               cu_seqlens_kv, max_seqlen_q, max_seqlen_kv):
+               cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, mode="exact"):
     lay = int(_A._enum(layout, _A._LAYOUTS, AttnLayout, "layout"))
     msk = int(_A._enum(mask if mask is not None else "none", _A._MASKS, AttnMask, "mask"))
     wl, wr = (-1, -1) if window is None else (int(window[0]), int(window[1]))
     return (lay, msk, wl, wr, float(softmax_scale or 0.0), float(softcap or 0.0), alibi_slopes,
-            cu_seqlens_q, cu_seqlens_kv, int(max_seqlen_q or 0), int(max_seqlen_kv or 0))
+            cu_seqlens_q, cu_seqlens_kv, int(max_seqlen_q or 0), int(max_seqlen_kv or 0),
+            _A._mode(mode))
 
 
 def attention_fwd(q, k, v, *, layout="bshd", mask=None, window=None, softmax_scale=None,
                   softcap=None, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_kv=None,
-                  max_seqlen_q=None, max_seqlen_kv=None):
-    """(O, LSE) through xte::attention_fwd."""
+                  max_seqlen_q=None, max_seqlen_kv=None, mode="exact"):
+    """(O, LSE) through xte::attention_fwd; mode "exact" (default) or "fast"
+    (XTE_ATTENTION_FAST, also in the autograd backward)."""
     return ops.attention_fwd(q, k, v, *_attn_args(layout, mask, window, softmax_scale, softcap,
                                                   alibi_slopes, cu_seqlens_q, cu_seqlens_kv,
-                                                  max_seqlen_q, max_seqlen_kv))
+                                                  max_seqlen_q, max_seqlen_kv, mode))
 
 
 def attention_bwd(q, k, v, o, do, lse, *, layout="bshd", mask=None, window=None,
                   softmax_scale=None, softcap=None, alibi_slopes=None, cu_seqlens_q=None,
-                  cu_seqlens_kv=None, max_seqlen_q=None, max_seqlen_kv=None):
-    """(dQ, dK, dV) through xte::attention_bwd."""
+                  cu_seqlens_kv=None, max_seqlen_q=None, max_seqlen_kv=None, mode="exact"):
+    """(dQ, dK, dV) through xte::attention_bwd; mode "exact" (default) or "fast"."""
     return ops.attention_bwd(q, k, v, o, do, lse,
                              *_attn_args(layout, mask, window, softmax_scale, softcap,
                                          alibi_slopes, cu_seqlens_q, cu_seqlens_kv,
-                                         max_seqlen_q, max_seqlen_kv))
+                                         max_seqlen_q, max_seqlen_kv, mode))
 
 
 def attention(q, k, v, **kw):
     """Scaled dot-product attention with autograd (O only); see attention_fwd for the options
     (layout 'bshd' / 'sbhd' / 'thd', mask None / 'causal' / 'causal_bottom_right', window
-    (left, right), softmax_scale, softcap, alibi_slopes, cu_seqlens_q / _kv, max_seqlen_*)."""
+    (left, right), softmax_scale, softcap, alibi_slopes, cu_seqlens_q / _kv, max_seqlen_*,
+    mode 'exact' (default) / 'fast')."""
     return attention_fwd(q, k, v, **kw)[0]
 
 

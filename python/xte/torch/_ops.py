@@ -699,12 +699,14 @@ def _(x, act_dtype, mode, recipe, layout, fmt, rowwise, columnwise, amax_epsilon
 
 
 def _attn_kw(layout, mask, window_left, window_right, softmax_scale, softcap, alibi, cuq, cukv,
-             max_q, max_kv):
-    """The plain attention functions' keywords from the op's flat arguments."""
+             max_q, max_kv, mode=0):
+    """The plain attention functions' keywords from the op's flat arguments (mode: 0 exact,
+    1 fast)."""
     return dict(layout=int(layout), mask=int(mask), window=(window_left, window_right),
                 softmax_scale=softmax_scale if softmax_scale else None, softcap=softcap,
                 alibi_slopes=alibi, cu_seqlens_q=cuq, cu_seqlens_kv=cukv,
-                max_seqlen_q=max_q or None, max_seqlen_kv=max_kv or None)
+                max_seqlen_q=max_q or None, max_seqlen_kv=max_kv or None,
+                mode="fast" if mode else "exact")
 
 
 def _attn_shapes(q, v, layout):
@@ -723,19 +725,19 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, layout: int, mask: int, windo
                   window_right: int, softmax_scale: float, softcap: float,
                   alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
                   cu_seqlens_kv: Optional[Tensor], max_seqlen_q: int,
-                  max_seqlen_kv: int) -> Tuple[Tensor, Tensor]:
+                  max_seqlen_kv: int, mode: int = 0) -> Tuple[Tensor, Tensor]:
     """xte_attention_fwd: (O in q's dtype, LSE fp32: BSHD / SBHD [b, h, s_q], THD [t, h]).
     The plain xte.attention_fwd runs it: every config array is checked there (dtype, element
     count, device) before C reads it; max_seqlen 0 means "the tokens of the tensor" (THD)."""
     return _A.attention_fwd(q, k, v, **_attn_kw(layout, mask, window_left, window_right,
                                                   softmax_scale, softcap, alibi_slopes,
                                                   cu_seqlens_q, cu_seqlens_kv, max_seqlen_q,
-                                                  max_seqlen_kv))
+                                                  max_seqlen_kv, mode))
 
 
 @attention_fwd.register_fake
 def _(q, k, v, layout, mask, window_left, window_right, softmax_scale, softcap, alibi_slopes,
-      cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv):
+      cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, mode=0):
     oshape, lshape = _attn_shapes(q, v, layout)
     return q.new_empty(oshape), q.new_empty(lshape, dtype=torch.float32)
 
@@ -745,18 +747,19 @@ def attention_bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: T
                   layout: int, mask: int, window_left: int, window_right: int,
                   softmax_scale: float, softcap: float, alibi_slopes: Optional[Tensor],
                   cu_seqlens_q: Optional[Tensor], cu_seqlens_kv: Optional[Tensor],
-                  max_seqlen_q: int, max_seqlen_kv: int) -> Tuple[Tensor, Tensor, Tensor]:
+                  max_seqlen_q: int, max_seqlen_kv: int,
+                  mode: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
     """xte_attention_bwd: (dQ, dK, dV) in the inputs' dtype (through xte.attention_bwd)."""
     return _A.attention_bwd(q, k, v, o, do, lse, **_attn_kw(layout, mask, window_left,
                                                               window_right, softmax_scale,
                                                               softcap, alibi_slopes, cu_seqlens_q,
                                                               cu_seqlens_kv, max_seqlen_q,
-                                                              max_seqlen_kv))
+                                                              max_seqlen_kv, mode))
 
 
 @attention_bwd.register_fake
 def _(q, k, v, o, do, lse, layout, mask, window_left, window_right, softmax_scale, softcap,
-      alibi_slopes, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv):
+      alibi_slopes, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, mode=0):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -772,7 +775,7 @@ def _attn_bwd(ctx, do, dlse):
     q, k, v, o, lse = ctx.saved_tensors
     dq, dk, dv = torch.ops.xte.attention_bwd(q, k, v, o, do.to(q.dtype).contiguous(), lse,
                                              *ctx.cfg)
-    return (dq, dk, dv) + (None,) * 11
+    return (dq, dk, dv) + (None,) * (len(ctx.cfg))
 
 
 attention_fwd.register_autograd(_attn_bwd, setup_context=_attn_setup)
