@@ -72,12 +72,13 @@ typedef enum xte_attn_mask {
 } xte_attn_mask;
 
 /* The numerics of a call (docs/numerics.md section 7). EXACT (the default): the bytes stated
- * above, the same on every ISA and thread count. FAST: bounded, not bitwise: on the CPU a cheaper
- * vectorised exp (documented maximum error), the backward without the renormalisation, sums in
- * any fixed order, bf16 / fp16 dot products where the CPU has them; O, dQ, dK, dV within
- * FlashAttention's criterion against fp64 (2 x the plain computation in the input precision +
- * a small absolute term), deterministic run to run for a given ISA and thread count, not across
- * ISAs. The GPU plugins run their exact kernels in FAST mode. */
+ * above, the same on every ISA and thread count. FAST: bounded, not bitwise: O, dQ, dK, dV within
+ * FlashAttention's criterion against fp64 (2 x the error of the plain computation in the input
+ * precision + a small absolute term), deterministic run to run for a given ISA and thread count,
+ * not across ISAs. The contract allows a cheaper exp, no renormalisation in the backward, any
+ * fixed summation order and bf16 dot products; the CPU uses the first two now (a vectorised exp
+ * with a documented maximum error on AVX-512 / AVX2). The GPU plugins run their exact kernels in
+ * FAST mode. */
 typedef enum xte_attention_mode {
   XTE_ATTENTION_EXACT = 0,
   XTE_ATTENTION_FAST = 1
