@@ -1,5 +1,7 @@
 /* Attention suite: xte_attention_fwd / xte_attention_bwd at b = 1, h = 8, d = 128, fp32, BSHD,
- * s in {1024, 4096}, causal (top-left) and not, on all of xte's CPU threads.
+ * s in {1024, 4096}, causal (top-left) and not, on all of xte's CPU threads; each case in EXACT
+ * ("attention/fwd/...") and in XTE_ATTENTION_FAST ("attention/fast_fwd/..."), side by side
+ * against the same anchor.
  *
  * Anchors: "attention/naive_fwd/..." and "attention/naive_bwd/...": naive attention from
  * OpenBLAS cblas_sgemm on the same shapes and threads (per head: S = scale Q K^T, a softmax
@@ -30,14 +32,14 @@ typedef struct asize {
 typedef struct acase_b {
   char name[96], anchor[96];
   asize *sz;
-  int causal, bwd, checked;
+  int causal, bwd, checked, fast;
 } acase_b;
 
 static asize sizes[2] = {{1024, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
                           NULL, NULL, NULL, NULL, NULL},
                          {4096, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
                           NULL, NULL, NULL, NULL, NULL}};
-static acase_b cases[16];
+static acase_b cases[24];
 
 static void size_alloc(asize *z) {
   size_t n = (size_t)z->s * H * D;
@@ -189,6 +191,7 @@ static void run_xte(xte_bench_state *st, void *arg) {
   xte_status rc;
   size_alloc(z);
   cfg.mask = c->causal ? XTE_ATTN_MASK_CAUSAL : XTE_ATTN_MASK_NONE;
+  cfg.mode = c->fast ? XTE_ATTENTION_FAST : XTE_ATTENTION_EXACT;
   Q = t4(z->q, z->s);
   K = t4(z->k, z->s);
   V = t4(z->v, z->s);
@@ -249,16 +252,20 @@ void xte_bench_suite_attention(void) {
   for (si = 0; si < 2; si++)
     for (bwd = 0; bwd <= 1; bwd++)
       for (causal = 0; causal <= 1; causal++) {
-        acase_b *a = &cases[n++], *x = &cases[n++];
-        a->sz = x->sz = &sizes[si];
-        a->causal = x->causal = causal;
-        a->bwd = x->bwd = bwd;
+        acase_b *a = &cases[n++], *x = &cases[n++], *f = &cases[n++];
+        a->sz = x->sz = f->sz = &sizes[si];
+        a->causal = x->causal = f->causal = causal;
+        a->bwd = x->bwd = f->bwd = bwd;
+        f->fast = 1;
         snprintf(a->name, sizeof a->name, "attention/naive_%s/s%lld/%s", bwd ? "bwd" : "fwd",
                  (long long)sizes[si].s, causal ? "causal" : "full");
         snprintf(x->name, sizeof x->name, "attention/%s/s%lld/%s", bwd ? "bwd" : "fwd",
                  (long long)sizes[si].s, causal ? "causal" : "full");
         xte_bench_register(a->name, NULL, "GFLOP/s", run_naive, a);
+        snprintf(f->name, sizeof f->name, "attention/fast_%s/s%lld/%s", bwd ? "bwd" : "fwd",
+                 (long long)sizes[si].s, causal ? "causal" : "full");
         xte_bench_register(x->name, a->name, "GFLOP/s", run_xte, x);
+        xte_bench_register(f->name, a->name, "GFLOP/s", run_xte, f);
         xte_bench_uses(a->name, "openblas");
       }
 }

@@ -15,6 +15,7 @@ xte_attention_config xte_attention_config_default(void) {
   c.mask = XTE_ATTN_MASK_NONE;
   c.window_left = -1;
   c.window_right = -1;
+  c.mode = XTE_ATTENTION_EXACT;
   return c;
 }
 
@@ -144,6 +145,10 @@ static xte_status check_common(const xte_tensor *Q, const xte_tensor *K, const x
     return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
                          "config->softcap = %g: must be finite and >= 0 (0 = off)",
                          (double)cfg->softcap);
+  if ((unsigned)cfg->mode > (unsigned)XTE_ATTENTION_FAST)
+    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
+                         "config->mode %d is not an xte_attention_mode (0 EXACT, 1 FAST)",
+                         (int)cfg->mode);
   layout = (int)cfg->layout;
 
   /* dtypes */
@@ -289,6 +294,7 @@ static xte_status check_common(const xte_tensor *Q, const xte_tensor *K, const x
   a->window_right = cfg->window_right > INT32_MAX ? INT32_MAX : cfg->window_right;
   a->scale = cfg->softmax_scale != 0.0f ? cfg->softmax_scale : xte_attn_default_scale(q.d);
   a->softcap = cfg->softcap;
+  a->fast = cfg->mode == XTE_ATTENTION_FAST;
   a->alibi = cfg->alibi_slopes;
   a->descale_q = cfg->descale_q;
   a->descale_k = cfg->descale_k;

@@ -34,6 +34,7 @@ typedef struct xte_attn_args {
   float scale, softcap;
   const float *alibi;                             /* [hq] or NULL */
   const float *descale_q, *descale_k, *descale_v; /* [batch, hkv] or NULL (e4m3 only) */
+  int fast;      /* XTE_ATTENTION_FAST (a backend without a FAST path runs its exact one) */
   int no_output; /* every output has zero elements: a backend checks what only it can read
                     (cu_seqlens in its memory), then returns without work (the drivers' passes
                     walk the batch: 2^31 - 1 empty sequences took minutes) */

@@ -24,6 +24,7 @@ typedef struct acase {
   int padded;                      /* BSHD / SBHD: use lens_q / lens_kv as padding */
   const int32_t *lens_q, *lens_kv; /* THD / padded: [b] */
   uint64_t seed;
+  int fast; /* XTE_ATTENTION_FAST (also for every case when TA_MODE=fast is set: ta_fast_env) */
 } acase;
 
 typedef struct adata {
@@ -195,6 +196,14 @@ static inline double ta_value(uint64_t *s) { /* k / 64, k in [-127, 127]: exact 
   return (double)((int)(ta_rng(s) % 255) - 127) / 64.0;
 }
 
+/* TA_MODE=fast in the environment: every case of the table-driven tests runs in
+ * XTE_ATTENTION_FAST (tests/CMakeLists.txt registers them so, <test>@fast@<isa>), against the
+ * same oracle and bound. */
+static inline int ta_fast_env(void) {
+  const char *m = getenv("TA_MODE");
+  return m && strcmp(m, "fast") == 0;
+}
+
 static inline void ta_setup(adata *d, const acase *c) {
   int64_t i, bsz;
   uint64_t s = c->seed ? c->seed : 12345;
@@ -207,6 +216,7 @@ static inline void ta_setup(adata *d, const acase *c) {
   d->cfg.window_right = c->wr;
   d->cfg.softcap = c->softcap;
   d->cfg.softmax_scale = c->scale;
+  d->cfg.mode = c->fast || ta_fast_env() ? XTE_ATTENTION_FAST : XTE_ATTENTION_EXACT;
   if (c->layout == XTE_ATTN_LAYOUT_THD || c->padded) {
     d->cu_q = (int32_t *)calloc((size_t)c->b + 1, 4);
     d->cu_kv = (int32_t *)calloc((size_t)c->b + 1, 4);

@@ -7,7 +7,9 @@ Anchors (the same shapes, the same threads: torch.set_num_threads(N) and xte's p
   attention  torch.nn.functional.scaled_dot_product_attention on the CPU (fp32 and bf16,
              b 1, h 8, d 128, causal and not; forward, and backward alone: torch.autograd.grad
              on one retained graph) beside xte.attention_fwd / xte.attention_bwd (BSHD, the same
-             values; xte's backward is given the forward's out and lse, as PyTorch's is).
+             values; xte's backward is given the forward's out and lse, as PyTorch's is), each
+             case in mode="exact" and mode="fast" side by side (one line each, the two xte
+             modes and torch interleaved in every repetition).
              FLOPs: 4 s^2 d h forward (half causal), 2.5x that backward, for both.
   gemm       torch.matmul on fp64 (the dgemm of `xte bench gemm`) and fp32 [M, K] x [K, N]
              beside xte.gemm (exact mode, e4m3 1x128 activations x 128x128 weights, TE block
@@ -203,6 +205,31 @@ def compare(name, flops, fx, fa, reps):
     return r
 
 
+def compare_modes(name, flops, fe, ff, fa, reps):
+    """xte EXACT fe, xte FAST ff and anchor fa interleaved: two result dicts (name/exact,
+    name/fast), each with its medians and its ratio to the anchor of the same repetitions."""
+    fe()
+    ff()
+    fa()
+    te, tf, ta = [], [], []
+    for _ in range(reps):
+        te.append(_time(fe))
+        tf.append(_time(ff))
+        ta.append(_time(fa))
+    out = []
+    for mode, tx in (("exact", te), ("fast", tf)):
+        q = [b / a for a, b in zip(tx, ta)]
+        r = {"case": f"{name}/{mode}", "gflops": flops / 1e9,
+             "xte_gflop_s": flops / statistics.median(tx) / 1e9,
+             "anchor_gflop_s": flops / statistics.median(ta) / 1e9,
+             "ratio_median": statistics.median(q), "ratio_min": min(q), "ratio_max": max(q),
+             "reps": reps}
+        print(f"{r['case']:<44} {r['xte_gflop_s']:9.1f} {r['anchor_gflop_s']:9.1f} "
+              f"{r['ratio_median']:7.3f} [{r['ratio_min']:.3f}, {r['ratio_max']:.3f}]", flush=True)
+        out.append(r)
+    return out
+
+
 def bench_attention(seqlens, reps):
     out = []
     gen = torch.Generator().manual_seed(1)
@@ -226,21 +253,29 @@ def bench_attention(seqlens, reps):
                 def x_fwd():
                     xte.attention_fwd(q, k, v, mask=mask, out=ob, lse=lb)
 
+                def x_fwd_fast():
+                    xte.attention_fwd(q, k, v, mask=mask, out=ob, lse=lb, mode="fast")
+
                 def t_fwd():
                     with torch.no_grad():
                         F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
 
                 tag = f"{dname}/s{s}/{'causal' if causal else 'full'}"
-                out.append(compare(f"attention/fwd/{tag}", f, x_fwd, t_fwd, reps))
+                out += compare_modes(f"attention/fwd/{tag}", f, x_fwd, x_fwd_fast, t_fwd, reps)
                 to = F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
 
                 def x_bwd():
                     xte.attention_bwd(q, k, v, o, do, lse, mask=mask, dq=dq, dk=dk, dv=dv)
 
+                def x_bwd_fast():
+                    xte.attention_bwd(q, k, v, o, do, lse, mask=mask, dq=dq, dk=dk, dv=dv,
+                                      mode="fast")
+
                 def t_bwd():
                     torch.autograd.grad(to, (tq, tk, tv), tdo, retain_graph=True)
 
-                out.append(compare(f"attention/bwd/{tag}", 2.5 * f, x_bwd, t_bwd, reps))
+                out += compare_modes(f"attention/bwd/{tag}", 2.5 * f, x_bwd, x_bwd_fast, t_bwd,
+                                     reps)
                 del to
     return out
 

@@ -71,6 +71,19 @@ typedef enum xte_attn_mask {
   XTE_ATTN_MASK_COUNT
 } xte_attn_mask;
 
+/* The numerics of a call (docs/numerics.md section 7). EXACT (the default): the bytes stated
+ * above, the same on every ISA and thread count. FAST: bounded, not bitwise: O, dQ, dK, dV within
+ * FlashAttention's criterion against fp64 (2 x the error of the plain computation in the input
+ * precision + a small absolute term), deterministic run to run for a given ISA and thread count,
+ * not across ISAs. The contract allows a cheaper exp, no renormalisation in the backward, any
+ * fixed summation order and bf16 dot products; the CPU uses the first two now (a vectorised exp
+ * with a documented maximum error on AVX-512 / AVX2). The GPU plugins run their exact kernels in
+ * FAST mode. */
+typedef enum xte_attention_mode {
+  XTE_ATTENTION_EXACT = 0,
+  XTE_ATTENTION_FAST = 1
+} xte_attention_mode;
+
 typedef struct xte_attention_config {
   xte_attn_layout layout;
   xte_attn_mask mask;
@@ -85,9 +98,10 @@ typedef struct xte_attention_config {
   int64_t max_seqlen_q, max_seqlen_kv; /* THD: no sequence is longer */
   /* e4m3 inputs only: [batch, h_kv] fp32 factors (NULL: 1). */
   const float *descale_q, *descale_k, *descale_v;
+  xte_attention_mode mode; /* XTE_ATTENTION_EXACT (default) or XTE_ATTENTION_FAST */
 } xte_attention_config;
 
-/* BSHD, no mask, no window, default scale, no softcap / ALiBi / padding. */
+/* BSHD, no mask, no window, default scale, no softcap / ALiBi / padding, EXACT. */
 XTE_API xte_attention_config xte_attention_config_default(void);
 
 /* O = softmax(mask(Q K^T)) V and LSE. */

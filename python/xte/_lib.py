@@ -153,6 +153,12 @@ class AttnMask(enum.IntEnum):
     CAUSAL_BOTTOM_RIGHT = 2
 
 
+class AttnMode(enum.IntEnum):
+    """xte_attention_mode"""
+    EXACT = 0
+    FAST = 1
+
+
 MAX_RANK = 8
 INFO_MAX_GPUS = 16
 MOE_MAX_EXPERTS = 1 << 20
@@ -261,7 +267,7 @@ class AttentionConfig(ctypes.Structure):
                 ("max_seqlen_q", ctypes.c_int64), ("max_seqlen_kv", ctypes.c_int64),
                 ("descale_q", ctypes.POINTER(ctypes.c_float)),
                 ("descale_k", ctypes.POINTER(ctypes.c_float)),
-                ("descale_v", ctypes.POINTER(ctypes.c_float))]
+                ("descale_v", ctypes.POINTER(ctypes.c_float)), ("mode", _c_enum)]
 
 
 class EpConfig(ctypes.Structure):

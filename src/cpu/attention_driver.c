@@ -22,92 +22,11 @@
  * before the first output byte is written, so an allocation failure leaves the outputs untouched.
  */
 #define _DEFAULT_SOURCE /* madvise */
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
-#include "cpu/attention_kernels.h"
-#include "cpu/xte_cpu.h"
-#include "numerics/xte_attention_numerics.h"
-#include "xte_attention_ops.h"
-#include "xte_internal.h"
-
-#define BN XTE_ATTN_BN
-#define BM XTE_ATTN_BM
-
-/* task ranges of the scheduler: one per thread that takes tasks (at most the pool's threads) */
-#define XTE_ATTN_MAX_RANGES 256
-
-static int64_t rup16(int64_t x) {
-  return (x + 15) / 16 * 16;
-}
-static int64_t min64(int64_t a, int64_t b) {
-  return a < b ? a : b;
-}
-static int64_t max64(int64_t a, int64_t b) {
-  return a > b ? a : b;
-}
-
-/* ---------------------------------------------------------------- common context */
-typedef struct actx {
-  const xte_attn_args *a;
-  const xte_attn_kernels *K;
-  const xte_quant_kernels *ck;
-  int64_t G;          /* query heads per KV head */
-  int64_t lq_max;     /* the longest query sequence (THD: from cu_seqlens, not max_seqlen) */
-  int64_t lkv_max;    /* the longest key sequence */
-  int64_t dqp, dvp;   /* head dims rounded up to 16 */
-  size_t esz;         /* input element size */
-  float *Dbuf, *Cbuf; /* backward: D and the LSE correction log(l), indexed like lse */
-  /* tasks of the pass being run (pointers into one of the task lists below) */
-  int64_t *tb, *th, *ti; /* sequence, head, first row / KV block */
-  int64_t ntasks;
-  int64_t *qlist, nq;   /* query tiles: [3][nq] */
-  int64_t *kvlist, nkv; /* backward: KV blocks: [3][nkv] */
-  /* the pass's tasks in nws contiguous ranges, [*, rend[t]) from rnext[t] (see sched_thread) */
-  _Atomic int64_t rnext[XTE_ATTN_MAX_RANGES];
-  int64_t rend[XTE_ATTN_MAX_RANGES];
-  /* per-thread workspaces, nws of ws_stride floats, allocated before any output is written */
-  float *wsbuf;
-  size_t ws_stride;
-  int nws;
-  /* bf16 / fp16 / e4m3: each thread's fp32 copy of one head's operands (see the head caches) at ws
-   * + cache_off, cache_floats floats; 0: converted block by block */
-  int cache;
-  size_t cache_off, cache_floats;
-  /* backward without softcap: pass B's St and dPt tiles kept for pass A (the S store below).
-   * A pair's query tiles are its units u = g * sT + t (query head g of the group, tile t), in
-   * the order of pass A's sums. A round is spairs pairs from spair0 and their units [su0, su1);
-   * sbuf holds, per pair of the round, su units x sNB blocks x 2 [BN][BM] tiles. sacc: pass A's
-   * running dK, dV sums [sNB][BN][dqp + dvp] when a pair takes several rounds (spairs = 1,
-   * su < G sT). sbuf NULL: pass A recomputes S and dP. */
-  float *sbuf, *sacc;
-  int64_t spairs, spair0, sT, sNB, su, su0, su1;
-  int64_t *qsub;     /* the round's pass B tasks [3][nq] */
-  int sfirst, slast; /* the round is its pair's first / last (sacc: zero / store the sums) */
-  int bygroup;       /* tasks listed pair by pair (the head caches, the S store) */
-  void (*run)(struct actx *c, float *ws, int64_t t);
-} actx;
-
-static size_t dt_size(int dtype) {
-  return dtype == XTE_DTYPE_FP32 ? 4 : dtype == XTE_DTYPE_E4M3 ? 1 : 2;
-}
-
-/* Sequence b of the queries (kv = 0) or the keys (kv = 1): its first token (packed; else 0)
- * and its length (cu_seqlens are always given when packed). */
-static void seq(const xte_attn_args *a, int kv, int64_t b, int64_t *t0, int64_t *len) {
-  const int32_t *cu = kv ? a->cu_kv : a->cu_q;
-  *t0 = a->packed ? cu[b] : 0;
-  *len = cu ? (int64_t)cu[b + 1] - cu[b] : kv ? a->skv : a->sq;
-}
-
-static int64_t eoff(const xte_attn_tensor *t, int64_t b, int64_t tok, int64_t h) {
-  return b * t->bs + tok * t->ts + h * t->hs;
-}
-static int64_t loff(const xte_attn_args *a, int64_t b, int64_t tok, int64_t h) {
-  return b * a->lse_bs + tok * a->lse_ts + h * a->lse_hs;
-}
+#include "cpu/attention_driver.h"
 
 static void load_row(const actx *c, const xte_attn_tensor *t, int dtype, int64_t off, int64_t n,
                      float *dst) {
@@ -233,11 +152,11 @@ static void load_rows(const actx *c, const xte_attn_tensor *X, int64_t b, int64_
  * rows of the (sequence, KV head) it last worked on (forward and pass B: K [skv][dqp], V
  * [skv][dvp]; pass A: Q [G][sq][dqp] and dO [G][sq][dvp] of the KV head's query heads), padding
  * columns zero, tagged with b * hkv + hk + 1 (0: empty) in its first 16 floats. The tasks of a head
- * are listed one after the other (make_q_tasks, make_kv_tasks), so a thread converts a head about
- * once per head it visits instead of once per query tile (forward, pass B) or KV block (pass A).
- * The conversion is exact and the kernels read the same numbers, so no byte changes. The caches are
- * sized with the workspaces (allocated before any output byte); past cache_limit bytes in all, fp32
- * is read in place and the other dtypes converted block by block. cache_limit also caps the
+ * are listed one after the other (xa_make_q_tasks, xa_make_kv_tasks), so a thread converts a head
+ * about once per head it visits instead of once per query tile (forward, pass B) or KV block (pass
+ * A). The conversion is exact and the kernels read the same numbers, so no byte changes. The caches
+ * are sized with the workspaces (allocated before any output byte); past cache_limit bytes in all,
+ * fp32 is read in place and the other dtypes converted block by block. cache_limit also caps the
  * backward's S store (plan_store; 0: none). */
 static size_t cache_limit = (size_t)256 << 20;
 
@@ -327,185 +246,6 @@ static int next_run(const char *act, int64_t rb, int64_t *r, int64_t *e) {
   for (*e = *r; *e < rb && act[*e]; (*e)++) {
   }
   return 1;
-}
-
-/* ---------------------------------------------------------------- scheduler
- * Each thread that takes tasks owns a contiguous range of the pass's list (the lists go head by
- * head, so a thread stays on its own heads and fills its head cache once per head instead of
- * every thread filling every head, as one shared counter would make the threads alternate over a
- * head's tasks); a thread whose range is done takes the next tasks of the others' ranges (an atomic
- * counter per range). Which thread runs a task never changes a byte. */
-static void sched_thread(void *p, int64_t begin, int64_t end, int tid) {
-  actx *c = (actx *)p;
-  float *ws;
-  int64_t t;
-  int v;
-  (void)begin;
-  (void)end;
-  /* a pool grown since the workspaces were sized: the extra threads take no task */
-  if (tid >= c->nws || c->ntasks <= 0) return;
-  ws = c->wsbuf + (size_t)tid * c->ws_stride;
-  /* the workspace zero and the head cache empty (its tag zero); the whole cache zero where its
-   * rows have padding columns (they are read, and each pass lays the cache out its own way) */
-  if (c->cache && c->dqp == c->a->dqk && c->dvp == c->a->dv)
-    memset(ws, 0, (c->cache_off + 16) * sizeof(float));
-  else
-    memset(ws, 0, c->ws_stride * sizeof(float));
-  for (v = 0; v < c->nws; v++) {
-    const int r = (tid + v) % c->nws;
-    while ((t = atomic_fetch_add(&c->rnext[r], 1)) < c->rend[r]) c->run(c, ws, t);
-  }
-}
-
-/* The first task of range r of n tasks in k ranges (sizes differ by at most one). */
-static int64_t range_start(int64_t n, int64_t k, int64_t r) {
-  return n / k * r + (r < n % k ? r : n % k);
-}
-
-/* Splits the pass's ntasks into the threads' ranges. */
-static void split_tasks(actx *c) {
-  int r;
-  for (r = 0; r < c->nws; r++) {
-    atomic_store(&c->rnext[r], range_start(c->ntasks, c->nws, r));
-    c->rend[r] = range_start(c->ntasks, c->nws, r + 1);
-  }
-}
-
-/* Runs tasks [k0, k1) of list (tasks [3][n]) with the workspaces allocated by alloc_ws. */
-static void run_range(actx *c, int64_t *list, int64_t n, int64_t k0, int64_t k1,
-                      void (*run)(actx *, float *, int64_t)) {
-  c->tb = list + k0;
-  c->th = list + n + k0;
-  c->ti = list + 2 * n + k0;
-  c->ntasks = k1 - k0;
-  c->run = run;
-  split_tasks(c);
-  if (k1 > k0) xte_parallel_threads(sched_thread, c);
-}
-
-/* Runs the tasks of list (tasks [3][n]). */
-static void run_tasks(actx *c, int64_t *list, int64_t n, void (*run)(actx *, float *, int64_t)) {
-  run_range(c, list, n, 0, n, run);
-}
-
-/* One workspace of ws_floats floats per thread that can take a task (at most ntasks). */
-static xte_status alloc_ws(actx *c, size_t ws_floats, int64_t ntasks) {
-  int64_t nt = xte_cpu_threads();
-  size_t bytes;
-  if (nt > ntasks) nt = ntasks;
-  if (nt > XTE_ATTN_MAX_RANGES) nt = XTE_ATTN_MAX_RANGES;
-  if (nt < 1) nt = 1;
-  c->nws = (int)nt;
-  c->ws_stride = (ws_floats + 15) / 16 * 16; /* 64-byte aligned rows */
-  if (__builtin_mul_overflow(c->ws_stride * sizeof(float), (size_t)nt, &bytes))
-    return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: workspace size overflows");
-  c->wsbuf = (float *)xte_aligned_alloc(bytes);
-  if (!c->wsbuf)
-    return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: out of host memory (workspace)");
-  return XTE_SUCCESS;
-}
-
-/* A task list [3][n]: sequence, head, first row / KV block. */
-static xte_status alloc_list(int64_t n, int64_t **list) {
-  size_t bytes;
-  if (__builtin_mul_overflow(sizeof(int64_t) * 3, (size_t)(n > 0 ? n : 1), &bytes))
-    return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: task list size overflows");
-  *list = (int64_t *)xte_aligned_alloc(bytes);
-  if (!*list) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: out of host memory");
-  return XTE_SUCCESS;
-}
-
-static void set_task(int64_t *list, int64_t n, int64_t k, int64_t b, int64_t h, int64_t i) {
-  list[k] = b;
-  list[n + k] = h;
-  list[2 * n + k] = i;
-}
-
-/* Query tiles of every (sequence, head), the longest-running (last) tiles first. */
-static xte_status make_q_tasks(actx *c) {
-  const xte_attn_args *a = c->a;
-  int64_t b, h, n = 0, t0, len, maxt = 0, ti, k = 0;
-  for (b = 0; b < a->batch; b++) {
-    seq(a, 0, b, &t0, &len);
-    n += (len + BM - 1) / BM * a->hq;
-    if ((len + BM - 1) / BM > maxt) maxt = (len + BM - 1) / BM;
-  }
-  XTE_TRY(alloc_list(n, &c->qlist));
-  c->nq = n;
-  if (c->cache || c->bygroup) { /* a head's tiles one after the other (its longest first) */
-    for (b = 0; b < a->batch; b++) {
-      seq(a, 0, b, &t0, &len);
-      for (h = 0; h < (len > 0 ? a->hq : 0); h++) /* no query rows: no heads to visit */
-        for (ti = (len + BM - 1) / BM - 1; ti >= 0; ti--) set_task(c->qlist, n, k++, b, h, ti * BM);
-    }
-    return XTE_SUCCESS;
-  }
-  for (ti = maxt - 1; ti >= 0; ti--)
-    for (b = 0; b < a->batch; b++) {
-      seq(a, 0, b, &t0, &len);
-      if (ti * BM >= len) continue;
-      for (h = 0; h < a->hq; h++) set_task(c->qlist, n, k++, b, h, ti * BM);
-    }
-  return XTE_SUCCESS;
-}
-
-/* KV blocks of every (sequence, KV head). */
-static xte_status make_kv_tasks(actx *c) {
-  const xte_attn_args *a = c->a;
-  int64_t b, hk, j0, n = 0, t0, len, k = 0;
-  for (b = 0; b < a->batch; b++) {
-    seq(a, 1, b, &t0, &len);
-    n += (len + BN - 1) / BN * a->hkv;
-  }
-  XTE_TRY(alloc_list(n, &c->kvlist));
-  c->nkv = n;
-  if (c->cache || c->bygroup) { /* a KV head's blocks one after the other: see the head caches */
-    for (b = 0; b < a->batch; b++) {
-      seq(a, 1, b, &t0, &len);
-      for (hk = 0; hk < a->hkv; hk++)
-        for (j0 = 0; j0 < len; j0 += BN) set_task(c->kvlist, n, k++, b, hk, j0);
-    }
-    return XTE_SUCCESS;
-  }
-  for (b = 0; b < a->batch; b++) {
-    seq(a, 1, b, &t0, &len);
-    for (j0 = 0; j0 < len; j0 += BN)
-      for (hk = 0; hk < a->hkv; hk++) set_task(c->kvlist, n, k++, b, hk, j0);
-  }
-  return XTE_SUCCESS;
-}
-
-/* ---------------------------------------------------------------- cu_seqlens checks */
-static xte_status check_cu(const int32_t *cu, int64_t batch, int64_t total, int64_t maxlen,
-                           int packed, const char *name) {
-  int64_t b;
-  if (packed && cu[0] < 0)
-    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "config->%s[0] = %d is negative", name,
-                         (int)cu[0]);
-  for (b = 0; b < batch; b++) {
-    int64_t len = (int64_t)cu[b + 1] - cu[b];
-    if (len < 0)
-      return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
-                           "config->%s is not non-decreasing: [%lld] = %d > [%lld] = %d", name,
-                           (long long)b, (int)cu[b], (long long)(b + 1), (int)cu[b + 1]);
-    if (len > maxlen)
-      return xte_set_error(XTE_ERROR_SHAPE, "config->%s: sequence %lld has length %lld > %s %lld",
-                           name, (long long)b, (long long)len,
-                           packed ? "the max_seqlen" : "the padded length s", (long long)maxlen);
-  }
-  if (packed && (int64_t)cu[batch] > total)
-    return xte_set_error(XTE_ERROR_SHAPE,
-                         "config->%s[%lld] = %d is beyond the tensor's %lld tokens", name,
-                         (long long)batch, (int)cu[batch], (long long)total);
-  return XTE_SUCCESS;
-}
-
-static xte_status check_args(const xte_attn_args *a) {
-  if (a->packed || a->cu_q) {
-    XTE_TRY(check_cu(a->cu_q, a->batch, a->total_q, a->sq, a->packed, "cu_seqlens_q"));
-    XTE_TRY(check_cu(a->cu_kv, a->batch, a->total_kv, a->skv, a->packed, "cu_seqlens_kv"));
-  }
-  return XTE_SUCCESS;
 }
 
 /* Calls fn(b, tok) for every query (kv = 0) or key (kv = 1) position outside the sequences. */
@@ -692,7 +432,8 @@ static void init_ctx(actx *c, const xte_attn_args *a) {
   const xte_cpu_isa_table *T = xte_cpu_isa_table_get(); /* one ISA for the whole call */
   memset(c, 0, sizeof *c);
   c->a = a;
-  c->K = T->attn;
+  c->fast = a->fast;
+  c->K = a->fast && T->attn->fast ? T->attn->fast : T->attn;
   c->ck = T->quant;
   c->G = a->hq / a->hkv;
   c->dqp = rup16(a->dqk);
@@ -721,17 +462,17 @@ static xte_status cpu_attn_fwd(const xte_attn_args *a, void *handle) {
   actx c;
   xte_status st;
   (void)handle;
-  XTE_TRY(check_args(a));
+  XTE_TRY(xa_check_args(a));
   if (a->no_output) return XTE_SUCCESS;
   init_ctx(&c, a);
   plan_cache(&c, c.lkv_max, c.dqp, c.dvp);
   c.cache_off = (fwd_ws_floats(&c) + 15) / 16 * 16;
   /* every allocation before the first output byte */
-  st = make_q_tasks(&c);
-  if (st == XTE_SUCCESS) st = alloc_ws(&c, c.cache_off + c.cache_floats, c.nq);
+  st = xa_make_q_tasks(&c);
+  if (st == XTE_SUCCESS) st = xa_alloc_ws(&c, c.cache_off + c.cache_floats, c.nq);
   if (st == XTE_SUCCESS) {
     for_padding(&c, 0, fwd_pad);
-    run_tasks(&c, c.qlist, c.nq, fwd_task);
+    xa_run_tasks(&c, c.qlist, c.nq, fwd_task);
   }
   free_ctx(&c);
   return st;
@@ -1101,9 +842,11 @@ static void bwd_q_task(actx *c, float *ws, int64_t task) {
                                        : xte_attn_neg_inf();
         }
     K->bwd_p_t(Sb + c0, dPb + c0, sp.softcap ? Gg + c0 : NULL, BM, c1 - c0, plain, sp.scale,
-               ja + c0, je + c0, Lr + c0, NULL, Dr + c0, Pt + c0, dSt + c0, sums + c0);
-    for (r = ra; r < rb; r++)
-      if (act[r]) ls[r] = xte_attn_add(ls[r], sums[r]);
+               ja + c0, je + c0, Lr + c0, NULL, Dr + c0, Pt + c0, dSt + c0,
+               c->fast ? NULL : sums + c0);
+    if (!c->fast) /* FAST: no renormalisation, no row sums */
+      for (r = ra; r < rb; r++)
+        if (act[r]) ls[r] = xte_attn_add(ls[r], sums[r]);
     /* the block's part of the rows that see it, added to dQa as its store (xte_attn_add) */
     for (r = ra; next_run(act, rb, &r, &e); r = e)
       K->gemm_fold(e - r, dqp, nb, dSt + r, 1, BM, Kb, kld, NULL, 0, dQa + r * dqp, dqp, NULL);
@@ -1111,7 +854,7 @@ static void bwd_q_task(actx *c, float *ws, int64_t task) {
   for (r = 0; r < nr; r++) {
     float *g = dQa + r * dqp;
     int64_t cc;
-    if (ls[r] > 0.0f) {
+    if (ls[r] > 0.0f) { /* never in FAST (ls stays 0): dQ as summed, corr 0 */
       for (cc = 0; cc < dq; cc++) g[cc] = xte_attn_finish(g[cc], ls[r]);
       c->Cbuf[loff(a, b, qt0 + i0 + r, h)] = xte_logf(ls[r]);
     } else {
@@ -1162,7 +905,7 @@ static xte_status plan_store(actx *c) {
   c->sbuf = (float *)xte_aligned_alloc(bytes + accb);
   if (!c->sbuf) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: out of host memory");
   c->sacc = accb ? c->sbuf + bytes / sizeof(float) : NULL;
-  XTE_TRY(alloc_list(c->nq, &c->qsub));
+  XTE_TRY(xa_alloc_list(c->nq, &c->qsub));
 #ifdef MADV_HUGEPAGE
   { /* 2 MiB pages where the system offers them: a fraction of the page faults */
     const uintptr_t h = (uintptr_t)2 << 20, p0 = ((uintptr_t)c->sbuf + h - 1) & ~(h - 1),
@@ -1195,9 +938,9 @@ static void run_round(actx *c, int64_t n, int64_t k0, int64_t k1) {
   c->ti = c->qsub + 2 * c->nq;
   c->ntasks = n;
   c->run = bwd_q_task;
-  split_tasks(c);
-  if (n > 0) xte_parallel_threads(sched_thread, c);
-  run_range(c, c->kvlist, c->nkv, k0, k1, bwd_kv_task);
+  xa_split_tasks(c);
+  if (n > 0) xte_parallel_threads(xa_sched_thread, c);
+  xa_run_range(c, c->kvlist, c->nkv, k0, k1, bwd_kv_task);
 }
 
 /* The backward's passes B and A in rounds over the S store (see s_slot, plan_store). The rounds
@@ -1262,7 +1005,7 @@ static xte_status cpu_attn_bwd(const xte_attn_args *a, void *handle) {
   int64_t nl;
   size_t bytes, wsf;
   (void)handle;
-  XTE_TRY(check_args(a));
+  XTE_TRY(xa_check_args(a));
   if (a->no_output) return XTE_SUCCESS;
   init_ctx(&c, a);
   /* every allocation before the first output byte: D, both task lists, the workspaces */
@@ -1275,23 +1018,23 @@ static xte_status cpu_attn_bwd(const xte_attn_args *a, void *handle) {
               : xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "attention: out of host memory");
   plan_cache(&c, max64(c.lkv_max, c.G * c.lq_max), c.dqp, c.dvp);
   c.bygroup = c.cache || !(a->softcap > 0.0f);
-  if (st == XTE_SUCCESS) st = make_q_tasks(&c);
-  if (st == XTE_SUCCESS) st = make_kv_tasks(&c);
+  if (st == XTE_SUCCESS) st = xa_make_q_tasks(&c);
+  if (st == XTE_SUCCESS) st = xa_make_kv_tasks(&c);
   if (st == XTE_SUCCESS && !(a->softcap > 0.0f)) st = plan_store(&c);
   wsf = max_size(max_size((size_t)(2 * BM * a->dv + BM + 64), bwd_q_ws_floats(&c)),
                  bwd_kv_ws_floats(&c));
   c.cache_off = (wsf + 15) / 16 * 16;
   wsf = c.cache_off + c.cache_floats;
-  if (st == XTE_SUCCESS) st = alloc_ws(&c, wsf, c.nq > c.nkv ? c.nq : c.nkv);
+  if (st == XTE_SUCCESS) st = xa_alloc_ws(&c, wsf, c.nq > c.nkv ? c.nq : c.nkv);
   if (st == XTE_SUCCESS) {
     for_padding(&c, 0, bwd_pad_q);
     for_padding(&c, 1, bwd_pad_kv);
-    run_tasks(&c, c.qlist, c.nq, prep_task); /* D */
+    xa_run_tasks(&c, c.qlist, c.nq, prep_task); /* D */
     if (c.sbuf) {
       bwd_rounds(&c);
     } else {
-      run_tasks(&c, c.qlist, c.nq, bwd_q_task);    /* pass B: dQ */
-      run_tasks(&c, c.kvlist, c.nkv, bwd_kv_task); /* pass A: dK, dV */
+      xa_run_tasks(&c, c.qlist, c.nq, bwd_q_task);    /* pass B: dQ */
+      xa_run_tasks(&c, c.kvlist, c.nkv, bwd_kv_task); /* pass A: dK, dV */
     }
   }
   free_ctx(&c);
@@ -1310,5 +1053,14 @@ xte_status xte_internal_attention_exp(xte_cpu_isa isa, const float *x, float *y,
     return xte_set_error(XTE_ERROR_UNSUPPORTED, "isa %d cannot run on this machine or build",
                          (int)isa);
   if (n > 0) T->attn->exp_n(x, y, n);
+  return XTE_SUCCESS;
+}
+
+xte_status xte_internal_attention_exp_fast(xte_cpu_isa isa, const float *x, float *y, int64_t n) {
+  const xte_cpu_isa_table *T = xte_cpu_isa_table_for(isa);
+  if (!T)
+    return xte_set_error(XTE_ERROR_UNSUPPORTED, "isa %d cannot run on this machine or build",
+                         (int)isa);
+  if (n > 0) (T->attn->fast ? T->attn->fast : T->attn)->exp_n(x, y, n);
   return XTE_SUCCESS;
 }

@@ -56,12 +56,21 @@ typedef struct xte_attn_kernels {
   /* A tile's rows transposed (a copy: the same bits): dst[k * XTE_ATTN_BM + r] = X[r * ldx + k]
    * for r < n, k < d, and +0 for n <= r < XTE_ATTN_BM (n <= XTE_ATTN_BM) */
   void (*load_t)(const float *X, int64_t ldx, int64_t n, int64_t d, float *dst);
+  /* XTE_ATTENTION_FAST's kernels of this ISA (NULL: the ones above): the same entries, with
+   * exp_sub, fwd_softmax_t, bwd_p_t and exp_n through the ISA's fast exp (exp_fast_v,
+   * docs/numerics.md section 7, "FAST") instead of xte_expf; their own fast is NULL */
+  const struct xte_attn_kernels *fast;
 } xte_attn_kernels;
 
 /* Test hook, not public API (no public header declares it): the attention kernels' exp of ISA
  * isa (exp_n above) on x[0 .. n), into y. XTE_ERROR_UNSUPPORTED when the ISA cannot run here.
  * Exported only so that tests/test_attention_lanes.c can check every lane exhaustively. */
 XTE_API xte_status xte_internal_attention_exp(xte_cpu_isa isa, const float *x, float *y, int64_t n);
+
+/* Test hook, not public API: the same through the FAST kernels' exp of ISA isa (the exact one
+ * where the ISA has no FAST kernels), for tests/test_attention_fast.c's error measurement. */
+XTE_API xte_status xte_internal_attention_exp_fast(xte_cpu_isa isa, const float *x, float *y,
+                                                   int64_t n);
 
 /* Test hook, not public API: sets the most bytes the CPU driver's per-thread fp32 head caches
  * (bf16 / fp16 / e4m3 inputs, src/cpu/attention_driver.c) may take in all, above which it

@@ -54,6 +54,35 @@ AI xv exp_poly_v(xv x, xv *kp) {
 /* xte_expf lane by lane, defined by the including file */
 AI xv exp_v(xv x);
 
+/* XTE_ATTENTION_FAST's exp lane by lane (docs/numerics.md section 7, "FAST"), defined by the
+ * including file */
+AI xv exp_fast_v(xv x);
+
+/* The FAST exp's constants: exp(x) = 2^k exp(r), k = rint(x log2(e)), r = x - k ln2 in two
+ * steps (ln2 = XF_LN2_HI + XF_LN2_LO), exp(r) = 1 + r (1 + r (c0 + r (c1 + r (c2 + r c3)))), a
+ * degree-5 polynomial fitted for the least maximum relative error on |r| <= ln2 / 2 (1.05e-7 in
+ * exact arithmetic). x < XF_EXP_LO (and -inf) gives +0: |exp(x)| < 2.7e-38 there; x > 88.7228
+ * gives +inf; NaN gives NaN. */
+#define XF_EXP_LO (-86.5f)
+#define XF_LN2_HI 0.693145751953125f
+#define XF_LN2_LO 1.428606765330187e-06f
+#define XF_C0 0.499992311000824f
+#define XF_C1 0.16667114198207855f
+#define XF_C2 0.04189009591937065f
+#define XF_C3 0.008312494494020939f
+
+/* The FAST exp's reduction and polynomial, lane by lane: exp(r) ~ 1 + r q for k = rint(x
+ * log2(e)) given, x <= 89 (the caller clamps) */
+AI xv exp_fast_poly_v(xv x, xv k) {
+  xv r = xv_fnma(k, xv_1(XF_LN2_HI), x), q;
+  r = xv_fnma(k, xv_1(XF_LN2_LO), r);
+  q = xv_fma(xv_1(XF_C3), r, xv_1(XF_C2));
+  q = xv_fma(q, r, xv_1(XF_C1));
+  q = xv_fma(q, r, xv_1(XF_C0));
+  q = xv_fma(q, r, xv_1(1.0f));
+  return xv_fma(q, r, xv_1(1.0f));
+}
+
 /* mr rows x nv vectors of XA_W columns: the chains start from C0 (NULL: +0); mode 0 stores them
  * to D, mode 1 stores D + chain (xte_attn_add), mode 2 fmaf(D, alpha[row], chain)
  * (xte_attn_rescale) */
@@ -214,6 +243,25 @@ static void XA_NAME(exp_n)(const float *x, float *y, int64_t n) {
   if (j < n) {
     memcpy(t, x + j, (size_t)(n - j) * sizeof(float));
     xv_st(t, exp_v(xv_ld(t)));
+    memcpy(y + j, t, (size_t)(n - j) * sizeof(float));
+  }
+}
+
+/* exp_sub through the FAST exp (n a multiple of XA_W) */
+static void XA_NAME(exp_sub_fast)(const float *x, float m, int64_t n, float *p) {
+  int64_t j;
+  const xv mv = xv_1(m);
+  for (j = 0; j < n; j += XA_W) xv_st(p + j, exp_fast_v(xv_sub(xv_ld(x + j), mv)));
+}
+
+/* exp_n through the FAST exp */
+static void XA_NAME(exp_n_fast)(const float *x, float *y, int64_t n) {
+  int64_t j;
+  float t[XA_W] = {0};
+  for (j = 0; j + XA_W <= n; j += XA_W) xv_st(y + j, exp_fast_v(xv_ld(x + j)));
+  if (j < n) {
+    memcpy(t, x + j, (size_t)(n - j) * sizeof(float));
+    xv_st(t, exp_fast_v(xv_ld(t)));
     memcpy(y + j, t, (size_t)(n - j) * sizeof(float));
   }
 }

@@ -1141,7 +1141,12 @@ static xte_tensor attn_tensor(void *p, xte_dtype dt, int thd, int64_t b, int64_t
 
 /* BSHD causal GQA (b 2, s 96, h 4 / 2, d 64) or THD varlen (5 sequences, bottom-right causal, one
  * token outside every sequence); fp32 or bf16. */
+static int attn_setup_mode(calls_ctx *c, int thd, xte_dtype dt, int bwd, xte_attention_mode mode);
 static int attn_setup(calls_ctx *c, int thd, xte_dtype dt, int bwd) {
+  return attn_setup_mode(c, thd, dt, bwd, XTE_ATTENTION_EXACT);
+}
+/* ... in XTE_ATTENTION_FAST (mode) */
+static int attn_setup_mode(calls_ctx *c, int thd, xte_dtype dt, int bwd, xte_attention_mode mode) {
   static const int32_t lq[5] = {5, 0, 70, 130, 33}, lk[5] = {5, 3, 70, 140, 64};
   const int64_t hq = 4, hkv = 2, D = 64;
   int64_t b = thd ? 1 : 2, sq = 96, skv = 96, nl;
@@ -1150,6 +1155,7 @@ static int attn_setup(calls_ctx *c, int thd, xte_dtype dt, int bwd) {
   STATE(a_state);
   s->bwd = bwd;
   s->cfg = xte_attention_config_default();
+  s->cfg.mode = mode;
   if (thd) {
     int32_t *cq, *ck;
     int i;
@@ -1220,6 +1226,12 @@ static int attn_setup(calls_ctx *c, int thd, xte_dtype dt, int bwd) {
   return 0;
 }
 
+static int setup_attn_fast_fwd_thd_bf16(calls_ctx *c) {
+  return attn_setup_mode(c, 1, XTE_DTYPE_BF16, 0, XTE_ATTENTION_FAST);
+}
+static int setup_attn_fast_bwd_bshd_fp32(calls_ctx *c) {
+  return attn_setup_mode(c, 0, XTE_DTYPE_FP32, 1, XTE_ATTENTION_FAST);
+}
 static int setup_attn_fwd_bshd_fp32(calls_ctx *c) {
   return attn_setup(c, 0, XTE_DTYPE_FP32, 0);
 }
@@ -1486,6 +1498,8 @@ const calls_case calls_table[] = {
     CASE(attn_bwd_bshd_bf16, attn_run),
     CASE(attn_bwd_thd_fp32, attn_run),
     CASE(attn_bwd_thd_bf16, attn_run),
+    CASE(attn_fast_fwd_thd_bf16, attn_run),
+    CASE(attn_fast_bwd_bshd_fp32, attn_run),
     CASE(ep_prepare, ep_run),
     CASE(ep_dispatch_e4m3, ep_run),
     CASE(ep_combine_bf16, ep_run),

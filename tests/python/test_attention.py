@@ -299,3 +299,45 @@ def test_empty_query():
     k = np.ones((1, 3, 2, 8), np.float32)
     out, lse = A.attention_fwd(np.zeros((1, 0, 2, 8), np.float32), k, k)
     assert out.shape == (1, 0, 2, 8) and lse.shape == (1, 2, 0)
+
+
+# ------------------------------------------------------------------------------- mode
+
+
+@pytest.mark.parametrize("c", CASES[:5], ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items())
+                         or "plain")
+def test_fast_mode_within_bound_and_repeatable(c):
+    """mode="fast" (XTE_ATTENTION_FAST): the same bound against the fp64 oracle, forward and
+    backward, the same bytes run to run; the default is "exact" (its bytes unchanged by the
+    keyword)."""
+    rng = np.random.default_rng(len(str(c)) + 7)
+    q, k, v, kw, xkw = _case(c, rng)
+    out, lse = A.attention_fwd(q, k, v, mode="fast", **xkw)
+    do = rnd(rng, out.shape)
+    O64, L64, dq64, dk64, dv64 = ref_bshd(q, k, v, np.float64, dout=do, **kw)
+    O32, L32, dq32, dk32, dv32 = ref_bshd(q, k, v, np.float32, dout=do, **kw)
+    atol = 2.0 ** -21 if kw["softcap"] else 2.0 ** -22
+    check_bound(out, O64, O32, atol, "O fast")
+    check_bound(lse, L64, L32, 1e-5, "LSE fast")
+    dq, dk, dv = A.attention_bwd(q, k, v, out, do, lse, mode="fast", **xkw)
+    check_bound(dq, dq64, dq32, atol, "dQ fast")
+    check_bound(dk, dk64, dk32, atol, "dK fast")
+    check_bound(dv, dv64, dv32, atol, "dV fast")
+    out2, lse2 = A.attention_fwd(q, k, v, mode="FAST", **xkw)
+    grads2 = A.attention_bwd(q, k, v, out, do, lse, mode="fast", **xkw)
+    assert out2.tobytes() == out.tobytes() and lse2.tobytes() == lse.tobytes()
+    for a, b in zip((dq, dk, dv), grads2):
+        assert a.tobytes() == b.tobytes()
+    oe, le = A.attention_fwd(q, k, v, **xkw)
+    oe2, le2 = A.attention_fwd(q, k, v, mode="exact", **xkw)
+    assert oe.tobytes() == oe2.tobytes() and le.tobytes() == le2.tobytes()
+    ge = A.attention_bwd(q, k, v, oe, do, le, **xkw)
+    assert ge[0].tobytes() != dq.tobytes() or np.all(dq == 0)  # FAST is taken (no renormalisation)
+
+
+def test_mode_keyword_refused():
+    q = np.zeros((1, 4, 1, 8), np.float32)
+    for bad in ("fastest", 2, None, [1]):
+        with pytest.raises(xte.XteError) as e:
+            A.attention_fwd(q, q, q, mode=bad)
+        assert "mode" in str(e.value)

@@ -26,6 +26,7 @@ ENUM_PREFIX = {
     _lib.Recipe: "XTE_RECIPE_", _lib.ScaleLayout: "XTE_SCALE_LAYOUT_", _lib.GemmMode: "XTE_GEMM_",
     _lib.GemmGrouping: "XTE_GEMM_GROUPED_", _lib.RouterScore: "XTE_ROUTER_",
     _lib.AttnLayout: "XTE_ATTN_LAYOUT_", _lib.AttnMask: "XTE_ATTN_MASK_",
+    _lib.AttnMode: "XTE_ATTENTION_",
 }
 # enums whose C type ends with a *_COUNT member: the binding must have every member
 ENUM_COUNT = {

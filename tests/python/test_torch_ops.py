@@ -590,3 +590,26 @@ def test_wrappers_of_the_other_ops():
     idx = torch.tensor([[0, 3], [1, -1]])
     a, b, c = xt.dispatch_layout(idx, 4, 2)
     assert a.tolist() == [2, 1] and b.tolist() == [1, 1, 0, 1] and c.dtype == torch.bool
+
+
+def test_attention_mode_keyword():
+    """mode="fast" through the torch ops: the plain function's bytes, in the forward, the
+    backward and the autograd backward (mode kept by the op's saved arguments)."""
+    g = torch.Generator().manual_seed(9)
+    q, k, v = (torch.randn(1, 70, 2, 16, generator=g) for _ in range(3))
+    o, lse = xt.attention_fwd(q, k, v, mask="causal", mode="fast")
+    po, plse = P_att.attention_fwd(q, k, v, mask="causal", mode="fast")
+    same_bytes(o, po)
+    same_bytes(lse, plse)
+    do = torch.randn(o.shape, generator=g)
+    pg = P_att.attention_bwd(q, k, v, po, do, plse, mask="causal", mode="fast")
+    for a, bb in zip(xt.attention_bwd(q, k, v, o, do, lse, mask="causal", mode="fast"), pg):
+        same_bytes(a, bb)
+    qa, ka, va = (t.clone().requires_grad_(True) for t in (q, k, v))
+    (xt.attention(qa, ka, va, mask="causal", mode="fast") * do).sum().backward()
+    for a, bb in zip((qa.grad, ka.grad, va.grad), pg):
+        same_bytes(a, bb)
+    pe = P_att.attention_bwd(q, k, v, po, do, plse, mask="causal")
+    assert not torch.equal(pe[0], pg[0])  # the exact backward differs (it renormalises)
+    _check_fake(ops.attention_fwd, (q, k, v) + xt._attn_args("bshd", "causal", None, None, None,
+                                                             None, None, None, None, None, "fast"))

@@ -15,7 +15,7 @@ import ctypes
 import re
 
 from .. import _lib
-from .._lib import AttnLayout, AttnMask, DType, Status, XteError, XteShapeError, \
+from .._lib import AttnLayout, AttnMask, AttnMode, DType, Status, XteError, XteShapeError, \
     XteValueError, lib
 from .._lib import parse_enum
 from .._tensor import empty, stream_of, view, view_opt
@@ -84,8 +84,23 @@ def _vector(x, name, dtype, n):
     return v
 
 
+_MODES = {"exact": AttnMode.EXACT, "fast": AttnMode.FAST, AttnMode.EXACT: AttnMode.EXACT,
+          AttnMode.FAST: AttnMode.FAST}
+
+
+def _mode(mode):
+    """xte_attention_mode of the keyword: "exact" (XTE_ATTENTION_EXACT, the default) or "fast"
+    (XTE_ATTENTION_FAST: bounded, deterministic, not bitwise; docs/numerics.md section 7)."""
+    key = mode.lower() if isinstance(mode, str) else mode
+    try:
+        return int(_MODES[key])
+    except (KeyError, TypeError):
+        raise _bad("mode", f"{mode!r}: want 'exact' or 'fast'") from None
+
+
 def _config(vq, vk, layout, mask, window, softmax_scale, softcap, alibi_slopes, cu_seqlens_q,
-            cu_seqlens_kv, batch, max_seqlen_q, max_seqlen_kv, descale_q, descale_k, descale_v):
+            cu_seqlens_kv, batch, max_seqlen_q, max_seqlen_kv, descale_q, descale_k, descale_v,
+            mode="exact"):
     """(xte_attention_config, [Views kept alive], batch, h_q)."""
     lay = _enum(layout, _LAYOUTS, AttnLayout, "layout")
     msk = _enum(mask if mask is not None else "none", _MASKS, AttnMask, "mask")
@@ -108,6 +123,7 @@ def _config(vq, vk, layout, mask, window, softmax_scale, softcap, alibi_slopes, 
     c.window_right = -1 if wr is None else int(wr)
     c.softmax_scale = 0.0 if softmax_scale is None else float(softmax_scale)
     c.softcap = 0.0 if softcap is None else float(softcap)
+    c.mode = _mode(mode)
     if lay == AttnLayout.THD:
         if cu_seqlens_q is None or cu_seqlens_kv is None:
             raise _bad("cu_seqlens_q" if cu_seqlens_q is None else "cu_seqlens_kv",
@@ -171,19 +187,22 @@ def _out_dtype(d):
 def attention_fwd(q, k, v, *, layout="bshd", mask="none", window=(-1, -1), softmax_scale=None,
                   softcap=0.0, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_kv=None,
                   max_seqlen_q=None, max_seqlen_kv=None, batch=None, descale_q=None,
-                  descale_k=None, descale_v=None, out=None, lse=None, out_dtype=None):
+                  descale_k=None, descale_v=None, out=None, lse=None, out_dtype=None,
+                  mode="exact"):
     """(out, lse) = softmax(mask(q k^T * scale)) v and the fp32 natural-log sum of exp per row.
     q [b, s_q, h_q, d_qk] (BSHD; SBHD [s_q, b, ...]; THD [total_q, h_q, d_qk]); k, v with h_kv
     heads (GQA: h_q a multiple of h_kv). fp32 / bf16 / fp16 (all the same), or e4m3 with
     descale_* (out then in out_dtype, default bfloat16). out: [.., h_q, d_v]; lse: BSHD / SBHD
-    [b, h_q, s_q], THD [total_q, h_q], fp32. Rows that see no key: out 0, lse -inf."""
+    [b, h_q, s_q], THD [total_q, h_q], fp32. Rows that see no key: out 0, lse -inf.
+    mode: "exact" (default: the documented bytes on every ISA) or "fast" (XTE_ATTENTION_FAST:
+    within FlashAttention's bound, deterministic for an ISA and thread count)."""
     vq = view(q, "q", _QKV + (DType.E4M3,))
     vk = view(k, "k", _QKV + (DType.E4M3,))
     vv = view(v, "v", _QKV + (DType.E4M3,))
     cfg, keep, b, h_q, lay = _config(vq, vk, layout, mask, window, softmax_scale, softcap,
                                      alibi_slopes, cu_seqlens_q, cu_seqlens_kv, batch,
                                      max_seqlen_q, max_seqlen_kv, descale_q, descale_k,
-                                     descale_v)
+                                     descale_v, mode)
     if vq.dtype == DType.E4M3:
         od = _out_dtype(out_dtype)
         od = DType.BF16 if od is None else od
@@ -204,9 +223,10 @@ def attention_fwd(q, k, v, *, layout="bshd", mask="none", window=(-1, -1), softm
 def attention_bwd(q, k, v, out, d_out, lse, *, layout="bshd", mask="none", window=(-1, -1),
                   softmax_scale=None, softcap=0.0, alibi_slopes=None, cu_seqlens_q=None,
                   cu_seqlens_kv=None, max_seqlen_q=None, max_seqlen_kv=None, batch=None,
-                  dq=None, dk=None, dv=None):
+                  dq=None, dk=None, dv=None, mode="exact"):
     """(dq, dk, dv) from the forward's q, k, v, out, lse and d_out (fp32 / bf16 / fp16, all one
-    dtype), with the forward's keywords. dq / dk / dv: buffers written in place."""
+    dtype), with the forward's keywords (mode "exact" or "fast" as attention_fwd's). dq / dk /
+    dv: buffers written in place."""
     vq = view(q, "q", _QKV)
     vk = view(k, "k", _QKV)
     vv = view(v, "v", _QKV)
@@ -215,7 +235,7 @@ def attention_bwd(q, k, v, out, d_out, lse, *, layout="bshd", mask="none", windo
     vl = view(lse, "lse", (DType.FP32,))
     cfg, keep, _, _, _ = _config(vq, vk, layout, mask, window, softmax_scale, softcap,
                                  alibi_slopes, cu_seqlens_q, cu_seqlens_kv, batch, max_seqlen_q,
-                                 max_seqlen_kv, None, None, None)
+                                 max_seqlen_kv, None, None, None, mode)
     if dq is None:
         dq = empty(vq, vq.shape, vq.dtype)
     if dk is None:
@@ -239,3 +259,9 @@ def parse_layout(layout):
 def parse_mask(mask):
     """The AttnMask of a mask name (TE's 'no_mask' / 'padding*' accepted), enum, int or None."""
     return _enum(mask if mask is not None else "none", _MASKS, AttnMask, "mask")
+
+
+def parse_attention_mode(mode):
+    """The AttnMode of a mode name ('exact', 'fast'), enum or int (xte.torch's ops take it as an
+    int)."""
+    return _mode(mode)

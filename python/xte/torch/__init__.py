@@ -478,27 +478,29 @@ def swiglu_quantize(x: Tensor, act_dtype: DTypeLike = torch.bfloat16, recipe: An
 
 def attention_fwd(q, k, v, *, layout="bshd", mask=None, window=None, softmax_scale=None,
                   softcap=None, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_kv=None,
-                  max_seqlen_q=None, max_seqlen_kv=None):
-    """(O, LSE) through xte::attention_fwd."""
+                  max_seqlen_q=None, max_seqlen_kv=None, mode="exact"):
+    """(O, LSE) through xte::attention_fwd; mode "exact" (default) or "fast"
+    (XTE_ATTENTION_FAST, also in the autograd backward)."""
     return ops.attention_fwd(q, k, v, *_attention.op_args(
         layout, mask, window, softmax_scale, softcap, alibi_slopes, cu_seqlens_q, cu_seqlens_kv,
-        max_seqlen_q, max_seqlen_kv))
+        max_seqlen_q, max_seqlen_kv, mode))
 
 
 def attention_bwd(q, k, v, o, do, lse, *, layout="bshd", mask=None, window=None,
                   softmax_scale=None, softcap=None, alibi_slopes=None, cu_seqlens_q=None,
-                  cu_seqlens_kv=None, max_seqlen_q=None, max_seqlen_kv=None):
-    """(dQ, dK, dV) through xte::attention_bwd."""
+                  cu_seqlens_kv=None, max_seqlen_q=None, max_seqlen_kv=None, mode="exact"):
+    """(dQ, dK, dV) through xte::attention_bwd; mode "exact" (default) or "fast"."""
     return ops.attention_bwd(q, k, v, o, do, lse,
                              *_attention.op_args(layout, mask, window, softmax_scale, softcap,
                                                  alibi_slopes, cu_seqlens_q, cu_seqlens_kv,
-                                                 max_seqlen_q, max_seqlen_kv))
+                                                 max_seqlen_q, max_seqlen_kv, mode))
 
 
 def attention(q, k, v, **kw):
     """Scaled dot-product attention with autograd (O only); see attention_fwd for the options
     (layout 'bshd' / 'sbhd' / 'thd', mask None / 'causal' / 'causal_bottom_right', window
-    (left, right), softmax_scale, softcap, alibi_slopes, cu_seqlens_q / _kv, max_seqlen_*)."""
+    (left, right), softmax_scale, softcap, alibi_slopes, cu_seqlens_q / _kv, max_seqlen_*,
+    mode 'exact' (default) / 'fast')."""
     return attention_fwd(q, k, v, **kw)[0]
 
 

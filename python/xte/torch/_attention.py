@@ -21,22 +21,25 @@ from ._common import DEV
 
 def op_args(layout="bshd", mask=None, window=None, softmax_scale=None, softcap=None,
             alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_kv=None, max_seqlen_q=None,
-            max_seqlen_kv=None):
+            max_seqlen_kv=None, mode="exact"):
     """The flat arguments after (q, k, v) / (q, k, v, o, do, lse) of the attention ops, from the
-    keywords of xte.torch.attention_fwd (None: the C default)."""
+    keywords of xte.torch.attention_fwd (None: the C default; mode "exact" or "fast")."""
     wl, wr = (-1, -1) if window is None else (int(window[0]), int(window[1]))
     return (int(_A.parse_layout(layout)), int(_A.parse_mask(mask)), wl, wr,
             float(softmax_scale or 0.0), float(softcap or 0.0), alibi_slopes, cu_seqlens_q,
-            cu_seqlens_kv, int(max_seqlen_q or 0), int(max_seqlen_kv or 0))
+            cu_seqlens_kv, int(max_seqlen_q or 0), int(max_seqlen_kv or 0),
+            int(_A.parse_attention_mode(mode)))
 
 
 def _plain_kw(layout, mask, window_left, window_right, softmax_scale, softcap, alibi, cuq, cukv,
-              max_q, max_kv):
-    """The plain attention functions' keywords from the op's flat arguments (op_args' order)."""
+              max_q, max_kv, mode=0):
+    """The plain attention functions' keywords from the op's flat arguments (op_args' order;
+    mode 0 exact, 1 fast)."""
     return dict(layout=int(layout), mask=int(mask), window=(window_left, window_right),
                 softmax_scale=softmax_scale if softmax_scale else None, softcap=softcap,
                 alibi_slopes=alibi, cu_seqlens_q=cuq, cu_seqlens_kv=cukv,
-                max_seqlen_q=max_q or None, max_seqlen_kv=max_kv or None)
+                max_seqlen_q=max_q or None, max_seqlen_kv=max_kv or None,
+                mode="fast" if mode else "exact")
 
 
 def _shapes(q, v, layout):
@@ -56,19 +59,19 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, layout: int, mask: int, windo
                   window_right: int, softmax_scale: float, softcap: float,
                   alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
                   cu_seqlens_kv: Optional[Tensor], max_seqlen_q: int,
-                  max_seqlen_kv: int) -> Tuple[Tensor, Tensor]:
+                  max_seqlen_kv: int, mode: int = 0) -> Tuple[Tensor, Tensor]:
     """xte_attention_fwd: (O in q's dtype, LSE fp32: BSHD / SBHD [b, h, s_q], THD [t, h]).
     The plain xte.attention_fwd runs it: every config array is checked there (dtype, element
     count, device) before C reads it; max_seqlen 0 means "the tokens of the tensor" (THD)."""
     return _A.attention_fwd(q, k, v, **_plain_kw(layout, mask, window_left, window_right,
                                                  softmax_scale, softcap, alibi_slopes,
                                                  cu_seqlens_q, cu_seqlens_kv, max_seqlen_q,
-                                                 max_seqlen_kv))
+                                                 max_seqlen_kv, mode))
 
 
 @attention_fwd.register_fake
 def _(q, k, v, layout, mask, window_left, window_right, softmax_scale, softcap, alibi_slopes,
-      cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv):
+      cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, mode=0):
     oshape, lshape = _shapes(q, v, layout)
     return q.new_empty(oshape), q.new_empty(lshape, dtype=torch.float32)
 
@@ -78,18 +81,19 @@ def attention_bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: T
                   layout: int, mask: int, window_left: int, window_right: int,
                   softmax_scale: float, softcap: float, alibi_slopes: Optional[Tensor],
                   cu_seqlens_q: Optional[Tensor], cu_seqlens_kv: Optional[Tensor],
-                  max_seqlen_q: int, max_seqlen_kv: int) -> Tuple[Tensor, Tensor, Tensor]:
+                  max_seqlen_q: int, max_seqlen_kv: int,
+                  mode: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
     """xte_attention_bwd: (dQ, dK, dV) in the inputs' dtype (through xte.attention_bwd)."""
     return _A.attention_bwd(q, k, v, o, do, lse, **_plain_kw(layout, mask, window_left,
                                                              window_right, softmax_scale, softcap,
                                                              alibi_slopes, cu_seqlens_q,
                                                              cu_seqlens_kv, max_seqlen_q,
-                                                             max_seqlen_kv))
+                                                             max_seqlen_kv, mode))
 
 
 @attention_bwd.register_fake
 def _(q, k, v, o, do, lse, layout, mask, window_left, window_right, softmax_scale, softcap,
-      alibi_slopes, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv):
+      alibi_slopes, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, mode=0):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 

@@ -117,6 +117,23 @@ AI __m256 exp_v(__m256 x) {
   return _mm256_blendv_ps(res, _mm256_add_ps(x, x), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
+/* XTE_ATTENTION_FAST's exp, 8 lanes (attention_template.h's constants): x clamped to 88.75 (a
+ * NaN kept: k <= 128), k = rint(x log2(e)), the polynomial times 2^(k - 1) (a normal power for
+ * k in [-125, 128]) times 2 (exact, +inf past the range); lanes with x < XF_EXP_LO (-inf
+ * included: k >= -125 elsewhere) give +0 */
+AI __m256 exp_fast_v(__m256 x) {
+  const __m256 xc = _mm256_min_ps(_mm256_set1_ps(88.75f), x);
+  const __m256 k = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269502162933349609375f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 p2 = _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(126)), 23));
+  const __m256 res = _mm256_mul_ps(_mm256_mul_ps(exp_fast_poly_v(xc, k), p2), _mm256_set1_ps(2.0f));
+  return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(XF_EXP_LO), _CMP_LT_OQ), res);
+}
+
+/* the exp of the mode: fast (a constant) selects exp_fast_v */
+#define XEXP(fast, y) ((fast) ? exp_fast_v(y) : exp_v(y))
+
 /* 16 columns (2 vectors) at a time */
 AI void gemm_x(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
                const float *B, int64_t ldb, const float *C0, int64_t ldc0, float *D, int64_t ldd,
@@ -141,10 +158,10 @@ AI __m256 sum64_push(int q, __m256 x, __m256 *h) {
   return x;
 }
 
-/* the scalar kernel's order, 8 columns (query rows) per vector */
-static void fwd_softmax_t_avx2(const float *S, int64_t ld, int64_t n, int scaled, float scale,
-                               const int32_t *a, const int32_t *e, float *m, float *l, float *alpha,
-                               float *P) {
+/* the scalar kernel's order, 8 columns (query rows) per vector; fast: exp_fast_v */
+AI void fwd_softmax_t_x(const float *S, int64_t ld, int64_t n, int scaled, float scale,
+                        const int32_t *a, const int32_t *e, float *m, float *l, float *alpha,
+                        float *P, const int fast) {
   const __m256 sc = _mm256_set1_ps(scale);
   int64_t r0, r;
   int q, g;
@@ -165,7 +182,7 @@ static void fwd_softmax_t_avx2(const float *S, int64_t ld, int64_t n, int scaled
       ev = _mm256_loadu_si256((const __m256i *)(e + r));
       mo = _mm256_loadu_ps(m + r);
       mn = fmax_v(mo, mbs[g]);
-      al = exp_v(_mm256_sub_ps(mo, mn));
+      al = XEXP(fast, _mm256_sub_ps(mo, mn));
       sq = scaled_v(scaled, a + r, e + r);
       _mm256_storeu_ps(m + r, mn);
       _mm256_storeu_ps(alpha + r, al);
@@ -174,7 +191,8 @@ static void fwd_softmax_t_avx2(const float *S, int64_t ld, int64_t n, int scaled
         int u;
         for (u = 0; u < 4; u++) {
           const int64_t j = t + 16 * u;
-          const __m256 p = exp_v(_mm256_sub_ps(logit_v(S + j * ld + r, j, sq, sc, av, ev), mn));
+          const __m256 p =
+              XEXP(fast, _mm256_sub_ps(logit_v(S + j * ld + r, j, sq, sc, av, ev), mn));
           _mm256_storeu_ps(P + j * ld + r, p);
           x = u ? _mm256_add_ps(x, p) : p;
         }
@@ -185,11 +203,21 @@ static void fwd_softmax_t_avx2(const float *S, int64_t ld, int64_t n, int scaled
   }
 }
 
-/* the scalar kernel's order, 8 columns (query rows) per vector */
-static void bwd_p_t_avx2(const float *S, const float *dP, const float *G, int64_t ld, int64_t n,
-                         int scaled, float scale, const int32_t *a, const int32_t *e,
-                         const float *L, const float *C, const float *D, float *P, float *dS,
-                         float *sum) {
+static void fwd_softmax_t_avx2(const float *S, int64_t ld, int64_t n, int scaled, float scale,
+                               const int32_t *a, const int32_t *e, float *m, float *l, float *alpha,
+                               float *P) {
+  fwd_softmax_t_x(S, ld, n, scaled, scale, a, e, m, l, alpha, P, 0);
+}
+static void fwd_softmax_t_fast_avx2(const float *S, int64_t ld, int64_t n, int scaled, float scale,
+                                    const int32_t *a, const int32_t *e, float *m, float *l,
+                                    float *alpha, float *P) {
+  fwd_softmax_t_x(S, ld, n, scaled, scale, a, e, m, l, alpha, P, 1);
+}
+
+/* the scalar kernel's order, 8 columns (query rows) per vector; fast: exp_fast_v */
+AI void bwd_p_t_x(const float *S, const float *dP, const float *G, int64_t ld, int64_t n,
+                  int scaled, float scale, const int32_t *a, const int32_t *e, const float *L,
+                  const float *C, const float *D, float *P, float *dS, float *sum, const int fast) {
   const __m256 sc = _mm256_set1_ps(scale);
   int64_t r;
   int q;
@@ -206,7 +234,7 @@ static void bwd_p_t_avx2(const float *S, const float *dP, const float *G, int64_
       for (u = 0; u < 4; u++) {
         const int64_t j = t + 16 * u;
         const __m256 y = logit_v(S + j * ld + r, j, sq, sc, av, ev);
-        const __m256 p = exp_v(_mm256_sub_ps(_mm256_sub_ps(y, Lv), Cv));
+        const __m256 p = XEXP(fast, _mm256_sub_ps(_mm256_sub_ps(y, Lv), Cv));
         const __m256 g = G ? _mm256_loadu_ps(G + j * ld + r) : sc;
         _mm256_storeu_ps(P + j * ld + r, p);
         _mm256_storeu_ps(
@@ -219,6 +247,19 @@ static void bwd_p_t_avx2(const float *S, const float *dP, const float *G, int64_
     }
     if (sum) _mm256_storeu_ps(sum + r, x);
   }
+}
+
+static void bwd_p_t_avx2(const float *S, const float *dP, const float *G, int64_t ld, int64_t n,
+                         int scaled, float scale, const int32_t *a, const int32_t *e,
+                         const float *L, const float *C, const float *D, float *P, float *dS,
+                         float *sum) {
+  bwd_p_t_x(S, dP, G, ld, n, scaled, scale, a, e, L, C, D, P, dS, sum, 0);
+}
+static void bwd_p_t_fast_avx2(const float *S, const float *dP, const float *G, int64_t ld,
+                              int64_t n, int scaled, float scale, const int32_t *a,
+                              const int32_t *e, const float *L, const float *C, const float *D,
+                              float *P, float *dS, float *sum) {
+  bwd_p_t_x(S, dP, G, ld, n, scaled, scale, a, e, L, C, D, P, dS, sum, 1);
 }
 
 /* x[c] = column c of the 8 x 8 matrix whose row r is x[r] */
@@ -261,6 +302,19 @@ static void load_t_avx2(const float *X, int64_t ldx, int64_t n, int64_t d, float
     }
 }
 
+/* XTE_ATTENTION_FAST: the exact table with the exps through exp_fast_v */
+static const xte_attn_kernels attn_fast_avx2 = {XTE_CPU_ISA_AVX2,
+                                                gemm_avx2,
+                                                exp_sub_fast_avx2,
+                                                rescale_avx2,
+                                                fwd_softmax_t_fast_avx2,
+                                                bwd_p_t_fast_avx2,
+                                                exp_n_fast_avx2,
+                                                gemm_fold_avx2,
+                                                dot_rows_avx2,
+                                                load_t_avx2,
+                                                NULL};
+
 const xte_attn_kernels xte_attn_kernels_avx2 = {
-    XTE_CPU_ISA_AVX2, gemm_avx2,  exp_sub_avx2,   rescale_avx2,  fwd_softmax_t_avx2,
-    bwd_p_t_avx2,     exp_n_avx2, gemm_fold_avx2, dot_rows_avx2, load_t_avx2};
+    XTE_CPU_ISA_AVX2, gemm_avx2,      exp_sub_avx2,  rescale_avx2, fwd_softmax_t_avx2, bwd_p_t_avx2,
+    exp_n_avx2,       gemm_fold_avx2, dot_rows_avx2, load_t_avx2,  &attn_fast_avx2};

@@ -125,6 +125,24 @@ AI __m512 exp_v(__m512 x) {
   return _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_add_ps(x, x));
 }
 
+/* XTE_ATTENTION_FAST's exp, 16 lanes (attention_template.h's constants): x clamped to 89 (a NaN
+ * kept), k = rint(x log2(e)), the polynomial scaled by 2^(k - 1) (a scalef: exact, k - 1 in
+ * [-126, 127]), then by 2 (exact, +inf past the range; SIMDe's scalef forms 2^128 as +inf);
+ * lanes with x < XF_EXP_LO (-inf included) give +0 */
+AI __m512 exp_fast_v(__m512 x) {
+  const __m512 xc = _mm512_min_ps(_mm512_set1_ps(89.0f), x);
+  const __m512 k =
+      _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269502162933349609375f)),
+                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return _mm512_mul_ps(
+      _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(XF_EXP_LO), _CMP_NLT_UQ),
+                             exp_fast_poly_v(xc, k), _mm512_sub_ps(k, _mm512_set1_ps(1.0f))),
+      _mm512_set1_ps(2.0f));
+}
+
+/* the exp of the mode: fast (a constant) selects exp_fast_v */
+#define XEXP(fast, y) ((fast) ? exp_fast_v(y) : exp_v(y))
+
 /* 64 columns (4 vectors) at a time, then 16 */
 AI void gemm_x(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
                const float *B, int64_t ldb, const float *C0, int64_t ldc0, float *D, int64_t ldd,
@@ -140,10 +158,10 @@ AI void gemm_x(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, in
   }
 }
 
-/* the scalar kernel's order, 16 columns (query rows) per vector */
-static void fwd_softmax_t_avx512(const float *S, int64_t ld, int64_t n, int scaled, float scale,
-                                 const int32_t *a, const int32_t *e, float *m, float *l,
-                                 float *alpha, float *P) {
+/* the scalar kernel's order, 16 columns (query rows) per vector; fast: exp_fast_v */
+AI void fwd_softmax_t_x(const float *S, int64_t ld, int64_t n, int scaled, float scale,
+                        const int32_t *a, const int32_t *e, float *m, float *l, float *alpha,
+                        float *P, const int fast) {
   const __m512 sc = _mm512_set1_ps(scale);
   int64_t r0, r, j;
   int L, q;
@@ -168,7 +186,7 @@ static void fwd_softmax_t_avx512(const float *S, int64_t ld, int64_t n, int scal
       const __m512i av = _mm512_loadu_si512(a + r0 + 16 * q),
                     ev = _mm512_loadu_si512(e + r0 + 16 * q);
       const __m512 mo = _mm512_loadu_ps(m + r0 + 16 * q), mn = fmax_v(mo, mbs[q]),
-                   al = exp_v(_mm512_sub_ps(mo, mn));
+                   al = XEXP(fast, _mm512_sub_ps(mo, mn));
       __m512 v[16];
       int sq;
       r = r0 + 16 * q;
@@ -176,7 +194,7 @@ static void fwd_softmax_t_avx512(const float *S, int64_t ld, int64_t n, int scal
       _mm512_storeu_ps(m + r, mn);
       _mm512_storeu_ps(alpha + r, al);
       for (j = 0; j < 64; j++) {
-        const __m512 p = exp_v(_mm512_sub_ps(logit_v(S + j * ld + r, j, sq, sc, av, ev), mn));
+        const __m512 p = XEXP(fast, _mm512_sub_ps(logit_v(S + j * ld + r, j, sq, sc, av, ev), mn));
         _mm512_storeu_ps(P + j * ld + r, p);
         v[j & 15] = j < 16 ? p : _mm512_add_ps(v[j & 15], p);
       }
@@ -189,11 +207,21 @@ static void fwd_softmax_t_avx512(const float *S, int64_t ld, int64_t n, int scal
   }
 }
 
-/* the scalar kernel's order, 16 columns (query rows) per vector */
-static void bwd_p_t_avx512(const float *S, const float *dP, const float *G, int64_t ld, int64_t n,
-                           int scaled, float scale, const int32_t *a, const int32_t *e,
-                           const float *L, const float *C, const float *D, float *P, float *dS,
-                           float *sum) {
+static void fwd_softmax_t_avx512(const float *S, int64_t ld, int64_t n, int scaled, float scale,
+                                 const int32_t *a, const int32_t *e, float *m, float *l,
+                                 float *alpha, float *P) {
+  fwd_softmax_t_x(S, ld, n, scaled, scale, a, e, m, l, alpha, P, 0);
+}
+static void fwd_softmax_t_fast_avx512(const float *S, int64_t ld, int64_t n, int scaled,
+                                      float scale, const int32_t *a, const int32_t *e, float *m,
+                                      float *l, float *alpha, float *P) {
+  fwd_softmax_t_x(S, ld, n, scaled, scale, a, e, m, l, alpha, P, 1);
+}
+
+/* the scalar kernel's order, 16 columns (query rows) per vector; fast: exp_fast_v */
+AI void bwd_p_t_x(const float *S, const float *dP, const float *G, int64_t ld, int64_t n,
+                  int scaled, float scale, const int32_t *a, const int32_t *e, const float *L,
+                  const float *C, const float *D, float *P, float *dS, float *sum, const int fast) {
   const __m512 sc = _mm512_set1_ps(scale);
   int64_t r, j;
   int q;
@@ -205,7 +233,7 @@ static void bwd_p_t_avx512(const float *S, const float *dP, const float *G, int6
     __m512 v[16];
     for (j = 0; j < 64; j++) {
       const __m512 x = logit_v(S + j * ld + r, j, sq, sc, av, ev);
-      const __m512 u = exp_v(_mm512_sub_ps(_mm512_sub_ps(x, Lv), Cv));
+      const __m512 u = XEXP(fast, _mm512_sub_ps(_mm512_sub_ps(x, Lv), Cv));
       const __m512 g = G ? _mm512_loadu_ps(G + j * ld + r) : sc;
       _mm512_storeu_ps(P + j * ld + r, u);
       _mm512_storeu_ps(
@@ -220,6 +248,19 @@ static void bwd_p_t_avx512(const float *S, const float *dP, const float *G, int6
       _mm512_storeu_ps(sum + r, _mm512_add_ps(v[0], v[1]));
     }
   }
+}
+
+static void bwd_p_t_avx512(const float *S, const float *dP, const float *G, int64_t ld, int64_t n,
+                           int scaled, float scale, const int32_t *a, const int32_t *e,
+                           const float *L, const float *C, const float *D, float *P, float *dS,
+                           float *sum) {
+  bwd_p_t_x(S, dP, G, ld, n, scaled, scale, a, e, L, C, D, P, dS, sum, 0);
+}
+static void bwd_p_t_fast_avx512(const float *S, const float *dP, const float *G, int64_t ld,
+                                int64_t n, int scaled, float scale, const int32_t *a,
+                                const int32_t *e, const float *L, const float *C, const float *D,
+                                float *P, float *dS, float *sum) {
+  bwd_p_t_x(S, dP, G, ld, n, scaled, scale, a, e, L, C, D, P, dS, sum, 1);
 }
 
 /* 16 x 16 blocks through the registers; rows past n are zero vectors, columns past d masked. The
@@ -243,6 +284,20 @@ static void load_t_avx512(const float *X, int64_t ldx, int64_t n, int64_t d, flo
     }
 }
 
+/* XTE_ATTENTION_FAST: the exact table with the exps through exp_fast_v */
+static const xte_attn_kernels attn_fast_avx512 = {XTE_AVX512_ISA,
+                                                  gemm_avx512,
+                                                  exp_sub_fast_avx512,
+                                                  rescale_avx512,
+                                                  fwd_softmax_t_fast_avx512,
+                                                  bwd_p_t_fast_avx512,
+                                                  exp_n_fast_avx512,
+                                                  gemm_fold_avx512,
+                                                  dot_rows_avx512,
+                                                  load_t_avx512,
+                                                  NULL};
+
 const xte_attn_kernels XTE_AVX512_NAME(xte_attn_kernels) = {
-    XTE_AVX512_ISA, gemm_avx512,  exp_sub_avx512,   rescale_avx512,  fwd_softmax_t_avx512,
-    bwd_p_t_avx512, exp_n_avx512, gemm_fold_avx512, dot_rows_avx512, load_t_avx512};
+    XTE_AVX512_ISA,       gemm_avx512,    exp_sub_avx512,   rescale_avx512,
+    fwd_softmax_t_avx512, bwd_p_t_avx512, exp_n_avx512,     gemm_fold_avx512,
+    dot_rows_avx512,      load_t_avx512,  &attn_fast_avx512};

@@ -115,5 +115,14 @@ static void load_t_scalar(const float *X, int64_t ldx, int64_t n, int64_t d, flo
 }
 
 const xte_attn_kernels xte_attn_kernels_scalar = {
-    XTE_CPU_ISA_SCALAR, gemm_scalar,  exp_sub_scalar,   rescale_scalar,  fwd_softmax_t_scalar,
-    bwd_p_t_scalar,     exp_n_scalar, gemm_fold_scalar, dot_rows_scalar, load_t_scalar};
+    XTE_CPU_ISA_SCALAR,
+    gemm_scalar,
+    exp_sub_scalar,
+    rescale_scalar,
+    fwd_softmax_t_scalar,
+    bwd_p_t_scalar,
+    exp_n_scalar,
+    gemm_fold_scalar,
+    dot_rows_scalar,
+    load_t_scalar,
+    NULL /* XTE_ATTENTION_FAST runs these kernels (without the backward's renormalisation) */};
