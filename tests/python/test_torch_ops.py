@@ -22,6 +22,7 @@ torch = pytest.importorskip("torch")
 
 import xte  # noqa: E402
 import xte.torch as xt  # noqa: E402
+from xte.torch import _attention  # noqa: E402
 from xte.ops import attention as P_att  # noqa: E402
 from xte.ops import gemm as P_gemm  # noqa: E402
 from xte.ops import moe as P_moe  # noqa: E402
@@ -611,5 +612,6 @@ def test_attention_mode_keyword():
         same_bytes(a, bb)
     pe = P_att.attention_bwd(q, k, v, po, do, plse, mask="causal")
     assert not torch.equal(pe[0], pg[0])  # the exact backward differs (it renormalises)
-    _check_fake(ops.attention_fwd, (q, k, v) + xt._attn_args("bshd", "causal", None, None, None,
-                                                             None, None, None, None, None, "fast"))
+    _check_fake(ops.attention_fwd, (q, k, v) + _attention.op_args("bshd", "causal", None, None,
+                                                                  None, None, None, None, None,
+                                                                  None, "fast"))
