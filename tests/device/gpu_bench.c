@@ -12,7 +12,7 @@
  * Every GEMM row names what the plugin reported it ran ($XTE_GPU_REPORT, src/cuda/xte_gpu_report.h;
  * set here to a file of its own when unset).
  * Exit 0 when the table was printed, 77 with "SKIPPED: ..." when there is no CUDA device,
- * 1 when an op failed. Built by tests/gpu.cmake. */
+ * 1 when an op failed. Built by tests/cmake/gpu.cmake. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdint.h>
