@@ -301,7 +301,7 @@ void xte_bench_suite_gemm(void) {}
  * (TE recipe, TE_GEMM scales, quantized on the device from bf16), bf16 D [M, N], at M = 4096
  * and (N, K) = (4096, 7168) and (7168, 2048), the expert GEMMs of Kimi-K2 and DeepSeek-V3
  * (hidden 7168, expert width 2048: gate + up, down), and (7168, 16384) (the shape of
- * tests/device/gpu_bench.c). Per shape, the stages of the exact GEMM: "exact-simt" and
+ * bench/gpu_device.c). Per shape, the stages of the exact GEMM: "exact-simt" and
  * "exact-dmma4", "exact-imma" (int8 digit products; XTE_CUDA_GEMM_KERNEL forced per call; a DMMA
  * kernel the device cannot run gives the automatic choice), "exact" (the automatic choice: m16n8k16
  * DMMA on sm_90, m8n8k4 on sm_80 / 89), and "fast" (XTE_GEMM_FAST); each beside the anchor

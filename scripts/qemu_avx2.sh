@@ -273,13 +273,13 @@ for entry in "${tests[@]}"; do
 done
 
 # ---------------------------------------------------------------- 4. xte_isa_digest
-# every CPU entry point on fixed inputs with NaN, inf, subnormals and odd shapes (tests/isa_digest.c,
+# every CPU entry point on fixed inputs with NaN, inf, subnormals and odd shapes (tests/isa_digest/,
 # --small: 1,618 cases), byte for byte against the recorded digest (ctest isa_digest_golden)
 echo "== 4. xte_isa_digest --small against tests/data/isa_digest_small.txt"
 digest=$build/tests/xte_isa_digest
 golden=tests/data/isa_digest_small.txt
 if [ ! -f "$golden" ] && [ ! -x "$digest" ]; then
-  echo "   (no tests/isa_digest.c in this tree: left out)"
+  echo "   (no tests/isa_digest/ in this tree: left out)"
 elif [ ! -x "$digest" ] || [ ! -f "$golden" ]; then
   bad "xte_isa_digest: $digest or $golden is missing (build first)"
 else

@@ -6,7 +6,7 @@ Scans every source under src/cuda/ (comments and string literals removed) for th
 NVIDIA's APIs: cuda[A-Z]..., CUDA_..., the driver API (cu[A-Z]..., CU_...), cuBLAS(Lt), cuDNN,
 cuRAND, cuSPARSE, cuFFT, NVRTC, NCCL, __nv_... and __CUDA_ARCH__, and for #include lines naming
 an NVIDIA header outside the runtime shim (src/cuda/xte_gpu_runtime.h). Each identifier needs a
-`#define <name> ...` in the compat header. Run by ctest (tests/gpu.cmake) as check_gpu_musa_compat.
+`#define <name> ...` in the compat header. Run by ctest (tests/cmake/gpu.cmake) as check_gpu_musa_compat.
 
 usage: check_musa_compat.py [--cuda-dir DIR] [--compat FILE]
 """

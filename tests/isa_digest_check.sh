@@ -1,7 +1,7 @@
 #!/bin/sh
 # isa_digest_check.sh XTE_ISA_RUN XTE_ISA_DIGEST [DIGEST ARGS...]   (ctest isa_digest_identity)
 # The numerics contract (docs/numerics.md): the same output bytes on every CPU ISA and thread
-# count. Runs xte_isa_digest (tests/isa_digest.c) under every ISA that xte_isa_run can run here
+# count. Runs xte_isa_digest (tests/isa_digest/) under every ISA that xte_isa_run can run here
 # (`xte_isa_run ISA true` exits 77 for the others: reported as skipped), then on the best native
 # ISA with 1, 2 and 3 threads, on avx512 without AMX and without AMX and VNNI, on every ISA with
 # streaming stores always and on the best one never: paths that must give the same bytes (under

@@ -9,7 +9,7 @@
  *   fast_lt/plugin_refuses     through libxte: a FAST GEMM on a CUDA stream without a device is
  *                              refused cleanly; `xte info` says which FAST path runs
  * The device checks (FAST against the bound of include/xte/gemm.h) are in
- * tests/device/gpu_bench.c ("fast"). */
+ * bench/gpu_device_check.c (`xte bench device fast`). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif

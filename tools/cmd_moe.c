@@ -5,7 +5,7 @@
  *
  * This file is the command's entry (bench/CMakeLists.txt lists tools/cmd_*.c as the commands of
  * the xte program); its parts live in tools/moe/ (moe.h says which file does what), and
- * `--ep N` hands over to tools/moe_ep.c (the same layer over N MPI ranks). */
+ * `--ep N` hands over to tools/moe/ep.c (the same layer over N MPI ranks). */
 #include "moe/moe.h"
 
 const char xte_cmd_moe_summary[] =

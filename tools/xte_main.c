@@ -11,7 +11,8 @@
  * runs a suite's CUDA cases (bench/bench_gpu.h), listed in "xte_bench_gpu_suites.inc".
  *
  * The GPU-only build (tools/CMakeLists.txt, XTE_BENCH_GPU_ONLY: no Google Benchmark, no OpenBLAS,
- * for tests/device/run.sh) defines XTE_BENCH_GPU_ONLY: info, help and `bench --backend cuda`. */
+ * for tests/device/run.sh) defines XTE_BENCH_GPU_ONLY: info, help, `bench --backend cuda` and
+ * `bench device`. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <errno.h>
 #include <stdio.h>
@@ -35,6 +36,7 @@ typedef int (*xte_cmd_fn)(int argc, char **argv);
 static int cmd_info(int argc, char **argv);
 static int cmd_bench(int argc, char **argv);
 int xte_bench_ep(int argc, char **argv); /* bench/ep_bench.c */
+#include "gpu_device.h"                  /* xte_bench_device: `xte bench device` */
 static int cmd_help(int argc, char **argv);
 
 /* main's argv, for `xte bench` to re-execute itself with OPENBLAS_CORETYPE set */
@@ -107,7 +109,10 @@ static void bench_usage(FILE *f) {
           "       xte bench list\n"
           "       mpirun -np R xte bench ep [--tokens T] [--hidden H] [--experts E] [--topk K]\n"
           "                 [--dtype e4m3|bf16] [--iters N]   (expert-parallel dispatch /\n"
-          "                 combine against MPI_Alltoallv of the same bytes)\n\n"
+          "                 combine against MPI_Alltoallv of the same bytes)\n"
+          "       xte bench device [gemm|fast|attention|anchors] [shape] [iterations]\n"
+          "                 (the CUDA backend's byte checks and timings of tests/device/run.sh:\n"
+          "                 bench/gpu_device.c)\n\n"
           "  --filter S          run the cases whose name contains S (and their anchors)\n"
           "  --json FILE         also write Google Benchmark's JSON report, with the ratios\n"
           "  --min-time SECONDS  minimum timed time per case (default: Google Benchmark's)\n"
@@ -230,6 +235,7 @@ static int cmd_bench(int argc, char **argv) {
   xte_status rc;
 
   if (argc > 1 && strcmp(argv[1], "ep") == 0) return xte_bench_ep(argc - 1, argv + 1);
+  if (argc > 1 && strcmp(argv[1], "device") == 0) return xte_bench_device(argc - 1, argv + 1);
   for (i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
     char *end;

@@ -1,8 +1,8 @@
 /* What a GPU plugin really ran, reported by the plugin itself (never inferred by a caller): for
  * every GEMM call, the kernel(s) the exact driver launched, and for XTE_GEMM_FAST the path the
- * call took (cuBLASLt, or the exact kernel and why). tests/device/run.sh and xte_device_bench read
- * these lines to name the kernel of each row, to fail a forced kernel that did not run and a FAST
- * call that fell back where cuBLASLt should have run.
+ * call took (cuBLASLt, or the exact kernel and why). tests/device/run.sh and `xte bench device`
+ * read these lines to name the kernel of each row, to fail a forced kernel that did not run and a
+ * FAST call that fell back where cuBLASLt should have run.
  *
  * The report goes to the file $XTE_GPU_REPORT names (appended, one write(2) per line, so lines
  * of concurrent calls never interleave); without it nothing is written. The process's last GEMM

@@ -1,4 +1,4 @@
-# Runs `xte bench` twice on tiny cases with --json (run by tests/bench.cmake: cmake -P) and
+# Runs `xte bench` twice on tiny cases with --json (run by tests/cmake/bench.cmake: cmake -P) and
 # checks the machine record in the reports. -DXTE=<xte program> -DOUT=<file prefix>
 # -DEXPECT_CORETYPE=<the record's openblas_coretype the test's environment must give, or empty>.
 # Prints "bench json: PASS" or "bench json: FAIL: why".

@@ -1,4 +1,4 @@
-# Install test, run by ctest (tests/install.cmake) as cmake -P with:
+# Install test, run by ctest (tests/cmake/install.cmake) as cmake -P with:
 #   BUILD_DIR, WORK_DIR, CONSUMER_DIR, GENERATOR, C_COMPILER, LIBDIR, PKG_CONFIG
 # 1. cmake --install of the build tree into a fresh prefix;
 # 2. configure, build and run tests/consumer against it with find_package(xte);

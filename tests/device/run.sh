@@ -45,7 +45,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 
 targets="xte xte_cuda test_gpu_quantize test_device_moe test_device_router xte_device_info \
-xte_device_bench test_ep_nccl_device xte_cli"
+test_ep_nccl_device xte_cli"
 if [ "${1:-}" = "--targets" ]; then
   echo "$targets"
   exit 0
@@ -212,12 +212,12 @@ fi
 # ---------------------------------------------------------------- build
 have() { for t in "$@"; do [ -e "$bdir/$t" ] || return 1; done; }
 bins=(libxte_cuda.so tests/test_gpu_quantize tests/test_device_moe tests/test_device_router
-  tests/xte_device_info tests/xte_device_bench)
+  tests/xte_device_info xte)
 if [ "$dry" = 1 ]; then
-  if have tests/xte_device_info tests/xte_device_bench; then
+  if have tests/xte_device_info xte; then
     verdict build PASSED "dry run: $bdir as it is"
   else
-    verdict build FAILED "dry run: $bdir lacks xte_device_info / xte_device_bench"
+    verdict build FAILED "dry run: $bdir lacks xte_device_info / the xte program"
     finish
   fi
 else
@@ -318,7 +318,7 @@ if [ "$dry" != 1 ]; then
   if [ "$cc_major" -ge 9 ]; then exp_auto=dmma16; elif [ "$cc_major" -ge 8 ]; then exp_auto=dmma4; fi
 fi
 if gpu_step_ok bytes-gemm &&
-  run_step bytes-gemm 120 env -u XTE_CUDA_GEMM_KERNEL "$T/xte_device_bench" gemm "${gemm_args[@]}"; then
+  run_step bytes-gemm 120 env -u XTE_CUDA_GEMM_KERNEL "$bdir/xte" bench device gemm "${gemm_args[@]}"; then
   show bytes-gemm '^\||^\(|FAILED'
   if [ $ST -eq 0 ] && grep -E '^\| (dense|grouped)' "$logs/bytes-gemm.log" | grep -vq "| $exp_auto (auto) |"; then
     verdict bytes-gemm FAILED "the automatic kernel is not $exp_auto on compute capability $cc_major.x (see the rows)"
@@ -329,7 +329,7 @@ fi
 attn_args=()
 [ "$dry" = 1 ] && attn_args=(64 1)
 if gpu_step_ok bytes-attention &&
-  run_step bytes-attention 150 "$T/xte_device_bench" attention "${attn_args[@]}"; then
+  run_step bytes-attention 150 "$bdir/xte" bench device attention "${attn_args[@]}"; then
   show bytes-attention '^\||^attention|FAILED'
   judge bytes-attention "exact attention fwd + bwd: CUDA = CPU bytes, twice"
 fi
@@ -337,7 +337,7 @@ fi
 # ---------------------------------------------------------------- 2. the other GEMM kernels
 for k in simt dmma4 dmma16 imma; do
   if gpu_step_ok gemm-$k &&
-    run_step gemm-$k 100 env XTE_CUDA_GEMM_KERNEL=$k "$T/xte_device_bench" gemm "${gemm_args[@]}"; then
+    run_step gemm-$k 100 env XTE_CUDA_GEMM_KERNEL=$k "$bdir/xte" bench device gemm "${gemm_args[@]}"; then
     show gemm-$k '^\||FAILED'
     judge gemm-$k "forced $k ran (plugin's report) and gave the CPU's bytes"
   fi
@@ -347,7 +347,7 @@ done
 fast_args=()
 [ $expect_lt -eq 1 ] && fast_args+=(--expect-cublaslt)
 [ "$dry" = 1 ] && fast_args+=(--no-timing)
-if gpu_step_ok fast && run_step fast 120 "$T/xte_device_bench" fast "${fast_args[@]}"; then
+if gpu_step_ok fast && run_step fast 120 "$bdir/xte" bench device fast "${fast_args[@]}"; then
   show fast '^\||^fast path|^FAST calls|^expect|^\(|FAILED'
   if [ $ST -eq 0 ] && [ $expect_lt -eq 0 ]; then
     verdict fast SKIPPED "cuBLASLt did not run here (${probe#fast probe: }); the exact kernel met the bound"
@@ -391,14 +391,14 @@ fi
 # ---------------------------------------------------------------- 5. timings against anchors
 bench_args=()
 [ "$dry" = 1 ] && bench_args=(256 256 2)
-if gpu_step_ok time-quantize && run_step time-quantize 40 "$T/xte_device_bench" "${bench_args[@]}"; then
+if gpu_step_ok time-quantize && run_step time-quantize 40 "$bdir/xte" bench device "${bench_args[@]}"; then
   show time-quantize '^\||^\('
   judge time-quantize "quantize / dequantize / cast against a device-to-device copy"
 fi
 anchor_args=()
 [ "$dry" = 1 ] && anchor_args=(64 64 256 1)
 if gpu_step_ok time-anchors &&
-  run_step time-anchors 60 "$T/xte_device_bench" anchors "${anchor_args[@]}"; then
+  run_step time-anchors 60 "$bdir/xte" bench device anchors "${anchor_args[@]}"; then
   show time-anchors '^\||^\(|FAILED'
   judge time-anchors "xte GEMMs beside cuBLASLt bf16 and FP8 of the same shape"
 fi

@@ -1,5 +1,5 @@
 /* `xte info` without the xte program (which needs the benchmark dependencies): prints
- * xte_backend_info_string(). Built by tests/gpu.cmake as xte_device_info; tests/device/run.sh
+ * xte_backend_info_string(). Built by tests/cmake/gpu.cmake as xte_device_info; tests/device/run.sh
  * runs it first. Exit 0 when the report was written.
  *
  *   xte_device_info [--fast]

@@ -5,7 +5,7 @@ float8_e5m2, bfloat16, float8_e8m0fnu) and numpy re-statements of docs/numerics.
 
 ml_dtypes does not saturate (465 -> NaN, inf -> NaN in e4m3fn), so the saturating expectations
 clamp to +-448 / +-57344 before converting. NaN results are compared as NaN.
-The library is the file named by XTE_LIBRARY (set by tests/python.cmake)."""
+The library is the file named by XTE_LIBRARY (set by tests/cmake/python.cmake)."""
 
 import ctypes
 import os

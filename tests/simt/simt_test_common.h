@@ -33,7 +33,7 @@
 #endif
 
 /* ---------------------------------------------------------------- device mode
- * SIMT_DEVICE_MODE (tests/gpu.cmake: test_device_moe, test_device_router, for
+ * SIMT_DEVICE_MODE (tests/cmake/gpu.cmake: test_device_moe, test_device_router, for
  * tests/device/run.sh): the same cases against the real CUDA plugin on a GPU. Every buffer (buf)
  * is managed memory (cuMemAllocManaged of libcuda.so.1, the runtime's primary context on device
  * 0), so that the CPU backend and the GPU read and write the same bytes; CUDA_LAUNCH_BLOCKING=1

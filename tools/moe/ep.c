@@ -33,7 +33,7 @@
  *
  * Test hook: the environment variable XTE_MOE_EP_FAULT plants a bug in the EP run, so that the
  * tests can show the check fails: "weights" combines without the top-k weights, "offset" gives
- * each rank the weights of the experts one past its own. (tests/moe_layer.cmake) */
+ * each rank the weights of the experts one past its own. (tests/cmake/moe_layer.cmake) */
 #define _GNU_SOURCE /* posix_memalign */
 #include <math.h>
 #include <stdio.h>

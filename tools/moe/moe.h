@@ -169,7 +169,7 @@ int run_layer(layer *L, int timed); /* one forward (+ backward); timed: add to t
 /* FNV-1a (64-bit) of the FP8 weight stacks with their scales (routed, then shared), and of the
  * layer's outputs (out as bf16 bytes; with the backward dx, then the routed and shared weight
  * gradients as fp32 bytes): the bytes a change of the synthetic data, of the weight setup or
- * of a kernel would move (tests/moe_layer.cmake pins them). */
+ * of a kernel would move (tests/cmake/moe_layer.cmake pins them). */
 void layer_checksum(const layer *L, uint64_t *weights, uint64_t *outputs);
 
 /* ================================================================== fp64 check (ref.c) */

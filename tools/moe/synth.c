@@ -165,9 +165,47 @@ static void codes_generic(uint8_t *out, size_t nw, uint64_t key, uint64_t w0, co
 
 #ifdef MOE_FILL_X86
 #include <immintrin.h>
+/* a * c mod 2^64 in 64-bit lanes from 32 x 32 -> 64 products (AVX2 has no vpmullq). */
+__attribute__((target("avx2"))) static inline __m256i mul64_avx2(__m256i a, __m256i clo,
+                                                                 __m256i chi) {
+  __m256i lo = _mm256_mul_epu32(a, clo);
+  __m256i cross =
+      _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), clo), _mm256_mul_epu32(a, chi));
+  return _mm256_add_epi64(lo, _mm256_slli_epi64(cross, 32));
+}
+
+/* 4 words (32 codes) per step: the hash in 64-bit lanes, the 128-entry table as 8 vpshufb of
+ * 16 entries each, picked by bits 4..6 of the byte (bit 7 is the sign, or-ed in after). */
 __attribute__((target("avx2"))) static void codes_avx2(uint8_t *out, size_t nw, uint64_t key,
                                                        uint64_t w0, const code_lut *t) {
-  codes_body(out, nw, key, w0, t);
+  const __m256i c1lo = _mm256_set1_epi64x((long long)(0xBF58476D1CE4E5B9ull & 0xFFFFFFFFu));
+  const __m256i c1hi = _mm256_set1_epi64x((long long)(0xBF58476D1CE4E5B9ull >> 32));
+  const __m256i c2lo = _mm256_set1_epi64x((long long)(0x94D049BB133111EBull & 0xFFFFFFFFu));
+  const __m256i c2hi = _mm256_set1_epi64x((long long)(0x94D049BB133111EBull >> 32));
+  const __m256i step = _mm256_set1_epi64x((long long)(4 * GOLDEN));
+  const __m256i sign = _mm256_set1_epi8((char)0x80), low4 = _mm256_set1_epi8(0x0F);
+  __m256i tb[8], z0;
+  size_t w = 0;
+  int i;
+  for (i = 0; i < 8; i++)
+    tb[i] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(t->b + 16 * i)));
+  z0 = _mm256_set_epi64x((long long)(key + (w0 + 3) * GOLDEN), (long long)(key + (w0 + 2) * GOLDEN),
+                         (long long)(key + (w0 + 1) * GOLDEN), (long long)(key + w0 * GOLDEN));
+  for (; w + 4 <= nw; w += 4) {
+    __m256i z = z0, lo, hi, c = _mm256_setzero_si256();
+    z = mul64_avx2(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), c1lo, c1hi);
+    z = mul64_avx2(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), c2lo, c2hi);
+    z = _mm256_xor_si256(z, _mm256_srli_epi64(z, 31));
+    lo = _mm256_and_si256(z, low4);
+    hi = _mm256_and_si256(_mm256_srli_epi16(z, 4), _mm256_set1_epi8(0x07));
+    for (i = 0; i < 8; i++)
+      c = _mm256_or_si256(c, _mm256_and_si256(_mm256_cmpeq_epi8(hi, _mm256_set1_epi8((char)i)),
+                                              _mm256_shuffle_epi8(tb[i], lo)));
+    c = _mm256_or_si256(c, _mm256_and_si256(z, sign));
+    _mm256_storeu_si256((__m256i *)(void *)(out + 8 * w), c);
+    z0 = _mm256_add_epi64(z0, step);
+  }
+  if (w < nw) codes_body(out + 8 * w, nw - w, key, w0 + w, t);
 }
 
 /* 8 words (64 codes) per step: the hash in 64-bit lanes (vpmullq), the table by vpermi2b (its

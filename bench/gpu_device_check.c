@@ -1,142 +1,10 @@
-/* A short benchmark table of the CUDA backend for tests/device/run.sh, with no benchmark library:
- * each op on a bf16 [M, K] tensor (default 8192 x 8192, 128 MiB: larger than the H200's 50 MiB L2,
- * so that no L2 flush is needed between iterations), timed on the host around N iterations and
- * one xte_stream_synchronize, against the anchor of the same run: a device-to-device copy of the
- * input's bytes. GB/s counts the bytes each op must read and write once.
- *
- *   xte_device_bench [M K [iterations]]
- *   xte_device_bench gemm [M N K [iterations]]   (the exact GEMM: see gemm_main)
- *   xte_device_bench attention [s [iterations]]  (exact attention: see attn_main)
- *   xte_device_bench fast [--expect-cublaslt] [--no-timing] [iterations]  (FAST: see fast_main)
- *   xte_device_bench anchors [M N K [iterations]] (xte's GEMMs beside cuBLASLt's: anchors_main)
- * Every GEMM row names what the plugin reported it ran ($XTE_GPU_REPORT, src/cuda/xte_gpu_report.h;
- * set here to a file of its own when unset).
- * Exit 0 when the table was printed, 77 with "SKIPPED: ..." when there is no CUDA device,
- * 1 when an op failed. Built by tests/gpu.cmake. */
+/* `xte bench device` (bench/gpu_device.h): the modes gemm, fast and attention, which compare the
+ * CUDA backend's bytes with the CPU's (or FAST's error with its bound). */
 #define _POSIX_C_SOURCE 200809L
-#include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <xte/xte.h>
-
-#include "cuda/xte_cublaslt.h" /* the cuBLASLt loader and ABI values (plain C): the anchors */
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-#define CHECK(call)                                                                    \
-  do {                                                                                 \
-    xte_status st_ = (call);                                                           \
-    if (st_ != XTE_SUCCESS) {                                                          \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, xte_last_error()); \
-      exit(1);                                                                         \
-    }                                                                                  \
-  } while (0)
-
-/* ---------------------------------------------------------------- the plugin's report
- * What the plugin says it ran (src/cuda/xte_gpu_report.h): one line per GEMM call appended to
- * $XTE_GPU_REPORT, which main() points at a file of its own when it is not set. rep_take()
- * returns the lines written since the last call (static buffer), so every row names what its own
- * calls ran, as the plugin reported it: nothing here is inferred. */
-static char g_rep_path[512];
-/* XTE_DEVICE_BENCH_SMALL=1: small check shapes (the dry run on the host SIMT runner) */
-static int g_small;
-static long g_rep_off;
-
-static void rep_init(void) {
-  const char *p = getenv("XTE_GPU_REPORT");
-  if (p && *p) {
-    snprintf(g_rep_path, sizeof g_rep_path, "%s", p);
-  } else {
-    snprintf(g_rep_path, sizeof g_rep_path, "/tmp/xte_device_bench_report.%ld", (long)clock());
-    setenv("XTE_GPU_REPORT", g_rep_path, 1);
-  }
-  {
-    FILE *f = fopen(g_rep_path, "rb");
-    if (f) {
-      fseek(f, 0, SEEK_END);
-      g_rep_off = ftell(f);
-      fclose(f);
-    }
-  }
-}
-
-static const char *rep_take(void) {
-  static char buf[1 << 16];
-  size_t n = 0;
-  FILE *f = fopen(g_rep_path, "rb");
-  buf[0] = '\0';
-  if (!f) return buf;
-  if (fseek(f, g_rep_off, SEEK_SET) == 0) n = fread(buf, 1, sizeof buf - 1, f);
-  buf[n] = '\0';
-  fseek(f, 0, SEEK_END);
-  g_rep_off = ftell(f);
-  fclose(f);
-  return buf;
-}
-
-/* The value of key=... in a report line (up to a space, or the closing quote), into out. */
-static void rep_field(const char *line, const char *key, char *out, size_t size) {
-  const char *p = line;
-  size_t kl = strlen(key), n = 0;
-  out[0] = '\0';
-  while ((p = strstr(p, key)) != NULL) {
-    if ((p == line || p[-1] == ' ') && p[kl] == '=') break;
-    p += kl;
-  }
-  if (!p) return;
-  p += kl + 1;
-  if (*p == '"') {
-    p++;
-    while (p[n] && p[n] != '"' && p[n] != '\n') n++;
-  } else {
-    while (p[n] && p[n] != ' ' && p[n] != '\n') n++;
-  }
-  if (n >= size) n = size - 1;
-  memcpy(out, p, n);
-  out[n] = '\0';
-}
-
-/* The distinct values of key over the lines of rep, joined by ',' ("-" when none). */
-static void rep_values(const char *rep, const char *key, char *out, size_t size) {
-  const char *l = rep;
-  out[0] = '\0';
-  while (l && *l) {
-    char v[160];
-    rep_field(l, key, v, sizeof v);
-    if (*v) {
-      /* distinct: v not yet a whole item of out */
-      const size_t vl = strlen(v);
-      const char *q = out;
-      int seen = 0;
-      while ((q = strstr(q, v)) != NULL) {
-        if ((q == out || q[-1] == ',') && (q[vl] == ',' || q[vl] == '\0')) seen = 1;
-        q += vl;
-      }
-      if (!seen && strlen(out) + vl + 2 < size) {
-        if (*out) strcat(out, ",");
-        strcat(out, v);
-      }
-    }
-    l = strchr(l, '\n');
-    if (l) l++;
-  }
-  if (!*out) snprintf(out, size, "-");
-}
-
-enum { OP_COPY, OP_QUANT_ROW, OP_QUANT_BOTH, OP_DEQUANT, OP_CAST, OP_COUNT };
-static const char *op_name[OP_COUNT] = {"d2d copy (anchor)", "quantize 1x128 rowwise",
-                                        "quantize 1x128 row + col", "dequantize rowwise -> bf16",
-                                        "cast bf16 -> e4m3"};
+#include "gpu_device.h"
 
 /* ---------------------------------------------------------------- GEMM
- *   xte_device_bench gemm [M N K [iterations]]
+ *   xte bench device gemm [M N K [iterations]]
  * 1. byte equality of the CUDA exact GEMM with the CPU backend: dense 1x128 x 128x128 on odd
  *    shapes, e4m3 x e4m3 and e4m3 x e5m2, fp32 out, and bf16 out with a bf16 C and a bias; a
  *    contiguous grouped call (an empty group, alignment 64) and a masked one; every GPU call twice
@@ -301,9 +169,9 @@ static size_t gemm_check_one(xte_stream gpu, xte_stream cpu, gop *a, gop *b, int
 static const char *gemm_ran(const char *req, int forced, int *failed, int *rows) {
   static char out[400];
   char ran[120], why[240];
-  const char *rep = rep_take();
-  rep_values(rep, "ran", ran, sizeof ran);
-  rep_values(rep, "not_honoured", why, sizeof why);
+  const char *rep = gdev_rep_take();
+  gdev_rep_values(rep, "ran", ran, sizeof ran);
+  gdev_rep_values(rep, "not_honoured", why, sizeof why);
   if (!strchr(rep, '\n')) {
     snprintf(out, sizeof out, "FAILED: the plugin reported no GEMM call");
     *failed = 1;
@@ -322,7 +190,7 @@ static const char *gemm_ran(const char *req, int forced, int *failed, int *rows)
   return out;
 }
 
-static int gemm_main(int argc, char **argv) {
+int gdev_gemm_main(int argc, char **argv) {
   const int64_t M = argc > 3 ? atoll(argv[1]) : 4096, N = argc > 3 ? atoll(argv[2]) : 7168,
                 K = argc > 3 ? atoll(argv[3]) : 16384;
   const int iters = argc > 4 ? atoi(argv[4]) : 5;
@@ -346,11 +214,11 @@ static int gemm_main(int argc, char **argv) {
   {
     static const int64_t big[][3] = {{257, 300, 1000}, {1000, 1536, 2048}, {1, 4096, 7168}};
     static const int64_t small[][3] = {{65, 72, 300}, {33, 64, 256}, {1, 136, 384}};
-    const int64_t(*shapes)[3] = g_small ? small : big;
+    const int64_t(*shapes)[3] = gdev_small ? small : big;
     printf(
         "| exact GEMM, CUDA vs CPU | bytes differing | kernel that ran (plugin's report) |\n"
         "|---|---:|---|\n");
-    (void)rep_take();
+    (void)gdev_rep_take();
     for (c = 0; c < 3; c++)
       for (i = 0; i < 2; i++) {
         gop a, b;
@@ -372,11 +240,11 @@ static int gemm_main(int argc, char **argv) {
       /* grouped: 4 groups of N = 384 over K = 1536 */
       static const int64_t sizes_big[4] = {300, 0, 129, 511}, sizes_small[4] = {33, 0, 17, 70};
       static const int32_t masked_big[4] = {0, 200, 256, 17}, masked_small[4] = {0, 50, 64, 17};
-      const int64_t *sizes = g_small ? sizes_small : sizes_big;
-      const int32_t *masked = g_small ? masked_small : masked_big;
-      const int64_t mmax = g_small ? 64 : 256;
-      const int64_t G = 4, n = g_small ? 64 : 384, k = g_small ? 256 : 1536,
-                    rows = g_small ? 64 + 0 + 64 + 128 : 320 + 0 + 192 + 512;
+      const int64_t *sizes = gdev_small ? sizes_small : sizes_big;
+      const int32_t *masked = gdev_small ? masked_small : masked_big;
+      const int64_t mmax = gdev_small ? 64 : 256;
+      const int64_t G = 4, n = gdev_small ? 64 : 384, k = gdev_small ? 256 : 1536,
+                    rows = gdev_small ? 64 + 0 + 64 + 128 : 320 + 0 + 192 + 512;
       xte_gemm_groups grp;
       gop a, b, am;
       size_t d;
@@ -454,13 +322,13 @@ static int gemm_main(int argc, char **argv) {
     x = xte_tensor_2d(d_x, XTE_DTYPE_BF16, N, K);
     CHECK(xte_quantize(&x, &qb, NULL, gpu));
     D = xte_tensor_2d(d_d, XTE_DTYPE_BF16, M, N);
-    (void)rep_take();
+    (void)gdev_rep_take();
     CHECK(xte_gemm(&qa, &qb, NULL, &D, NULL, gpu)); /* warm-up */
     CHECK(xte_stream_synchronize(gpu));
-    t0 = now();
+    t0 = gdev_now();
     for (i = 0; i < iters; i++) CHECK(xte_gemm(&qa, &qb, NULL, &D, NULL, gpu));
     CHECK(xte_stream_synchronize(gpu));
-    ms = (now() - t0) / iters * 1e3;
+    ms = (gdev_now() - t0) / iters * 1e3;
     {
       const char *ran = gemm_ran(req, forced, &failed, &forced_rows);
       printf(
@@ -489,7 +357,7 @@ static int gemm_main(int argc, char **argv) {
 }
 
 /* ---------------------------------------------------------------- FAST GEMM
- *   xte_device_bench fast [iterations]
+ *   xte bench device fast [iterations]
  * 1. XTE_GEMM_FAST (cuBLASLt on sm_90 with libcublasLt >= 12.9, else the exact kernel) against the
  *    exact kernel on the same device: 1x128 x 128x128, 128x128 x 1x128, 1x128 x 1x128, e4m3 (and
  *    e4m3 x e5m2), fp32 out, scales COMPACT (repacked) and TE_GEMM (read in place), K blocks a
@@ -540,15 +408,15 @@ static int fast_check(xte_stream gpu, xte_scaling_mode ma, xte_scaling_mode mb, 
   D = xte_tensor_2d(dd, XTE_DTYPE_FP32, m, n);
   for (mode = 0; mode < 2; mode++) {
     cfg.mode = mode ? XTE_GEMM_FAST : XTE_GEMM_EXACT;
-    (void)rep_take();
+    (void)gdev_rep_take();
     CHECK(xte_gemm(&a.d, &b.d, NULL, &D, &cfg, gpu));
     CHECK(xte_stream_synchronize(gpu));
     CHECK(xte_memcpy(gpu, mode ? ff : fe, dd, nd * 4, XTE_MEMCPY_DEVICE_TO_HOST));
   }
   {
-    const char *rep = rep_take();
-    rep_values(rep, "path", path, sizeof path);
-    rep_values(rep, "why", why, sizeof why);
+    const char *rep = gdev_rep_take();
+    gdev_rep_values(rep, "path", path, sizeof path);
+    gdev_rep_values(rep, "why", why, sizeof why);
     lt = strcmp(path, "cublaslt") == 0;
     g_fast_calls++;
     g_fast_lt += lt;
@@ -591,7 +459,7 @@ static int fast_check(xte_stream gpu, xte_scaling_mode ma, xte_scaling_mode mb, 
   return bad != 0 || (g_expect_lt && !lt);
 }
 
-static int fast_main(int argc, char **argv) {
+int gdev_fast_main(int argc, char **argv) {
   const int64_t M = 4096, N = 7168, K = 16384;
   int iters = 10, a, timing = 1;
   xte_stream gpu;
@@ -625,7 +493,7 @@ static int fast_main(int argc, char **argv) {
     static const int64_t big[][3] = {
         {256, 512, 128}, {256, 512, 1024}, {512, 384, 1152}, {128, 256, 4096}};
     static const int64_t small[][3] = {{64, 64, 128}, {32, 64, 256}, {128, 48, 384}, {16, 32, 512}};
-    const int64_t(*shapes)[3] = g_small ? small : big;
+    const int64_t(*shapes)[3] = gdev_small ? small : big;
     for (c = 0; c < 4; c++) {
       const int64_t m = shapes[c][0], n = shapes[c][1], k = shapes[c][2];
       failed |=
@@ -640,10 +508,11 @@ static int fast_main(int argc, char **argv) {
     /* with a bias (no C: cuBLASLt's epilogue order with C is not established, see
      * src/cuda/xte_cublaslt.h) */
     failed |= fast_check(gpu, XTE_SCALING_BLOCK_1x128, XTE_SCALING_BLOCK_128x128, XTE_DTYPE_E4M3,
-                         g_small ? 32 : 256, g_small ? 64 : 512, g_small ? 256 : 1024,
+                         gdev_small ? 32 : 256, gdev_small ? 64 : 512, gdev_small ? 256 : 1024,
                          XTE_SCALE_LAYOUT_TE_GEMM, 1);
-    failed |= fast_check(gpu, XTE_SCALING_BLOCK_1x128, XTE_SCALING_BLOCK_1x128, XTE_DTYPE_E4M3,
-                         g_small ? 16 : 128, g_small ? 32 : 256, 128, XTE_SCALE_LAYOUT_TE_GEMM, 1);
+    failed |=
+        fast_check(gpu, XTE_SCALING_BLOCK_1x128, XTE_SCALING_BLOCK_1x128, XTE_DTYPE_E4M3,
+                   gdev_small ? 16 : 128, gdev_small ? 32 : 256, 128, XTE_SCALE_LAYOUT_TE_GEMM, 1);
   }
   printf("FAST calls: %d, through cuBLASLt: %d (plugin's report)\n", g_fast_calls, g_fast_lt);
   if (!timing) {
@@ -696,18 +565,18 @@ static int fast_main(int argc, char **argv) {
       double t0, ms;
       char what[160];
       cfg.mode = mode ? XTE_GEMM_FAST : XTE_GEMM_EXACT;
-      (void)rep_take();
+      (void)gdev_rep_take();
       if (mode) CHECK(xte_gemm(&qa, &qb, NULL, &D, &cfg, gpu)); /* warm-up */
       CHECK(xte_stream_synchronize(gpu));
-      t0 = now();
+      t0 = gdev_now();
       for (i = 0; i < n_it; i++) CHECK(xte_gemm(&qa, &qb, NULL, &D, &cfg, gpu));
       CHECK(xte_stream_synchronize(gpu));
-      ms = (now() - t0) / n_it * 1e3;
+      ms = (gdev_now() - t0) / n_it * 1e3;
       {
-        const char *rep = rep_take();
+        const char *rep = gdev_rep_take();
         char path[64], ran[64];
-        rep_values(rep, "path", path, sizeof path);
-        rep_values(rep, "ran", ran, sizeof ran);
+        gdev_rep_values(rep, "path", path, sizeof path);
+        gdev_rep_values(rep, "ran", ran, sizeof ran);
         snprintf(what, sizeof what, "%s (path %s, kernel %s)", mode ? "FAST" : "exact", path, ran);
         if (mode && g_expect_lt && strcmp(path, "cublaslt") != 0) {
           printf("FAILED: the timed FAST calls did not run cuBLASLt: %s\n", rep);
@@ -734,7 +603,7 @@ static int fast_main(int argc, char **argv) {
 }
 
 /* ---------------------------------------------------------------- attention
- *   xte_device_bench attention [s [iterations]]
+ *   xte bench device attention [s [iterations]]
  * 1. byte equality of the CUDA exact attention with the CPU backend on small cases (bf16 and
  *    fp32, BSHD causal with GQA and odd lengths, THD varlen with a window, softcap + ALiBi): O,
  *    LSE, then dQ, dK, dV from the CPU's O and LSE; every GPU call twice (same bytes).
@@ -942,7 +811,7 @@ static size_t attn_check(xte_stream gpu, xte_stream cpu, const attn_case *c) {
   return diff;
 }
 
-static int attn_main(int argc, char **argv) {
+int gdev_attn_main(int argc, char **argv) {
   const int64_t S = argc > 1 ? atoll(argv[1]) : 4096, H = 16, D = 128;
   const int iters = argc > 2 ? atoi(argv[2]) : 2;
   const attn_case cases[] = {
@@ -1011,7 +880,7 @@ static int attn_main(int argc, char **argv) {
         if (bwd)
           CHECK(xte_attention_bwd(&tq, &tk, &tv, &to, &tdo, &tl, &tgq, &tgk, &tgv, &cfg, gpu));
         CHECK(xte_stream_synchronize(gpu));
-        t0 = now();
+        t0 = gdev_now();
         for (it = 0; it < iters; it++) {
           if (bwd)
             CHECK(xte_attention_bwd(&tq, &tk, &tv, &to, &tdo, &tl, &tgq, &tgk, &tgv, &cfg, gpu));
@@ -1019,7 +888,7 @@ static int attn_main(int argc, char **argv) {
             CHECK(xte_attention_fwd(&tq, &tk, &tv, &to, &tl, &cfg, gpu));
         }
         CHECK(xte_stream_synchronize(gpu));
-        t = (now() - t0) / iters;
+        t = (gdev_now() - t0) / iters;
         printf("| %s %s | %.2f | %.2f | %.3f |\n", causal ? "causal" : "full", bwd ? "bwd" : "fwd",
                t * 1e3, fl / t * 1e-12, fl / t * 1e-12 / 66.9);
       }
@@ -1035,286 +904,5 @@ static int attn_main(int argc, char **argv) {
   }
   xte_stream_destroy(cpu);
   xte_stream_destroy(gpu);
-  return 0;
-}
-
-/* ---------------------------------------------------------------- anchors
- *   xte_device_bench anchors [M N K [iterations]]
- * The rates of xte's GEMMs beside cuBLASLt's of the same shape, on the same device, from one
- * run: xte exact (the automatic kernel) and FAST, 1x128 x 128x128 e4m3 -> bf16; cuBLASLt bf16 x
- * bf16 -> bf16 and e4m3 x e4m3 -> bf16 (per-tensor, scale 1), compute 32F, TN, its first
- * heuristic algorithm with a 32 MiB workspace. cuBLASLt runs on the legacy default stream
- * (cudaStreamLegacy), which an xte stream wraps for the synchronization. Exit 0 when the table
- * was printed, 77 without a device or without a usable libcublasLt (xte's rows printed first). */
-static int anchors_main(int argc, char **argv) {
-  const int64_t M = argc > 3 ? atoll(argv[1]) : 4096, N = argc > 3 ? atoll(argv[2]) : 7168,
-                K = argc > 3 ? atoll(argv[3]) : 16384;
-  const int iters = argc > 4 ? atoi(argv[4]) : 10;
-  const double flop = 2.0 * (double)M * (double)N * (double)K;
-  xte_stream gpu, leg;
-  xte_status st = xte_stream_create(XTE_BACKEND_CUDA, 0, NULL, &gpu);
-  void *d_a, *d_b, *d_sa, *d_sb, *d_d, *d_ab, *d_bb, *ws;
-  int64_t sar, sac, sbr, sbc, i;
-  xte_qtensor qa, qb;
-  xte_tensor D;
-  xte_gemm_config cfg = xte_gemm_config_default();
-  xte_lt_api api;
-  uint8_t *h;
-  int mode, it;
-  if (st == XTE_ERROR_BACKEND_UNAVAILABLE) {
-    printf("SKIPPED: no usable CUDA device: %s\n", xte_last_error());
-    return 77;
-  }
-  CHECK(st);
-  if (M <= 0 || N <= 0 || K <= 0 || K % 128 != 0 || iters < 1) {
-    fprintf(stderr, "usage: %s anchors [M N K [iterations]] (K a multiple of 128)\n", argv[0]);
-    return 2;
-  }
-  CHECK(xte_quantize_scale_shape(M, K, XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK,
-                                 XTE_SCALE_LAYOUT_TE_GEMM, 0, &sar, &sac));
-  CHECK(xte_quantize_scale_shape(N, K, XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK,
-                                 XTE_SCALE_LAYOUT_TE_GEMM, 0, &sbr, &sbc));
-  CHECK(xte_malloc(gpu, (size_t)(M * K), &d_a));
-  CHECK(xte_malloc(gpu, (size_t)(N * K), &d_b));
-  CHECK(xte_malloc(gpu, (size_t)(sar * sac) * 4, &d_sa));
-  CHECK(xte_malloc(gpu, (size_t)(sbr * sbc) * 4, &d_sb));
-  CHECK(xte_malloc(gpu, (size_t)(M * N) * 2, &d_d));
-  CHECK(xte_malloc(gpu, (size_t)(M * K) * 2, &d_ab));
-  CHECK(xte_malloc(gpu, (size_t)(N * K) * 2, &d_bb));
-  CHECK(xte_malloc(gpu, (size_t)32 << 20, &ws));
-  {
-    const size_t big = (size_t)((M > N ? M : N) * K) * 2;
-    float *ones = (float *)malloc(sizeof(float) * (size_t)(sar * sac + sbr * sbc));
-    h = (uint8_t *)malloc(big);
-    if (!h || !ones) return 1;
-    for (i = 0; i < (int64_t)big; i++) /* e4m3 codes of magnitude < 1, and bf16 in (-2, 2) */
-      h[i] = (uint8_t)(i & 1 ? ((uint32_t)i * 2654435761u >> 24) & 0xBF : 0x31 + i % 5);
-    for (i = 0; i < sar * sac + sbr * sbc; i++) ones[i] = 1.0f;
-    CHECK(xte_memcpy(gpu, d_a, h, (size_t)(M * K), XTE_MEMCPY_HOST_TO_DEVICE));
-    CHECK(xte_memcpy(gpu, d_b, h, (size_t)(N * K), XTE_MEMCPY_HOST_TO_DEVICE));
-    CHECK(xte_memcpy(gpu, d_ab, h, (size_t)(M * K) * 2, XTE_MEMCPY_HOST_TO_DEVICE));
-    CHECK(xte_memcpy(gpu, d_bb, h, (size_t)(N * K) * 2, XTE_MEMCPY_HOST_TO_DEVICE));
-    CHECK(xte_memcpy(gpu, d_sa, ones, (size_t)(sar * sac) * 4, XTE_MEMCPY_HOST_TO_DEVICE));
-    CHECK(xte_memcpy(gpu, d_sb, ones + sar * sac, (size_t)(sbr * sbc) * 4,
-                     XTE_MEMCPY_HOST_TO_DEVICE));
-    free(h);
-    free(ones);
-  }
-  memset(&qa, 0, sizeof qa);
-  qa.scaling_mode = XTE_SCALING_BLOCK_1x128;
-  qa.recipe = XTE_RECIPE_TE_BLOCK;
-  qa.rowwise = xte_tensor_2d(d_a, XTE_DTYPE_E4M3, M, K);
-  qa.rowwise_scale_inv =
-      (xte_scale_tensor){d_sa, XTE_DTYPE_FP32, sar, sac, XTE_SCALE_LAYOUT_TE_GEMM};
-  qb = qa;
-  qb.scaling_mode = XTE_SCALING_BLOCK_128x128;
-  qb.rowwise = xte_tensor_2d(d_b, XTE_DTYPE_E4M3, N, K);
-  qb.rowwise_scale_inv =
-      (xte_scale_tensor){d_sb, XTE_DTYPE_FP32, sbr, sbc, XTE_SCALE_LAYOUT_TE_GEMM};
-  D = xte_tensor_2d(d_d, XTE_DTYPE_BF16, M, N);
-  printf(
-      "| GEMM %lld x %lld x %lld -> bf16 (same device, one run) | ms | TFLOPS | x cuBLASLt FP8 |\n"
-      "|---|---:|---:|---:|\n",
-      (long long)M, (long long)N, (long long)K);
-  {
-    double ms_x[2] = {0, 0}, ms_lt[2] = {-1, -1};
-    char what[2][200];
-    for (mode = 0; mode < 2; mode++) {
-      const int n_it = mode ? iters : (iters < 3 ? iters : 3);
-      double t0;
-      char path[64], ran[64];
-      const char *rep;
-      cfg.mode = mode ? XTE_GEMM_FAST : XTE_GEMM_EXACT;
-      (void)rep_take();
-      CHECK(xte_gemm(&qa, &qb, NULL, &D, &cfg, gpu)); /* warm-up */
-      CHECK(xte_stream_synchronize(gpu));
-      t0 = now();
-      for (it = 0; it < n_it; it++) CHECK(xte_gemm(&qa, &qb, NULL, &D, &cfg, gpu));
-      CHECK(xte_stream_synchronize(gpu));
-      ms_x[mode] = (now() - t0) / n_it * 1e3;
-      rep = rep_take();
-      rep_values(rep, "path", path, sizeof path);
-      rep_values(rep, "ran", ran, sizeof ran);
-      snprintf(what[mode], sizeof what[mode], "xte %s (path %s, kernel %s), 1x128 x 128x128 e4m3",
-               mode ? "FAST" : "exact", path, ran);
-    }
-    if (!xte_lt_load(&api)) {
-      for (mode = 0; mode < 2; mode++)
-        printf("| %s | %.3f | %.1f | - |\n", what[mode], ms_x[mode],
-               flop / (ms_x[mode] * 1e-3) / 1e12);
-      printf("SKIPPED: no cuBLASLt anchor: %s\n", api.why);
-      return 77;
-    }
-    CHECK(
-        xte_stream_create(XTE_BACKEND_CUDA, 0, (void *)(uintptr_t)1 /* cudaStreamLegacy */, &leg));
-    for (mode = 0; mode < 2; mode++) { /* 0 bf16, 1 e4m3 */
-      void *h_lt = NULL, *op = NULL, *la = NULL, *lb = NULL, *ld = NULL, *pref = NULL;
-      const int ta = XTE_LT_OP_T, tb = XTE_LT_OP_N, ty = mode ? XTE_LT_R_8F_E4M3 : XTE_LT_R_16BF;
-      const uint64_t wsb = (uint64_t)32 << 20;
-      const float one = 1.0f, zero = 0.0f;
-      xte_lt_heuristic r;
-      int n = 0, ok;
-      double t0 = now();
-      memset(&r, 0, sizeof r);
-      ok = api.create(&h_lt) == XTE_LT_OK &&
-           api.desc_create(&op, XTE_LT_COMPUTE_32F, XTE_LT_R_32F) == XTE_LT_OK &&
-           api.desc_set(op, XTE_LT_DESC_TRANSA, &ta, sizeof ta) == XTE_LT_OK &&
-           api.desc_set(op, XTE_LT_DESC_TRANSB, &tb, sizeof tb) == XTE_LT_OK &&
-           api.layout_create(&la, ty, (uint64_t)K, (uint64_t)N, K) == XTE_LT_OK &&
-           api.layout_create(&lb, ty, (uint64_t)K, (uint64_t)M, K) == XTE_LT_OK &&
-           api.layout_create(&ld, XTE_LT_R_16BF, (uint64_t)N, (uint64_t)M, N) == XTE_LT_OK &&
-           api.pref_create(&pref) == XTE_LT_OK &&
-           api.pref_set(pref, XTE_LT_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb) == XTE_LT_OK &&
-           api.heuristic(h_lt, op, la, lb, ld, ld, pref, 1, &r, &n) == XTE_LT_OK && n > 0;
-      for (it = -1; ok && it < iters; it++) {
-        if (it == 0) {
-          CHECK(xte_stream_synchronize(leg));
-          t0 = now();
-        }
-        ok = api.matmul(h_lt, op, &one, mode ? d_b : d_bb, la, mode ? d_a : d_ab, lb, &zero, d_d,
-                        ld, d_d, ld, &r.algo, ws, (size_t)wsb, (void *)(uintptr_t)1) == XTE_LT_OK;
-      }
-      CHECK(xte_stream_synchronize(leg));
-      if (ok)
-        ms_lt[mode] = (now() - t0) / iters * 1e3;
-      else
-        printf("cuBLASLt %s: no algorithm or a failed call (n %d)\n", mode ? "e4m3" : "bf16", n);
-      if (pref) api.pref_destroy(pref);
-      if (ld) api.layout_destroy(ld);
-      if (lb) api.layout_destroy(lb);
-      if (la) api.layout_destroy(la);
-      if (op) api.desc_destroy(op);
-    }
-    for (mode = 0; mode < 2; mode++)
-      printf("| %s | %.3f | %.1f | %.3f |\n", what[mode], ms_x[mode],
-             flop / (ms_x[mode] * 1e-3) / 1e12, ms_lt[1] > 0 ? ms_lt[1] / ms_x[mode] : 0.0);
-    for (mode = 0; mode < 2; mode++)
-      if (ms_lt[mode] > 0)
-        printf("| cuBLASLt %s (%s, per-tensor) | %.3f | %.1f | %.3f |\n",
-               mode ? "e4m3 x e4m3" : "bf16 x bf16", api.lib, ms_lt[mode],
-               flop / (ms_lt[mode] * 1e-3) / 1e12, ms_lt[1] > 0 ? ms_lt[1] / ms_lt[mode] : 0.0);
-    printf("(host timing around the calls and one synchronize; exact: up to 3 calls, others %d)\n",
-           iters);
-    xte_stream_destroy(leg);
-    if (ms_lt[0] < 0 || ms_lt[1] < 0) {
-      printf("FAILED: a cuBLASLt anchor did not run\n");
-      return 1;
-    }
-  }
-  return 0;
-}
-
-int main(int argc, char **argv) {
-  int64_t M = argc > 2 ? atoll(argv[1]) : 8192, K = argc > 2 ? atoll(argv[2]) : 8192;
-  int iters = argc > 3 ? atoi(argv[3]) : 20, op, i;
-  size_t n = (size_t)(M * K), in_bytes = n * 2;
-  xte_stream gpu;
-  xte_status st;
-  rep_init();
-  g_small = getenv("XTE_DEVICE_BENCH_SMALL") && atoi(getenv("XTE_DEVICE_BENCH_SMALL")) > 0;
-  if (argc > 1 && strcmp(argv[1], "gemm") == 0) return gemm_main(argc - 1, argv + 1);
-  if (argc > 1 && strcmp(argv[1], "attention") == 0) return attn_main(argc - 1, argv + 1);
-  if (argc > 1 && strcmp(argv[1], "fast") == 0) return fast_main(argc - 1, argv + 1);
-  if (argc > 1 && strcmp(argv[1], "anchors") == 0) return anchors_main(argc - 1, argv + 1);
-  st = xte_stream_create(XTE_BACKEND_CUDA, 0, NULL, &gpu);
-  void *d_in, *d_copy, *d_rq, *d_rs, *d_cq, *d_cs, *d_out, *d_amax;
-  int64_t rsr, rsc, csr, csc;
-  xte_quant_config cfg = xte_quant_config_default();
-  xte_tensor in, out8, out16;
-  xte_qtensor qr, qb;
-  double gbs[OP_COUNT], us[OP_COUNT];
-  uint16_t *h;
-
-  if (st == XTE_ERROR_BACKEND_UNAVAILABLE) {
-    printf("SKIPPED: no usable CUDA device: %s\n", xte_last_error());
-    return 77;
-  }
-  CHECK(st);
-  if (M <= 0 || K <= 0 || K % 128 != 0 || iters < 1) {
-    fprintf(stderr, "usage: %s [M K [iterations]] (K a multiple of 128)\n", argv[0]);
-    return 2;
-  }
-  CHECK(xte_quantize_scale_shape(M, K, XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK,
-                                 XTE_SCALE_LAYOUT_COMPACT, 0, &rsr, &rsc));
-  CHECK(xte_quantize_scale_shape(M, K, XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK,
-                                 XTE_SCALE_LAYOUT_COMPACT, 1, &csr, &csc));
-  CHECK(xte_malloc(gpu, in_bytes, &d_in));
-  CHECK(xte_malloc(gpu, in_bytes, &d_copy));
-  CHECK(xte_malloc(gpu, n, &d_rq));
-  CHECK(xte_malloc(gpu, n, &d_cq));
-  CHECK(xte_malloc(gpu, (size_t)(rsr * rsc) * 4, &d_rs));
-  CHECK(xte_malloc(gpu, (size_t)(csr * csc) * 4, &d_cs));
-  CHECK(xte_malloc(gpu, in_bytes, &d_out));
-  CHECK(xte_malloc(gpu, 4, &d_amax));
-  h = (uint16_t *)malloc(in_bytes);
-  if (!h) return 1;
-  for (i = 0; i < (int)(n > 0x7FFFFFFF ? 0x7FFFFFFF : n); i++) /* finite bf16 in (-2, 2) */
-    h[i] = (uint16_t)(((uint32_t)i * 2654435761u) >> 16) & 0xBFFFu;
-  CHECK(xte_memcpy(gpu, d_in, h, in_bytes, XTE_MEMCPY_HOST_TO_DEVICE));
-  free(h);
-
-  in = xte_tensor_2d(d_in, XTE_DTYPE_BF16, M, K);
-  memset(&qr, 0, sizeof qr);
-  qr.scaling_mode = XTE_SCALING_BLOCK_1x128;
-  qr.recipe = XTE_RECIPE_TE_BLOCK;
-  qr.rowwise = xte_tensor_2d(d_rq, XTE_DTYPE_E4M3, M, K);
-  qr.rowwise_scale_inv.data = d_rs;
-  qr.rowwise_scale_inv.dtype = XTE_DTYPE_FP32;
-  qr.rowwise_scale_inv.rows = rsr;
-  qr.rowwise_scale_inv.cols = rsc;
-  qr.rowwise_scale_inv.layout = XTE_SCALE_LAYOUT_COMPACT;
-  qr.amax = (float *)d_amax;
-  qb = qr;
-  qb.columnwise = xte_tensor_2d(d_cq, XTE_DTYPE_E4M3, K, M); /* TE_BLOCK: transposed copy */
-  qb.columnwise_scale_inv = qr.rowwise_scale_inv;
-  qb.columnwise_scale_inv.data = d_cs;
-  qb.columnwise_scale_inv.rows = csr;
-  qb.columnwise_scale_inv.cols = csc;
-  out8 = xte_tensor_2d(d_rq, XTE_DTYPE_E4M3, M, K);
-  out16 = xte_tensor_2d(d_out, XTE_DTYPE_BF16, M, K);
-
-  for (op = 0; op < OP_COUNT; op++) {
-    double t0 = 0, bytes;
-    for (i = -3; i < iters; i++) { /* 3 warm-up runs */
-      if (i == 0) {
-        CHECK(xte_stream_synchronize(gpu));
-        t0 = now();
-      }
-      switch (op) {
-        case OP_COPY:
-          CHECK(xte_memcpy(gpu, d_copy, d_in, in_bytes, XTE_MEMCPY_DEVICE_TO_DEVICE));
-          break;
-        case OP_QUANT_ROW:
-          CHECK(xte_quantize(&in, &qr, &cfg, gpu));
-          break;
-        case OP_QUANT_BOTH:
-          CHECK(xte_quantize(&in, &qb, &cfg, gpu));
-          break;
-        case OP_DEQUANT:
-          CHECK(xte_dequantize(&qr, 0, &out16, gpu));
-          break;
-        default:
-          CHECK(xte_cast(&in, &out8, 1, gpu));
-      }
-    }
-    CHECK(xte_stream_synchronize(gpu));
-    us[op] = (now() - t0) / iters * 1e6;
-    bytes = op == OP_COPY        ? 2.0 * (double)in_bytes
-            : op == OP_QUANT_ROW ? (double)in_bytes + (double)n + (double)(rsr * rsc) * 4
-            : op == OP_QUANT_BOTH
-                ? (double)in_bytes + 2.0 * (double)n + (double)(rsr * rsc + csr * csc) * 4
-            : op == OP_DEQUANT ? (double)n + (double)(rsr * rsc) * 4 + (double)in_bytes
-                               : (double)in_bytes + (double)n;
-    gbs[op] = bytes / (us[op] * 1e-6) / 1e9;
-  }
-  printf("| op (bf16 %lld x %lld, %d iterations) | us | GB/s | x d2d copy |\n", (long long)M,
-         (long long)K, iters);
-  printf("|---|---:|---:|---:|\n");
-  for (op = 0; op < OP_COUNT; op++)
-    printf("| %s | %.1f | %.0f | %.2f |\n", op_name[op], us[op], gbs[op], gbs[op] / gbs[OP_COPY]);
-  printf(
-      "(host timing around %d launches and one synchronize; no L2 flush: the tensor is larger "
-      "than L2)\n",
-      iters);
   return 0;
 }

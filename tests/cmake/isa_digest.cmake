@@ -1,4 +1,4 @@
-# xte_isa_digest (tests/isa_digest.c): one line per case, the FNV-1a 64 of every output byte of a
+# xte_isa_digest (tests/isa_digest/, main.c first): one line per case, the FNV-1a 64 of every output byte of a
 # call of the CPU API on fixed inputs, and a TOTAL. Run it before and after a change of src/cpu/
 # and diff the outputs: every line must stay the same.
 # isa_digest_identity: the numerics contract (docs/numerics.md: the same bytes on every CPU ISA and
@@ -8,7 +8,8 @@
 # naming each case whose bytes differ from the scalar ISA's (with the first differing elements of
 # the first such case). XTE_DIGEST_EMULATOR: a command the programs run under (set from
 # CMAKE_CROSSCOMPILING_EMULATOR, e.g. qemu-x86_64).
-add_executable(xte_isa_digest isa_digest.c)
+file(GLOB XTE_ISA_DIGEST_SRC CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/isa_digest/*.c)
+add_executable(xte_isa_digest ${XTE_ISA_DIGEST_SRC})
 target_link_libraries(xte_isa_digest PRIVATE xte::xte m)
 target_compile_options(xte_isa_digest PRIVATE ${XTE_C_FLAGS})
 if(TARGET xte_isa_run)

@@ -41,13 +41,8 @@ add_executable(xte_device_info ${CMAKE_CURRENT_SOURCE_DIR}/device/xte_info.c)
 target_link_libraries(xte_device_info PRIVATE xte::xte)
 target_compile_options(xte_device_info PRIVATE ${XTE_C_FLAGS})
 
-# A short benchmark table of the CUDA ops against a device-to-device copy (tests/device/run.sh).
-add_executable(xte_device_bench ${CMAKE_CURRENT_SOURCE_DIR}/device/gpu_bench.c)
-target_link_libraries(xte_device_bench PRIVATE xte::xte ${CMAKE_DL_LIBS})
-# src/cuda/xte_cublaslt.h (the cuBLASLt loader, plain C) for the cuBLASLt anchors
-target_include_directories(xte_device_bench PRIVATE ${PROJECT_SOURCE_DIR}/src
-                           ${PROJECT_BINARY_DIR}/include)
-target_compile_options(xte_device_bench PRIVATE ${XTE_C_FLAGS})
+# The CUDA backend's byte checks and timings of tests/device/run.sh: `xte bench device`
+# (bench/gpu_device.c, in the xte program).
 
 # test_gpu_fast_lt: the cuBLASLt FAST path's loader, applicability table and ABI values
 # (tests/test_gpu_fast_lt.c, host only). The cases that can skip (no libcublasLt installed, no

@@ -8,12 +8,13 @@
 #  moe_layer_small_fast  --mode fast: XTE_GEMM_FAST in every FP8 GEMM of the layer, the fp64 check
 #                        under the FAST bounds (docs/numerics.md section 6; tools/moe/ref.c)
 #  moe_layer_mode_bad    --mode other than exact / fast: a usage error that names the choices
-#  moe_layer_weights_checksum, _scalar1
+#  moe_layer_weights_checksum, _avx2, _scalar1
 #                        --checksum: the FNV-1a hash of the FP8 weights and their scales (4 experts,
 #                        hidden 4096, FFN 1024; codes and block scales made directly from the
 #                        seed, tools/moe/synth.h) is the pinned one; on the default ISA and
-#                        threads (the AVX-512 VBMI generator where the CPU has it), and on the
-#                        scalar kernels with one thread (the plain-C generator), no fp64 check
+#                        threads (the AVX-512 VBMI generator where the CPU has it), on the AVX2
+#                        kernels (the AVX2 vpshufb generator), and on the scalar kernels with
+#                        one thread (the plain-C generator), no fp64 check
 #                        (the data may not depend on either). The pin changed from
 #                        ee814c837b0882e0 when the weights stopped being fp32 values quantized by
 #                        xte_quantize (issue 16: the Kimi-K2 preset's setup)
@@ -55,6 +56,12 @@ if(TARGET xte_cli AND NOT XTE_BENCH_GPU_ONLY) # (the GPU-only xte has no CPU sui
   set_tests_properties(moe_layer_weights_checksum PROPERTIES
     LABELS "moe" TIMEOUT 300
     PASS_REGULAR_EXPRESSION "FP8 weights \\+ scales 15d93382d65e3ab1;.*numerics: PASS"
+    FAIL_REGULAR_EXPRESSION "FAIL|NON-FINITE")
+  add_test(NAME moe_layer_weights_checksum_avx2
+           COMMAND xte_cli moe ${XTE_MOE_SUM} --check-tokens 0 --isa avx2)
+  set_tests_properties(moe_layer_weights_checksum_avx2 PROPERTIES
+    LABELS "moe" TIMEOUT 300
+    PASS_REGULAR_EXPRESSION "FP8 weights \\+ scales 15d93382d65e3ab1;"
     FAIL_REGULAR_EXPRESSION "FAIL|NON-FINITE")
   add_test(NAME moe_layer_weights_checksum_scalar1
            COMMAND xte_cli moe ${XTE_MOE_SUM} --check-tokens 0 --isa scalar --threads 1)
