@@ -386,7 +386,7 @@ static xte_status gemm_run(calls_ctx *c) {
 }
 
 /* A 1x128 [M, K] x B 128x128 (X [N, K], or X [K, N] with trans_b) */
-static int gemm_setup(calls_ctx *c, int trans_b, int acc_bias, xte_dtype d_dt) {
+static int gemm_setup_b(calls_ctx *c, int trans_b, int acc_bias, xte_dtype d_dt, xte_dtype b_dt) {
   const int64_t M = 200, N = 256, K = 384;
   STATE(g_state);
   float *xa = (float *)data(c, XTE_DTYPE_FP32, M * K, 2.0f, 2);
@@ -397,7 +397,7 @@ static int gemm_setup(calls_ctx *c, int trans_b, int acc_bias, xte_dtype d_dt) {
   if (quantized(c, &s->A, xa, M, K, XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK,
                 XTE_SCALE_LAYOUT_TE_GEMM, XTE_DTYPE_E4M3, 0) ||
       quantized(c, &s->B, xb, trans_b ? K : N, trans_b ? N : K, XTE_SCALING_BLOCK_128x128,
-                XTE_RECIPE_TE_BLOCK, XTE_SCALE_LAYOUT_COMPACT, XTE_DTYPE_E4M3, 0))
+                XTE_RECIPE_TE_BLOCK, XTE_SCALE_LAYOUT_COMPACT, b_dt, 0))
     return 1;
   if (acc_bias) {
     void *cd = data(c, XTE_DTYPE_FP32, M * N, 100.0f, 0),
@@ -411,11 +411,21 @@ static int gemm_setup(calls_ctx *c, int trans_b, int acc_bias, xte_dtype d_dt) {
   return out2d(c, &s->D, d_dt, M, N, "D");
 }
 
+static int gemm_setup(calls_ctx *c, int trans_b, int acc_bias, xte_dtype d_dt) {
+  return gemm_setup_b(c, trans_b, acc_bias, d_dt, XTE_DTYPE_E4M3);
+}
+
 static int setup_gemm_1x128_128x128(calls_ctx *c) {
   return gemm_setup(c, 0, 0, XTE_DTYPE_BF16);
 }
 static int setup_gemm_trans_b_acc_bias(calls_ctx *c) {
   return gemm_setup(c, 1, 1, XTE_DTYPE_FP32);
+}
+/* XTE_GEMM_FAST with an e5m2 B (the fp32 kernels on every machine: no AMX-INT8 path for it) */
+static int setup_gemm_fast_e5m2_acc_bias(calls_ctx *c) {
+  int r = gemm_setup_b(c, 0, 1, XTE_DTYPE_BF16, XTE_DTYPE_E5M2);
+  if (r == 0) ((g_state *)c->state)->cfg.mode = XTE_GEMM_FAST;
+  return r;
 }
 
 /* contiguous (masked = 0) or masked M-grouped */
@@ -456,6 +466,11 @@ static int setup_gemm_grouped_contiguous(calls_ctx *c) {
 }
 static int setup_gemm_grouped_masked(calls_ctx *c) {
   return grouped_m_setup(c, 1);
+}
+static int setup_gemm_grouped_masked_fast(calls_ctx *c) {
+  int r = grouped_m_setup(c, 1);
+  if (r == 0) ((g_state *)c->state)->cfg.mode = XTE_GEMM_FAST;
+  return r;
 }
 
 /* K-grouped weight gradient: dY [T, M] and X [T, N] quantized 1x128 with columnwise copies;
@@ -1446,6 +1461,8 @@ const calls_case calls_table[] = {
     CASE(gemm_trans_b_acc_bias, gemm_run),
     CASE(gemm_grouped_contiguous, gemm_run),
     CASE(gemm_grouped_masked, gemm_run),
+    CASE(gemm_fast_e5m2_acc_bias, gemm_run),
+    CASE(gemm_grouped_masked_fast, gemm_run),
     CASE(gemm_grouped_k, gemm_run),
     CASE(router_fwd_softmax, router_run),
     CASE(router_fwd_sigmoid_grouped, router_run),
