@@ -14,7 +14,9 @@ Anchors (the same shapes, the same threads: torch.set_num_threads(N) and xte's p
   gemm       torch.matmul on fp64 (the dgemm of `xte bench gemm`) and fp32 [M, K] x [K, N]
              beside xte.gemm (exact mode, e4m3 1x128 activations x 128x128 weights, TE block
              recipe, TE_GEMM scales, bf16 out), the operands quantized once outside the loop.
-             FLOPs: 2 M N K.
+             FLOPs: 2 M N K. xte.gemm mode="fast" beside torch.matmul in fp32 and bf16 (oneDNN,
+             AMX-BF16 where the CPU has it) and torch._scaled_mm (FP8) where the build runs it on
+             the CPU (else a line says why not).
 Each case runs --reps times (default 3), xte and its anchor interleaved (after a warm-up call each); a line
 gives both medians in GFLOP/s and the median of the per-repetition ratios xte / anchor (with its
 min and max). Every timed call starts --gap seconds (default 0.05) after the previous one returned:
@@ -305,6 +307,64 @@ def bench_gemm(Ms, shapes, reps):
 
                 out.append(compare(f"gemm/fp8_exact_vs_torch_{dname}/{M}/{N}x{K}", f, x_gemm,
                                    t_mm, reps))
+            out += bench_gemm_fast(M, N, K, a, b, qa, qb, d, reps)
+    return out
+
+
+def _scaled_mm_call(M, N, K):
+    """torch._scaled_mm on the CPU (e4m3, per-tensor scales, bf16 out), or None with the reason
+    printed: this build does not run it there, or runs it so slowly (a reference loop: 0.02
+    GFLOP/s in torch 2.15) that one call at this shape would take minutes (a probe at 256 x 256 x
+    512 decides: below 1 GFLOP/s it is reported, not timed)."""
+    try:
+        def operands(m, n, k):
+            a8 = torch.randn(m, k).to(torch.float8_e4m3fn)
+            b8 = torch.randn(n, k).to(torch.float8_e4m3fn).t()  # column-major [K, N], as it asks
+            return a8, b8
+
+        one = torch.tensor(1.0)
+        pa, pb = operands(256, 256, 512)
+        t0 = time.perf_counter()
+        torch._scaled_mm(pa, pb, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        rate = 2.0 * 256 * 256 * 512 / (time.perf_counter() - t0) / 1e9
+        if rate < 1.0:
+            print(f"torch._scaled_mm on the CPU: runs, at {rate:.3f} GFLOP/s (256 x 256 x 512): "
+                  f"not timed at {M} x {N} x {K}", flush=True)
+            return None
+        a8, b8 = operands(M, N, K)
+
+        def call():
+            torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+        return call
+    except Exception as e:  # noqa: BLE001 (any failure means: not on this build's CPU)
+        print(f"torch._scaled_mm on the CPU: not supported by this build "
+              f"({type(e).__name__}: {str(e).splitlines()[0][:100]})", flush=True)
+        return None
+
+
+def bench_gemm_fast(M, N, K, a, b, qa, qb, d, reps):
+    """xte.gemm mode="fast" beside torch.matmul in fp32 (sgemm) and bf16 (oneDNN; AMX-BF16 where
+    the CPU has it) of the same shape, and torch._scaled_mm (FP8, per-tensor scales) where the
+    build runs it on the CPU."""
+    out = []
+    f = 2.0 * M * N * K
+
+    def x_fast():
+        xte.gemm(qa, qb, out=d, mode="fast")
+
+    for dt, dname in ((torch.float32, "sgemm"), (torch.bfloat16, "bf16")):
+        ta = a.to(dt)
+        tbt = b.to(dt).t()
+        tout = torch.empty(M, N, dtype=dt)
+
+        def t_mm():
+            torch.matmul(ta, tbt, out=tout)
+
+        out.append(compare(f"gemm/fp8_fast_vs_torch_{dname}/{M}/{N}x{K}", f, x_fast, t_mm, reps))
+    smm = _scaled_mm_call(M, N, K)
+    if smm is not None:
+        out.append(compare(f"gemm/fp8_fast_vs_torch_scaled_mm/{M}/{N}x{K}", f, x_fast, smm, reps))
     return out
 
 

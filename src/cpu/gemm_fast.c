@@ -1,13 +1,13 @@
 /* CPU FAST GEMM driver (XTE_GEMM_FAST), BLIS-style, in fp32. For each problem (one per group):
  *   jc over N in panels of NC columns
  *     mc0 over M in chunks of MCH rows (the fp32 accumulators of a chunk x panel live in W)
- *       pc over K in panels of KC (a multiple of the 128 / 32 K block)
- *         pack B[pc panel, jc panel] to fp32 micro-panels [k][NR] (+ scales), all threads
- *         items (MC rows x a run of NR strips), spread statically over the threads:
- *           pack A[MC rows, pc panel] to fp32 micro-panels [k][MR] (+ scales), per thread
+ *       items (a run of NR strips x a part of the rows), one per thread, each over every K panel
+ *       of FKC (a multiple of the 128 / 32 K block):
+ *         pack its B strips [K panel] to fp32 micro-panels [k][NR] (+ scales)
+ *         per M block of at most MC_max rows: pack A to fp32 micro-panels [k][MR] (+ scales);
  *           for each NR strip, for each MR tile: the ISA's FAST kernel over the panel's K blocks
- *           into the tile's fp32 accumulators (row-major in W); on the last K panel the item's
- *           rows of D are written by the exact driver's epilogue (xte_cpu_gemm_store_row).
+ *           into the tile's fp32 accumulators (row-major in W); on the last K panel the rows of
+ *           D are written by the exact driver's epilogue (xte_cpu_gemm_store_row).
  * FP8 codes are decoded to fp32 through 256-entry tables while packing (exact: every FP8 value is
  * an fp32 value; NaN codes give NaN, e5m2 infinities inf). The kernel forms each block partial
  * with fp32 multiply-adds in a fixed order (the FAST partial: docs/numerics.md bounds its error);
@@ -56,7 +56,7 @@ typedef struct fctx {
   int nt;
   const xte_gemm_fast_kernels *fk;
   int MR, NR;
-  int64_t MC_max, MC, NC, MCH, ldw; /* MC: the current chunk's M block (<= MC_max) */
+  int64_t MC_max, NC, MCH, ldw;
   /* current problem / panels */
   const xte_gemm_problem *p;
   int64_t m;
@@ -65,10 +65,10 @@ typedef struct fctx {
   int64_t pc, kc;
   int first_pc, last_pc, nblk;
   int kl[FMAX_BLK];
-  int64_t n_ic, n_jch, spj;
-  /* buffers: B panel + scales, accumulators W [MCH][ldw], per thread A block + scales */
-  float *bp, *sbp, *W;
-  float **ap, **sap;
+  int64_t n_jch, spj, n_im; /* strip runs, strips per run, row parts */
+  /* buffers: accumulators W [MCH][ldw], per thread B strips + scales, A block + scales */
+  float *W;
+  float **bp, **sbp, **ap, **sap;
 } fctx;
 
 /* A full micro-panel of W rows through the table, d[k * W + i] = t[rp[i][k]], unrolled for a
@@ -134,42 +134,52 @@ static void fpack(const fctx *c, const xte_gemm_operand *o, int64_t row0, int64_
   }
 }
 
-static void pack_b_range(void *vctx, int64_t b, int64_t e, int tid) {
-  fctx *c = (fctx *)vctx;
-  (void)tid;
-  fpack(c, &c->g->b, c->p->b_i0 + c->jc + b * c->NR, c->nc - b * c->NR, e - b, c->NR,
-        c->p->b_k0 + c->pc, c->bp + b * c->NR * c->kc, c->sbp + b * c->NR * c->nblk);
-}
-
-/* Items [b, e): item it is M block it / n_jch (MC rows of the chunk) x strip run it % n_jch. */
-static void compute_range(void *vctx, int64_t b, int64_t e, int tid) {
-  fctx *c = (fctx *)vctx;
-  const int MR = c->MR, NR = c->NR;
-  const int64_t kc = c->kc, ldw = c->ldw;
-  float *ap = c->ap[tid], *sap = c->sap[tid];
+/* Items [b, e) of the current chunk (rows [mc0, mc0 + mch), panel [jc, jc + nc)): item it is
+ * strip run it % n_jch x row part it / n_jch. An item runs every K panel itself: it packs its own
+ * B strips (kept in L2 while it sweeps its rows), then per M block of at most MC_max rows packs A
+ * and runs the tiles, strip by strip (a strip stays in L1); after the last K panel it writes its
+ * rows of D. One parallel call per chunk: no barrier per K panel. */
+static void item_range(void *vctx, int64_t b, int64_t e, int tid) {
+  fctx c = *(const fctx *)vctx; /* the K panel fields are this thread's */
+  const int MR = c.MR, NR = c.NR;
+  const int64_t ldw = c.ldw, kb = c.g->kblock;
+  const xte_gemm_problem *p = c.p;
+  float *ap = c.ap[tid], *sap = c.sap[tid], *bp = c.bp[tid], *sbp = c.sbp[tid];
+  const int64_t rpi = ((c.mch + c.n_im - 1) / c.n_im + MR - 1) / MR * MR;
   int64_t it;
   for (it = b; it < e; it++) {
-    const int64_t ic = it / c->n_jch, jch = it % c->n_jch;
-    const int64_t r0 = ic * c->MC, rows = c->mch - r0 < c->MC ? c->mch - r0 : c->MC;
-    const int64_t s0 = jch * c->spj, s1 = s0 + c->spj < c->nstrips ? s0 + c->spj : c->nstrips;
-    const int64_t tiles = (rows + MR - 1) / MR;
-    int64_t s, t, r;
-    if (s0 >= s1 || rows <= 0) continue;
-    if (c->first_pc)
-      for (r = 0; r < tiles * MR; r++)
-        memset(c->W + (r0 + r) * ldw + s0 * NR, 0, sizeof(float) * (size_t)((s1 - s0) * NR));
-    fpack(c, &c->g->a, c->p->a_i0 + c->mc0 + r0, rows, tiles, MR, c->p->a_k0 + c->pc, ap, sap);
-    for (s = s0; s < s1; s++) {
-      const float *bs = c->bp + s * NR * kc, *sbs = c->sbp + s * NR * c->nblk;
-      for (t = 0; t < tiles; t++)
-        c->fk->tile(c->nblk, c->kl, ap + t * MR * kc, bs, sap + t * MR * c->nblk, sbs,
-                    c->W + (r0 + t * MR) * ldw + s * NR, ldw);
-    }
-    if (c->last_pc) {
-      const int64_t n0 = s0 * NR, len = (s1 * NR < c->nc ? s1 * NR : c->nc) - n0;
-      for (r = 0; r < rows; r++)
-        xte_cpu_gemm_store_row(c->g, c->p->d_r0 + c->mc0 + r0 + r, c->jc + n0,
-                               c->W + (r0 + r) * ldw + n0, len);
+    const int64_t jch = it % c.n_jch, im = it / c.n_jch;
+    const int64_t s0 = jch * c.spj, s1 = s0 + c.spj < c.nstrips ? s0 + c.spj : c.nstrips;
+    const int64_t r0 = im * rpi, r1 = r0 + rpi < c.mch ? r0 + rpi : c.mch;
+    const int64_t n0 = s0 * NR, len = (s1 * NR < c.nc ? s1 * NR : c.nc) - n0;
+    if (s0 >= s1 || r0 >= r1) continue;
+    for (c.pc = 0; c.pc < p->k; c.pc += FKC) {
+      int64_t k, rb;
+      c.kc = p->k - c.pc < FKC ? p->k - c.pc : FKC;
+      c.first_pc = c.pc == 0;
+      c.last_pc = c.pc + c.kc >= p->k;
+      c.nblk = 0;
+      for (k = 0; k < c.kc; k += kb) c.kl[c.nblk++] = (int)(c.kc - k < kb ? c.kc - k : kb);
+      fpack(&c, &c.g->b, p->b_i0 + c.jc + n0, c.nc - n0, s1 - s0, NR, p->b_k0 + c.pc, bp, sbp);
+      for (rb = r0; rb < r1; rb += c.MC_max) {
+        const int64_t rows = r1 - rb < c.MC_max ? r1 - rb : c.MC_max;
+        const int64_t tiles = (rows + MR - 1) / MR;
+        int64_t s, t, r;
+        if (c.first_pc)
+          for (r = 0; r < tiles * MR; r++)
+            memset(c.W + (rb + r) * ldw + n0, 0, sizeof(float) * (size_t)((s1 - s0) * NR));
+        fpack(&c, &c.g->a, p->a_i0 + c.mc0 + rb, rows, tiles, MR, p->a_k0 + c.pc, ap, sap);
+        for (s = s0; s < s1; s++) {
+          const float *bs = bp + (s - s0) * NR * c.kc, *sbs = sbp + (s - s0) * NR * c.nblk;
+          for (t = 0; t < tiles; t++)
+            c.fk->tile(c.nblk, c.kl, ap + t * MR * c.kc, bs, sap + t * MR * c.nblk, sbs,
+                       c.W + (rb + t * MR) * ldw + s * NR, ldw);
+        }
+        if (c.last_pc)
+          for (r = 0; r < rows; r++)
+            xte_cpu_gemm_store_row(c.g, p->d_r0 + c.mc0 + rb + r, c.jc + n0,
+                                   c.W + (rb + r) * ldw + n0, len);
+      }
     }
   }
 }
@@ -189,7 +199,6 @@ static void empty_k_rows(void *vctx, int64_t b, int64_t e, int tid) {
 }
 
 static void run_problem(fctx *c, const xte_gemm_problem *p, int64_t m) {
-  const int64_t kb = c->g->kblock;
   const int nt = c->nt;
   c->p = p;
   c->m = m;
@@ -203,27 +212,14 @@ static void run_problem(fctx *c, const xte_gemm_problem *p, int64_t m) {
     c->nstrips = (c->nc + c->NR - 1) / c->NR;
     for (c->mc0 = 0; c->mc0 < m; c->mc0 += c->MCH) {
       c->mch = m - c->mc0 < c->MCH ? m - c->mc0 : c->MCH;
-      /* M blocks of at most MC_max rows, as many as a multiple of the threads where there are
-       * enough rows (M = 512 on 2 threads: 2 x 266 rows, not 476 + 36) */
-      c->n_ic = (c->mch + c->MC_max - 1) / c->MC_max;
-      if (c->mch >= (int64_t)nt * c->MR * 4) c->n_ic = (c->n_ic + nt - 1) / nt * nt;
-      c->MC = ((c->mch + c->n_ic - 1) / c->n_ic + c->MR - 1) / c->MR * c->MR;
-      c->n_ic = (c->mch + c->MC - 1) / c->MC;
-      /* enough items for every thread: fewer M blocks than threads split the strips too */
-      c->n_jch = c->n_ic >= nt ? 1 : (nt + c->n_ic - 1) / c->n_ic;
-      if (c->n_jch > c->nstrips) c->n_jch = c->nstrips;
+      /* one strip run per thread; fewer strips than threads split the rows too */
+      c->n_jch = c->nstrips < nt ? c->nstrips : nt;
       c->spj = (c->nstrips + c->n_jch - 1) / c->n_jch;
       c->n_jch = (c->nstrips + c->spj - 1) / c->spj;
-      for (c->pc = 0; c->pc < p->k; c->pc += FKC) {
-        int64_t k;
-        c->kc = p->k - c->pc < FKC ? p->k - c->pc : FKC;
-        c->first_pc = c->pc == 0;
-        c->last_pc = c->pc + c->kc >= p->k;
-        c->nblk = 0;
-        for (k = 0; k < c->kc; k += kb) c->kl[c->nblk++] = (int)(c->kc - k < kb ? c->kc - k : kb);
-        xte_parallel_for_max(c->nstrips, nt, pack_b_range, c);
-        xte_parallel_for_max(c->n_ic * c->n_jch, nt, compute_range, c);
-      }
+      c->n_im = nt / c->n_jch;
+      if (c->n_im > (c->mch + c->MR - 1) / c->MR) c->n_im = (c->mch + c->MR - 1) / c->MR;
+      if (c->n_im < 1) c->n_im = 1;
+      xte_parallel_for_max(c->n_jch * c->n_im, nt, item_range, c);
     }
   }
 }
@@ -284,15 +280,16 @@ xte_status xte_cpu_gemm_fast(const xte_gemm_args *g) {
   maxn = (maxn + c.NR - 1) / c.NR * c.NR;
   /* W's row stride off a multiple of 4 KiB (no cache-set aliasing between a tile's rows) */
   c.ldw = maxn + 16;
-  /* one workspace: B panel + scales, W, per thread A block + scales, the small-M path's */
+  /* one workspace: W, per thread B strips (up to a panel) + scales and an A block + scales, the
+   * small-M path's */
   szb = sizeof(float) * (size_t)maxn * FKC;
   szsb = sizeof(float) * (size_t)maxn * FMAX_BLK;
   szw = sizeof(float) * (size_t)maxm * (size_t)c.ldw;
   sza = sizeof(float) * (size_t)c.MC_max * FKC;
   szsa = sizeof(float) * (size_t)c.MC_max * FMAX_BLK;
-  total = al(szb) + al(szsb) + al(szw) + (size_t)c.nt * (al(sza) + al(szsa)) + al(szsmall);
+  total = al(szw) + (size_t)c.nt * (al(szb) + al(szsb) + al(sza) + al(szsa)) + al(szsmall);
   w = xte_cpu_gemm_ws_acquire(total);
-  ptrs = (void **)xte_aligned_calloc((size_t)c.nt * 2, sizeof(void *));
+  ptrs = (void **)xte_aligned_calloc((size_t)c.nt * 4, sizeof(void *));
   if (!w || !ptrs) {
     xte_aligned_free(ptrs);
     xte_cpu_gemm_ws_release(w);
@@ -300,15 +297,17 @@ xte_status xte_cpu_gemm_fast(const xte_gemm_args *g) {
                          "gemm (FAST): no memory for %zu bytes of packing buffers", total);
   }
   q = w;
-  c.bp = (float *)q;
-  q += al(szb);
-  c.sbp = (float *)q;
-  q += al(szsb);
   c.W = (float *)q;
   q += al(szw);
   c.ap = (float **)ptrs;
   c.sap = (float **)(ptrs + c.nt);
+  c.bp = (float **)(ptrs + 2 * c.nt);
+  c.sbp = (float **)(ptrs + 3 * c.nt);
   for (t = 0; t < c.nt; t++) {
+    c.bp[t] = (float *)q;
+    q += al(szb);
+    c.sbp[t] = (float *)q;
+    q += al(szsb);
     c.ap[t] = (float *)q;
     q += al(sza);
     c.sap[t] = (float *)q;
