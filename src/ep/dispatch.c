@@ -80,14 +80,10 @@ static void expand_rows(const expand_job *job) {
   }
 }
 
-/* The expansion of one source rank's records: this rank's own (their rows come from x, their
- * records arrive with the exchange's start) while the exchange is in flight, each peer's as soon
- * as its rows have arrived. */
-static void expand_peer(void *arg, int peer) {
-  expand_job job = *(const expand_job *)arg;
-  job.i0 = job.eh->recv_off[peer];
-  job.i1 = job.eh->recv_off[peer + 1];
-  expand_rows(&job);
+/* The expansion of this rank's own records (their rows come from x, their records arrive with
+ * the exchange's start): the work done while the exchange is in flight. */
+static void expand_self(void *arg) {
+  expand_rows((const expand_job *)arg);
 }
 
 /* Each (token, rank) once, in one exchange: per peer the x rows read in place, then the small
@@ -148,9 +144,10 @@ static xte_status dispatch_exchange(xte_ep_call *c, const xte_ep_handle *eh,
     /* (a GPU group's moves of one launch must not write a byte twice: its weights of the
      * unrouted rows are zeroed after the expansion instead) */
     float *wt = a->recv_weights ? (float *)a->recv_weights->data : NULL;
-    expand_job job = {c, eh, a, w, 0, 0};
+    const int me = g->tr.rank;
+    expand_job job = {c, eh, a, w, eh->recv_off[me], eh->recv_off[me + 1]};
     if (wt && !c->gpu) memset(wt, 0, (size_t)a->nrows * sizeof(float));
-    st = xte_ep_exchange_overlap(g, &bs, &br, expand_peer, &job);
+    st = xte_ep_exchange_overlap(g, &bs, &br, expand_self, &job);
   }
   return st;
 }
@@ -200,13 +197,19 @@ static xte_status tokens_out(xte_ep_call *c, const xte_ep_handle *eh, const xte_
   return st;
 }
 
-/* Expert-major, after the expansion: padding and rows past recv_rows zeroed. */
-static void zero_rest(xte_ep_call *c, const xte_ep_handle *eh, const xte_ep_dispatch_args *a,
-                      const dws *w) {
-  const int64_t El = c->g->El, nrows = a->nrows;
+/* Expert-major, after the exchange: the peers' records expanded; padding and rows past
+ * recv_rows zeroed. */
+static void expand_rest(xte_ep_call *c, const xte_ep_handle *eh, const xte_ep_dispatch_args *a,
+                        const dws *w) {
+  const int64_t El = c->g->El, nrows = a->nrows, me = c->g->tr.rank;
   const size_t xb = w->xb, sb = w->sb, es = a->es, ss = a->ss;
   char *ox = (char *)a->recv_x->data, *os = a->fp8 ? (char *)a->recv_scales->data : NULL;
   float *wt = a->recv_weights ? (float *)a->recv_weights->data : NULL;
+  expand_job job = {c, eh, a, w, 0, eh->recv_off[me]};
+  expand_rows(&job);
+  job.i0 = eh->recv_off[me + 1];
+  job.i1 = eh->h->nrecv;
+  expand_rows(&job);
   xte_ep_zero_unrouted(c, eh, El, ox, (size_t)a->ldo * es, xb, nrows);
   if (sb) xte_ep_zero_unrouted(c, eh, El, os, (size_t)a->ldrs * ss, sb, nrows);
   if (wt && c->gpu) xte_ep_zero_unrouted(c, eh, El, (char *)wt, 4, 4, nrows);
@@ -229,7 +232,7 @@ xte_status xte_ep_dispatch_run(xte_ep_call *c, xte_ep_handle *eh, xte_status st,
   if (st == XTE_SUCCESS && a->tm)
     st = tokens_out(c, eh, a, &w);
   else if (st == XTE_SUCCESS)
-    zero_rest(c, eh, a, &w);
+    expand_rest(c, eh, a, &w);
   st = xte_ep_call_end(c, st);
   xte_ep_ws_free(g, w.blk);
   xte_ep_ws_free(g, w.wbuf);

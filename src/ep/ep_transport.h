@@ -49,10 +49,6 @@ typedef struct xte_ep_transport {
                                         const int64_t *soff, const intptr_t *raddr,
                                         const int64_t *rlen, const int64_t *roff);
   xte_status (*alltoallw_wait)(void *ctx);
-  /* Optional (with the two above): between start and wait, *peer = the next peer whose blocks
-   * have all arrived in their place (each peer once), or -1 when none is left to report; wait
-   * still follows. */
-  xte_status (*alltoallw_wait_peer)(void *ctx, int *peer);
   /* Optional, local (not collective): room for an alltoallw / alltoallw_matched of at most
    * nblocks blocks per side and sbytes / rbytes bytes sent / received (a GPU transport: also for
    * an alltoallv of that many bytes), so that the exchange itself allocates nothing (called

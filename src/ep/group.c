@@ -274,17 +274,13 @@ xte_status xte_ep_exchange(struct xte_ep_group_s *g, xte_ep_blist *s, xte_ep_bli
 }
 
 xte_status xte_ep_exchange_overlap(struct xte_ep_group_s *g, xte_ep_blist *s, xte_ep_blist *r,
-                                   void (*work)(void *, int), void *arg) {
-  const int me = g->tr.rank;
-  uint64_t seen[4096 / 64]; /* the peers whose work is done */
+                                   void (*work)(void *), void *arg) {
   int64_t t0, t1;
-  int p, q;
   xte_status st, ws;
-  memset(seen, 0, sizeof seen);
   if (!g->tr.alltoallw_matched_start || !g->tr.alltoallw_wait) {
     st = xte_ep_exchange(g, s, r, 1);
     t0 = xte_ep_now_ns();
-    for (p = 0; p < g->R && st == XTE_SUCCESS; p++) work(arg, (me + p) % g->R);
+    if (st == XTE_SUCCESS) work(arg);
     g->stats.local_ns += xte_ep_now_ns() - t0;
     return st;
   }
@@ -292,41 +288,21 @@ xte_status xte_ep_exchange_overlap(struct xte_ep_group_s *g, xte_ep_blist *s, xt
   st = g->tr.alltoallw_matched_start(g->tr.ctx, s->addr, s->len, s->off, r->addr, r->len, r->off);
   t1 = xte_ep_now_ns();
   g->stats.exchange_ns += t1 - t0;
-  if (st == XTE_SUCCESS) work(arg, me);
-  seen[me / 64] |= 1ull << (me % 64);
+  if (st == XTE_SUCCESS) work(arg);
   t0 = xte_ep_now_ns();
   g->stats.local_ns += t0 - t1;
-  /* the peers as they arrive */
-  for (q = 1; q < g->R && st == XTE_SUCCESS && g->tr.alltoallw_wait_peer; q++) {
-    p = -1;
-    st = g->tr.alltoallw_wait_peer(g->tr.ctx, &p);
-    t1 = xte_ep_now_ns();
-    g->stats.exchange_ns += t1 - t0;
-    t0 = t1;
-    if (st != XTE_SUCCESS || p < 0) break;
-    if (p >= g->R || (seen[p / 64] >> (p % 64) & 1)) {
-      st = xte_set_error(XTE_ERROR_INTERNAL, "EP transport: peer %d reported twice", p);
-      break;
-    }
-    seen[p / 64] |= 1ull << (p % 64);
-    work(arg, p);
-    t0 = xte_ep_now_ns();
-    g->stats.local_ns += t0 - t1;
-  }
   ws = g->tr.alltoallw_wait(g->tr.ctx);
-  t1 = xte_ep_now_ns();
-  g->stats.exchange_ns += t1 - t0;
+  g->stats.exchange_ns += xte_ep_now_ns() - t0;
   if (st == XTE_SUCCESS) st = ws;
-  /* the peers not reported yet, after the exchange */
-  for (p = 0; p < g->R && st == XTE_SUCCESS; p++)
-    if (!(seen[p / 64] >> (p % 64) & 1)) work(arg, p);
-  g->stats.local_ns += xte_ep_now_ns() - t1;
   /* the bytes, counted as xte_ep_exchange counts them */
-  for (p = 0; p < g->R; p++) {
+  {
+    int p;
     int64_t b;
-    if (p == g->tr.rank) continue;
-    for (b = s->off[p]; b < s->off[p + 1]; b++) g->stats.bytes_sent += s->len[b];
-    for (b = r->off[p]; b < r->off[p + 1]; b++) g->stats.bytes_received += r->len[b];
+    for (p = 0; p < g->R; p++) {
+      if (p == g->tr.rank) continue;
+      for (b = s->off[p]; b < s->off[p + 1]; b++) g->stats.bytes_sent += s->len[b];
+      for (b = r->off[p]; b < r->off[p + 1]; b++) g->stats.bytes_received += r->len[b];
+    }
   }
   return st;
 }

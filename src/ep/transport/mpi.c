@@ -26,11 +26,8 @@ typedef struct mpi_ctx {
   int64_t seg_min; /* alltoallw_matched moves a pair's blocks as they are when they average
                     * at least this many bytes (XTE_EP_MPI_SEGMENT_MIN), else stages them */
   /* the exchange that alltoallw_matched_start posted and alltoallw_wait completes */
-  int64_t pend_nreq, pend_nrecv; /* requests posted; the first pend_nrecv are the receives */
+  int64_t pend_nreq;
   int pend_rc, pending;
-  int64_t *rq0, *rq1; /* peer p's receive requests: [rq0[p], rq1[p]), [size] each */
-  int *done;          /* peer p's receives completed and unpacked, [size] */
-  int *widx;          /* MPI_Waitsome's indices, [req_cap] */
   const intptr_t *pend_raddr;
   const int64_t *pend_rlen, *pend_roff;
 } mpi_ctx;
@@ -290,16 +287,9 @@ static xte_status mpi_reserve(void *ctx, int64_t nblocks, int64_t sbytes, int64_
   need = 2 * (nblocks + chunks(sbytes) + chunks(rbytes) + 2 * (int64_t)c->size);
   if (need > c->req_cap) {
     MPI_Request *q = (MPI_Request *)xte_aligned_alloc((size_t)need * sizeof(MPI_Request));
-    int *wi = (int *)xte_aligned_alloc((size_t)need * sizeof(int));
-    if (!q || !wi) {
-      xte_aligned_free(q);
-      xte_aligned_free(wi);
-      return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "MPI transport: out of memory");
-    }
+    if (!q) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "MPI transport: out of memory");
     xte_aligned_free(c->req);
-    xte_aligned_free(c->widx);
     c->req = q;
-    c->widx = wi;
     c->req_cap = need;
   }
   if (!stage_get(c, 0, (size_t)sbytes) || !stage_get(c, 1, (size_t)rbytes))
@@ -370,10 +360,8 @@ static xte_status mpi_matched_start(void *ctx, const intptr_t *saddr, const int6
   rbuf = (char *)stage_get(c, 1, (size_t)rt);
   if (need > c->req_cap || !sbuf || !rbuf)
     return xte_set_error(XTE_ERROR_INTERNAL, "MPI transport: exchange larger than reserved");
-  for (p = 0; p < n; p++) c->rq0[p] = c->rq1[p] = 0, c->done[p] = p == c->rank;
   for (p = 0; p < n && rc == MPI_SUCCESS; p++) {
     if (p == c->rank) continue;
-    c->rq0[p] = nreq;
     if (c->rd64[p] < 0) {
       for (b = roff[p]; b < roff[p + 1] && rc == MPI_SUCCESS; b++)
         rc = post_block(c, 0, (char *)raddr[b], rlen[b], p, &nreq);
@@ -382,9 +370,7 @@ static xte_status mpi_matched_start(void *ctx, const intptr_t *saddr, const int6
       for (b = roff[p]; b < roff[p + 1]; b++) t += rlen[b];
       rc = post_block(c, 0, rbuf + c->rd64[p], t, p, &nreq);
     }
-    c->rq1[p] = nreq;
   }
-  c->pend_nrecv = nreq;
   for (p = 0; p < n && rc == MPI_SUCCESS; p++) {
     if (p == c->rank || c->sd64[p] >= 0) continue;
     for (b = soff[p]; b < soff[p + 1] && rc == MPI_SUCCESS; b++)
@@ -413,24 +399,13 @@ static xte_status mpi_matched_start(void *ctx, const intptr_t *saddr, const int6
   return XTE_SUCCESS;
 }
 
-/* Peer p's staged receive unpacked into its blocks (nothing for a direct peer); p marked done. */
-static void unpack_peer(mpi_ctx *c, int p) {
-  const char *q;
-  int64_t b;
-  c->done[p] = 1;
-  if (p == c->rank || c->rd64[p] < 0) return;
-  q = (const char *)c->stage[1] + c->rd64[p];
-  for (b = c->pend_roff[p]; b < c->pend_roff[p + 1]; b++) {
-    memcpy((void *)c->pend_raddr[b], q, (size_t)c->pend_rlen[b]);
-    q += c->pend_rlen[b];
-  }
-}
-
 /* Completes the exchange of mpi_matched_start: every posted request (even after a failure to
  * post), then the staged receives unpacked. */
 static xte_status mpi_wait(void *ctx) {
   mpi_ctx *c = (mpi_ctx *)ctx;
   int n = c->size, p, rc = c->pend_rc;
+  int64_t b;
+  const char *rbuf = (const char *)c->stage[1];
   if (!c->pending) return XTE_SUCCESS;
   c->pending = 0;
   if (c->pend_nreq) {
@@ -438,40 +413,16 @@ static xte_status mpi_wait(void *ctx) {
     if (rc == MPI_SUCCESS) rc = rw;
   }
   if (rc != MPI_SUCCESS) return mpi_fail(rc, "alltoallw_matched (MPI_Isend / MPI_Irecv)");
-  for (p = 0; p < n; p++)
-    if (!c->done[p]) unpack_peer(c, p);
-  return XTE_SUCCESS;
-}
-
-/* alltoallw_wait_peer: the next peer whose receives completed (unpacked), -1 when none is left
- * (or posting failed: alltoallw_wait reports it). */
-static xte_status mpi_wait_peer(void *ctx, int *peer) {
-  mpi_ctx *c = (mpi_ctx *)ctx;
-  int n = c->size, p, left;
-  *peer = -1;
-  if (!c->pending || c->pend_rc != MPI_SUCCESS) return XTE_SUCCESS;
-  for (;;) {
-    int out = 0, rc;
-    left = 0;
-    for (p = 0; p < n; p++) {
-      int64_t q;
-      if (c->done[p]) continue;
-      for (q = c->rq0[p]; q < c->rq1[p] && c->req[q] == MPI_REQUEST_NULL; q++) {
-      }
-      if (q == c->rq1[p]) {
-        unpack_peer(c, p);
-        *peer = p;
-        return XTE_SUCCESS;
-      }
-      left = 1;
-    }
-    if (!left) return XTE_SUCCESS;
-    rc = MPI_Waitsome((int)c->pend_nrecv, c->req, &out, c->widx, MPI_STATUSES_IGNORE);
-    if (rc != MPI_SUCCESS) {
-      c->pend_rc = rc; /* alltoallw_wait completes the rest and reports it */
-      return XTE_SUCCESS;
+  for (p = 0; p < n; p++) {
+    const char *q;
+    if (p == c->rank || c->rd64[p] < 0) continue;
+    q = rbuf + c->rd64[p];
+    for (b = c->pend_roff[p]; b < c->pend_roff[p + 1]; b++) {
+      memcpy((void *)c->pend_raddr[b], q, (size_t)c->pend_rlen[b]);
+      q += c->pend_rlen[b];
     }
   }
+  return XTE_SUCCESS;
 }
 
 static xte_status mpi_alltoallw_matched(void *ctx, const intptr_t *saddr, const int64_t *slen,
@@ -491,7 +442,6 @@ static void mpi_destroy(void *ctx) {
   xte_aligned_free(c->stage[1]);
   xte_aligned_free(c->sd64);
   xte_aligned_free(c->req);
-  xte_aligned_free(c->widx);
   xte_aligned_free(c);
 }
 
@@ -522,8 +472,8 @@ xte_status xte_ep_mpi_transport(const void *comm, xte_ep_transport *t) {
     e = getenv("XTE_EP_MPI_SEGMENT_MIN");
     c->seg_min = e && e[0] ? strtoll(e, NULL, 10) : XTE_EP_MPI_SEGMENT_MIN_DEFAULT;
   }
-  c->sc = (int *)xte_aligned_calloc((size_t)size * 5, sizeof(int));
-  c->sd64 = (int64_t *)xte_aligned_calloc((size_t)size * 4, sizeof(int64_t));
+  c->sc = (int *)xte_aligned_calloc((size_t)size * 4, sizeof(int));
+  c->sd64 = (int64_t *)xte_aligned_calloc((size_t)size * 2, sizeof(int64_t));
   if (!c->sc || !c->sd64) {
     MPI_Comm_free(&c->comm);
     xte_aligned_free(c->sc);
@@ -535,9 +485,6 @@ xte_status xte_ep_mpi_transport(const void *comm, xte_ep_transport *t) {
   c->rc = c->sd + size;
   c->rd = c->rc + size;
   c->rd64 = c->sd64 + size;
-  c->rq0 = c->rd64 + size;
-  c->rq1 = c->rq0 + size;
-  c->done = c->rd + size;
   memset(t, 0, sizeof *t);
   t->name = "mpi";
   t->rank = rank;
@@ -549,7 +496,6 @@ xte_status xte_ep_mpi_transport(const void *comm, xte_ep_transport *t) {
   t->alltoallw_matched = mpi_alltoallw_matched;
   t->alltoallw_matched_start = mpi_matched_start;
   t->alltoallw_wait = mpi_wait;
-  t->alltoallw_wait_peer = mpi_wait_peer;
   t->reserve = mpi_reserve;
   t->destroy = mpi_destroy;
   return XTE_SUCCESS;
