@@ -43,6 +43,49 @@ static xte_status dispatch_ws(xte_ep_call *c, const xte_ep_handle *eh,
   return st;
 }
 
+/* Expert-major: records [i0, i1), each received row to the recv_x row of each local slot (this
+ * rank's own rows straight from x), its scale row and weight along. */
+typedef struct expand_job {
+  xte_ep_call *c;
+  const xte_ep_handle *eh;
+  const xte_ep_dispatch_args *a;
+  const dws *w;
+  int64_t i0, i1;
+} expand_job;
+
+static void expand_rows(const expand_job *job) {
+  xte_ep_call *c = job->c;
+  const xte_ep_handle *eh = job->eh;
+  const xte_ep_dispatch_args *a = job->a;
+  const dws *w = job->w;
+  const int64_t K = c->g->K, nrecv = eh->h->nrecv;
+  const size_t xb = w->xb, sb = w->sb, mb = w->mb, es = a->es, ss = a->ss;
+  char *ox = (char *)a->recv_x->data, *os = a->fp8 ? (char *)a->recv_scales->data : NULL;
+  const char *xw = w->wbuf + (size_t)nrecv * mb, *xd = (const char *)a->x->data;
+  const int64_t self0 = eh->recv_off[c->g->tr.rank], self1 = eh->recv_off[c->g->tr.rank + 1];
+  float *wt = a->recv_weights ? (float *)a->recv_weights->data : NULL;
+  int64_t i, j;
+  for (i = job->i0; i < job->i1; i++) {
+    const int32_t *rm = eh->row_map + i * K;
+    const char *meta = w->wbuf + (size_t)i * mb;
+    const char *xr = i >= self0 && i < self1 ? xd + (size_t)(eh->recv_tok[i] * a->ldx) * es
+                                             : xw + (size_t)i * xb;
+    for (j = 0; j < K; j++) {
+      int64_t row = rm[j];
+      if (row < 0) continue;
+      if (wt) xte_ep_mv_copy(c, &wt[row], meta + sb + (size_t)j * 4, 4);
+      if (sb) xte_ep_mv_copy(c, os + (size_t)(row * a->ldrs) * ss, meta, sb);
+      xte_ep_mv_copy(c, ox + (size_t)(row * a->ldo) * es, xr, xb);
+    }
+  }
+}
+
+/* The expansion of this rank's own records (their rows come from x, their records arrive with
+ * the exchange's start): the work done while the exchange is in flight. */
+static void expand_self(void *arg) {
+  expand_rows((const expand_job *)arg);
+}
+
 /* Each (token, rank) once, in one exchange: per peer the x rows read in place, then the small
  * records of scale rows and weights. Both sides cut a pair's stream alike: a block per run of
  * consecutive tokens (one per token unless the sender's x and the receiver's rows are dense),
@@ -95,7 +138,17 @@ static xte_status dispatch_exchange(xte_ep_call *c, const xte_ep_handle *eh,
   xte_ep_blist_peer(&bs, g->R);
   xte_ep_blist_peer(&br, g->R);
   g->stats.pack_ns += xte_ep_now_ns() - t_pack;
-  if (st == XTE_SUCCESS) st = xte_ep_exchange(g, &bs, &br, 1);
+  if (st == XTE_SUCCESS && a->tm) {
+    st = xte_ep_exchange(g, &bs, &br, 1);
+  } else if (st == XTE_SUCCESS) {
+    /* (a GPU group's moves of one launch must not write a byte twice: its weights of the
+     * unrouted rows are zeroed after the expansion instead) */
+    float *wt = a->recv_weights ? (float *)a->recv_weights->data : NULL;
+    const int me = g->tr.rank;
+    expand_job job = {c, eh, a, w, eh->recv_off[me], eh->recv_off[me + 1]};
+    if (wt && !c->gpu) memset(wt, 0, (size_t)a->nrows * sizeof(float));
+    st = xte_ep_exchange_overlap(g, &bs, &br, expand_self, &job);
+  }
   return st;
 }
 
@@ -144,33 +197,19 @@ static xte_status tokens_out(xte_ep_call *c, const xte_ep_handle *eh, const xte_
   return st;
 }
 
-/* Expert-major: each received row to the recv_x row of each local slot (this rank's own rows
- * straight from x), its scale row and weight along; padding and rows past recv_rows zeroed. */
-static void expand(xte_ep_call *c, const xte_ep_handle *eh, const xte_ep_dispatch_args *a,
-                   const dws *w) {
-  const int64_t K = c->g->K, El = c->g->El, nrows = a->nrows, nrecv = eh->h->nrecv;
-  const size_t xb = w->xb, sb = w->sb, mb = w->mb, es = a->es, ss = a->ss;
+/* Expert-major, after the exchange: the peers' records expanded; padding and rows past
+ * recv_rows zeroed. */
+static void expand_rest(xte_ep_call *c, const xte_ep_handle *eh, const xte_ep_dispatch_args *a,
+                        const dws *w) {
+  const int64_t El = c->g->El, nrows = a->nrows, me = c->g->tr.rank;
+  const size_t xb = w->xb, sb = w->sb, es = a->es, ss = a->ss;
   char *ox = (char *)a->recv_x->data, *os = a->fp8 ? (char *)a->recv_scales->data : NULL;
-  const char *xw = w->wbuf + (size_t)nrecv * mb, *xd = (const char *)a->x->data;
-  const int64_t self0 = eh->recv_off[c->g->tr.rank], self1 = eh->recv_off[c->g->tr.rank + 1];
   float *wt = a->recv_weights ? (float *)a->recv_weights->data : NULL;
-  int64_t i, j;
-  /* (a GPU group's moves of one launch must not write a byte twice: its weights of the
-   * unrouted rows are zeroed below instead) */
-  if (wt && !c->gpu) memset(wt, 0, (size_t)nrows * sizeof(float));
-  for (i = 0; i < nrecv; i++) {
-    const int32_t *rm = eh->row_map + i * K;
-    const char *meta = w->wbuf + (size_t)i * mb;
-    const char *xr = i >= self0 && i < self1 ? xd + (size_t)(eh->recv_tok[i] * a->ldx) * es
-                                             : xw + (size_t)i * xb;
-    for (j = 0; j < K; j++) {
-      int64_t row = rm[j];
-      if (row < 0) continue;
-      if (wt) xte_ep_mv_copy(c, &wt[row], meta + sb + (size_t)j * 4, 4);
-      if (sb) xte_ep_mv_copy(c, os + (size_t)(row * a->ldrs) * ss, meta, sb);
-      xte_ep_mv_copy(c, ox + (size_t)(row * a->ldo) * es, xr, xb);
-    }
-  }
+  expand_job job = {c, eh, a, w, 0, eh->recv_off[me]};
+  expand_rows(&job);
+  job.i0 = eh->recv_off[me + 1];
+  job.i1 = eh->h->nrecv;
+  expand_rows(&job);
   xte_ep_zero_unrouted(c, eh, El, ox, (size_t)a->ldo * es, xb, nrows);
   if (sb) xte_ep_zero_unrouted(c, eh, El, os, (size_t)a->ldrs * ss, sb, nrows);
   if (wt && c->gpu) xte_ep_zero_unrouted(c, eh, El, (char *)wt, 4, 4, nrows);
@@ -193,7 +232,7 @@ xte_status xte_ep_dispatch_run(xte_ep_call *c, xte_ep_handle *eh, xte_status st,
   if (st == XTE_SUCCESS && a->tm)
     st = tokens_out(c, eh, a, &w);
   else if (st == XTE_SUCCESS)
-    expand(c, eh, a, &w);
+    expand_rest(c, eh, a, &w);
   st = xte_ep_call_end(c, st);
   xte_ep_ws_free(g, w.blk);
   xte_ep_ws_free(g, w.wbuf);

@@ -23,7 +23,7 @@
  *            records [scale row | k weights]. The rows land token-major (in recv_x for
  *            dispatch_tokens, else in workspace that the expert-major expansion copies to each
  *            local slot's row; a rank's rows to itself skip that workspace: the expansion reads
- *            them from x).
+ *            them from x, while the exchange is in flight where the transport allows).
  *  combine / dispatch_backward
  *            the rows of each received (token, local slot) go back to the token's rank, in the
  *            order (local expert, token): one block of consecutive rows per (rank, expert); the
@@ -193,6 +193,11 @@ xte_status xte_ep_reserve(struct xte_ep_group_s *g, int64_t nblocks, int64_t sby
 /* The exchange of two block lists (xte_ep_blist_peer(R) closed them), timed and counted;
  * matched: the lists were cut alike on both sides of every pair (xte_ep_blist_seg). */
 xte_status xte_ep_exchange(struct xte_ep_group_s *g, xte_ep_blist *s, xte_ep_blist *r, int matched);
+/* xte_ep_exchange of matched lists with work(arg) done while the exchange is in flight (where the
+ * transport splits it: alltoallw_matched_start / alltoallw_wait), else after it; work touches
+ * no block of either list. work's time counts as local. */
+xte_status xte_ep_exchange_overlap(struct xte_ep_group_s *g, xte_ep_blist *s, xte_ep_blist *r,
+                                   void (*work)(void *), void *arg);
 /* Zeroes recv rows that no (token, slot) fills: each expert's padding and rows [recv_rows,
  * nrows) of data (row_bytes per row, ld bytes apart). */
 void xte_ep_zero_unrouted(xte_ep_call *c, const xte_ep_handle *eh, int64_t El, char *data,

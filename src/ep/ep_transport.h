@@ -40,6 +40,15 @@ typedef struct xte_ep_transport {
   xte_status (*alltoallw_matched)(void *ctx, const intptr_t *saddr, const int64_t *slen,
                                   const int64_t *soff, const intptr_t *raddr, const int64_t *rlen,
                                   const int64_t *roff);
+  /* Optional, both or neither (NULL: alltoallw_matched, then nothing to wait for):
+   * alltoallw_matched in two halves. start posts the exchange, copies the rank's blocks to
+   * itself and returns; the caller may then work on memory the exchange does not touch (no
+   * block of either list); wait completes it (called once after every start, whatever start
+   * returned; the lists and blocks stay valid until it returns). */
+  xte_status (*alltoallw_matched_start)(void *ctx, const intptr_t *saddr, const int64_t *slen,
+                                        const int64_t *soff, const intptr_t *raddr,
+                                        const int64_t *rlen, const int64_t *roff);
+  xte_status (*alltoallw_wait)(void *ctx);
   /* Optional, local (not collective): room for an alltoallw / alltoallw_matched of at most
    * nblocks blocks per side and sbytes / rbytes bytes sent / received (a GPU transport: also for
    * an alltoallv of that many bytes), so that the exchange itself allocates nothing (called

@@ -273,6 +273,40 @@ xte_status xte_ep_exchange(struct xte_ep_group_s *g, xte_ep_blist *s, xte_ep_bli
   return st;
 }
 
+xte_status xte_ep_exchange_overlap(struct xte_ep_group_s *g, xte_ep_blist *s, xte_ep_blist *r,
+                                   void (*work)(void *), void *arg) {
+  int64_t t0, t1;
+  xte_status st, ws;
+  if (!g->tr.alltoallw_matched_start || !g->tr.alltoallw_wait) {
+    st = xte_ep_exchange(g, s, r, 1);
+    t0 = xte_ep_now_ns();
+    if (st == XTE_SUCCESS) work(arg);
+    g->stats.local_ns += xte_ep_now_ns() - t0;
+    return st;
+  }
+  t0 = xte_ep_now_ns();
+  st = g->tr.alltoallw_matched_start(g->tr.ctx, s->addr, s->len, s->off, r->addr, r->len, r->off);
+  t1 = xte_ep_now_ns();
+  g->stats.exchange_ns += t1 - t0;
+  if (st == XTE_SUCCESS) work(arg);
+  t0 = xte_ep_now_ns();
+  g->stats.local_ns += t0 - t1;
+  ws = g->tr.alltoallw_wait(g->tr.ctx);
+  g->stats.exchange_ns += xte_ep_now_ns() - t0;
+  if (st == XTE_SUCCESS) st = ws;
+  /* the bytes, counted as xte_ep_exchange counts them */
+  {
+    int p;
+    int64_t b;
+    for (p = 0; p < g->R; p++) {
+      if (p == g->tr.rank) continue;
+      for (b = s->off[p]; b < s->off[p + 1]; b++) g->stats.bytes_sent += s->len[b];
+      for (b = r->off[p]; b < r->off[p + 1]; b++) g->stats.bytes_received += r->len[b];
+    }
+  }
+  return st;
+}
+
 /* Zeroes recv rows that no (token, slot) fills: each expert's padding and rows [recv_rows,
  * nrows) of data (row_bytes per row, ld bytes apart). */
 void xte_ep_zero_unrouted(xte_ep_call *c, const xte_ep_handle *eh, int64_t El, char *data,

@@ -2,7 +2,9 @@
  * duplicate of the caller's communicator, counts in units of a contiguous datatype (a row), so
  * a block of more than 2^31 bytes still moves while its row count fits an int. The token rows
  * of dispatch and combine go by alltoallw_matched: MPI_Isend / MPI_Irecv of each block in place
- * (one copy in Open MPI's shared memory transport, as MPI_Alltoallv's), small blocks staged. */
+ * (one copy in Open MPI's shared memory transport, as MPI_Alltoallv's), small blocks staged; its
+ * two halves (alltoallw_matched_start, alltoallw_wait) let the caller work while it is in
+ * flight. */
 #include <limits.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -23,6 +25,11 @@ typedef struct mpi_ctx {
   int64_t req_cap;
   int64_t seg_min; /* alltoallw_matched moves a pair's blocks as they are when they average
                     * at least this many bytes (XTE_EP_MPI_SEGMENT_MIN), else stages them */
+  /* the exchange that alltoallw_matched_start posted and alltoallw_wait completes */
+  int64_t pend_nreq;
+  int pend_rc, pending;
+  const intptr_t *pend_raddr;
+  const int64_t *pend_rlen, *pend_roff;
 } mpi_ctx;
 
 #define XTE_EP_MPI_TAG 0x7865
@@ -316,18 +323,19 @@ static int direct_pair(const mpi_ctx *c, const int64_t *len, int64_t b0, int64_t
   return b1 > b0 && t / (b1 - b0) >= c->seg_min;
 }
 
-/* alltoallw_matched: per peer, its blocks as messages of their own straight between the
+/* alltoallw_matched_start: per peer, its blocks as messages of their own straight between the
  * caller's buffers (Open MPI's shared memory transport moves each large one with a single
  * copy), or, where the blocks are small, packed into one staged message; all posted at once
- * (receives first), then one wait. */
-static xte_status mpi_alltoallw_matched(void *ctx, const intptr_t *saddr, const int64_t *slen,
-                                        const int64_t *soff, const intptr_t *raddr,
-                                        const int64_t *rlen, const int64_t *roff) {
+ * (receives first), the rank's blocks to itself copied; mpi_wait completes them. */
+static xte_status mpi_matched_start(void *ctx, const intptr_t *saddr, const int64_t *slen,
+                                    const int64_t *soff, const intptr_t *raddr, const int64_t *rlen,
+                                    const int64_t *roff) {
   mpi_ctx *c = (mpi_ctx *)ctx;
   int n = c->size, p, rc = MPI_SUCCESS;
   int64_t b, nreq = 0, st = 0, rt = 0, need = 0, tot;
   char *sbuf, *rbuf;
   if (c->datatypes) return mpi_alltoallw_types(ctx, saddr, slen, soff, raddr, rlen, roff);
+  c->pending = 0;
   for (p = 0; p < n; p++) {
     c->sc[p] = c->rc[p] = 0;
     c->sd64[p] = c->rd64[p] = -1; /* -1: direct */
@@ -382,9 +390,26 @@ static xte_status mpi_alltoallw_matched(void *ctx, const intptr_t *saddr, const 
                  roff[c->rank + 1]) &&
       rc == MPI_SUCCESS)
     rc = MPI_ERR_INTERN;
-  /* every posted request completes before returning, even after a failure to post */
-  if (nreq) {
-    int rw = MPI_Waitall((int)nreq, c->req, MPI_STATUSES_IGNORE);
+  c->pending = 1;
+  c->pend_nreq = nreq;
+  c->pend_rc = rc;
+  c->pend_raddr = raddr;
+  c->pend_rlen = rlen;
+  c->pend_roff = roff;
+  return XTE_SUCCESS;
+}
+
+/* Completes the exchange of mpi_matched_start: every posted request (even after a failure to
+ * post), then the staged receives unpacked. */
+static xte_status mpi_wait(void *ctx) {
+  mpi_ctx *c = (mpi_ctx *)ctx;
+  int n = c->size, p, rc = c->pend_rc;
+  int64_t b;
+  const char *rbuf = (const char *)c->stage[1];
+  if (!c->pending) return XTE_SUCCESS;
+  c->pending = 0;
+  if (c->pend_nreq) {
+    int rw = MPI_Waitall((int)c->pend_nreq, c->req, MPI_STATUSES_IGNORE);
     if (rc == MPI_SUCCESS) rc = rw;
   }
   if (rc != MPI_SUCCESS) return mpi_fail(rc, "alltoallw_matched (MPI_Isend / MPI_Irecv)");
@@ -392,12 +417,19 @@ static xte_status mpi_alltoallw_matched(void *ctx, const intptr_t *saddr, const 
     const char *q;
     if (p == c->rank || c->rd64[p] < 0) continue;
     q = rbuf + c->rd64[p];
-    for (b = roff[p]; b < roff[p + 1]; b++) {
-      memcpy((void *)raddr[b], q, (size_t)rlen[b]);
-      q += rlen[b];
+    for (b = c->pend_roff[p]; b < c->pend_roff[p + 1]; b++) {
+      memcpy((void *)c->pend_raddr[b], q, (size_t)c->pend_rlen[b]);
+      q += c->pend_rlen[b];
     }
   }
   return XTE_SUCCESS;
+}
+
+static xte_status mpi_alltoallw_matched(void *ctx, const intptr_t *saddr, const int64_t *slen,
+                                        const int64_t *soff, const intptr_t *raddr,
+                                        const int64_t *rlen, const int64_t *roff) {
+  XTE_TRY(mpi_matched_start(ctx, saddr, slen, soff, raddr, rlen, roff));
+  return mpi_wait(ctx);
 }
 
 static void mpi_destroy(void *ctx) {
@@ -462,6 +494,8 @@ xte_status xte_ep_mpi_transport(const void *comm, xte_ep_transport *t) {
   t->alltoallv = mpi_alltoallv;
   t->alltoallw = mpi_alltoallw;
   t->alltoallw_matched = mpi_alltoallw_matched;
+  t->alltoallw_matched_start = mpi_matched_start;
+  t->alltoallw_wait = mpi_wait;
   t->reserve = mpi_reserve;
   t->destroy = mpi_destroy;
   return XTE_SUCCESS;
