@@ -72,6 +72,7 @@ typedef enum xte_attn_mask {
 } xte_attn_mask;
 
 typedef struct xte_attention_config {
+  size_t struct_size; /* sizeof(xte_attention_config) (xte_attention_config_default sets it) */
   xte_attn_layout layout;
   xte_attn_mask mask;
   int64_t window_left, window_right; /* sliding window; -1 = unbounded */
