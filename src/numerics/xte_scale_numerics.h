@@ -87,8 +87,8 @@ XTE_HD xte_block_scale xte_recipe_fixed_scale(int recipe, int fmt, float amax) {
 
 /* Scale of one block of max |x| = amax under recipe (the rule every backend applies): fmt
  * (XTE_FP8_*); eps, force_pow_2 (0 or 1) and the input kind in_kind (XTE_NUM_IN_*) for the TE
- * recipes; given_scale for TE_DELAYED. Each is read only by the recipes that take it (the GPU
- * kernels pass them from their argument struct: see xte_quant_block_scale). */
+ * recipes; given_scale for TE_DELAYED. A macro: each argument is evaluated only in its recipes'
+ * branch (a function taking every field kept them all live in the GPU kernels' registers). */
 #define XTE_RECIPE_BLOCK_SCALE(recipe, fmt, in_kind, eps, force_pow_2, given_scale, amax)    \
   (xte_recipe_scales_te(recipe) ? xte_scale_te((amax), (fmt), (eps), (force_pow_2),          \
                                                xte_recipe_te_inf_scale((recipe), (in_kind))) \

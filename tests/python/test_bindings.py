@@ -184,7 +184,8 @@ def test_config_bad_struct_size_refused():
     routing = _lib.MoeRouting(topk_idx=t_idx.ptr, num_experts=4)
     rows = ctypes.c_int64(-5)
     for size in (0, ctypes.sizeof(_lib.PermuteConfig) + 8):
-        cfg = _lib.PermuteConfig(struct_size=size, num_out_tokens=-1, align=1)
+        cfg = _lib.PermuteConfig(num_out_tokens=-1, align=1)
+        cfg.struct_size = size  # (construction would set 0 to the size)
         with pytest.raises(xte.XteError) as e:
             _lib.call("xte_moe_permute_rows", ctypes.byref(routing), ctypes.byref(cfg),
                       ctypes.byref(rows), None)
