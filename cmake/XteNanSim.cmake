@@ -3,7 +3,7 @@
 # The shared numerics (src/numerics/*.h) then model a GPU: every NaN an operation there produces,
 # from NaN inputs or created (inf * 0, inf - inf, 0 / 0, ...), comes out as 0x7FFFFFFF (xte_hwnan).
 # Only the sources that run the shared numerics as plain C get the definition: the library's
-# drivers and the scalar ISA (src/*.c, src/cpu/*.c, src/cpu/scalar/*.c). The AVX2 / AVX-512 (and
+# core, drivers and the scalar ISA (src/*.c, src/core/*.c, src/cpu/*.c, src/cpu/scalar/*.c). The AVX2 / AVX-512 (and
 # SIMDe) kernels are real x86 hardware and stay as they are, so a byte test comparing the scalar
 # ISA with an oracle or with a SIMD ISA fails wherever a NaN whose bits were left to the hardware
 # reaches an output byte.
@@ -27,7 +27,7 @@ get_property(_xte_nan_sim_done GLOBAL PROPERTY XTE_NAN_SIM_DONE)
 if(XTE_NAN_SIM AND NOT _xte_nan_sim_done)
   set_property(GLOBAL PROPERTY XTE_NAN_SIM_DONE TRUE)
   get_filename_component(_xte_root ${CMAKE_CURRENT_LIST_DIR} DIRECTORY)
-  file(GLOB _xte_nan_sim_src ${_xte_root}/src/*.c ${_xte_root}/src/cpu/*.c
+  file(GLOB _xte_nan_sim_src ${_xte_root}/src/*.c ${_xte_root}/src/core/*.c ${_xte_root}/src/cpu/*.c
        ${_xte_root}/src/cpu/scalar/*.c)
   # the source properties of the directory that defines the xte target (the top level)
   set_property(SOURCE ${_xte_nan_sim_src} DIRECTORY ${_xte_root}

@@ -4,6 +4,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "core/config.h"
+#include "core/tensor.h"
 #include "numerics/xte_attention_numerics.h"
 #include "xte_attention_ops.h"
 #include "xte_internal.h"
@@ -11,12 +13,24 @@
 xte_attention_config xte_attention_config_default(void) {
   xte_attention_config c;
   memset(&c, 0, sizeof c);
+  c.struct_size = sizeof c;
   c.layout = XTE_ATTN_LAYOUT_BSHD;
   c.mask = XTE_ATTN_MASK_NONE;
   c.window_left = -1;
   c.window_right = -1;
   c.mode = XTE_ATTENTION_EXACT;
   return c;
+}
+
+/* The caller's config under the config ABI rule (src/core/config.h) into *cfg, and config pointed
+ * at it; a NULL config stays NULL (check_common refuses it). */
+static xte_status read_config(const xte_attention_config **config, xte_attention_config *cfg) {
+  const xte_attention_config def = xte_attention_config_default();
+  if (*config == NULL) return XTE_SUCCESS;
+  XTE_TRY(xte_config_read(*config, "config", XTE_CONFIG_END(xte_attention_config, descale_v),
+                          sizeof *cfg, &def, cfg));
+  *config = cfg;
+  return XTE_SUCCESS;
 }
 
 static int finitef_(float x) {
@@ -320,6 +334,8 @@ xte_status xte_attention_fwd(const xte_tensor *Q, const xte_tensor *K, const xte
   xte_attn_args a;
   shp q, k, v, o;
   xte_exec ex;
+  xte_attention_config cfg;
+  XTE_TRY(read_config(&config, &cfg));
   XTE_TRY(check_common(Q, K, V, O, "O", lse, config, 0, &a, &q, &k, &v, &o));
   XTE_TRY(xte_resolve_stream(stream, &ex));
   if (!ex.ops->attention || !ex.ops->attention->fwd)
@@ -337,6 +353,8 @@ xte_status xte_attention_bwd(const xte_tensor *Q, const xte_tensor *K, const xte
   xte_attn_args a;
   shp q, k, v, o, t;
   xte_exec ex;
+  xte_attention_config cfg;
+  XTE_TRY(read_config(&config, &cfg));
   XTE_TRY(check_common(Q, K, V, O, "O", lse, config, 1, &a, &q, &k, &v, &o));
   XTE_CHECK_PTR(dO, "dO");
   XTE_CHECK_PTR(dQ, "dQ");

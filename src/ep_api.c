@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "core/config.h"
+#include "core/tensor.h"
 #include "ep/ep_core.h"
 #include "ep/ep_transport.h"
 #include "xte/ep.h"
@@ -51,15 +53,16 @@ xte_ep_config xte_ep_config_default(void) {
   return c;
 }
 
-static xte_status check_config(const xte_ep_config *c, int R, struct xte_ep_group_s *g) {
-  XTE_CHECK_PTR(c, "config");
+static xte_status check_config(const xte_ep_config *config, int R, struct xte_ep_group_s *g) {
+  const xte_ep_config def = xte_ep_config_default();
+  xte_ep_config cfg;
+  const xte_ep_config *c = &cfg;
+  XTE_CHECK_PTR(config, "config");
   if (R > 4096)
     return xte_set_error(XTE_ERROR_UNSUPPORTED, "the communicator has %d ranks: at most 4096", R);
-  if (c->struct_size < sizeof(xte_ep_config) || c->struct_size > 4096)
-    return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
-                         "config->struct_size = %zu: want sizeof(xte_ep_config) = %zu (set by "
-                         "xte_ep_config_default)",
-                         c->struct_size, sizeof(xte_ep_config));
+  /* the config ABI rule (src/core/config.h) */
+  XTE_TRY(xte_config_read(config, "config", XTE_CONFIG_END(xte_ep_config, max_tokens_per_rank),
+                          sizeof cfg, &def, &cfg));
   if (c->experts_per_rank < 1 || c->experts_per_rank > XTE_MOE_MAX_EXPERTS / R)
     return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
                          "config->experts_per_rank = %lld: want 1..%lld (%d ranks)",

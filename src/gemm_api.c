@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/config.h"
+#include "core/scale.h"
+#include "core/tensor.h"
 #include "xte_gemm_ops.h"
 #include "xte_internal.h"
 
@@ -18,6 +21,7 @@ static int rup_overflows(int64_t a, int64_t b, int64_t *r) {
 xte_gemm_config xte_gemm_config_default(void) {
   xte_gemm_config c;
   memset(&c, 0, sizeof c);
+  c.struct_size = sizeof c;
   c.mode = XTE_GEMM_EXACT;
   return c;
 }
@@ -246,6 +250,15 @@ static xte_status check_config(const xte_gemm_config *cfg) {
   return XTE_SUCCESS;
 }
 
+/* The caller's config (NULL: the default) under the config ABI rule (src/core/config.h), checked.
+ */
+static xte_status read_config(const xte_gemm_config *config, xte_gemm_config *cfg) {
+  const xte_gemm_config def = xte_gemm_config_default();
+  XTE_TRY(xte_config_read(config, "config", XTE_CONFIG_END(xte_gemm_config, mode), sizeof *cfg,
+                          &def, cfg));
+  return check_config(cfg);
+}
+
 static xte_status dispatch(xte_gemm_args *g, xte_stream stream) {
   xte_exec ex;
   XTE_TRY(xte_resolve_stream(stream, &ex));
@@ -266,7 +279,7 @@ static void fill_operands(xte_gemm_args *g, const opnd *a, const opnd *b,
 
 xte_status xte_gemm(const xte_qtensor *A, const xte_qtensor *B, const xte_tensor *C, xte_tensor *D,
                     const xte_gemm_config *config, xte_stream stream) {
-  xte_gemm_config cfg = config ? *config : xte_gemm_config_default();
+  xte_gemm_config cfg;
   xte_gemm_args g;
   xte_gemm_problem p;
   opnd a, b;
@@ -274,7 +287,7 @@ xte_status xte_gemm(const xte_qtensor *A, const xte_qtensor *B, const xte_tensor
   memset(&p, 0, sizeof p);
   XTE_CHECK_PTR(A, "A");
   XTE_CHECK_PTR(B, "B");
-  XTE_TRY(check_config(&cfg));
+  XTE_TRY(read_config(config, &cfg));
   XTE_TRY(resolve_operand(A, cfg.trans_a, "A", &a));
   XTE_TRY(resolve_operand(B, cfg.trans_b, "B", &b));
   XTE_TRY(check_pair(&a, &b));
@@ -295,7 +308,7 @@ xte_status xte_gemm(const xte_qtensor *A, const xte_qtensor *B, const xte_tensor
 xte_status xte_gemm_grouped(const xte_qtensor *A, const xte_qtensor *B, const xte_tensor *C,
                             xte_tensor *D, const xte_gemm_groups *groups,
                             const xte_gemm_config *config, xte_stream stream) {
-  xte_gemm_config cfg = config ? *config : xte_gemm_config_default();
+  xte_gemm_config cfg;
   xte_gemm_args g;
   xte_gemm_problem *P;
   opnd a, b;
@@ -305,7 +318,7 @@ xte_status xte_gemm_grouped(const xte_qtensor *A, const xte_qtensor *B, const xt
   XTE_CHECK_PTR(A, "A");
   XTE_CHECK_PTR(B, "B");
   XTE_CHECK_PTR(groups, "groups");
-  XTE_TRY(check_config(&cfg));
+  XTE_TRY(read_config(config, &cfg));
   if ((unsigned)groups->kind > XTE_GEMM_GROUPED_K)
     return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "groups->kind %d is not an xte_gemm_grouping",
                          (int)groups->kind);

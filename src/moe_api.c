@@ -4,6 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/config.h"
+#include "core/quant.h"
+#include "core/tensor.h"
 #include "xte_internal.h"
 #include "xte_moe_ops.h"
 
@@ -96,10 +99,22 @@ static xte_status moe_has(const xte_exec *ex, int have, const char *op) {
 xte_router_config xte_router_config_default(void) {
   xte_router_config c;
   memset(&c, 0, sizeof c);
+  c.struct_size = sizeof c;
   c.topk = 1;
   c.score_function = XTE_ROUTER_SOFTMAX;
   c.scaling_factor = 1.0f;
   return c;
+}
+
+/* The caller's config (not NULL) under the config ABI rule (src/core/config.h) into *cfg, and
+ * config pointed at it. */
+static xte_status read_router_config(const xte_router_config **config, xte_router_config *cfg) {
+  const xte_router_config def = xte_router_config_default();
+  XTE_CHECK_PTR(*config, "config");
+  XTE_TRY(xte_config_read(*config, "config", XTE_CONFIG_END(xte_router_config, scaling_factor),
+                          sizeof *cfg, &def, cfg));
+  *config = cfg;
+  return XTE_SUCCESS;
 }
 
 static xte_status check_score(xte_router_score s, const char *name) {
@@ -170,11 +185,12 @@ xte_status xte_router_forward(const xte_tensor *logits, const xte_tensor *expert
                               const xte_router_config *config, xte_router_outputs *out,
                               xte_stream stream) {
   xte_router_args a;
+  xte_router_config rcfg;
   xte_exec ex;
   xte_moe_view bv;
   memset(&a, 0, sizeof a);
   XTE_CHECK_PTR(logits, "logits");
-  XTE_CHECK_PTR(config, "config");
+  XTE_TRY(read_router_config(&config, &rcfg));
   XTE_CHECK_PTR(out, "out");
   XTE_TRY(logits_view(logits, &a.logits, &a.T, &a.E));
   XTE_TRY(check_config(config, a.E));
@@ -292,12 +308,13 @@ xte_status xte_router_backward(const xte_tensor *grad_probs, const xte_tensor *r
                                const xte_router_config *config, xte_tensor *grad_logits,
                                xte_stream stream) {
   xte_router_bwd_args a;
+  xte_router_config rcfg;
   xte_exec ex;
   memset(&a, 0, sizeof a);
   XTE_CHECK_PTR(grad_probs, "grad_probs");
   XTE_CHECK_PTR(routing_map, "routing_map");
   XTE_CHECK_PTR(saved, "saved");
-  XTE_CHECK_PTR(config, "config");
+  XTE_TRY(read_router_config(&config, &rcfg));
   XTE_CHECK_PTR(grad_logits, "grad_logits");
   XTE_TRY(grad_view(grad_probs, "grad_probs", &a));
   XTE_TRY(check_config(config, a.E));
@@ -484,9 +501,23 @@ static xte_status route_view(const xte_moe_routing *routing, xte_moe_route *r, i
   return XTE_SUCCESS;
 }
 
+xte_permute_config xte_permute_config_default(void) {
+  xte_permute_config c;
+  memset(&c, 0, sizeof c);
+  c.struct_size = sizeof c;
+  c.num_out_tokens = -1;
+  c.align = 1;
+  return c;
+}
+
+/* The caller's config (NULL: the default) under the config ABI rule (src/core/config.h). */
 static xte_status permute_cfg(const xte_permute_config *config, xte_permute_args *a) {
-  a->cap = config ? config->num_out_tokens : -1;
-  a->align = config && config->align > 1 ? config->align : 1;
+  const xte_permute_config def = xte_permute_config_default();
+  xte_permute_config c;
+  XTE_TRY(xte_config_read(config, "config", XTE_CONFIG_END(xte_permute_config, align), sizeof c,
+                          &def, &c));
+  a->cap = c.num_out_tokens;
+  a->align = c.align > 1 ? c.align : 1;
   if (a->cap < 0) a->cap = -1;
   if (a->align > (1 << 20))
     return xte_set_error(XTE_ERROR_INVALID_ARGUMENT, "config->align = %lld is too large",

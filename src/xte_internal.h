@@ -48,27 +48,6 @@ typedef struct xte_exec {
 /* Resolves stream (NULL = default backend) into an exec context; loads plugins on first use. */
 xte_status xte_resolve_stream(xte_stream stream, xte_exec *exec);
 
-/* Tensor helpers: 2-D view [rows, cols] of t, checking rank/shape; ld resolved. */
-xte_status xte_tensor_view2d(const xte_tensor *t, const char *name, int64_t *rows, int64_t *cols,
-                             int64_t *ld);
-
-/* Quantization facts shared by every entry point that reads quantized tensors
- * (src/quantize_api.c). */
-const char *xte_scaling_mode_name(xte_scaling_mode m);
-int xte_recipe_is_mx(xte_recipe r);
-/* 1: the columnwise copy is the transpose [K, M]; 0 (MTFP8, MX): it keeps [M, K]. */
-int xte_recipe_col_transposed(xte_recipe r);
-/* The scale map of one copy of a quantized [M, K] tensor (data pointer left NULL) and the
- * shape [rows, cols] its buffer must have. Checks mode, recipe and layout. */
-xte_status xte_scale_geom(int64_t M, int64_t K, xte_scaling_mode mode, xte_recipe recipe,
-                          xte_scale_layout layout, int columnwise, xte_scale_map *m, int64_t *rows,
-                          int64_t *cols);
-
-/* Validates the output quantized tensor and the config of a quantization of an [M, K] input
- * of kind in_kind (XTE_NUM_IN_*), and fills every field of a but the input pointer and ld_in. */
-xte_status xte_quant_prepare(int64_t M, int64_t K, int in_kind, xte_qtensor *out,
-                             const xte_quant_config *config, xte_quant_args *a);
-
 /* The built-in CPU backend table. */
 const xte_backend_ops *xte_cpu_backend_ops(void);
 

@@ -191,9 +191,10 @@ static int ep_problem_reference(ep_problem *p, char *err, size_t errlen) {
   size_t xe = ep_sz(p->xdt), ye = ep_sz(p->ydt);
   xte_tensor idx = ep_t2(p->topk, XTE_DTYPE_INT32, T, K);
   xte_moe_routing routing = {NULL, &idx, p->E};
-  xte_permute_config pc = {-1, p->align};
+  xte_permute_config pc = xte_permute_config_default();
   xte_permute_outputs extra;
   xte_tensor x, xs, px, pxs, rm, y, out, gout, gy, gw, w, g, gx;
+  pc.align = p->align;
   memset(&extra, 0, sizeof extra);
   EP_OK(xte_moe_permute_rows(&routing, &pc, &p->rows, NULL));
   p->eoff = (int64_t *)ep_alloc((p->E + 1) * 8);

@@ -638,6 +638,7 @@ static void *tm_main(void *v) {
     memset(&routing, 0, sizeof routing);
     routing.topk_idx = &idx;
     routing.num_experts = El;
+    pc = xte_permute_config_default();
     pc.num_out_tokens = -1;
     pc.align = p->align;
     if (xte_moe_permute(&in, p->S ? &ins : NULL, &routing, &pc, &o, p->S ? &os : NULL, &trm, NULL,

@@ -76,7 +76,7 @@ static void permute_case(int T, int E, int k, int H, xte_dtype dt, int use_map, 
   uint8_t *x = (uint8_t *)zalloc(es * (size_t)(T * H));
   float *xs = (float *)zalloc(4 * (size_t)(T * SC));
   xte_moe_routing routing;
-  xte_permute_config cfg = {cap, align};
+  xte_permute_config cfg = xte_permute_config_default();
   xte_tensor it = xte_tensor_2d(idx, XTE_DTYPE_INT64, T, k),
              mt = xte_tensor_2d(map, XTE_DTYPE_UINT8, T, E);
   size_t i;
@@ -88,6 +88,8 @@ static void permute_case(int T, int E, int k, int H, xte_dtype dt, int use_map, 
   routing.routing_map = use_map ? &mt : NULL;
   routing.topk_idx = use_map ? NULL : &it;
   routing.num_experts = E;
+  cfg.num_out_tokens = cap;
+  cfg.align = align;
   R = oracle_rows(T, E, k, idx, map, use_map, cap, align, orm, off, kept);
   cr_assert_eq(xte_moe_permute_rows(&routing, &cfg, &rows, NULL), XTE_SUCCESS, "%s",
                xte_last_error());
@@ -170,7 +172,7 @@ static void unpermute_case(int T, int E, int k, int H, int use_map, xte_dtype od
   float *probs = (float *)zalloc(4 * (size_t)(T * (use_map ? E : k)));
   int pc = use_map ? E : k;
   xte_moe_routing routing;
-  xte_permute_config cfg = {-1, 1};
+  xte_permute_config cfg = xte_permute_config_default();
   xte_tensor it = xte_tensor_2d(idx, XTE_DTYPE_INT64, T, k),
              mt = xte_tensor_2d(map, XTE_DTYPE_UINT8, T, E);
   gen_route(T, E, k, 0, idx, map);
@@ -434,7 +436,7 @@ static void fp16_big_case(int T, int E, int k, int H, int use_map) {
   float *w = (float *)zalloc(4 * (size_t)(T * (use_map ? E : k)));
   const int pc = use_map ? E : k;
   xte_moe_routing routing;
-  xte_permute_config cfg = {-1, 1};
+  xte_permute_config cfg = xte_permute_config_default();
   xte_tensor it = xte_tensor_2d(idx, XTE_DTYPE_INT64, T, k),
              mt = xte_tensor_2d(map, XTE_DTYPE_UINT8, T, E);
   gen_route(T, E, k, !use_map, idx, map);

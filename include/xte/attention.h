@@ -85,6 +85,7 @@ typedef enum xte_attention_mode {
 } xte_attention_mode;
 
 typedef struct xte_attention_config {
+  size_t struct_size; /* sizeof(xte_attention_config) (xte_attention_config_default sets it) */
   xte_attn_layout layout;
   xte_attn_mask mask;
   int64_t window_left, window_right; /* sliding window; -1 = unbounded */

@@ -60,8 +60,9 @@ extern "C" {
 
 typedef struct xte_ep_group_s *xte_ep_group;
 
-/* Size-versioned: struct_size is sizeof(xte_ep_config) of the caller's header (set by
- * xte_ep_config_default), so fields can be added at the end without breaking the ABI. */
+/* Size-versioned as every config (docs/api.md): struct_size is sizeof(xte_ep_config) of the
+ * caller's header (set by xte_ep_config_default), so fields can be added at the end without
+ * breaking the ABI. */
 typedef struct xte_ep_config {
   size_t struct_size;
   int64_t experts_per_rank;    /* >= 1; the group holds experts_per_rank * R experts */

@@ -61,6 +61,7 @@ typedef enum xte_gemm_mode {
 } xte_gemm_mode;
 
 typedef struct xte_gemm_config {
+  size_t struct_size; /* sizeof(xte_gemm_config) (xte_gemm_config_default sets it) */
   /* trans_a = 0: A is X [M, K]; 1: A is X^T, X [K, M]. trans_b = 0: B is X [N, K] ("TN", the
    * default); 1: B is X^T, X [K, N]. (TN, NN, NT, TT of TransformerEngine.) */
   int trans_a, trans_b;

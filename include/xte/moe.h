@@ -25,7 +25,8 @@ typedef enum xte_router_score {
 } xte_router_score;
 
 typedef struct xte_router_config {
-  int topk; /* experts per token, 1..E */
+  size_t struct_size; /* sizeof(xte_router_config) (xte_router_config_default sets it) */
+  int topk;           /* experts per token, 1..E */
   xte_router_score score_function;
   int use_pre_softmax;  /* softmax only: 1 softmax over all E then top-k; 0 top-k of the
                            logits then softmax over those k */
@@ -158,9 +159,12 @@ typedef struct xte_moe_routing {
 } xte_moe_routing;
 
 typedef struct xte_permute_config {
+  size_t struct_size;     /* sizeof(xte_permute_config) (xte_permute_config_default sets it) */
   int64_t num_out_tokens; /* < 0: no cap */
   int64_t align;          /* <= 1: no padding; else pad each expert to a multiple (e.g. 128) */
 } xte_permute_config;
+
+XTE_API xte_permute_config xte_permute_config_default(void); /* no cap (-1), align 1 */
 
 /* Optional outputs of a permute (data NULL: not produced).
  *  expert_offsets     int64 [E + 1]: first output row of each expert (padded), last = R

@@ -79,6 +79,7 @@ typedef struct xte_qtensor {
 } xte_qtensor;
 
 typedef struct xte_quant_config {
+  size_t struct_size; /* sizeof(xte_quant_config) (xte_quant_config_default sets it) */
   float amax_epsilon; /* TE recipes: amax is raised to at least this (default 0) */
   /* TE_BLOCK and TE_CURRENT: round scales down to powers of two (1) or not (0); -1 (default):
    * the recipe's TransformerEngine default, 1 for TE_BLOCK (Float8BlockScaling), 0 for

@@ -189,9 +189,19 @@ class QTensor(ctypes.Structure):
                 ("scale", ctypes.POINTER(ctypes.c_float))]
 
 
-class QuantConfig(ctypes.Structure):
+class _Config(ctypes.Structure):
+    """A config struct (xte_*_config): its first field, struct_size, is set to its ctypes size
+    when constructed (docs/api.md, the config ABI rule); xte_*_config_default() sets it too."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not self.struct_size:
+            self.struct_size = ctypes.sizeof(self)
+
+
+class QuantConfig(_Config):
     """xte_quant_config"""
-    _fields_ = [("amax_epsilon", ctypes.c_float), ("force_pow_2", ctypes.c_int),
+    _fields_ = [("struct_size", ctypes.c_size_t), ("amax_epsilon", ctypes.c_float), ("force_pow_2", ctypes.c_int),
                 ("saturate", ctypes.c_int)]
 
 
@@ -214,9 +224,9 @@ class BackendInfo(ctypes.Structure):
                 ("musa_gpus", GpuInfo * INFO_MAX_GPUS)]
 
 
-class GemmConfig(ctypes.Structure):
+class GemmConfig(_Config):
     """xte_gemm_config"""
-    _fields_ = [("trans_a", ctypes.c_int), ("trans_b", ctypes.c_int), ("accumulate", ctypes.c_int),
+    _fields_ = [("struct_size", ctypes.c_size_t), ("trans_a", ctypes.c_int), ("trans_b", ctypes.c_int), ("accumulate", ctypes.c_int),
                 ("bias", ctypes.POINTER(Tensor)), ("mode", _c_enum)]
 
 
@@ -227,9 +237,9 @@ class GemmGroups(ctypes.Structure):
                 ("masked_m", ctypes.POINTER(Tensor))]
 
 
-class RouterConfig(ctypes.Structure):
+class RouterConfig(_Config):
     """xte_router_config"""
-    _fields_ = [("topk", ctypes.c_int), ("score_function", _c_enum),
+    _fields_ = [("struct_size", ctypes.c_size_t), ("topk", ctypes.c_int), ("score_function", _c_enum),
                 ("use_pre_softmax", ctypes.c_int), ("num_groups", ctypes.c_int),
                 ("group_topk", ctypes.c_int), ("scaling_factor", ctypes.c_float)]
 
@@ -246,9 +256,9 @@ class MoeRouting(ctypes.Structure):
                 ("num_experts", ctypes.c_int64)]
 
 
-class PermuteConfig(ctypes.Structure):
+class PermuteConfig(_Config):
     """xte_permute_config"""
-    _fields_ = [("num_out_tokens", ctypes.c_int64), ("align", ctypes.c_int64)]
+    _fields_ = [("struct_size", ctypes.c_size_t), ("num_out_tokens", ctypes.c_int64), ("align", ctypes.c_int64)]
 
 
 class PermuteOutputs(ctypes.Structure):
@@ -257,9 +267,9 @@ class PermuteOutputs(ctypes.Structure):
                 ("row_to_expert", Tensor)]
 
 
-class AttentionConfig(ctypes.Structure):
+class AttentionConfig(_Config):
     """xte_attention_config"""
-    _fields_ = [("layout", _c_enum), ("mask", _c_enum), ("window_left", ctypes.c_int64),
+    _fields_ = [("struct_size", ctypes.c_size_t), ("layout", _c_enum), ("mask", _c_enum), ("window_left", ctypes.c_int64),
                 ("window_right", ctypes.c_int64), ("softmax_scale", ctypes.c_float),
                 ("softcap", ctypes.c_float), ("alibi_slopes", ctypes.POINTER(ctypes.c_float)),
                 ("cu_seqlens_q", ctypes.POINTER(ctypes.c_int32)),
@@ -270,7 +280,7 @@ class AttentionConfig(ctypes.Structure):
                 ("descale_v", ctypes.POINTER(ctypes.c_float)), ("mode", _c_enum)]
 
 
-class EpConfig(ctypes.Structure):
+class EpConfig(_Config):
     """xte_ep_config"""
     _fields_ = [("struct_size", ctypes.c_size_t), ("experts_per_rank", ctypes.c_int64),
                 ("hidden", ctypes.c_int64), ("topk", ctypes.c_int32), ("align", ctypes.c_int32),
@@ -360,6 +370,7 @@ _PROTOTYPES = {
     "xte_moe_aux_loss_backward": (_st, [_T, _i64, _int, _f32, _f32, _T, _S]),
     "xte_moe_aux_loss_forward_ex": (_st, [_T, _T, _i64, _i64, _int, _f32, _P(_f32), _S]),
     "xte_moe_aux_loss_backward_ex": (_st, [_T, _i64, _i64, _int, _f32, _f32, _T, _S]),
+    "xte_permute_config_default": (PermuteConfig, []),
     "xte_moe_permute_rows": (_st, [_P(MoeRouting), _P(PermuteConfig), _P(_i64), _S]),
     "xte_moe_permute": (_st, [_T, _T, _P(MoeRouting), _P(PermuteConfig), _T, _T, _T,
                               _P(PermuteOutputs), _S]),

@@ -335,7 +335,7 @@ XTE_HD float xte_input_dtype_max(int in_kind) {
  * scaling (Float8CurrentScaling): eps clamp, degenerate amax -> 1, 448/amax (RNE division),
  * inf -> inf_scale, optional power-of-two rounding down, scale_inv = 1/scale. inf_scale is
  * FLT_MAX for current scaling whatever the input dtype, and the input dtype's max for the block
- * recipe (TE's block kernels), xte_quant_te_inf_scale in xte_kernel_args.h. */
+ * recipe (TE's block kernels), xte_recipe_te_inf_scale in xte_scale_numerics.h. */
 XTE_HD xte_block_scale xte_scale_te(float amax, int fmt, float eps, int force_pow_2,
                                     float inf_scale) {
   xte_block_scale r;

@@ -90,6 +90,7 @@ static int gen_routing(calls_ctx *c, p_state *s, int64_t T, int64_t E, int k, in
   s->routing.topk_idx = use_map ? NULL : &s->idx;
   s->routing.num_experts = E;
   s->E = E;
+  s->cfg = xte_permute_config_default();
   s->cfg.num_out_tokens = -1;
   s->cfg.align = 1;
   return 0;

@@ -46,7 +46,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   st = xte_ep_group_create_threads(g_world, 0, &cfg, &g);
   if (st == XTE_SUCCESS &&
       (cfg.experts_per_rank < 1 || cfg.hidden < 1 || cfg.topk < 1 || cfg.topk > XTE_EP_MAX_TOPK ||
-       cfg.max_tokens_per_rank < 0 || cfg.struct_size < sizeof cfg))
+       cfg.max_tokens_per_rank < 0 || cfg.struct_size != sizeof cfg))
     fz_mark_impossible("bad config");
   fz_check(st, "ep_group_create");
   if (st != XTE_SUCCESS) goto done;

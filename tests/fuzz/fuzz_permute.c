@@ -88,6 +88,7 @@ static void make_route(fz *f, route *rt) {
 }
 
 static void make_cfg(fz *f, xte_permute_config *c) {
+  *c = xte_permute_config_default();
   c->num_out_tokens = fz_rare(f, 32) ? fz_hostile_i64[fz_u8(f) % FZ_NHOSTILE]
                                      : ((fz_u8(f) & 3) ? -1 : fz_u8(f) % 40);
   c->align = fz_rare(f, 32) ? fz_hostile_i64[fz_u8(f) % FZ_NHOSTILE]

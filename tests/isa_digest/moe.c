@@ -269,6 +269,7 @@ void permute_cases(void) {
           mem_release(mark);
           continue;
         }
+        pc = xte_permute_config_default();
         pc.num_out_tokens = caps[cv];
         pc.align = als[cv];
         if (d == 0) { /* permute_rows (independent of the dtype) */
@@ -318,6 +319,7 @@ void permute_cases(void) {
           xte_tensor x, px, rm, probs, out;
           int64_t R;
           static const char *ops[3] = {"unpermute", "permute_bwd", "unpermute_bwd"};
+          pc = xte_permute_config_default();
           pc.num_out_tokens = cv ? 250 : -1;
           pc.align = cv ? 16 : 1;
           pr = (rv + cv + op) % 2 == 0 || op == 2;
@@ -366,6 +368,7 @@ void permute_cases(void) {
     xte_tensor x, px, rm, out;
     int64_t R;
     xte_dtype a = d ? XTE_DTYPE_BF16 : XTE_DTYPE_FP32, b = d ? XTE_DTYPE_FP32 : XTE_DTYPE_BF16;
+    pc = xte_permute_config_default();
     pc.num_out_tokens = -1;
     pc.align = 1;
     case_begin("unpermute.%s_%s.idx64.T%lld", dtn(a), dtn(b), (long long)T);

@@ -158,6 +158,46 @@ def test_defaults_by_value():
     a = _lib.lib.xte_attention_config_default()
     assert (a.window_left, a.window_right, a.softmax_scale) == (-1, -1, 0.0)
 
+    p = _lib.lib.xte_permute_config_default()
+    assert (p.num_out_tokens, p.align) == (-1, 1)
+
+
+CONFIGS = [_lib.QuantConfig, _lib.GemmConfig, _lib.RouterConfig, _lib.PermuteConfig,
+           _lib.AttentionConfig, _lib.EpConfig]
+
+
+@pytest.mark.parametrize("cls", CONFIGS, ids=lambda c: c.__name__)
+def test_config_struct_size(cls):
+    """The config ABI rule (docs/api.md): every config starts with struct_size, which the Python
+    mirror sets on construction and the C default sets too."""
+    assert cls._fields_[0] == ("struct_size", ctypes.c_size_t)
+    assert cls().struct_size == ctypes.sizeof(cls)
+    assert cls(struct_size=8).struct_size == 8  # an explicit size is kept
+    name = {"QuantConfig": "quant", "GemmConfig": "gemm", "RouterConfig": "router",
+            "PermuteConfig": "permute", "AttentionConfig": "attention", "EpConfig": "ep"}
+    d = getattr(_lib.lib, f"xte_{name[cls.__name__]}_config_default")()
+    assert d.struct_size == ctypes.sizeof(cls)
+
+
+def test_config_bad_struct_size_refused():
+    idx = np.array([[0, 1], [1, 2], [3, 0]], np.int64)
+    t_idx = _tensor.view(idx, "topk_idx")
+    routing = _lib.MoeRouting(topk_idx=t_idx.ptr, num_experts=4)
+    rows = ctypes.c_int64(-5)
+    for size in (0, ctypes.sizeof(_lib.PermuteConfig) + 8):
+        cfg = _lib.PermuteConfig(num_out_tokens=-1, align=1)
+        cfg.struct_size = size  # (construction would set 0 to the size)
+        with pytest.raises(xte.XteError) as e:
+            _lib.call("xte_moe_permute_rows", ctypes.byref(routing), ctypes.byref(cfg),
+                      ctypes.byref(rows), None)
+        assert e.value.status == _lib.Status.INVALID_ARGUMENT
+        assert "config->struct_size" in e.value.message
+        assert rows.value == -5  # nothing written on error
+    cfg = _lib.PermuteConfig(num_out_tokens=-1, align=1)
+    _lib.call("xte_moe_permute_rows", ctypes.byref(routing), ctypes.byref(cfg),
+              ctypes.byref(rows), None)
+    assert rows.value == 6
+
 
 def test_version_and_info():
     v = _lib.version()

@@ -52,7 +52,8 @@ class QTensor(ctypes.Structure):
 
 
 class QuantConfig(ctypes.Structure):
-    _fields_ = [("amax_epsilon", ctypes.c_float), ("force_pow_2", ctypes.c_int),
+    # struct_size: sizeof(xte_quant_config) (the config ABI rule, docs/api.md)
+    _fields_ = [("struct_size", ctypes.c_size_t), ("amax_epsilon", ctypes.c_float), ("force_pow_2", ctypes.c_int),
                 ("saturate", ctypes.c_int)]
 
 
@@ -228,7 +229,7 @@ def xte_quantize_current(lib, x, in_dt, force_pow_2):
     q.scaling_mode, q.recipe = PER_TENSOR, TE_CURRENT
     scale = ctypes.c_float(-1.0)
     q.scale = ctypes.pointer(scale)
-    cfg = QuantConfig(0.0, force_pow_2, 1)
+    cfg = QuantConfig(ctypes.sizeof(QuantConfig), 0.0, force_pow_2, 1)
     st = lib.xte_quantize(ctypes.byref(tensor(x, in_dt)), ctypes.byref(q), ctypes.byref(cfg), None)
     assert st == 0, lib.xte_last_error().decode()
     return rq, s[0, 0], np.float32(scale.value)
@@ -322,7 +323,7 @@ def xte_quantize(lib, x, in_dt, recipe, mode, out_dt):
     q.scaling_mode, q.recipe = mode, recipe
     amax = ctypes.c_float(-1.0)
     q.amax = ctypes.pointer(amax)
-    cfg = QuantConfig(0.0, 1, 1)
+    cfg = QuantConfig(ctypes.sizeof(QuantConfig), 0.0, 1, 1)
     st = lib.xte_quantize(ctypes.byref(tensor(x, in_dt)), ctypes.byref(q), ctypes.byref(cfg), None)
     assert st == 0, lib.xte_last_error().decode()
     return rq, scales[0], cq, scales[1], amax.value

@@ -152,7 +152,9 @@ static xte_status run_permute(routing &g, const perm_case &pc, buf &in, buf &in_
   xte_tensor to = t2(o.out, pc.dt, rows, pc.H, 0);
   xte_tensor tos = t2(o.out_s, pc.sdt, rows, pc.S, 0);
   xte_tensor trm = t2(o.row_map, XTE_DTYPE_INT32, g.T, g.K, 0);
-  xte_permute_config cfg{pc.cap, pc.align};
+  xte_permute_config cfg = xte_permute_config_default();
+  cfg.num_out_tokens = pc.cap;
+  cfg.align = pc.align;
   xte_permute_outputs ex;
   ex.expert_offsets = xte_tensor_1d(o.offsets.data(), XTE_DTYPE_INT64, g.E + 1);
   ex.tokens_per_expert = xte_tensor_1d(o.tpe.data(), (xte_dtype)pc.tpe_dt, g.E);
@@ -197,7 +199,9 @@ static void permute_case(routing &g, const perm_case &pc, const std::string &d0)
   const std::string d = dd;
   /* the rows: both backends' xte_moe_permute_rows */
   int64_t Rc = -1, Rg = -2;
-  xte_permute_config cfg{pc.cap, pc.align};
+  xte_permute_config cfg = xte_permute_config_default();
+  cfg.num_out_tokens = pc.cap;
+  cfg.align = pc.align;
   const xte_status rc = xte_moe_permute_rows(&g.r, &cfg, &Rc, cpu);
   const std::string mrc = rc ? xte_last_error() : "";
   const xte_status rg = xte_moe_permute_rows(&g.r, &cfg, &Rg, gpu);

@@ -473,6 +473,7 @@ static void ref_run(const problem *p, refrun *q, xte_stream st) {
   memset(&rt, 0, sizeof rt);
   rt.topk_idx = &idx;
   rt.num_experts = E;
+  pc = xte_permute_config_default();
   pc.num_out_tokens = -1;
   pc.align = ALIGN;
   OK("xte_moe_permute_rows", xte_moe_permute_rows(&rt, &pc, &rows, st));

@@ -290,6 +290,7 @@ int run_layer(layer *L, int timed) {
   memset(&rt, 0, sizeof rt);
   rt.routing_map = &mapt;
   rt.num_experts = E;
+  pc = xte_permute_config_default();
   pc.num_out_tokens = -1;
   pc.align = L->align;
   memset(&po, 0, sizeof po);

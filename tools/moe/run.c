@@ -135,6 +135,7 @@ static int run_rows(layer *L, double *avail) {
   memset(&rt, 0, sizeof rt);
   rt.routing_map = &mapt;
   rt.num_experts = L->E;
+  pc = xte_permute_config_default();
   pc.num_out_tokens = -1;
   for (e = 0; e < L->E; e++) L->tpe[e] = 0;
   for (i = 0; i < L->T * L->E; i++)
