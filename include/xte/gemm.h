@@ -30,8 +30,9 @@
  *
  * XTE_GEMM_FAST may form each block partial p in an implementation-defined order and precision
  * (as tensor cores do); everything after p is as above. Its error bound is in docs/numerics.md:
- * |p_fast - p| <= KB * 2^-13 * sum_{k in b} |a[m, k] * b[n, k]| per block. The CPU backend runs
- * the exact kernel for both modes.
+ * |p_fast - p| <= KB * 2^-13 * sum_{k in b} |a[m, k] * b[n, k]| per block. The CPU backend
+ * forms FAST partials as fp32 sums for problems of at most 32 rows whose B is read along K (B
+ * [N, K], trans_b = 0), and runs the exact kernel for the others.
  *
  * Supported pairs (A x B): 1x128 x 128x128 (fprop, dgrad), 128x128 x 1x128, 1x128 x 1x128
  * (wgrad), per-tensor x per-tensor, MXFP8 1x32 x 1x32. 128x128 x 128x128 and mixing per-tensor

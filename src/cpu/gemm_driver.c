@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/gemm_fast_small.h"
 #include "cpu/gemm_kernels.h"
 #include "cpu/xte_cpu.h"
 #include "numerics/xte_gemm_numerics.h"
@@ -896,6 +897,23 @@ static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
         return xte_set_error(XTE_ERROR_INVALID_ARGUMENT,
                              "groups->masked_m[%lld] = %d is outside [0, m_max = %lld]",
                              (long long)i, (int)g->masked_m[i], (long long)g->problems[i].m);
+  if (g->mode == XTE_GEMM_FAST) { /* FAST small M (src/cpu/gemm_fast_small.c) takes the call */
+    int all = 1;
+    for (i = 0; i < g->num_problems && all; i++)
+      all = xte_cpu_gemm_fast_small_ok(g, g->masked_m ? g->masked_m[i] : g->problems[i].m);
+    if (all) {
+      const size_t bytes = xte_cpu_gemm_fast_small_ws(g, xte_cpu_threads());
+      char *w = ws_acquire(bytes);
+      if (!w)
+        return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "gemm: no memory for %zu bytes of workspace",
+                             bytes);
+      for (i = 0; i < g->num_problems; i++)
+        xte_cpu_gemm_fast_small_run(g, &g->problems[i],
+                                    g->masked_m ? g->masked_m[i] : g->problems[i].m, w);
+      ws_release(w);
+      return XTE_SUCCESS;
+    }
+  }
   pthread_once(&tab_once, init_tables);
   memset(&c, 0, sizeof c);
   c.g = g;

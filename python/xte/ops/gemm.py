@@ -4,8 +4,8 @@ Every function is a thin wrapper over xte_gemm / xte_gemm_grouped: no arithmetic
 The numerics (docs/numerics.md, section 6) are the C library's: with mode="exact" (the default)
 each output element is defined bit for bit (exact block partials rounded once to fp32, one fp32
 multiply of the two block scales, one fmaf per K block, then + C, + bias, one rounding to the
-output dtype); mode="fast" allows an implementation-defined block partial on a GPU (the CPU
-backend runs the exact kernel for both).
+output dtype); mode="fast" allows an implementation-defined block partial within the FAST bound
+(the CPU backend: fp32 sums for a few rows of A with B read along K, else the exact kernel).
 
 Operands. An operand is an xte.QuantizedTensor (from xte.quantize) or a DeepGEMM-style
 (data, scales) pair:
