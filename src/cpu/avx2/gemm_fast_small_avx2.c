@@ -33,9 +33,11 @@ static AI __m256 dec8(const uint8_t *p, int e4) {
 static AI __m256 reduce8(const __m256 *v) {
   __m256 t[4], u[2];
   int i;
+#pragma GCC unroll 4
   for (i = 0; i < 4; i++)
     t[i] = _mm256_add_ps(_mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]),
                          _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+#pragma GCC unroll 2
   for (i = 0; i < 2; i++) {
     __m256d a = _mm256_castps_pd(t[2 * i]), b = _mm256_castps_pd(t[2 * i + 1]);
     u[i] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(a, b)),
@@ -78,13 +80,17 @@ static AI void fs_run(const int R, int m, int mp, int64_t nblk, int kb, int kl, 
         const float *ar = a + (int64_t)rt * R * lda + k0;
         __m256 acc[8], s;
         int st, r, c;
+#pragma GCC unroll 8
         for (i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
         for (st = 0; st < nst; st++) {
           __m256 av[4];
+#pragma GCC unroll 8
           for (r = 0; r < R; r++) av[r] = _mm256_loadu_ps(ar + r * lda + st * 8);
+#pragma GCC unroll 16
           for (c = 0; c < C; c++) {
             const uint8_t *bp = st < nfull ? cols[cg * C + c] + k0 + st * 8 : tails[cg * C + c];
             const __m256 bv = dec8(bp, e4);
+#pragma GCC unroll 8
             for (r = 0; r < R; r++) acc[r * C + c] = _mm256_fmadd_ps(av[r], bv, acc[r * C + c]);
           }
         }

@@ -40,9 +40,11 @@ static AI __m512 dec16(const uint8_t *p, int e4) {
 static AI __m512 reduce16(const __m512 *v) {
   __m512 t[8], u[4], y0, y1;
   int i;
+#pragma GCC unroll 8
   for (i = 0; i < 8; i++)
     t[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
                          _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+#pragma GCC unroll 4
   for (i = 0; i < 4; i++) {
     __m512d a = _mm512_castps_pd(t[2 * i]), b = _mm512_castps_pd(t[2 * i + 1]);
     u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
@@ -87,13 +89,17 @@ static AI void fs_run(const int R, int m, int mp, int64_t nblk, int kb, int kl, 
         const float *ar = a + (int64_t)rt * R * lda + k0;
         __m512 acc[16], s;
         int st, r, c;
+#pragma GCC unroll 16
         for (i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
         for (st = 0; st < nst; st++) {
           __m512 av[8];
+#pragma GCC unroll 8
           for (r = 0; r < R; r++) av[r] = _mm512_loadu_ps(ar + r * lda + st * 16);
+#pragma GCC unroll 16
           for (c = 0; c < C; c++) {
             const __m512 bv =
                 dec16(st < nfull ? cols[cg * C + c] + k0 + st * 16 : tails[cg * C + c], e4);
+#pragma GCC unroll 8
             for (r = 0; r < R; r++) acc[r * C + c] = _mm512_fmadd_ps(av[r], bv, acc[r * C + c]);
           }
         }
