@@ -53,6 +53,7 @@ static AI void fs_run(const int R, int m, int mp, int64_t nblk, int kb, int kl, 
   const int C = 8 / R, ngrp = NC / C, ntile = (m + R - 1) / R;
   __m256 wv[XTE_GEMM_SK_MAXM * 2]; /* [row tile * ngrp + column group]: <= (mp / R) * (16 / C) */
   __m256i ir, ic;
+  float bdec[8 * 16 * 8] __attribute__((aligned(32))); /* [column][8-code step][8] */
   int rt, cg, i;
   int64_t bl;
   {
@@ -76,6 +77,13 @@ static AI void fs_run(const int R, int m, int mp, int64_t nblk, int kb, int kl, 
       }
     for (cg = 0; cg < ngrp; cg++) {
       const __m256 sbv = _mm256_permutevar8x32_ps(_mm256_loadu_ps(sb + bl * NC + cg * C), ic);
+      if (ntile > 1) /* several row tiles: the group's codes decoded once, into L1 */
+        for (i = 0; i < C * nst; i++) {
+          const int c = i / nst, st = i % nst;
+          _mm256_store_ps(
+              bdec + (c * 16 + st) * 8,
+              dec8(st < nfull ? cols[cg * C + c] + k0 + st * 8 : tails[cg * C + c], e4));
+        }
       for (rt = 0; rt < ntile; rt++) {
         const float *ar = a + (int64_t)rt * R * lda + k0;
         __m256 acc[8], s;
@@ -89,7 +97,7 @@ static AI void fs_run(const int R, int m, int mp, int64_t nblk, int kb, int kl, 
 #pragma GCC unroll 16
           for (c = 0; c < C; c++) {
             const uint8_t *bp = st < nfull ? cols[cg * C + c] + k0 + st * 8 : tails[cg * C + c];
-            const __m256 bv = dec8(bp, e4);
+            const __m256 bv = ntile > 1 ? _mm256_load_ps(bdec + (c * 16 + st) * 8) : dec8(bp, e4);
 #pragma GCC unroll 8
             for (r = 0; r < R; r++) acc[r * C + c] = _mm256_fmadd_ps(av[r], bv, acc[r * C + c]);
           }

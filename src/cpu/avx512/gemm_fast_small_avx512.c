@@ -15,6 +15,7 @@
 
 #define NC XTE_GEMM_FS_NC
 #define AI inline __attribute__((always_inline))
+#define FS_PF 1024 /* software prefetch distance along each column (bytes) */
 
 /* 16 codes to fp32: their values (times 2^-8 for e4m3) */
 static AI __m512 dec16(const uint8_t *p, int e4) {
@@ -30,6 +31,25 @@ static AI __m512 dec16(const uint8_t *p, int e4) {
     h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(x), 8);
   }
   return _mm512_cvtph_ps(h);
+}
+
+/* 32 codes to fp32 (as dec16 on p and p + 16): the integer steps on 32 words at once */
+static AI void dec32(const uint8_t *p, int e4, __m512 *lo, __m512 *hi) {
+  const __m256i x = _mm256_loadu_si256((const __m256i *)p);
+  __m512i h;
+  if (e4) {
+    h = _mm512_and_si512(_mm512_slli_epi16(_mm512_cvtepi8_epi16(x), 7),
+                         _mm512_set1_epi16((short)0xBF80));
+    h = _mm512_mask_mov_epi16(
+        h,
+        _mm512_cmpeq_epi16_mask(_mm512_and_si512(h, _mm512_set1_epi16(0x7FFF)),
+                                _mm512_set1_epi16(0x3F80)),
+        _mm512_set1_epi16(0x7E00));
+  } else {
+    h = _mm512_slli_epi16(_mm512_cvtepi8_epi16(x), 8); /* the sign extension shifts out */
+  }
+  *lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+  *hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
 }
 
 /* vshuff32x4 as vshuff64x2 (the same 128-bit lanes; SIMDe 0.7.4 has the latter's alias) */
@@ -62,7 +82,9 @@ static AI void fs_run(const int R, int m, int mp, int64_t nblk, int kb, int kl, 
   const int C = NC / R, ntile = (m + R - 1) / R;
   __m512 wv[XTE_GEMM_SK_MAXM][1]; /* [row tile * R + column group]: ntile * R <= mp <= 32 */
   __m512i ir, ic;
-  int rt, cg, i;
+  float bdec[NC * 8 * 16] __attribute__((aligned(64))); /* [column][16-code step][16] */
+  const int64_t kend = (nblk - 1) * kb + kl;
+  int rt, cg, i, pf;
   int64_t bl;
   {
     int idx_r[16], idx_c[16];
@@ -83,22 +105,64 @@ static AI void fs_run(const int R, int m, int mp, int64_t nblk, int kb, int kl, 
         memset(tails[i], 0, 16);
         memcpy(tails[i], cols[i] + k0 + nfull * 16, (size_t)(len - nfull * 16));
       }
+    /* the columns' codes FS_PF bytes ahead (the hardware prefetchers alone leave the 16 streams
+     * waiting on memory), up to the end of K */
+    if (k0 + FS_PF + kb <= kend)
+      for (i = 0; i < NC; i++)
+        for (pf = 0; pf < kb; pf += 64)
+          _mm_prefetch((const char *)cols[i] + k0 + FS_PF + pf, _MM_HINT_T0);
     for (cg = 0; cg < R; cg++) {
       const __m512 sbv = _mm512_permutexvar_ps(ic, _mm512_loadu_ps(sb + bl * NC + cg * C));
+      if (ntile > 1) /* several row tiles: the group's codes decoded once, into L1 */
+        for (i = 0; i < C; i++) {
+          int st;
+          for (st = 0; st + 1 < nfull; st += 2) {
+            __m512 b0, b1;
+            dec32(cols[cg * C + i] + k0 + st * 16, e4, &b0, &b1);
+            _mm512_store_ps(bdec + (i * 8 + st) * 16, b0);
+            _mm512_store_ps(bdec + (i * 8 + st + 1) * 16, b1);
+          }
+          for (; st < nst; st++)
+            _mm512_store_ps(
+                bdec + (i * 8 + st) * 16,
+                dec16(st < nfull ? cols[cg * C + i] + k0 + st * 16 : tails[cg * C + i], e4));
+        }
       for (rt = 0; rt < ntile; rt++) {
         const float *ar = a + (int64_t)rt * R * lda + k0;
         __m512 acc[16], s;
         int st, r, c;
 #pragma GCC unroll 16
         for (i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-        for (st = 0; st < nst; st++) {
+        st = 0;
+        if (ntile == 1) /* pairs of steps: 32 codes decoded at once */
+          for (; st + 1 < nfull; st += 2) {
+            __m512 av[8], aw[8];
+#pragma GCC unroll 8
+            for (r = 0; r < R; r++) {
+              av[r] = _mm512_loadu_ps(ar + r * lda + st * 16);
+              aw[r] = _mm512_loadu_ps(ar + r * lda + st * 16 + 16);
+            }
+#pragma GCC unroll 16
+            for (c = 0; c < C; c++) {
+              __m512 b0, b1;
+              dec32(cols[cg * C + c] + k0 + st * 16, e4, &b0, &b1);
+#pragma GCC unroll 8
+              for (r = 0; r < R; r++) {
+                acc[r * C + c] = _mm512_fmadd_ps(av[r], b0, acc[r * C + c]);
+                acc[r * C + c] = _mm512_fmadd_ps(aw[r], b1, acc[r * C + c]);
+              }
+            }
+          }
+        for (; st < nst; st++) {
           __m512 av[8];
 #pragma GCC unroll 8
           for (r = 0; r < R; r++) av[r] = _mm512_loadu_ps(ar + r * lda + st * 16);
 #pragma GCC unroll 16
           for (c = 0; c < C; c++) {
             const __m512 bv =
-                dec16(st < nfull ? cols[cg * C + c] + k0 + st * 16 : tails[cg * C + c], e4);
+                ntile > 1
+                    ? _mm512_load_ps(bdec + (c * 8 + st) * 16)
+                    : dec16(st < nfull ? cols[cg * C + c] + k0 + st * 16 : tails[cg * C + c], e4);
 #pragma GCC unroll 8
             for (r = 0; r < R; r++) acc[r * C + c] = _mm512_fmadd_ps(av[r], bv, acc[r * C + c]);
           }
