@@ -245,6 +245,105 @@ static void register_small_m(void) {
   }
 }
 
+/* ---------------------------------------------------------------- small M, FAST and EXACT
+ * "gemm/fp8_{fast,exact}_small_m4/<m>/4x4096x7168": a grouped contiguous GEMM of 4 groups (experts)
+ * of m rows (m in 1, 2, 4, 8, 16, 32) against B [4, 4096, 7168] e4m3 (128x128 blocks, TE_GEMM
+ * layout), bf16 out, in XTE_GEMM_FAST and in XTE_GEMM_EXACT side by side; rate: B's bytes per
+ * second; anchor "copy/gemm/fast_small_m_weights": a copy of B's bytes (read + write counted). */
+#define FSM_G 4
+#define FSM_NCASES 6
+typedef struct fsm_case {
+  int64_t m;
+  int mode;
+  char name[96];
+} fsm_case;
+static fsm_case fsm_cases[2 * FSM_NCASES];
+static xte_qtensor fsm_b;
+
+static int fsm_make_b(void) {
+  int64_t sr, sc, i;
+  const size_t n = (size_t)(FSM_G * SM_N) * SM_K;
+  uint8_t *codes;
+  float *sinv;
+  uint64_t x = 0x2545F4914F6CDD1Dull;
+  if (fsm_b.rowwise.data) return 0;
+  if (xte_quantize_scale_shape(FSM_G * SM_N, SM_K, XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK,
+                               XTE_SCALE_LAYOUT_TE_GEMM, 0, &sr, &sc) != XTE_SUCCESS)
+    return -1;
+  codes = (uint8_t *)xte_bench_alloc(n);
+  sinv = (float *)xte_bench_alloc((size_t)(sr * sc) * sizeof(float));
+  if (!codes || !sinv) return -1;
+  for (i = 0; i < (int64_t)n; i++) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    codes[i] = (uint8_t)((x >> 24) % 0x7F) | (uint8_t)(x & 0x80); /* magnitude 0 .. 0x7E */
+  }
+  for (i = 0; i < sr * sc; i++) sinv[i] = 1.0f;
+  fsm_b.scaling_mode = XTE_SCALING_BLOCK_128x128;
+  fsm_b.recipe = XTE_RECIPE_TE_BLOCK;
+  fsm_b.rowwise = xte_tensor_2d(codes, XTE_DTYPE_E4M3, FSM_G * SM_N, SM_K);
+  fsm_b.rowwise_scale_inv.data = sinv;
+  fsm_b.rowwise_scale_inv.dtype = XTE_DTYPE_FP32;
+  fsm_b.rowwise_scale_inv.rows = sr;
+  fsm_b.rowwise_scale_inv.cols = sc;
+  fsm_b.rowwise_scale_inv.layout = XTE_SCALE_LAYOUT_TE_GEMM;
+  return 0;
+}
+
+static void run_fsm(xte_bench_state *st, void *arg) {
+  const fsm_case *cs = (const fsm_case *)arg;
+  const int64_t m = cs->m, rows = FSM_G * m;
+  float *xa = (float *)xte_bench_alloc(sizeof(float) * (size_t)(rows * SM_K));
+  uint16_t *d = (uint16_t *)xte_bench_alloc(sizeof(uint16_t) * (size_t)(rows * SM_N));
+  int64_t sizes[FSM_G];
+  xte_tensor D = xte_tensor_2d(d, XTE_DTYPE_BF16, rows, SM_N);
+  xte_gemm_config cfg = xte_gemm_config_default();
+  xte_gemm_groups gr;
+  qbuf qa;
+  int64_t g;
+  memset(&qa, 0, sizeof qa);
+  cfg.mode = (xte_gemm_mode)cs->mode;
+  if (!xa || !d || fsm_make_b()) {
+    fail(st, "small-M buffers");
+  } else {
+    xte_bench_fill_f32(xa, (size_t)(rows * SM_K), 5);
+    for (g = 0; g < FSM_G; g++) sizes[g] = m;
+    memset(&gr, 0, sizeof gr);
+    gr.kind = XTE_GEMM_GROUPED_CONTIGUOUS;
+    gr.num_groups = FSM_G;
+    gr.group_sizes = sizes;
+    if (quantize(xa, rows, SM_K, XTE_SCALING_BLOCK_1x128, &qa)) {
+      fail(st, "xte_quantize");
+    } else if (xte_gemm_grouped(&qa.q, &fsm_b, NULL, &D, &gr, &cfg, NULL) != XTE_SUCCESS) {
+      fail(st, "xte_gemm_grouped");
+    } else {
+      while (xte_bench_keep_running(st))
+        (void)xte_gemm_grouped(&qa.q, &fsm_b, NULL, &D, &gr, &cfg, NULL);
+    }
+    qfree(&qa);
+  }
+  xte_bench_set_bytes(st, (double)(FSM_G * SM_N) * SM_K);
+  xte_bench_free(d);
+  xte_bench_free(xa);
+}
+
+static void register_fast_small_m(void) {
+  static const int64_t rows[FSM_NCASES] = {1, 2, 4, 8, 16, 32};
+  const char *copy =
+      xte_bench_register_copy("gemm/fast_small_m_weights", (size_t)(FSM_G * SM_N) * SM_K);
+  int i, f;
+  for (i = 0; i < FSM_NCASES; i++)
+    for (f = 0; f < 2; f++) {
+      fsm_case *cs = &fsm_cases[2 * i + f];
+      cs->m = rows[i];
+      cs->mode = f ? XTE_GEMM_EXACT : XTE_GEMM_FAST;
+      snprintf(cs->name, sizeof cs->name, "gemm/fp8_%s_small_m4/%lld/%dx%dx%d",
+               f ? "exact" : "fast", (long long)cs->m, FSM_G, SM_N, SM_K);
+      xte_bench_register(cs->name, copy, "GB/s", run_fsm, cs);
+    }
+}
+
 void xte_bench_suite_gemm(void) {
   static const int64_t Ms[NM] = {128, 512, 2048};
   static const int64_t NK[NNK][2] = {{4096, 7168}, {7168, 2048}, {2112, 7168}};
@@ -291,6 +390,7 @@ void xte_bench_suite_gemm(void) {
     xte_bench_register(g->name, single_2048, "GFLOP/s", run_gemm, g);
   }
   register_small_m();
+  register_fast_small_m();
 }
 #else
 void xte_bench_suite_gemm(void) {}

@@ -18,7 +18,7 @@ jobs=${XTE_JOBS:-$(nproc)}
 tests=(test_nan_rule test_quantize_recipes test_quantize_layouts test_quantize_streaming
        test_quantize_cast_e8m0 test_gemm_exact test_gemm_grouped test_attention_order
        test_attention_bitident test_moe_router test_moe_swiglu test_moe_permute test_moe_hostile
-       test_gemm_fast)
+       test_gemm_fast test_gemm_fast_small)
 tests+=("$@")
 
 if ! command -v ninja >/dev/null 2>&1; then

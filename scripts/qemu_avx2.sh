@@ -68,6 +68,7 @@ tests=(
   "sweep test_gemm_exact gemm_exact/@(blocking_edges|small_m_every_path|small_m_e4m3_codes|nan_inf_and_extreme_codes|nan_codes_in_a_transposed_operand|hybrid_double_rounding_cases|dense_path_nan_and_extreme_e4m3_codes|accumulate_and_bias) 8"
   "sweep test_gemm_grouped gemm_grouped/@(small_groups_special_codes|k_grouped_wgrad|masked_m_out_of_range) 3"
   "sweep test_gemm_fast gemm_fast/@(nan_inf_subnormal|empty_shapes|grouped_masked_same_bytes) 3"
+  "sweep test_gemm_fast_small gemm_fast_small/@(nan_inf_rule|subnormals_exact|mxfp8|empty) 4"
   # MoE: router, token movement, SwiGLU
   "sweep test_moe_router moe_router/@(simd_lanes_exact|simd_selection_paths|simd_fused_pass_shapes|sigmoid_bias_groups|backward_documented_order_bits|aux_scores_normalised_every_topk|softmax_pre_and_post|sqrtsoftplus) 8"
   "sweep test_moe_permute moe_permute/@(unpermute_isas_agree|unpermute_round_trip_and_backward|map_and_index_all_dtypes|capacity_and_alignment|dispatch_layout|sort_chunks) 6"

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "cpu/gemm_fast.h"
+#include "cpu/gemm_fast_small.h"
 #include "cpu/gemm_kernels.h"
 #include "cpu/xte_cpu.h"
 #include "numerics/xte_gemm_numerics.h"
@@ -31,16 +32,13 @@
 #define FMAX_BLK (FKC / 32)
 #define FMAX_W 64 /* widest micro-panel (MR or NR) */
 
-/* The small-M path of FAST, where it is linked in (src/cpu/gemm_fast_small.c: streams the codes of
- * B once per problem instead of packing panels): problems of at most max_rows valid rows go to
- * run, with their part of the workspace sized by ws before anything is written. max_rows = 0:
- * every problem takes the panels below. */
-typedef struct fast_small_path {
-  int64_t max_rows;
-  size_t (*ws)(const xte_gemm_args *g, int nt);
-  void (*run)(const xte_gemm_args *g, const xte_gemm_problem *p, int64_t m, void *ws, int nt);
-} fast_small_path;
-static const fast_small_path fast_small = {0, NULL, NULL};
+/* The small-M path of FAST (src/cpu/gemm_fast_small.c: streams the codes of B once per problem
+ * instead of packing panels): the problems it takes (xte_cpu_gemm_fast_small_ok: a few rows, B
+ * along K) go to it, with its part of the workspace sized before anything is written; the others
+ * take the panels below. */
+static int small_m(const xte_gemm_args *g, int64_t i) {
+  return xte_cpu_gemm_fast_small_ok(g, g->masked_m ? g->masked_m[i] : g->problems[i].m);
+}
 
 static float ftab[2][256];
 static pthread_once_t ftab_once = PTHREAD_ONCE_INIT;
@@ -228,16 +226,15 @@ static void run_problem(fctx *c, const xte_gemm_problem *p, int64_t m) {
  * and where the exact driver takes the AMX-INT8 path (the table has the extension; e4m3 x e4m3,
  * K block 128, operands along K or transposed: the test of cpu_gemm in src/cpu/gemm_driver.c) it
  * is faster than the fp32 multiply-adds (docs/performance.md). Calls with a problem for the
- * small-M path of FAST (fast_small) stay here. */
+ * small-M path of FAST (small_m) stay here. */
 int xte_cpu_gemm_fast_runs_exact(const xte_gemm_args *g) {
   const xte_cpu_isa_table *T = xte_cpu_isa_table_get();
   int64_t i;
   if (!T->amx || g->a.fmt != XTE_FP8_E4M3 || g->b.fmt != XTE_FP8_E4M3 || g->kblock != 128 ||
       !(g->a.ks == 1 || g->a.rs == 1) || !(g->b.ks == 1 || g->b.rs == 1))
     return 0;
-  if (fast_small.max_rows > 0)
-    for (i = 0; i < g->num_problems; i++)
-      if ((g->masked_m ? g->masked_m[i] : g->problems[i].m) <= fast_small.max_rows) return 0;
+  for (i = 0; i < g->num_problems; i++)
+    if (small_m(g, i)) return 0;
   return 1;
 }
 
@@ -252,7 +249,7 @@ xte_status xte_cpu_gemm_fast(const xte_gemm_args *g) {
   size_t l2, szb, szsb, szw, sza, szsa, szsmall = 0, total;
   char *w, *q;
   void **ptrs;
-  int t;
+  int t, any_small = 0;
   pthread_once(&ftab_once, init_ftab);
   memset(&c, 0, sizeof c);
   c.g = g;
@@ -269,11 +266,14 @@ xte_status xte_cpu_gemm_fast(const xte_gemm_args *g) {
   c.MCH = 1024; /* B is packed once per chunk of MCH rows */
   for (i = 0; i < g->num_problems; i++) {
     const int64_t mi = g->masked_m ? g->masked_m[i] : g->problems[i].m;
-    if (fast_small.max_rows > 0 && mi <= fast_small.max_rows) continue;
+    if (small_m(g, i)) {
+      any_small = 1;
+      continue;
+    }
     if (mi > maxm) maxm = mi;
     if (g->problems[i].n > maxn) maxn = g->problems[i].n;
   }
-  if (fast_small.max_rows > 0) szsmall = fast_small.ws(g, c.nt);
+  if (any_small) szsmall = xte_cpu_gemm_fast_small_ws(g, c.nt);
   if (maxm > c.MCH) maxm = c.MCH;
   if (maxn > c.NC) maxn = c.NC;
   maxm = (maxm + c.MR - 1) / c.MR * c.MR;
@@ -315,8 +315,8 @@ xte_status xte_cpu_gemm_fast(const xte_gemm_args *g) {
   }
   for (i = 0; i < g->num_problems; i++) {
     const int64_t mi = g->masked_m ? g->masked_m[i] : g->problems[i].m;
-    if (fast_small.max_rows > 0 && mi > 0 && mi <= fast_small.max_rows)
-      fast_small.run(g, &g->problems[i], mi, q, c.nt);
+    if (small_m(g, i))
+      xte_cpu_gemm_fast_small_run(g, &g->problems[i], mi, q);
     else
       run_problem(&c, &g->problems[i], mi);
   }

@@ -49,6 +49,26 @@ typedef void (*xte_gemm_sk_block_fn)(int rows, int kl8, const double *a, const d
 typedef void (*xte_gemm_pack_b8_fn)(const uint8_t *const *rows, int64_t kc, const double *tab,
                                     double *d);
 
+/* ---------------------------------------------------------------- FAST small M
+ * XTE_GEMM_FAST for a few rows of A (src/cpu/gemm_fast_small.c): XTE_GEMM_FS_NC columns of B
+ * (codes contiguous along K) against the m <= XTE_GEMM_SK_MAXM rows of A over nblk K blocks of kb
+ * codes (the last one kl codes).
+ * a: fp32 [mp][lda] (mp: m rounded up to 8), A's values times 2^8 when B is e4m3 (whose codes
+ *   the kernel decodes through their fp16 images, value * 2^-8), else as they are; zero past K
+ *   (up to nblk * kb) and in rows m .. mp - 1.
+ * sa: [nblk][mp] A's scales (zero rows past m), readable 16 floats past the end.
+ * cols[j], j < FS_NC: column j's first code; fmt: B's format (XTE_FP8_*); the kernel reads
+ *   codes [0, (nblk - 1) * kb + kl) of each column and no further.
+ * sb: [nblk][FS_NC] B's scales, readable 16 floats past the end.
+ * w: [mp][FS_NC] out: for each (row, column), from acc = +0, per block in K order
+ *   p = the fp32 sum of the block's products in an order of the kernel's choosing (each product
+ *   of two FP8 values exact in fp32; IEEE specials: a NaN code, inf * 0, +inf + -inf give NaN),
+ *   acc = fmaf(p, RNE_fp32(sa * sb), acc). */
+#define XTE_GEMM_FS_NC 16
+typedef void (*xte_gemm_fs_fn)(int m, int mp, int64_t nblk, int kb, int kl, const float *a,
+                               int64_t lda, const float *sa, const uint8_t *const *cols, int fmt,
+                               const float *sb, float *w);
+
 /* The GEMM kernels of one ISA. */
 typedef struct xte_gemm_ukernel {
   int isa; /* xte_cpu_isa */
@@ -61,6 +81,8 @@ typedef struct xte_gemm_ukernel {
   xte_gemm_tile_fn tile_r8, tile_r16;
   /* Optional (NULL: the driver's tables). e4m3 B strips of 8 rows (nr = 8). */
   xte_gemm_pack_b8_fn pack_b8;
+  /* Optional (NULL: the exact kernels run FAST too). XTE_GEMM_FAST for a few rows of A. */
+  xte_gemm_fs_fn fast_small;
 } xte_gemm_ukernel;
 
 /* ---------------------------------------------------------------- FAST mode (XTE_GEMM_FAST)

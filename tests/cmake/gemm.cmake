@@ -6,6 +6,9 @@ set_tests_properties(test_gemm_exact test_gemm_grouped test_gemm_blas PROPERTIES
 # bound and EXACT's bytes where the partials are exact. With AMX-INT8 in use, FAST runs e4m3 x e4m3
 # calls on the exact AMX path (faster there); test_gemm_fast@noamx (below) runs the fp32 kernels.
 set_tests_properties(test_gemm_fast PROPERTIES LABELS gemm)
+# FAST for few rows of A (src/cpu/gemm_fast_small.c): the test sweeps every ISA the machine and
+# build have itself (xte_cpu_set_isa: scalar, avx2, avx512, avx512_simde), so it runs once.
+set_tests_properties(test_gemm_fast_small PROPERTIES LABELS gemm)
 # Where the AMX-INT8 kernels are built, the GEMM tests run the exact GEMM a second time with them
 # turned off (XTE_CPU_AMX=0): on a machine with AMX the plain runs take the AMX path for e4m3 x
 # e4m3 on avx512, these the fp64 kernels. (gemm_exact::amx_in_use_where_the_cpu_has_it checks

@@ -5,7 +5,8 @@ The numerics (docs/numerics.md, section 6) are the C library's: with mode="exact
 each output element is defined bit for bit (exact block partials rounded once to fp32, one fp32
 multiply of the two block scales, one fmaf per K block, then + C, + bias, one rounding to the
 output dtype); mode="fast" allows an implementation-defined block partial within the bound of
-docs/numerics.md (on the CPU: fp32 sums of the block's products in k order).
+docs/numerics.md (on the CPU: fp32 sums of the block's products; a few rows of A with B read
+along K stream B, the others run fp32 tiles or, where faster, the exact AMX kernel).
 
 Operands. An operand is an xte.QuantizedTensor (from xte.quantize) or a DeepGEMM-style
 (data, scales) pair:

@@ -62,6 +62,10 @@ static inline __m256d sk_hsum(const __m256d *v) {
 
 #include "cpu/gemm_template.h"
 
+void xte_gemm_fast_small_avx2(int m, int mp, int64_t nblk, int kb, int kl, const float *a,
+                              int64_t lda, const float *sa, const uint8_t *const *cols, int fmt,
+                              const float *sb, float *w); /* gemm_fast_small_avx2.c */
+
 const xte_gemm_ukernel xte_gemm_ukernel_avx2 = {
     .isa = XTE_CPU_ISA_AVX2,
     .mr = MR,
@@ -69,4 +73,5 @@ const xte_gemm_ukernel xte_gemm_ukernel_avx2 = {
     .tile = tile,
     .sk_decode = sk_decode,
     .sk_block = sk_block,
+    .fast_small = xte_gemm_fast_small_avx2,
 };

@@ -202,6 +202,12 @@ static void pack_b8_e4m3(const uint8_t *const *rows, int64_t kc, const double *t
     for (j = 0; j < 8; j++) d[j] = tab[rows[j][k]];
 }
 
+/* gemm_fast_small_avx512.c */
+void XTE_AVX512_NAME(xte_gemm_fast_small)(int m, int mp, int64_t nblk, int kb, int kl,
+                                          const float *a, int64_t lda, const float *sa,
+                                          const uint8_t *const *cols, int fmt, const float *sb,
+                                          float *w);
+
 const xte_gemm_ukernel XTE_AVX512_NAME(xte_gemm_ukernel) = {
     .isa = XTE_AVX512_ISA,
     .mr = MR,
@@ -209,6 +215,7 @@ const xte_gemm_ukernel XTE_AVX512_NAME(xte_gemm_ukernel) = {
     .tile = tile,
     .sk_decode = sk_decode,
     .sk_block = sk_block,
+    .fast_small = XTE_AVX512_NAME(xte_gemm_fast_small),
     .tile_r8 = tile_r8,
     .tile_r16 = tile_r16,
     .pack_b8 = pack_b8_e4m3,

@@ -8,6 +8,10 @@
 #define MR 4
 #define NR 4
 
+void xte_gemm_fast_small_scalar(int m, int mp, int64_t nblk, int kb, int kl, const float *a,
+                                int64_t lda, const float *sa, const uint8_t *const *cols, int fmt,
+                                const float *sb, float *w); /* gemm_fast_small_scalar.c */
+
 static void block_sum(int n, const double *a, const double *b, double P[NR][MR]) {
   int k, i, j;
   for (j = 0; j < NR; j++)
@@ -88,4 +92,5 @@ const xte_gemm_ukernel xte_gemm_ukernel_scalar = {
     .tile = tile,
     .sk_decode = sk_decode,
     .sk_block = sk_block,
+    .fast_small = xte_gemm_fast_small_scalar,
 };
