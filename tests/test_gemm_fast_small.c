@@ -578,19 +578,21 @@ Test(gemm_fast_small, fast_differs_from_exact_and_fallback) {
   }
   xte_cpu_set_isa(saved);
   {
-    /* B as X^T [K, N] (trans_b = 1): the exact kernel, the same bytes in both modes */
+    /* B as X^T [K, N] (trans_b = 1): not this path's (B is not read along K); the general FAST
+     * driver takes it (its bound, every transpose: tests/test_gemm_fast.c). Here: it runs, and
+     * gives the same bytes run to run. */
     op b2;
     xte_gemm_config cfg = xte_gemm_config_default();
     xte_tensor D = xte_tensor_2d(r.d, XTE_DTYPE_FP32, c.M, c.N);
     op_make(&b2, c.K, c.N, SC_128x128, 0, 0);
     cfg.trans_b = 1;
-    cr_assert_eq(xte_gemm(&r.a.q, &b2.q, NULL, &D, &cfg, NULL), XTE_SUCCESS, "%s",
-                 xte_last_error());
-    memcpy(ex, r.d, bytes);
     cfg.mode = XTE_GEMM_FAST;
     cr_assert_eq(xte_gemm(&r.a.q, &b2.q, NULL, &D, &cfg, NULL), XTE_SUCCESS, "%s",
                  xte_last_error());
-    cr_assert(memcmp(ex, r.d, bytes) == 0, "trans_b = 1 in FAST: not the exact bytes");
+    memcpy(ex, r.d, bytes);
+    cr_assert_eq(xte_gemm(&r.a.q, &b2.q, NULL, &D, &cfg, NULL), XTE_SUCCESS, "%s",
+                 xte_last_error());
+    cr_assert(memcmp(ex, r.d, bytes) == 0, "trans_b = 1 in FAST: not the same bytes run to run");
     op_free(&b2);
   }
   free(ex);
