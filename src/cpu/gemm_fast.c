@@ -53,6 +53,7 @@ typedef struct fctx {
   const xte_gemm_args *g;
   int nt;
   const xte_gemm_fast_kernels *fk;
+  const xte_gemm_fast_amx_kernels *fa; /* the AMX-BF16 tiles (NULL: fk's fp32 ones) */
   int MR, NR;
   int64_t MC_max, NC, MCH, ldw;
   /* current problem / panels */
@@ -132,6 +133,22 @@ static void fpack(const fctx *c, const xte_gemm_operand *o, int64_t row0, int64_
   }
 }
 
+/* fpack for the AMX-BF16 tiles (c->fa): each micro-panel of w = 32 rows in bf16 tiles, kc K steps
+ * padded to a multiple of 32 (c->fa->pack's layout; B in the pair layout), and the scales. */
+static void fpack_amx(const fctx *c, const xte_gemm_operand *o, int64_t row0, int64_t nvalid,
+                      int64_t npanels, int w, int64_t k0, int vnni, uint16_t *dst, float *sdst) {
+  const int64_t kcp = (c->kc + 31) / 32 * 32;
+  int64_t pnl;
+  for (pnl = 0; pnl < npanels; pnl++) {
+    int nv = (int)(nvalid - pnl * w < w ? nvalid - pnl * w : w);
+    if (nv < 0) nv = 0;
+    c->fa->pack(nv ? o->data + (row0 + pnl * w) * o->rs + k0 * o->ks : o->data, o->rs, o->ks, nv,
+                c->kc, o->fmt, vnni, dst + pnl * (int64_t)w * kcp);
+    xte_cpu_gemm_panel_scales(o, row0 + pnl * w, nv, w, k0, c->nblk, c->g->kblock,
+                              sdst + pnl * (int64_t)w * c->nblk);
+  }
+}
+
 /* Items [b, e) of the current chunk (rows [mc0, mc0 + mch), panel [jc, jc + nc)): item it is
  * strip run it % n_jch x row part it / n_jch. An item runs every K panel itself: it packs its own
  * B strips (kept in L2 while it sweeps its rows), then per M block of at most MC_max rows packs A
@@ -151,6 +168,7 @@ static void item_range(void *vctx, int64_t b, int64_t e, int tid) {
     const int64_t r0 = im * rpi, r1 = r0 + rpi < c.mch ? r0 + rpi : c.mch;
     const int64_t n0 = s0 * NR, len = (s1 * NR < c.nc ? s1 * NR : c.nc) - n0;
     if (s0 >= s1 || r0 >= r1) continue;
+    if (c.fa) c.fa->begin();
     for (c.pc = 0; c.pc < p->k; c.pc += FKC) {
       int64_t k, rb;
       c.kc = p->k - c.pc < FKC ? p->k - c.pc : FKC;
@@ -158,7 +176,11 @@ static void item_range(void *vctx, int64_t b, int64_t e, int tid) {
       c.last_pc = c.pc + c.kc >= p->k;
       c.nblk = 0;
       for (k = 0; k < c.kc; k += kb) c.kl[c.nblk++] = (int)(c.kc - k < kb ? c.kc - k : kb);
-      fpack(&c, &c.g->b, p->b_i0 + c.jc + n0, c.nc - n0, s1 - s0, NR, p->b_k0 + c.pc, bp, sbp);
+      if (c.fa)
+        fpack_amx(&c, &c.g->b, p->b_i0 + c.jc + n0, c.nc - n0, s1 - s0, NR, p->b_k0 + c.pc, 1,
+                  (uint16_t *)bp, sbp);
+      else
+        fpack(&c, &c.g->b, p->b_i0 + c.jc + n0, c.nc - n0, s1 - s0, NR, p->b_k0 + c.pc, bp, sbp);
       for (rb = r0; rb < r1; rb += c.MC_max) {
         const int64_t rows = r1 - rb < c.MC_max ? r1 - rb : c.MC_max;
         const int64_t tiles = (rows + MR - 1) / MR;
@@ -166,12 +188,25 @@ static void item_range(void *vctx, int64_t b, int64_t e, int tid) {
         if (c.first_pc)
           for (r = 0; r < tiles * MR; r++)
             memset(c.W + (rb + r) * ldw + n0, 0, sizeof(float) * (size_t)((s1 - s0) * NR));
-        fpack(&c, &c.g->a, p->a_i0 + c.mc0 + rb, rows, tiles, MR, p->a_k0 + c.pc, ap, sap);
-        for (s = s0; s < s1; s++) {
-          const float *bs = bp + (s - s0) * NR * c.kc, *sbs = sbp + (s - s0) * NR * c.nblk;
-          for (t = 0; t < tiles; t++)
-            c.fk->tile(c.nblk, c.kl, ap + t * MR * c.kc, bs, sap + t * MR * c.nblk, sbs,
-                       c.W + (rb + t * MR) * ldw + s * NR, ldw);
+        if (c.fa) {
+          /* the AMX-BF16 tiles: packed panels of kcp (kc rounded up to 32) bf16 K steps */
+          const int64_t kcp = (c.kc + 31) / 32 * 32;
+          const uint16_t *ah = (const uint16_t *)ap, *bh = (const uint16_t *)bp;
+          fpack_amx(&c, &c.g->a, p->a_i0 + c.mc0 + rb, rows, tiles, MR, p->a_k0 + c.pc, 0,
+                    (uint16_t *)ap, sap);
+          for (s = s0; s < s1; s++)
+            for (t = 0; t < tiles; t++)
+              c.fa->tile(c.nblk, c.kl, ah + t * MR * kcp, bh + (s - s0) * NR * kcp,
+                         sap + t * MR * c.nblk, sbp + (s - s0) * NR * c.nblk,
+                         c.W + (rb + t * MR) * ldw + s * NR, ldw);
+        } else {
+          fpack(&c, &c.g->a, p->a_i0 + c.mc0 + rb, rows, tiles, MR, p->a_k0 + c.pc, ap, sap);
+          for (s = s0; s < s1; s++) {
+            const float *bs = bp + (s - s0) * NR * c.kc, *sbs = sbp + (s - s0) * NR * c.nblk;
+            for (t = 0; t < tiles; t++)
+              c.fk->tile(c.nblk, c.kl, ap + t * MR * c.kc, bs, sap + t * MR * c.nblk, sbs,
+                         c.W + (rb + t * MR) * ldw + s * NR, ldw);
+          }
         }
         if (c.last_pc)
           for (r = 0; r < rows; r++)
@@ -179,6 +214,7 @@ static void item_range(void *vctx, int64_t b, int64_t e, int tid) {
                                    c.W + (rb + r) * ldw + n0, len);
       }
     }
+    if (c.fa) c.fa->end();
   }
 }
 
@@ -254,8 +290,9 @@ xte_status xte_cpu_gemm_fast(const xte_gemm_args *g) {
   memset(&c, 0, sizeof c);
   c.g = g;
   c.fk = T->gemm_fast;
-  c.MR = c.fk->mr;
-  c.NR = c.fk->nr;
+  c.fa = T->fast_amx;
+  c.MR = c.fa ? c.fa->mr : c.fk->mr;
+  c.NR = c.fa ? c.fa->nr : c.fk->nr;
   c.nt = xte_cpu_threads();
   l2 = xte_cpu_l2();
   /* MC rows of packed A fill about a quarter of L2 (B strips and W tiles stream beside it) */
