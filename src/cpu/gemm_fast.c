@@ -29,7 +29,10 @@
 #include "xte_internal.h"
 
 #define FKC 128 /* multiple of 128 and 32 */
-#define FMAX_BLK (FKC / 32)
+/* The AMX-BF16 tiles' K panel: a tile call folds 4x more blocks into its accumulators while
+ * they are in L1 (the tile unit is fast enough that the fold's traffic to W otherwise bounds it) */
+#define FKC_AMX 512
+#define FMAX_BLK (FKC_AMX / 32)
 #define FMAX_W 64 /* widest micro-panel (MR or NR) */
 
 /* The small-M path of FAST (src/cpu/gemm_fast_small.c: streams the codes of B once per problem
@@ -55,6 +58,7 @@ typedef struct fctx {
   const xte_gemm_fast_kernels *fk;
   const xte_gemm_fast_amx_kernels *fa; /* the AMX-BF16 tiles (NULL: fk's fp32 ones) */
   int MR, NR;
+  int64_t fkc; /* the K panel: FKC, or FKC_AMX with fa */
   int64_t MC_max, NC, MCH, ldw;
   /* current problem / panels */
   const xte_gemm_problem *p;
@@ -169,9 +173,9 @@ static void item_range(void *vctx, int64_t b, int64_t e, int tid) {
     const int64_t n0 = s0 * NR, len = (s1 * NR < c.nc ? s1 * NR : c.nc) - n0;
     if (s0 >= s1 || r0 >= r1) continue;
     if (c.fa) c.fa->begin();
-    for (c.pc = 0; c.pc < p->k; c.pc += FKC) {
+    for (c.pc = 0; c.pc < p->k; c.pc += c.fkc) {
       int64_t k, rb;
-      c.kc = p->k - c.pc < FKC ? p->k - c.pc : FKC;
+      c.kc = p->k - c.pc < c.fkc ? p->k - c.pc : c.fkc;
       c.first_pc = c.pc == 0;
       c.last_pc = c.pc + c.kc >= p->k;
       c.nblk = 0;
@@ -261,13 +265,15 @@ static void run_problem(fctx *c, const xte_gemm_problem *p, int64_t m) {
 /* 1 when FAST runs the exact driver: the exact partial is within FAST's bound (its error is 0),
  * and where the exact driver takes the AMX-INT8 path (the table has the extension; e4m3 x e4m3,
  * K block 128, operands along K or transposed: the test of cpu_gemm in src/cpu/gemm_driver.c) it
- * is faster than the fp32 multiply-adds (docs/performance.md). Calls with a problem for the
+ * is faster than the fp32 multiply-adds; but where the table has the AMX-BF16 tiles (fast_amx)
+ * those run instead: one TDPBF16PS of 32 K steps per 16 x 16 tile against the exact path's nine
+ * int8 digit products per 64 (2.5-3.5 x faster, docs/performance.md). Calls with a problem for the
  * small-M path of FAST (small_m) stay here. */
 int xte_cpu_gemm_fast_runs_exact(const xte_gemm_args *g) {
   const xte_cpu_isa_table *T = xte_cpu_isa_table_get();
   int64_t i;
-  if (!T->amx || g->a.fmt != XTE_FP8_E4M3 || g->b.fmt != XTE_FP8_E4M3 || g->kblock != 128 ||
-      !(g->a.ks == 1 || g->a.rs == 1) || !(g->b.ks == 1 || g->b.rs == 1))
+  if (!T->amx || T->fast_amx || g->a.fmt != XTE_FP8_E4M3 || g->b.fmt != XTE_FP8_E4M3 ||
+      g->kblock != 128 || !(g->a.ks == 1 || g->a.rs == 1) || !(g->b.ks == 1 || g->b.rs == 1))
     return 0;
   for (i = 0; i < g->num_problems; i++)
     if (small_m(g, i)) return 0;
@@ -282,7 +288,7 @@ xte_status xte_cpu_gemm_fast(const xte_gemm_args *g) {
   fctx c;
   const xte_cpu_isa_table *T = xte_cpu_isa_table_get(); /* one ISA for the whole call */
   int64_t i, maxm = 0, maxn = 0;
-  size_t l2, szb, szsb, szw, sza, szsa, szsmall = 0, total;
+  size_t l2, esz, szb, szsb, szw, sza, szsa, szsmall = 0, total;
   char *w, *q;
   void **ptrs;
   int t, any_small = 0;
@@ -296,7 +302,9 @@ xte_status xte_cpu_gemm_fast(const xte_gemm_args *g) {
   c.nt = xte_cpu_threads();
   l2 = xte_cpu_l2();
   /* MC rows of packed A fill about a quarter of L2 (B strips and W tiles stream beside it) */
-  c.MC_max = (int64_t)(l2 / 4 / (FKC * sizeof(float))) / c.MR * c.MR;
+  c.fkc = c.fa ? FKC_AMX : FKC;
+  esz = c.fa ? sizeof(uint16_t) : sizeof(float); /* a packed element: bf16 or fp32 */
+  c.MC_max = (int64_t)(l2 / 4 / ((size_t)c.fkc * esz)) / c.MR * c.MR;
   if (c.MC_max < c.MR) c.MC_max = c.MR;
   if (c.MC_max > 480) c.MC_max = 480 / c.MR * c.MR;
   c.NC = 2048 / c.NR * c.NR;
@@ -319,11 +327,11 @@ xte_status xte_cpu_gemm_fast(const xte_gemm_args *g) {
   c.ldw = maxn + 16;
   /* one workspace: W, per thread B strips (up to a panel) + scales and an A block + scales, the
    * small-M path's */
-  szb = sizeof(float) * (size_t)maxn * FKC;
-  szsb = sizeof(float) * (size_t)maxn * FMAX_BLK;
+  szb = esz * (size_t)maxn * (size_t)c.fkc;
+  szsb = sizeof(float) * (size_t)maxn * (size_t)(c.fkc / 32);
   szw = sizeof(float) * (size_t)maxm * (size_t)c.ldw;
-  sza = sizeof(float) * (size_t)c.MC_max * FKC;
-  szsa = sizeof(float) * (size_t)c.MC_max * FMAX_BLK;
+  sza = esz * (size_t)c.MC_max * (size_t)c.fkc;
+  szsa = sizeof(float) * (size_t)c.MC_max * (size_t)(c.fkc / 32);
   total = al(szw) + (size_t)c.nt * (al(szb) + al(szsb) + al(sza) + al(szsa)) + al(szsmall);
   w = xte_cpu_gemm_ws_acquire(total);
   ptrs = (void **)xte_aligned_calloc((size_t)c.nt * 4, sizeof(void *));

@@ -145,17 +145,35 @@ static void fast_amx_pack(const uint8_t *base, int64_t rs, int64_t ks, int nv, i
     }
 }
 
+/* Row i of a finished block's fold: acc[i ldc + j] = fmaf(p, RNE_fp32(sa[i] sb[j]), acc[...]) for
+ * the 32 columns; p: the block's four stored 16 x 16 tiles. */
+static inline void fold_row(const float (*p)[256], const float *sa, __m512 sb0, __m512 sb1,
+                            float *acc, int64_t ldc, int i) {
+  const __m512 s = _mm512_set1_ps(sa[i]);
+  const float *pr = p[(i >> 4) * 2] + (i & 15) * 16;
+  float *o = acc + i * ldc;
+  _mm512_storeu_ps(o,
+                   _mm512_fmadd_ps(_mm512_load_ps(pr), _mm512_mul_ps(s, sb0), _mm512_loadu_ps(o)));
+  _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(_mm512_load_ps(pr + 256), _mm512_mul_ps(s, sb1),
+                                           _mm512_loadu_ps(o + 16)));
+}
+
 /* 32 x 32 outputs over nblk K blocks (kl[bl] K steps each, the packed chunks of 32 K steps in
  * order): per block the four partial tiles from zero, one TDPBF16PS each per chunk, stored; then
- * acc[i ldc + j] = fmaf(p, RNE_fp32(sa[bl][i] sb[bl][j]), acc[i ldc + j]). */
+ * acc[i ldc + j] = fmaf(p, RNE_fp32(sa[bl][i] sb[bl][j]), acc[i ldc + j]). Software-pipelined:
+ * block bl - 1's fold runs, 8 rows after each TDPBF16PS of block bl's first chunk, while the tile
+ * unit works (the folds touch disjoint buffers; each block's fold comes after the previous one's,
+ * in K order). */
 static void fast_amx_tile(int nblk, const int *kl, const uint16_t *a, const uint16_t *b,
                           const float *sa, const float *sb, float *acc, int64_t ldc) {
-  float p[4][256] __attribute__((aligned(64)));
-  int bl;
+  float p[2][4][256] __attribute__((aligned(64)));
+  __m512 sb0 = _mm512_setzero_ps(), sb1 = _mm512_setzero_ps();
+  int bl, i;
   for (bl = 0; bl < nblk; bl++) {
     const int nch = (kl[bl] + 31) / 32;
-    const __m512 sb0 = _mm512_loadu_ps(sb + bl * 32), sb1 = _mm512_loadu_ps(sb + bl * 32 + 16);
-    int ch, i;
+    const float(*q)[256] = (const float(*)[256])p[(bl + 1) & 1]; /* block bl - 1's tiles */
+    const float *sq = sa + (bl - 1) * 32;
+    int ch;
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
@@ -166,25 +184,30 @@ static void fast_amx_tile(int nblk, const int *kl, const uint16_t *a, const uint
       _tile_loadd(5, a + 512, 64);
       _tile_loadd(7, b + 512, 64);
       _tile_dpbf16ps(0, 4, 6);
+      if (ch == 0 && bl > 0)
+        for (i = 0; i < 8; i++) fold_row(q, sq, sb0, sb1, acc, ldc, i);
       _tile_dpbf16ps(1, 4, 7);
+      if (ch == 0 && bl > 0)
+        for (i = 8; i < 16; i++) fold_row(q, sq, sb0, sb1, acc, ldc, i);
       _tile_dpbf16ps(2, 5, 6);
+      if (ch == 0 && bl > 0)
+        for (i = 16; i < 24; i++) fold_row(q, sq, sb0, sb1, acc, ldc, i);
       _tile_dpbf16ps(3, 5, 7);
+      if (ch == 0 && bl > 0)
+        for (i = 24; i < 32; i++) fold_row(q, sq, sb0, sb1, acc, ldc, i);
       a += 1024;
       b += 1024;
     }
-    _tile_stored(0, p[0], 64);
-    _tile_stored(1, p[1], 64);
-    _tile_stored(2, p[2], 64);
-    _tile_stored(3, p[3], 64);
-    for (i = 0; i < 32; i++) {
-      const __m512 s = _mm512_set1_ps(sa[bl * 32 + i]);
-      const float *pr = p[(i >> 4) * 2] + (i & 15) * 16;
-      float *o = acc + i * ldc;
-      _mm512_storeu_ps(
-          o, _mm512_fmadd_ps(_mm512_load_ps(pr), _mm512_mul_ps(s, sb0), _mm512_loadu_ps(o)));
-      _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(_mm512_load_ps(pr + 256), _mm512_mul_ps(s, sb1),
-                                               _mm512_loadu_ps(o + 16)));
-    }
+    _tile_stored(0, p[bl & 1][0], 64);
+    _tile_stored(1, p[bl & 1][1], 64);
+    _tile_stored(2, p[bl & 1][2], 64);
+    _tile_stored(3, p[bl & 1][3], 64);
+    sb0 = _mm512_loadu_ps(sb + bl * 32);
+    sb1 = _mm512_loadu_ps(sb + bl * 32 + 16);
+  }
+  if (nblk > 0) {
+    const float(*q)[256] = (const float(*)[256])p[(nblk - 1) & 1];
+    for (i = 0; i < 32; i++) fold_row(q, sa + (nblk - 1) * 32, sb0, sb1, acc, ldc, i);
   }
 }
 
