@@ -280,6 +280,10 @@ int xte_cpu_gemm_fast_runs_exact(const xte_gemm_args *g) {
   return 1;
 }
 
+int xte_cpu_gemm_fast_amx(void) {
+  return xte_cpu_isa_table_get()->fast_amx != NULL;
+}
+
 static size_t al(size_t n) {
   return (n + 63) / 64 * 64;
 }

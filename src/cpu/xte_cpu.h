@@ -191,6 +191,11 @@ size_t xte_cpu_l3(void);
  * XTE_CPU_AMX is not "0"). */
 int xte_cpu_gemm_amx(void);
 
+/* 1 when XTE_GEMM_FAST's panel path (the problems its small-M path does not take) runs on the
+ * AMX-BF16 tiles: the table in use has the fast_amx extension (built with it, ISA avx512 in use,
+ * the CPU has AMX-BF16, the OS grants the tiles, XTE_CPU_AMX and XTE_CPU_AMX_BF16 are not "0"). */
+int xte_cpu_gemm_fast_amx(void);
+
 /* The most rows of A for which the exact GEMM runs e4m3 x e4m3 (K block 128, B read along K) on
  * the AVX512-VNNI small-M kernels (8 where AMX is in use, else all small-M ones, 32), 0 when it
  * does not use them: built with them, ISA avx512 in use, the CPU has AVX512-VNNI and -VBMI and
