@@ -14,6 +14,7 @@
 
 #include <string.h>
 
+#include "cpu/gemm_fast.h"
 #include "cpu/gemm_kernels.h"
 #include "cpu/xte_cpu.h"
 #include "numerics/xte_gemm_numerics.h"
@@ -86,27 +87,6 @@ typedef struct fs_ctx {
   char *tws;
 } fs_ctx;
 
-/* D[r, n0 + j] for j < len from the accumulators t[j] (overwritten): the exact path's epilogue */
-static void store_row(const xte_gemm_args *g, int64_t r, int64_t n0, float *t, int64_t len) {
-  int64_t n;
-  if (g->c && g->c_dtype == XTE_DTYPE_BF16) {
-    const uint16_t *cr = (const uint16_t *)g->c + r * g->ld_c + n0;
-    for (n = 0; n < len; n++) t[n] = xte_gemm_epilogue(t[n], 1, xte_bf16_to_f32(cr[n]), 0, 0.0f);
-  } else if (g->c) {
-    const float *cr = (const float *)g->c + r * g->ld_c + n0;
-    for (n = 0; n < len; n++) t[n] = xte_gemm_epilogue(t[n], 1, cr[n], 0, 0.0f);
-  }
-  if (g->bias)
-    for (n = 0; n < len; n++) t[n] = xte_gemm_epilogue(t[n], 0, 0.0f, 1, g->bias[n0 + n]);
-  if (g->d_dtype == XTE_DTYPE_BF16) {
-    uint16_t *dr = (uint16_t *)g->d + r * g->ld_d + n0;
-    for (n = 0; n < len; n++) dr[n] = xte_gemm_out_bf16(t[n]);
-  } else {
-    float *dr = (float *)g->d + r * g->ld_d + n0;
-    for (n = 0; n < len; n++) dr[n] = xte_gemm_out_f32(t[n]);
-  }
-}
-
 /* Chunks [c0, c1) of NC columns */
 static void fs_range(void *vctx, int64_t c0, int64_t c1, int tid) {
   const fs_ctx *c = (const fs_ctx *)vctx;
@@ -133,7 +113,7 @@ static void fs_range(void *vctx, int64_t c0, int64_t c1, int tid) {
         d[j] = j >= nv ? 0.0f : j > 0 && gi[j] == gi[j - 1] ? d[j - 1] : scale_at(B, gi[j], gk);
     }
     c->fn(c->m, c->mp, c->nblk, g->kblock, c->kl, c->a, c->L.lda, c->sa, cols, B->fmt, sb, w);
-    for (r = 0; r < c->m; r++) store_row(g, p->d_r0 + r, n0, w + r * NC, nv);
+    for (r = 0; r < c->m; r++) xte_cpu_gemm_store_row(g, p->d_r0 + r, n0, w + r * NC, nv);
   }
 }
 
@@ -145,7 +125,7 @@ static void empty_k(const xte_gemm_args *g, const xte_gemm_problem *p, int64_t m
   for (r = 0; r < m; r++)
     for (n0 = 0; n0 < p->n; n0 += NC) {
       for (j = 0; j < NC; j++) t[j] = 0.0f;
-      store_row(g, p->d_r0 + r, n0, t, p->n - n0 < NC ? p->n - n0 : NC);
+      xte_cpu_gemm_store_row(g, p->d_r0 + r, n0, t, p->n - n0 < NC ? p->n - n0 : NC);
     }
 }
 

@@ -285,11 +285,20 @@ struct dense_ctx {
   xte_gemm_config cfg;
 };
 
+/* The config a side runs: the SIMT plugin's FAST runs its exact kernels (or, for cuBLASLt's path,
+ * the exact partials into fp32 then xte's bias epilogue), so its reference is the CPU's EXACT; the
+ * CPU's own FAST (fp32 partials, src/cpu/gemm_fast.c) is bounded, not these bytes, and is tested
+ * against fp64 by tests/test_gemm_fast*.c. */
+static xte_gemm_config side_cfg(xte_gemm_config cfg, const xte_tensor *bias, xte_stream s) {
+  cfg.bias = bias;
+  if (s == cpu) cfg.mode = XTE_GEMM_EXACT;
+  return cfg;
+}
+
 static xte_status dense_call(void *v, const xte_tensor *C, xte_tensor *D, const xte_tensor *bias,
                              xte_stream s) {
   dense_ctx *c = (dense_ctx *)v;
-  xte_gemm_config cfg = c->cfg;
-  cfg.bias = bias;
+  const xte_gemm_config cfg = side_cfg(c->cfg, bias, s);
   return xte_gemm(c->a, c->b, C, D, &cfg, s);
 }
 
@@ -446,8 +455,7 @@ struct grouped_ctx {
 static xte_status grouped_call(void *v, const xte_tensor *C, xte_tensor *D, const xte_tensor *bias,
                                xte_stream s) {
   grouped_ctx *c = (grouped_ctx *)v;
-  xte_gemm_config cfg = c->cfg;
-  cfg.bias = bias;
+  const xte_gemm_config cfg = side_cfg(c->cfg, bias, s);
   return xte_gemm_grouped(c->a, c->b, C, D, &c->gr, &cfg, s);
 }
 
