@@ -267,8 +267,8 @@ static void run_problem(fctx *c, const xte_gemm_problem *p, int64_t m) {
  * K block 128, operands along K or transposed: the test of cpu_gemm in src/cpu/gemm_driver.c) it
  * is faster than the fp32 multiply-adds. The AMX-BF16 tiles (fast_amx) would be faster still
  * there (docs/performance.md), but FAST keeps EXACT's bytes for these calls where AMX-INT8 is in
- * use (tests/test_gemm_fast_small.c and tests/simt/test_simt_gemm.cpp compare them byte for
- * byte), so they stay on the exact path. Calls with a problem for the small-M path of FAST
+ * use (tests/test_gemm_fast_small.c compares them byte for byte with trans_b = 1), so they
+ * stay on the exact path. Calls with a problem for the small-M path of FAST
  * (small_m) stay here. */
 int xte_cpu_gemm_fast_runs_exact(const xte_gemm_args *g) {
   const xte_cpu_isa_table *T = xte_cpu_isa_table_get();
