@@ -84,13 +84,21 @@ function(xte_cpu_isa_avx512_simde)
   message(STATUS "xte: AVX-512 kernels also built against SIMDe on AVX2 (${SIMDE_INCLUDE_DIR})")
 endfunction()
 
-# src/cpu/amx/: the AMX-INT8 exact e4m3 GEMM kernels, an extension of the avx512 ISA used where
+# src/cpu/amx/: the AMX-INT8 exact e4m3 GEMM kernels and the AMX-BF16 FAST GEMM ones, an extension of the avx512 ISA used where
 # the CPU and the OS allow AMX (XTE_CPU_AMX=0 turns them off).
 function(xte_cpu_isa_amx)
   include(CheckCCompilerFlag)
   check_c_compiler_flag("-mamx-tile -mamx-int8 -mavx512vbmi" XTE_CC_HAS_AMX)
+  # with AMX-BF16 too where the compiler has it (the FAST GEMM's tiles, gemm_fast_amx.c)
+  check_c_compiler_flag("-mamx-tile -mamx-bf16" XTE_CC_HAS_AMX_BF16)
   if(XTE_CC_HAS_AMX)
-    xte_cpu_isa_objects(amx DIR amx FLAGS ${XTE_ISA_FLAGS_AVX512} -mavx512vbmi -mamx-tile -mamx-int8)
+    set(bf16)
+    if(XTE_CC_HAS_AMX_BF16)
+      set(bf16 -mamx-bf16 -DXTE_AMX_BF16)
+      target_compile_definitions(xte PRIVATE XTE_HAVE_AMX_BF16)
+    endif()
+    xte_cpu_isa_objects(amx DIR amx FLAGS ${XTE_ISA_FLAGS_AVX512} -mavx512vbmi -mamx-tile -mamx-int8
+                        ${bf16})
   endif()
   set(XTE_ISA_AMX_BUILT ${XTE_ISA_AMX_BUILT} PARENT_SCOPE)
 endfunction()

@@ -319,6 +319,8 @@ xte_status xte_backend_info_string(char *buf, size_t size) {
     XTE_PUT("  exact e4m3 GEMM, 1-%d rows: avx512-vnni digit products\n", xte_cpu_gemm_vnni_rows());
   else
     XTE_PUT("  exact e4m3 GEMM, few rows: no avx512-vnni in use\n");
+  XTE_PUT("  FAST GEMM, panels: %s\n",
+          xte_cpu_gemm_fast_amx() ? "amx-bf16 tiles" : "fp32 fma (no amx-bf16 in use)");
   XTE_PUT("cuda: %s\n", in.cuda_plugin_status);
   for (i = 0; i < in.num_cuda_gpus; i++)
     XTE_PUT("  gpu %d: %s (%s, %zu MiB)\n", i, in.cuda_gpus[i].name, in.cuda_gpus[i].arch,

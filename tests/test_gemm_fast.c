@@ -13,7 +13,10 @@
  *   scale step, block order, tails and epilogue are the contract's (this catches what the bound
  *   is too wide to see);
  * - NaN / inf / e5m2 inf x 0 / +inf + -inf / subnormal codes; empty shapes; run to run and thread
- *   count determinism; EXACT untouched by the mode's existence (its own tests). */
+ *   count determinism; EXACT untouched by the mode's existence (its own tests).
+ * On avx512 with AMX-BF16 (the plain run; amx_bf16_in_use_where_the_cpu_has_it checks it) all of
+ * this runs FAST's panel path on the AMX-BF16 tiles; the @nobf16 and @noamx runs on the fp32
+ * kernels. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 
@@ -672,4 +675,37 @@ Test(gemm_fast, isas_agree) {
   tq_free(&qb);
   free(xa);
   free(xb);
+}
+
+/* The AMX-BF16 tiles run FAST's panel path where they can: /proc/cpuinfo (read here, apart from
+ * the library's CPUID check) lists amx_tile and amx_bf16, the build has them (XTE_TEST_AMX_BF16),
+ * avx512 is the ISA and neither XTE_CPU_AMX nor XTE_CPU_AMX_BF16 is "0"; `xte info` then names
+ * them, else the fp32 kernels. So the plain run of this test checks the bound and bytes of the
+ * AMX-BF16 path (every case but e4m3 x e4m3 K block 128, which runs the exact AMX-INT8 path),
+ * test_gemm_fast@noamx and @nobf16 the fp32 kernels. */
+Test(gemm_fast, amx_bf16_in_use_where_the_cpu_has_it) {
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  char line[8192], info[4096];
+  int amx = 0, built = 0;
+  const char *e1 = getenv("XTE_CPU_AMX"), *e2 = getenv("XTE_CPU_AMX_BF16");
+#ifdef XTE_TEST_AMX_BF16
+  built = 1;
+#endif
+  if (f) {
+    while (fgets(line, sizeof line, f))
+      if (!strncmp(line, "flags", 5)) {
+        amx =
+            strstr(line, " amx_tile") && strstr(line, " amx_bf16") && strstr(line, " avx512_vbmi");
+        break;
+      }
+    fclose(f);
+  }
+  if (getenv("XTE_CPU_ISA") && strcmp(getenv("XTE_CPU_ISA"), "avx512")) return;
+  cr_assert_eq(xte_cpu_set_isa(XTE_CPU_ISA_AVX512) == XTE_SUCCESS || !amx, 1);
+  cr_assert_eq(xte_backend_info_string(info, sizeof info), XTE_SUCCESS);
+  if (amx && built && !(e1 && !strcmp(e1, "0")) && !(e2 && !strcmp(e2, "0")))
+    cr_expect(strstr(info, "FAST GEMM, panels: amx-bf16 tiles") != NULL, "%s", info);
+  else
+    cr_expect(strstr(info, "FAST GEMM, panels: fp32 fma") != NULL, "%s", info);
+  o_reset_isa();
 }

@@ -29,7 +29,10 @@
 #include "xte_internal.h"
 
 #define FKC 128 /* multiple of 128 and 32 */
-#define FMAX_BLK (FKC / 32)
+/* The AMX-BF16 tiles' K panel: a tile call folds 4x more blocks into its accumulators while
+ * they are in L1 (the tile unit is fast enough that the fold's traffic to W otherwise bounds it) */
+#define FKC_AMX 512
+#define FMAX_BLK (FKC_AMX / 32)
 #define FMAX_W 64 /* widest micro-panel (MR or NR) */
 
 /* The small-M path of FAST (src/cpu/gemm_fast_small.c: streams the codes of B once per problem
@@ -53,7 +56,9 @@ typedef struct fctx {
   const xte_gemm_args *g;
   int nt;
   const xte_gemm_fast_kernels *fk;
+  const xte_gemm_fast_amx_kernels *fa; /* the AMX-BF16 tiles (NULL: fk's fp32 ones) */
   int MR, NR;
+  int64_t fkc; /* the K panel: FKC, or FKC_AMX with fa */
   int64_t MC_max, NC, MCH, ldw;
   /* current problem / panels */
   const xte_gemm_problem *p;
@@ -132,6 +137,22 @@ static void fpack(const fctx *c, const xte_gemm_operand *o, int64_t row0, int64_
   }
 }
 
+/* fpack for the AMX-BF16 tiles (c->fa): each micro-panel of w = 32 rows in bf16 tiles, kc K steps
+ * padded to a multiple of 32 (c->fa->pack's layout; B in the pair layout), and the scales. */
+static void fpack_amx(const fctx *c, const xte_gemm_operand *o, int64_t row0, int64_t nvalid,
+                      int64_t npanels, int w, int64_t k0, int vnni, uint16_t *dst, float *sdst) {
+  const int64_t kcp = (c->kc + 31) / 32 * 32;
+  int64_t pnl;
+  for (pnl = 0; pnl < npanels; pnl++) {
+    int nv = (int)(nvalid - pnl * w < w ? nvalid - pnl * w : w);
+    if (nv < 0) nv = 0;
+    c->fa->pack(nv ? o->data + (row0 + pnl * w) * o->rs + k0 * o->ks : o->data, o->rs, o->ks, nv,
+                c->kc, o->fmt, vnni, dst + pnl * (int64_t)w * kcp);
+    xte_cpu_gemm_panel_scales(o, row0 + pnl * w, nv, w, k0, c->nblk, c->g->kblock,
+                              sdst + pnl * (int64_t)w * c->nblk);
+  }
+}
+
 /* Items [b, e) of the current chunk (rows [mc0, mc0 + mch), panel [jc, jc + nc)): item it is
  * strip run it % n_jch x row part it / n_jch. An item runs every K panel itself: it packs its own
  * B strips (kept in L2 while it sweeps its rows), then per M block of at most MC_max rows packs A
@@ -151,14 +172,19 @@ static void item_range(void *vctx, int64_t b, int64_t e, int tid) {
     const int64_t r0 = im * rpi, r1 = r0 + rpi < c.mch ? r0 + rpi : c.mch;
     const int64_t n0 = s0 * NR, len = (s1 * NR < c.nc ? s1 * NR : c.nc) - n0;
     if (s0 >= s1 || r0 >= r1) continue;
-    for (c.pc = 0; c.pc < p->k; c.pc += FKC) {
+    if (c.fa) c.fa->begin();
+    for (c.pc = 0; c.pc < p->k; c.pc += c.fkc) {
       int64_t k, rb;
-      c.kc = p->k - c.pc < FKC ? p->k - c.pc : FKC;
+      c.kc = p->k - c.pc < c.fkc ? p->k - c.pc : c.fkc;
       c.first_pc = c.pc == 0;
       c.last_pc = c.pc + c.kc >= p->k;
       c.nblk = 0;
       for (k = 0; k < c.kc; k += kb) c.kl[c.nblk++] = (int)(c.kc - k < kb ? c.kc - k : kb);
-      fpack(&c, &c.g->b, p->b_i0 + c.jc + n0, c.nc - n0, s1 - s0, NR, p->b_k0 + c.pc, bp, sbp);
+      if (c.fa)
+        fpack_amx(&c, &c.g->b, p->b_i0 + c.jc + n0, c.nc - n0, s1 - s0, NR, p->b_k0 + c.pc, 1,
+                  (uint16_t *)bp, sbp);
+      else
+        fpack(&c, &c.g->b, p->b_i0 + c.jc + n0, c.nc - n0, s1 - s0, NR, p->b_k0 + c.pc, bp, sbp);
       for (rb = r0; rb < r1; rb += c.MC_max) {
         const int64_t rows = r1 - rb < c.MC_max ? r1 - rb : c.MC_max;
         const int64_t tiles = (rows + MR - 1) / MR;
@@ -166,12 +192,25 @@ static void item_range(void *vctx, int64_t b, int64_t e, int tid) {
         if (c.first_pc)
           for (r = 0; r < tiles * MR; r++)
             memset(c.W + (rb + r) * ldw + n0, 0, sizeof(float) * (size_t)((s1 - s0) * NR));
-        fpack(&c, &c.g->a, p->a_i0 + c.mc0 + rb, rows, tiles, MR, p->a_k0 + c.pc, ap, sap);
-        for (s = s0; s < s1; s++) {
-          const float *bs = bp + (s - s0) * NR * c.kc, *sbs = sbp + (s - s0) * NR * c.nblk;
-          for (t = 0; t < tiles; t++)
-            c.fk->tile(c.nblk, c.kl, ap + t * MR * c.kc, bs, sap + t * MR * c.nblk, sbs,
-                       c.W + (rb + t * MR) * ldw + s * NR, ldw);
+        if (c.fa) {
+          /* the AMX-BF16 tiles: packed panels of kcp (kc rounded up to 32) bf16 K steps */
+          const int64_t kcp = (c.kc + 31) / 32 * 32;
+          const uint16_t *ah = (const uint16_t *)ap, *bh = (const uint16_t *)bp;
+          fpack_amx(&c, &c.g->a, p->a_i0 + c.mc0 + rb, rows, tiles, MR, p->a_k0 + c.pc, 0,
+                    (uint16_t *)ap, sap);
+          for (s = s0; s < s1; s++)
+            for (t = 0; t < tiles; t++)
+              c.fa->tile(c.nblk, c.kl, ah + t * MR * kcp, bh + (s - s0) * NR * kcp,
+                         sap + t * MR * c.nblk, sbp + (s - s0) * NR * c.nblk,
+                         c.W + (rb + t * MR) * ldw + s * NR, ldw);
+        } else {
+          fpack(&c, &c.g->a, p->a_i0 + c.mc0 + rb, rows, tiles, MR, p->a_k0 + c.pc, ap, sap);
+          for (s = s0; s < s1; s++) {
+            const float *bs = bp + (s - s0) * NR * c.kc, *sbs = sbp + (s - s0) * NR * c.nblk;
+            for (t = 0; t < tiles; t++)
+              c.fk->tile(c.nblk, c.kl, ap + t * MR * c.kc, bs, sap + t * MR * c.nblk, sbs,
+                         c.W + (rb + t * MR) * ldw + s * NR, ldw);
+          }
         }
         if (c.last_pc)
           for (r = 0; r < rows; r++)
@@ -179,6 +218,7 @@ static void item_range(void *vctx, int64_t b, int64_t e, int tid) {
                                    c.W + (rb + r) * ldw + n0, len);
       }
     }
+    if (c.fa) c.fa->end();
   }
 }
 
@@ -225,8 +265,11 @@ static void run_problem(fctx *c, const xte_gemm_problem *p, int64_t m) {
 /* 1 when FAST runs the exact driver: the exact partial is within FAST's bound (its error is 0),
  * and where the exact driver takes the AMX-INT8 path (the table has the extension; e4m3 x e4m3,
  * K block 128, operands along K or transposed: the test of cpu_gemm in src/cpu/gemm_driver.c) it
- * is faster than the fp32 multiply-adds (docs/performance.md). Calls with a problem for the
- * small-M path of FAST (small_m) stay here. */
+ * is faster than the fp32 multiply-adds. The AMX-BF16 tiles (fast_amx) would be faster still
+ * there (docs/performance.md), but FAST keeps EXACT's bytes for these calls where AMX-INT8 is in
+ * use (tests/test_gemm_fast_small.c compares them byte for byte with trans_b = 1), so they
+ * stay on the exact path. Calls with a problem for the small-M path of FAST
+ * (small_m) stay here. */
 int xte_cpu_gemm_fast_runs_exact(const xte_gemm_args *g) {
   const xte_cpu_isa_table *T = xte_cpu_isa_table_get();
   int64_t i;
@@ -238,6 +281,10 @@ int xte_cpu_gemm_fast_runs_exact(const xte_gemm_args *g) {
   return 1;
 }
 
+int xte_cpu_gemm_fast_amx(void) {
+  return xte_cpu_isa_table_get()->fast_amx != NULL;
+}
+
 static size_t al(size_t n) {
   return (n + 63) / 64 * 64;
 }
@@ -246,7 +293,7 @@ xte_status xte_cpu_gemm_fast(const xte_gemm_args *g) {
   fctx c;
   const xte_cpu_isa_table *T = xte_cpu_isa_table_get(); /* one ISA for the whole call */
   int64_t i, maxm = 0, maxn = 0;
-  size_t l2, szb, szsb, szw, sza, szsa, szsmall = 0, total;
+  size_t l2, esz, szb, szsb, szw, sza, szsa, szsmall = 0, total;
   char *w, *q;
   void **ptrs;
   int t, any_small = 0;
@@ -254,12 +301,15 @@ xte_status xte_cpu_gemm_fast(const xte_gemm_args *g) {
   memset(&c, 0, sizeof c);
   c.g = g;
   c.fk = T->gemm_fast;
-  c.MR = c.fk->mr;
-  c.NR = c.fk->nr;
+  c.fa = T->fast_amx;
+  c.MR = c.fa ? c.fa->mr : c.fk->mr;
+  c.NR = c.fa ? c.fa->nr : c.fk->nr;
   c.nt = xte_cpu_threads();
   l2 = xte_cpu_l2();
   /* MC rows of packed A fill about a quarter of L2 (B strips and W tiles stream beside it) */
-  c.MC_max = (int64_t)(l2 / 4 / (FKC * sizeof(float))) / c.MR * c.MR;
+  c.fkc = c.fa ? FKC_AMX : FKC;
+  esz = c.fa ? sizeof(uint16_t) : sizeof(float); /* a packed element: bf16 or fp32 */
+  c.MC_max = (int64_t)(l2 / 4 / ((size_t)c.fkc * esz)) / c.MR * c.MR;
   if (c.MC_max < c.MR) c.MC_max = c.MR;
   if (c.MC_max > 480) c.MC_max = 480 / c.MR * c.MR;
   c.NC = 2048 / c.NR * c.NR;
@@ -282,11 +332,11 @@ xte_status xte_cpu_gemm_fast(const xte_gemm_args *g) {
   c.ldw = maxn + 16;
   /* one workspace: W, per thread B strips (up to a panel) + scales and an A block + scales, the
    * small-M path's */
-  szb = sizeof(float) * (size_t)maxn * FKC;
-  szsb = sizeof(float) * (size_t)maxn * FMAX_BLK;
+  szb = esz * (size_t)maxn * (size_t)c.fkc;
+  szsb = sizeof(float) * (size_t)maxn * (size_t)(c.fkc / 32);
   szw = sizeof(float) * (size_t)maxm * (size_t)c.ldw;
-  sza = sizeof(float) * (size_t)c.MC_max * FKC;
-  szsa = sizeof(float) * (size_t)c.MC_max * FMAX_BLK;
+  sza = esz * (size_t)c.MC_max * (size_t)c.fkc;
+  szsa = sizeof(float) * (size_t)c.MC_max * (size_t)(c.fkc / 32);
   total = al(szw) + (size_t)c.nt * (al(szb) + al(szsb) + al(sza) + al(szsa)) + al(szsmall);
   w = xte_cpu_gemm_ws_acquire(total);
   ptrs = (void **)xte_aligned_calloc((size_t)c.nt * 4, sizeof(void *));

@@ -104,6 +104,27 @@ typedef struct xte_gemm_fast_kernels {
   xte_gemm_fast_tile_fn tile;
 } xte_gemm_fast_kernels;
 
+/* ---------------------------------------------------------------- extension: AMX-BF16 (FAST)
+ * XTE_GEMM_FAST's block partials on the AMX-BF16 tile unit (src/cpu/amx/gemm_fast_amx.c), for the
+ * problems of the FAST driver's panel path. A tile is mr = 32 rows of A x nr = 32 columns of B.
+ * pack: 32 lanes (rows of A or columns of B; lane r, K step k at base + r rs + k ks, codes of
+ *   format fmt, lanes >= nv zero) over kc K steps to bf16 (exact; NaN codes NaN, e5m2 infinities
+ *   inf), zero-padded to a multiple of 32 K steps: per chunk of 32 K steps two 16-lane tiles of
+ *   512 bf16; vnni 0 (A): tile row i = lane i's 32 K steps; vnni 1 (B): tile row q = K steps 2q,
+ *   2q + 1 of each lane, lane by lane.
+ * begin / end: the calling thread's tile configuration, set / released around its tiles.
+ * tile: as xte_gemm_fast_tile_fn over such packed A and B (a block's K steps start at a chunk);
+ *   P = the fp32 sum of the block's products by TDPBF16PS, then the contract's fold. */
+typedef struct xte_gemm_fast_amx_kernels {
+  int mr, nr;
+  void (*pack)(const uint8_t *base, int64_t rs, int64_t ks, int nv, int64_t kc, int fmt, int vnni,
+               uint16_t *dst);
+  void (*begin)(void);
+  void (*end)(void);
+  void (*tile)(int nblk, const int *kl, const uint16_t *a, const uint16_t *b, const float *sa,
+               const float *sb, float *acc, int64_t ldc);
+} xte_gemm_fast_amx_kernels;
+
 /* ---------------------------------------------------------------- extension: AMX-INT8
  * The exact e4m3 x e4m3 GEMM (K block 128) as int8 digit products on the tile unit
  * (src/cpu/amx/gemm_amx.h says what each function does). A packed 16-wide tile of one K block

@@ -30,6 +30,10 @@ extern const xte_cpu_isa_table xte_cpu_isa_table_avx512_simde;
 #ifdef XTE_HAVE_ISA_AMX
 extern const xte_gemm_amx_kernels xte_gemm_amx_table;
 int xte_gemm_amx_usable(void); /* src/cpu/amx/gemm_amx.h */
+#ifdef XTE_HAVE_AMX_BF16
+extern const xte_gemm_fast_amx_kernels xte_gemm_fast_amx_table;
+int xte_gemm_fast_amx_usable(void); /* src/cpu/amx/gemm_fast_amx.c */
+#endif
 #endif
 #ifdef XTE_HAVE_ISA_VNNI
 extern const xte_gemm_vnni_kernels xte_gemm_vnni_table;
@@ -132,6 +136,10 @@ static void init_isa(void) {
     /* the extensions need the avx512 objects' ISA and their own (checked by usable()) */
 #ifdef XTE_HAVE_ISA_AMX
     if (xte_gemm_amx_usable()) isa_tables[XTE_CPU_ISA_AVX512].amx = &xte_gemm_amx_table;
+#ifdef XTE_HAVE_AMX_BF16
+    if (xte_gemm_fast_amx_usable())
+      isa_tables[XTE_CPU_ISA_AVX512].fast_amx = &xte_gemm_fast_amx_table;
+#endif
 #endif
 #ifdef XTE_HAVE_ISA_VNNI
     if (xte_gemm_vnni_usable()) isa_tables[XTE_CPU_ISA_AVX512].vnni = &xte_gemm_vnni_table;

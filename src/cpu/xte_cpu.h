@@ -112,12 +112,13 @@ typedef struct xte_quant_kernels {
  * it detects what this CPU runs, picks the table once (XTE_CPU_ISA, xte_cpu_set_isa) and attaches
  * the extensions (amx/, vnni/) where they are built and usable. Drivers call through the table
  * and never name an ISA. */
-struct xte_gemm_ukernel;      /* src/cpu/gemm_kernels.h */
-struct xte_attn_kernels;      /* src/cpu/attention_kernels.h */
-struct xte_moe_kernels;       /* src/cpu/moe_cpu.h */
-struct xte_gemm_amx_kernels;  /* src/cpu/gemm_kernels.h */
-struct xte_gemm_vnni_kernels; /* src/cpu/gemm_kernels.h */
-struct xte_gemm_fast_kernels; /* src/cpu/gemm_kernels.h */
+struct xte_gemm_ukernel;          /* src/cpu/gemm_kernels.h */
+struct xte_attn_kernels;          /* src/cpu/attention_kernels.h */
+struct xte_moe_kernels;           /* src/cpu/moe_cpu.h */
+struct xte_gemm_amx_kernels;      /* src/cpu/gemm_kernels.h */
+struct xte_gemm_vnni_kernels;     /* src/cpu/gemm_kernels.h */
+struct xte_gemm_fast_kernels;     /* src/cpu/gemm_kernels.h */
+struct xte_gemm_fast_amx_kernels; /* src/cpu/gemm_kernels.h */
 typedef struct xte_cpu_isa_table {
   xte_cpu_isa isa;
   const xte_quant_kernels *quant;
@@ -130,6 +131,10 @@ typedef struct xte_cpu_isa_table {
    * not turned off (XTE_CPU_AMX=0, XTE_CPU_VNNI=0) */
   const struct xte_gemm_amx_kernels *amx;
   const struct xte_gemm_vnni_kernels *vnni;
+  /* extension (NULL: none): XTE_GEMM_FAST's panel path on AMX-BF16 tiles; attached by isa.c to the
+   * avx512 table where built, the CPU has AMX-BF16, the OS grants the tiles, and neither
+   * XTE_CPU_AMX nor XTE_CPU_AMX_BF16 is "0" */
+  const struct xte_gemm_fast_amx_kernels *fast_amx;
 } xte_cpu_isa_table;
 
 /* The table of the ISA in use. */
@@ -185,6 +190,11 @@ size_t xte_cpu_l3(void);
  * has the AMX extension (built with it, ISA avx512 in use, the CPU and OS allow AMX and
  * XTE_CPU_AMX is not "0"). */
 int xte_cpu_gemm_amx(void);
+
+/* 1 when XTE_GEMM_FAST's panel path (the problems its small-M path does not take) runs on the
+ * AMX-BF16 tiles: the table in use has the fast_amx extension (built with it, ISA avx512 in use,
+ * the CPU has AMX-BF16, the OS grants the tiles, XTE_CPU_AMX and XTE_CPU_AMX_BF16 are not "0"). */
+int xte_cpu_gemm_fast_amx(void);
 
 /* The most rows of A for which the exact GEMM runs e4m3 x e4m3 (K block 128, B read along K) on
  * the AVX512-VNNI small-M kernels (8 where AMX is in use, else all small-M ones, 32), 0 when it

@@ -3,9 +3,16 @@ pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 target_link_libraries(test_gemm_blas PRIVATE PkgConfig::OPENBLAS)
 set_tests_properties(test_gemm_exact test_gemm_grouped test_gemm_blas PROPERTIES LABELS gemm)
 # XTE_GEMM_FAST (src/cpu/gemm_fast.c): every ISA the machine runs (the test sweeps them), the fp64
-# bound and EXACT's bytes where the partials are exact. With AMX-INT8 in use, FAST runs e4m3 x e4m3
-# calls on the exact AMX path (faster there); test_gemm_fast@noamx (below) runs the fp32 kernels.
+# bound and EXACT's bytes where the partials are exact. With AMX-BF16 in use, FAST's panel path on
+# avx512 runs on its tiles (but e4m3 x e4m3 K-block-128 calls on the exact AMX-INT8 path);
+# test_gemm_fast@nobf16 (below) runs the fp32 kernels beside AMX-INT8, and test_gemm_fast@noamx
+# the fp32 kernels alone.
 set_tests_properties(test_gemm_fast PROPERTIES LABELS gemm)
+if(XTE_AVX512 AND XTE_AMX AND XTE_CC_HAS_AMX AND XTE_CC_HAS_AMX_BF16)
+  target_compile_definitions(test_gemm_fast PRIVATE XTE_TEST_AMX_BF16)
+  add_test(NAME test_gemm_fast@nobf16 COMMAND test_gemm_fast)
+  set_tests_properties(test_gemm_fast@nobf16 PROPERTIES ENVIRONMENT "XTE_CPU_AMX_BF16=0" LABELS gemm)
+endif()
 # FAST for few rows of A (src/cpu/gemm_fast_small.c): the test sweeps every ISA the machine and
 # build have itself (xte_cpu_set_isa: scalar, avx2, avx512, avx512_simde), so it runs once.
 set_tests_properties(test_gemm_fast_small PROPERTIES LABELS gemm)
