@@ -33,7 +33,7 @@
  * |p_fast - p| <= KB * 2^-13 * sum_{k in b} |a[m, k] * b[n, k]| per block. On the CPU, FAST sums
  * each block's (exact) products in fp32 (|p_fast - p| <= KB * 2^-24 * that sum): problems of at
  * most 32 rows with B read along K stream B's codes into the multiply-adds, the others run
- * AMX-BF16 tiles where the CPU has them, else fp32 register tiles, or the exact kernel (e4m3 x
+ * AMX-BF16 tiles where the CPU has them, else fp32 register tiles or the exact kernel (e4m3 x
  * e4m3 where AMX-INT8 runs it); it is deterministic for a given ISA.
  *
  * Supported pairs (A x B): 1x128 x 128x128 (fprop, dgrad), 128x128 x 1x128, 1x128 x 1x128

@@ -265,16 +265,14 @@ static void run_problem(fctx *c, const xte_gemm_problem *p, int64_t m) {
 /* 1 when FAST runs the exact driver: the exact partial is within FAST's bound (its error is 0),
  * and where the exact driver takes the AMX-INT8 path (the table has the extension; e4m3 x e4m3,
  * K block 128, operands along K or transposed: the test of cpu_gemm in src/cpu/gemm_driver.c) it
- * is faster than the fp32 multiply-adds. The AMX-BF16 tiles (fast_amx) would be faster still
- * there (docs/performance.md), but FAST keeps EXACT's bytes for these calls where AMX-INT8 is in
- * use (tests/test_gemm_fast_small.c compares them byte for byte with trans_b = 1), so they
- * stay on the exact path. Calls with a problem for the small-M path of FAST
- * (small_m) stay here. */
+ * is faster than the fp32 multiply-adds. Where the AMX-BF16 tiles (fast_amx) are attached they
+ * are faster still (docs/performance.md), so FAST keeps them. Calls with a problem for the
+ * small-M path of FAST (small_m) stay here. */
 int xte_cpu_gemm_fast_runs_exact(const xte_gemm_args *g) {
   const xte_cpu_isa_table *T = xte_cpu_isa_table_get();
   int64_t i;
-  if (!T->amx || g->a.fmt != XTE_FP8_E4M3 || g->b.fmt != XTE_FP8_E4M3 || g->kblock != 128 ||
-      !(g->a.ks == 1 || g->a.rs == 1) || !(g->b.ks == 1 || g->b.rs == 1))
+  if (!T->amx || T->fast_amx || g->a.fmt != XTE_FP8_E4M3 || g->b.fmt != XTE_FP8_E4M3 ||
+      g->kblock != 128 || !(g->a.ks == 1 || g->a.rs == 1) || !(g->b.ks == 1 || g->b.rs == 1))
     return 0;
   for (i = 0; i < g->num_problems; i++)
     if (small_m(g, i)) return 0;

@@ -4,9 +4,9 @@ target_link_libraries(test_gemm_blas PRIVATE PkgConfig::OPENBLAS)
 set_tests_properties(test_gemm_exact test_gemm_grouped test_gemm_blas PROPERTIES LABELS gemm)
 # XTE_GEMM_FAST (src/cpu/gemm_fast.c): every ISA the machine runs (the test sweeps them), the fp64
 # bound and EXACT's bytes where the partials are exact. With AMX-BF16 in use, FAST's panel path on
-# avx512 runs on its tiles (but e4m3 x e4m3 K-block-128 calls on the exact AMX-INT8 path);
-# test_gemm_fast@nobf16 (below) runs the fp32 kernels beside AMX-INT8, and test_gemm_fast@noamx
-# the fp32 kernels alone.
+# avx512 runs on its tiles; test_gemm_fast@nobf16 (below) runs the fp32 kernels beside AMX-INT8
+# (e4m3 x e4m3 K-block-128 calls on the exact AMX-INT8 path), and test_gemm_fast@noamx the fp32
+# kernels alone.
 set_tests_properties(test_gemm_fast PROPERTIES LABELS gemm)
 if(XTE_AVX512 AND XTE_AMX AND XTE_CC_HAS_AMX AND XTE_CC_HAS_AMX_BF16)
   target_compile_definitions(test_gemm_fast PRIVATE XTE_TEST_AMX_BF16)
