@@ -18,20 +18,17 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "cpu/amx/amx_tiles.h"
 #include "cpu/avx512/avx512_transpose.h"
 #include "cpu/amx/gemm_amx.h"
 #include "numerics/xte_gemm_digits.h"
 #include "numerics/xte_gemm_numerics.h"
-
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
 
 static int8_t dig_tab[3][256] __attribute__((aligned(64)));
 static int amx_ok;
 static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
 
 static void amx_init(void) {
-  unsigned a, b, c, d, lo, hi;
   const char *env = getenv("XTE_CPU_AMX");
   int i;
   for (i = 0; i < 256; i++) {
@@ -45,19 +42,7 @@ static void amx_init(void) {
   for (i = 0; i < 128; i++)
     if ((i >= 64 && dig_tab[0][i] != 0) || (i < 64 && dig_tab[2][i] != 0)) return;
   if (env && !strcmp(env, "0")) return;
-  if (__get_cpuid_max(0, NULL) < 7) return;
-  __cpuid_count(7, 0, a, b, c, d);
-  /* AVX512-VBMI (ECX 1), AMX-TILE (EDX 24), AMX-INT8 (EDX 25); F / BW for the rest */
-  if (!((c >> 1) & 1) || !((d >> 24) & 1) || !((d >> 25) & 1) || !((b >> 16) & 1) ||
-      !((b >> 30) & 1))
-    return;
-  __cpuid(1, a, b, c, d);
-  if (!((c >> 27) & 1)) return; /* OSXSAVE */
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  (void)hi;
-  if ((lo & 0x600E6u) != 0x600E6u) return; /* SSE, AVX, AVX-512 and both tile states */
-  if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) return;
-  amx_ok = 1;
+  amx_ok = xte_amx_tiles_usable((1u << 24) | (1u << 25)); /* AMX-TILE and AMX-INT8 */
 }
 
 int xte_gemm_amx_usable(void) {
@@ -65,19 +50,8 @@ int xte_gemm_amx_usable(void) {
   return amx_ok;
 }
 
-typedef struct {
-  uint8_t palette, start_row, reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-} tilecfg;
-
-/* Palette 1, tiles 0-7 of 16 rows x 64 bytes. A constant in memory: GCC 12 does not see that
- * ldtilecfg reads its operand and dropped the stores to a local one. */
-static const tilecfg amx_cfg __attribute__((aligned(64))) = {
-    1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
-
 void xte_gemm_amx_begin(void) {
-  _tile_loadconfig(&amx_cfg);
+  _tile_loadconfig(&xte_amx_cfg);
 }
 
 void xte_gemm_amx_end(void) {

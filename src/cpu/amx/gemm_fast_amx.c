@@ -20,12 +20,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "cpu/amx/amx_tiles.h"
 #include "cpu/avx512/avx512_transpose.h"
 #include "cpu/gemm_kernels.h"
 #include "numerics/xte_numerics.h"
-
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
 
 /* bf16 images of the magnitudes 0..127 of each format (the sign is the code's bit 7, moved to
  * bit 15) */
@@ -34,7 +32,6 @@ static int fast_amx_ok;
 static pthread_once_t fast_amx_once = PTHREAD_ONCE_INIT;
 
 static void fast_amx_init(void) {
-  unsigned a, b, c, d, lo, hi;
   const char *env = getenv("XTE_CPU_AMX"), *env2 = getenv("XTE_CPU_AMX_BF16");
   int f, i;
   for (f = 0; f < 2; f++)
@@ -46,19 +43,7 @@ static void fast_amx_init(void) {
       mag_tab[f][i] = (uint16_t)(u >> 16);
     }
   if ((env && !strcmp(env, "0")) || (env2 && !strcmp(env2, "0"))) return;
-  if (__get_cpuid_max(0, NULL) < 7) return;
-  __cpuid_count(7, 0, a, b, c, d);
-  /* AMX-BF16 (EDX 22), AMX-TILE (EDX 24), AVX512-VBMI (ECX 1) for the other amx/ objects; F / BW */
-  if (!((d >> 22) & 1) || !((d >> 24) & 1) || !((c >> 1) & 1) || !((b >> 16) & 1) ||
-      !((b >> 30) & 1))
-    return;
-  __cpuid(1, a, b, c, d);
-  if (!((c >> 27) & 1)) return; /* OSXSAVE */
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  (void)hi;
-  if ((lo & 0x600E6u) != 0x600E6u) return; /* SSE, AVX, AVX-512 and both tile states */
-  if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) return;
-  fast_amx_ok = 1;
+  fast_amx_ok = xte_amx_tiles_usable((1u << 22) | (1u << 24)); /* AMX-TILE and AMX-BF16 */
 }
 
 int xte_gemm_fast_amx_usable(void) {
@@ -66,18 +51,8 @@ int xte_gemm_fast_amx_usable(void) {
   return fast_amx_ok;
 }
 
-typedef struct {
-  uint8_t palette, start_row, reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-} tilecfg;
-
-/* Palette 1, tiles 0-7 of 16 rows x 64 bytes (a constant in memory, as in gemm_amx.c) */
-static const tilecfg fast_cfg __attribute__((aligned(64))) = {
-    1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
-
 static void fast_amx_begin(void) {
-  _tile_loadconfig(&fast_cfg);
+  _tile_loadconfig(&xte_amx_cfg);
 }
 
 static void fast_amx_end(void) {
