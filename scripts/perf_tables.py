@@ -19,9 +19,19 @@ Kinds of marker:
                           per case that has an anchor: case, rate, anchor, anchor rate, ratio.
   torch FILE [filter=S]   a `bench/python/bench_torch_anchors.py --json FILE` report ("machine",
                           "results"): case, xte GFLOP/s, torch GFLOP/s, xte / torch.
+  ep FILE...              `xte bench ep --json FILE` reports (rank 0's "context", "config",
+                          "ops"): one row per report and op (dispatch, combine): ranks, layout,
+                          MB per rank, xte ms, MPI_Alltoallv ms, ratio, GB/s, time shares.
+  moe FILE...             `xte moe --json` reports ("context", "config", "totals", "numerics"):
+                          one row per report: preset, mode, ISA, threads, tokens, forward /
+                          backward / layer / setup seconds, the FP8 GEMM share, the fp64 check.
+  overhead FILE           a `bench/python/bench_overhead.py --json FILE` report ("machine",
+                          "results"): call, microseconds, the bare ctypes call, ratio.
   summary                 the lines after "summary" inside the marker, one per row,
-                          "operator | FILE | case": the case's ratio to its anchor with the
-                          machine, date, commit and command of FILE.
+                          "operator | FILE | case [| target]": the case's ratio to its anchor
+                          (ep: case dispatch or combine; moe: layer or setup, in seconds;
+                          overhead: the call, in microseconds) with the machine, date, commit and
+                          command of FILE. A case with `*` is a glob: one row per match.
 
 `record` copies a report and adds "xte_record": {"command", "commit", "recorded"}, which the
 tables print (the reports themselves do not know their command line or commit). `--check`
@@ -31,6 +41,7 @@ FILE paths are relative to the repository root. Only the standard library is use
 
 import argparse
 import datetime
+import fnmatch
 import json
 import os
 import re
@@ -77,8 +88,9 @@ def record_line(rep):
     return out, bits
 
 
-def machine_bench(ctx):
-    """One line from an xte bench report's "context" (the machine record)."""
+def machine_bench(ctx, openblas=True):
+    """One line from an xte bench report's "context" (the machine record); openblas False leaves
+    out OpenBLAS's configuration (reports whose anchor is not OpenBLAS)."""
     parts = [f"{ctx.get('cpu_model', '?')} (family/model/stepping "
              f"{ctx.get('cpu_family_model_stepping', '?')})"]
     if ctx.get("backend") == "cuda":
@@ -87,13 +99,13 @@ def machine_bench(ctx):
                      f"CUDA runtime {ctx.get('cuda_runtime', '?')}, driver {ctx.get('cuda_driver', '?')}")
     parts.append(f"{ctx.get('cores', '?')} cores, xte ISA {ctx.get('xte_cpu_isa', '?')} "
                  f"(best {ctx.get('xte_cpu_isa_best', '?')}), {ctx.get('bench_threads', '?')} threads")
-    if ctx.get("xte_gemm_e4m3"):
+    if openblas and ctx.get("xte_gemm_e4m3"):
         parts.append(f"exact e4m3 GEMM: {ctx['xte_gemm_e4m3']}; "
                      f"{ctx.get('xte_gemm_e4m3_small_m', '?')}")
     parts.append(f"L1d {kib(ctx.get('l1d_bytes'))}, L2 {kib(ctx.get('l2_bytes'))}, "
                  f"L3 {kib(ctx.get('l3_bytes'))}")
     parts.append(f"THP `{ctx.get('transparent_hugepage', '?')}`")
-    if ctx.get("openblas_corename"):
+    if openblas and ctx.get("openblas_corename"):
         parts.append(f"OpenBLAS {ctx['openblas_corename']}, {ctx.get('openblas_num_threads', '?')} "
                      f"threads, OPENBLAS_CORETYPE {ctx.get('openblas_coretype', '?')}, anchor "
                      f"{ctx.get('openblas_anchor', '?')}")
@@ -146,36 +158,180 @@ def render_torch(path, flt):
     return lines
 
 
+def report_kind(rep):
+    """bench, torch, ep, moe or overhead, from a report's keys."""
+    if "xte_ratios" in rep:
+        return "bench"
+    cmd = rep.get("command")
+    if cmd == "bench ep":
+        return "ep"
+    if cmd == "moe":
+        return "moe"
+    if cmd == "bench_overhead":
+        return "overhead"
+    if "results" in rep and "machine" in rep:
+        return "torch"
+    raise SystemExit(f"perf_tables: a report of unknown kind (keys {sorted(rep)})")
+
+
+def when(rep):
+    """The date of a report: the bench's own, else the day `record` stored it."""
+    d = rep.get("context", {}).get("date") or rep.get("xte_record", {}).get("recorded", "?")
+    return str(d)
+
+
+def sources(paths, reps):
+    """The command and commit of each report of a multi-report table."""
+    lines = []
+    for path, rep in zip(paths, reps):
+        r = rep.get("xte_record", {})
+        lines.append(f"- `{r.get('command', '?')}`: {when(rep)[:16]}, commit "
+                     f"{str(r.get('commit', '?'))[:10]}, data `{path}`")
+    return lines
+
+
+def render_ep(paths):
+    reps = [load(p) for p in paths]
+    ctx = reps[0].get("context", {})
+    mpi = reps[0].get("config", {}).get("mpi_library", "?")
+    lines = [f"Machine: {machine_bench(ctx, openblas=False)}; {mpi}.  ",
+             "Times: the median over iterations of the slowest rank; ratio = MPI_Alltoallv of the "
+             "same bytes / xte (1.0: as fast as the bare exchange); shares: rank 0's time in "
+             "packing, the exchange and the local permute.", ""] + sources(paths, reps) + [
+        "", "| ranks | dispatch layout | op | tokens per rank | MB per rank | xte ms | "
+        "MPI_Alltoallv ms | ratio | GB/s | pack / exchange / local % |",
+        "|---|---|---|---|---|---|---|---|---|---|"]
+    for rep in reps:
+        c = rep.get("config", {})
+        for o in rep.get("ops", []):
+            shares = " / ".join(f"{100 * o.get(k, 0):.0f}" for k in
+                                ("pack_share", "exchange_share", "local_share"))
+            lines.append(f"| {c.get('ranks', '?')} | {c.get('dispatch', '?')} | {o['op']} | "
+                         f"{c.get('tokens_per_rank', '?')} | {num(o.get('mb_per_rank'))} | "
+                         f"{num(o.get('xte_ms'))} | {num(o.get('anchor_ms'))} | "
+                         f"{num(o.get('ratio'))} | {num(o.get('gb_s'))} | {shares} |")
+    return lines
+
+
+def moe_check(rep):
+    n = rep.get("numerics")
+    if not n:
+        return "not run"
+    worst = max((t.get("rel_err", 0) for t in n.get("tensors", [])), default=None)
+    return (f"{'pass' if n.get('pass') else 'FAIL'} ({n.get('checked_tokens', '?')} tokens, "
+            f"worst rel. error {num(worst, 4) if worst is None else f'{worst:.2e}'})")
+
+
+def render_moe(paths):
+    reps = [load(p) for p in paths]
+    ctx = reps[0].get("context", {})
+    lines = [f"Machine: {machine_bench(ctx, openblas=False)}.  ",
+             "Seconds per layer call (mean of the iterations); setup: allocation and the synthetic "
+             "FP8 weights; check: the layer against an fp64 reference on a few tokens.", ""] + \
+        sources(paths, reps) + [
+        "", "| preset | mode | ISA, threads | tokens | forward s | backward s | layer s | "
+        "setup s | FP8 GEMM share | FP8 GEMM GFLOP/s | fp64 check |",
+        "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for rep in reps:
+        c, t = rep.get("config", {}), rep.get("totals", {})
+        bwd = num(t.get("backward_s")) if c.get("backward") else "-"
+        lines.append(f"| {rep.get('preset', '?')} | {c.get('mode', '?')} | {c.get('isa', '?')}, "
+                     f"{c.get('threads', '?')} | {c.get('tokens', '?')} | "
+                     f"{num(t.get('forward_s'))} | {bwd} | {num(t.get('layer_s'))} | "
+                     f"{num(t.get('setup_s'))} | {num(t.get('gemm_fp8_share'))} | "
+                     f"{num(t.get('gemm_fp8_gflops'), 1)} | {moe_check(rep)} |")
+    return lines
+
+
+def render_overhead(path):
+    rep = load(path)
+    m = rep.get("machine", {})
+    head, bits = record_line(rep)
+    lines = head + [
+        f"Machine: {m.get('cpu_model', '?')} (family/model/stepping "
+        f"{m.get('cpu_family_model_stepping', '?')}), xte {m.get('xte_version', '?')} ISA "
+        f"{m.get('xte_cpu_isa', '?')}, {m.get('xte_cpu_threads', '?')} threads; Python "
+        f"{m.get('python_version', '?')}, NumPy {m.get('numpy_version', '?')}, torch "
+        f"{m.get('torch_version') or '-'}; input {m.get('input', '?')}; {m.get('statistic', '?')} "
+        f"of {m.get('reps', '?')} calls; load at start {str(m.get('load_avg', '?')).split()[0]}.  ",
+        "; ".join(bits + [f"{when(rep)[:10]}", f"data `{path}`"]) + ".", "",
+        "| call | us | anchor | anchor us | ratio |", "|---|---|---|---|---|"]
+    for r in rep.get("results", []):
+        lines.append(f"| {r['call']} | {num(r['us'])} | {r['anchor']} | {num(r['anchor_us'])} | "
+                     f"{num(r['ratio'])} |")
+    return lines
+
+
+def summary_rows(rep, case):
+    """(case, value, anchor, machine, date) of each row of a report that case names."""
+    kind = report_kind(rep)
+    glob = "*" in case
+
+    def pick(items, key):
+        got = [r for r in items if (fnmatch.fnmatchcase(r[key], case) if glob else r[key] == case)]
+        if not got:
+            raise SystemExit(f"perf_tables: no case {case!r} in the report")
+        return got
+
+    if kind == "bench":
+        ctx = rep.get("context", {})
+        machine = (f"{ctx.get('cpu_model', '?')} {ctx.get('cpu_family_model_stepping', '')}, "
+                   f"{ctx.get('xte_cpu_isa', '?')}, {ctx.get('bench_threads', '?')} threads")
+        return [(r["name"], f"refused: {r['refused']}" if r.get("refused") else num(r.get("ratio")),
+                 r.get("anchor", ""), machine, when(rep)[:10])
+                for r in pick(rep["xte_ratios"], "name")]
+    if kind == "torch":
+        m = rep.get("machine", {})
+        machine = (f"{m.get('cpu_model', '?')} {m.get('cpu_family_model_stepping', '')}, "
+                   f"{m.get('xte_cpu_isa', '?')}, {m.get('xte_cpu_threads', '?')} threads")
+        return [(r["case"], num(r["ratio_median"]), f"torch {m.get('torch_version', '')}".strip(),
+                 machine, when(rep)[:10]) for r in pick(rep["results"], "case")]
+    if kind == "ep":
+        ctx, c = rep.get("context", {}), rep.get("config", {})
+        machine = (f"{ctx.get('cpu_model', '?')} {ctx.get('cpu_family_model_stepping', '')}, "
+                   f"{c.get('ranks', '?')} ranks x {ctx.get('xte_cpu_threads', '?')} thread(s)")
+        return [(f"{o['op']}, {c.get('dispatch', '?')}, {c.get('ranks', '?')} ranks, "
+                 f"{c.get('tokens_per_rank', '?')} tokens", num(o.get("ratio")),
+                 o.get("anchor", "MPI_Alltoallv"), machine, when(rep)[:10])
+                for o in pick(rep.get("ops", []), "op")]
+    if kind == "moe":
+        ctx, c, t = rep.get("context", {}), rep.get("config", {}), rep.get("totals", {})
+        machine = (f"{ctx.get('cpu_model', '?')} {ctx.get('cpu_family_model_stepping', '')}, "
+                   f"{c.get('isa', '?')}, {c.get('threads', '?')} threads")
+        keys = {"layer": "layer_s", "setup": "setup_s", "forward": "forward_s",
+                "backward": "backward_s"}
+        if case not in keys:
+            raise SystemExit(f"perf_tables: moe summary case {case!r}: one of {sorted(keys)}")
+        return [(f"{rep.get('preset', '?')} {c.get('mode', '?')}, {case}",
+                 f"{num(t.get(keys[case]))} s", "(seconds)", machine, when(rep)[:10])]
+    m = rep.get("machine", {})  # overhead
+    machine = (f"{m.get('cpu_model', '?')} {m.get('cpu_family_model_stepping', '')}, "
+               f"{m.get('xte_cpu_isa', '?')}, {m.get('xte_cpu_threads', '?')} threads")
+    return [(r["call"], f"{num(r['us'])} us = {num(r['ratio'])} x", r["anchor"], machine,
+             when(rep)[:10]) for r in pick(rep["results"], "call")]
+
+
+
 def render_summary(spec_lines):
     spec_lines = [s for s in spec_lines if s.strip()]
     if not spec_lines:
         return ["(No report listed yet: one line \"operator | docs/perf/FILE.json | case\" per row"
                 " inside this marker.)"]
-    lines = ["| operator | case | ratio | anchor | machine | date, commit | command |",
+    lines = ["| operator | case | ratio (target) | anchor | machine | date, commit | command |",
              "|---|---|---|---|---|---|---|"]
     for spec in spec_lines:
-        if not spec.strip():
-            continue
-        op, path, case = (p.strip() for p in spec.split("|"))
+        parts = [p.strip() for p in spec.split("|")]
+        if len(parts) not in (3, 4):
+            raise SystemExit(f"perf_tables: summary line {spec!r}: \"operator | FILE | case "
+                             "[| target]\"")
+        op, path, case = parts[:3]
+        target = f" ({parts[3]})" if len(parts) == 4 and parts[3] else ""
         rep = load(path)
         rec = rep.get("xte_record", {})
-        if "xte_ratios" in rep:
-            ctx = rep.get("context", {})
-            row = next(r for r in rep["xte_ratios"] if r["name"] == case)
-            ratio, anchor = num(row.get("ratio")), row.get("anchor", "")
-            machine = (f"{ctx.get('cpu_model', '?')} {ctx.get('cpu_family_model_stepping', '')}, "
-                       f"{ctx.get('xte_cpu_isa', '?')}, {ctx.get('bench_threads', '?')} threads")
-            date = str(ctx.get("date", "?"))[:10]
-        else:
-            m = rep.get("machine", {})
-            row = next(r for r in rep["results"] if r["case"] == case)
-            ratio, anchor = num(row["ratio_median"]), "torch"
-            machine = (f"{m.get('cpu_model', '?')} {m.get('cpu_family_model_stepping', '')}, "
-                       f"{m.get('xte_cpu_isa', '?')}, {m.get('xte_cpu_threads', '?')} threads")
-            date = str(rec.get("recorded", "?"))[:10]
-        commit = rec.get("commit", "?")[:10]
-        lines.append(f"| {op} | {case} | {ratio} | {anchor} | {machine} | {date}, {commit} | "
-                     f"`{rec.get('command', '?')}` |")
+        commit = str(rec.get("commit", "?"))[:10]
+        for name, value, anchor, machine, date in summary_rows(rep, case):
+            lines.append(f"| {op} | {name} | {value}{target} | {anchor} | {machine} | {date}, "
+                         f"{commit} | `{rec.get('command', '?')}` |")
     return lines
 
 
@@ -186,6 +342,15 @@ def render(spec):
     if kind == "summary":
         return render_summary(words[1].splitlines() if len(words) > 1 else [])
     opts = dict(w.split("=", 1) for w in first[2:] if "=" in w)
+    files = [w for w in first[1:] if "=" not in w]
+    if kind in ("ep", "moe", "overhead") and not files:
+        raise SystemExit(f"perf_tables: marker {spec!r} names no report")
+    if kind == "ep":
+        return render_ep(files)
+    if kind == "moe":
+        return render_moe(files)
+    if kind == "overhead":
+        return render_overhead(files[0])
     if kind == "bench":
         return render_bench(first[1], opts.get("filter"))
     if kind == "torch":
@@ -238,8 +403,12 @@ def main(argv):
         ap.add_argument("report")
         ap.add_argument("--filter", default=None)
         a = ap.parse_args(argv[1:])
-        kind = "bench" if "xte_ratios" in load(a.report) else "torch"
-        lines = (render_bench if kind == "bench" else render_torch)(a.report, a.filter)
+        kind = report_kind(load(a.report))
+        if kind in ("bench", "torch"):
+            lines = (render_bench if kind == "bench" else render_torch)(a.report, a.filter)
+        else:
+            lines = {"ep": render_ep, "moe": render_moe,
+                     "overhead": lambda p: render_overhead(p[0])}[kind]([a.report])
         print("\n".join(lines))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -1,17 +1,21 @@
 """Per-call overhead of the Python package on a small tensor, beside a bare ctypes call.
 
     XTE_LIBRARY=build/libxte.so PYTHONPATH=python python bench/python/bench_overhead.py [--torch]
+        [--json FILE]
 
 Each line: the median of --reps timed calls (after a warm-up) in microseconds, and its ratio to
 the bare ctypes call of the same C function (structs built once, outside the loop): the anchor a
 hand-written ctypes binding would give. The pool keeps its default size (a call this small
 runs on the calling thread: src/cpu/xte_cpu.h, xte_threads_for). Reported with the machine's
-CPU model, the library's ISA and the Python / NumPy / torch versions.
+CPU model, the library's ISA and the Python / NumPy / torch versions. --json FILE also writes
+{"machine": {...}, "results": [{"call", "us", "anchor", "anchor_us", "ratio"}, ...]}, which
+scripts/perf_tables.py renders (marker kind `overhead`).
 """
 
 import argparse
 import ctypes
 import importlib
+import json
 import platform
 import statistics
 import sys
@@ -44,6 +48,28 @@ def _cpu_name():
     return platform.processor()
 
 
+def _family_model_stepping():
+    want, got = ("cpu family", "model", "stepping"), {}
+    try:
+        for line in open("/proc/cpuinfo"):
+            k, _, v = line.partition(":")
+            if k.strip() in want and k.strip() not in got:
+                got[k.strip()] = v.strip()
+            if not line.strip():
+                break
+    except OSError:
+        pass
+    return "/".join(got.get(k, "?") for k in want)
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5000)
@@ -51,11 +77,13 @@ def main():
     ap.add_argument("--cols", type=int, default=128)
     ap.add_argument("--torch", action="store_true", help="also torch tensors and custom ops")
     ap.add_argument("--threads", type=int, default=0, help="pool size (0: the default)")
+    ap.add_argument("--json", default=None, help="also write the machine and the rows here")
     a = ap.parse_args()
     lib = _lib.lib
     if a.threads:
         _lib.check(lib.xte_cpu_set_num_threads(a.threads))
     M, K = a.rows, a.cols
+    load_avg = _read("/proc/loadavg")
     x = np.random.default_rng(0).standard_normal((M, K)).astype(np.float32)
     q = xte.quantize(x, recipe="te_block", block="1x128", layout="compact")
     bf = np.empty((M, K), dtype=xte._tensor._np_dtype(_lib.DType.BF16))
@@ -105,6 +133,21 @@ def main():
     print(f"{'call':42s} {'us':>8s} {'x bare':>7s}")
     for name, us, anchor in rows:
         print(f"{name:42s} {us:8.2f} {us / anchor:7.2f}")
+    if a.json:
+        isa = lib.xte_cpu_isa_name(lib.xte_cpu_get_isa()).decode()
+        machine = {"cpu_model": _cpu_name(), "cpu_family_model_stepping": _family_model_stepping(),
+                   "xte_version": xte.__version__, "xte_cpu_isa": isa,
+                   "xte_cpu_threads": lib.xte_cpu_get_num_threads(),
+                   "python_version": platform.python_version(), "numpy_version": np.__version__,
+                   "torch_version": tv, "input": f"[{M}, {K}] fp32, TE 1x128 e4m3, compact scales",
+                   "reps": a.reps, "statistic": "median", "load_avg": load_avg,
+                   "load_avg_after": _read("/proc/loadavg")}
+        results = [{"call": name, "us": us, "anchor": "bare ctypes xte_quantize"
+                    if anchor is bare_q else "bare ctypes xte_cast", "anchor_us": anchor,
+                    "ratio": us / anchor} for name, us, anchor in rows]
+        with open(a.json, "w") as f:
+            json.dump({"command": "bench_overhead", "machine": machine, "results": results}, f,
+                      indent=1)
     return 0
 
 

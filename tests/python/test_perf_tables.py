@@ -94,6 +94,117 @@ def test_render_record_check(tmp_path):
     assert run("--check", doc).returncode == 0  # idempotent
 
 
+CTX = {"cpu_model": "Test CPU", "cpu_family_model_stepping": "6/1/2", "cores": "2",
+       "xte_cpu_isa": "avx512", "xte_cpu_isa_best": "avx512", "xte_cpu_threads": "1",
+       "bench_threads": "1", "l1d_bytes": "49152", "l2_bytes": "2097152",
+       "l3_bytes": "33554432", "transparent_hugepage": "madvise",
+       "load_avg_1_5_15": "0.42 0.2 0.1 1/2 3", "openblas_corename": "SkylakeX"}
+
+
+def ep_report(ranks, layout, dispatch_ratio):
+    return {"command": "bench ep", "context": CTX,
+            "config": {"ranks": ranks, "transport": "mpi", "mpi_library": "Open MPI v4.1.4",
+                       "tokens_per_rank": 2048, "hidden": 7168, "experts": 64, "topk": 8,
+                       "dtype": "e4m3", "iters": 6, "dispatch": layout},
+            "ops": [{"op": "dispatch", "mb_per_rank": 40.5, "xte_ms": 20.0, "anchor": "MPI_Alltoallv",
+                     "anchor_ms": 20.0 * dispatch_ratio, "ratio": dispatch_ratio, "gb_s": 2.025,
+                     "pack_share": 0.1, "exchange_share": 0.7, "local_share": 0.2},
+                    {"op": "combine", "mb_per_rank": 58.7, "xte_ms": 30.0, "anchor": "MPI_Alltoallv",
+                     "anchor_ms": 27.0, "ratio": 0.9, "gb_s": 1.96, "pack_share": 0.25,
+                     "exchange_share": 0.75, "local_share": 0.0}]}
+
+
+def moe_report():
+    return {"command": "moe", "preset": "kimi-k2", "context": CTX,
+            "config": {"tokens": 4096, "experts": 384, "hidden": 7168, "ffn": 2048, "topk": 8,
+                       "isa": "avx512", "threads": 2, "backward": 0, "mode": "exact"},
+            "totals": {"forward_s": 3.016, "backward_s": 0.0, "layer_s": 3.016,
+                       "gemm_fp8_share": 0.81, "gemm_fp8_gflops": 412.3, "setup_s": 4.2},
+            "numerics": {"checked_tokens": 8, "pass": True,
+                         "tensors": [{"name": "y", "rel_err": 1.5e-3},
+                                     {"name": "h", "rel_err": 2.5e-3}]}}
+
+
+def overhead_report():
+    return {"command": "bench_overhead",
+            "machine": {"cpu_model": "Test CPU", "cpu_family_model_stepping": "6/1/2",
+                        "xte_version": "0.1.0", "xte_cpu_isa": "avx512", "xte_cpu_threads": 2,
+                        "python_version": "3.11.7", "numpy_version": "2.4.6",
+                        "torch_version": "2.15.0", "input": "[4, 128] fp32", "reps": 5000,
+                        "statistic": "median", "load_avg": "0.3 0.2 0.1 1/2 3"},
+            "results": [{"call": "bare ctypes xte_quantize", "us": 1.5,
+                         "anchor": "bare ctypes xte_quantize", "anchor_us": 1.5, "ratio": 1.0},
+                        {"call": "xte.quantize(numpy)", "us": 7.125,
+                         "anchor": "bare ctypes xte_quantize", "anchor_us": 1.5, "ratio": 4.75}]}
+
+
+def write_recorded(tmp_path, name, rep, command):
+    (tmp_path / f"raw_{name}").write_text(json.dumps(rep))
+    r = run("record", "--command", command, "--commit", "0123456789abcdef", f"raw_{name}", name,
+            cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    return tmp_path / name
+
+
+def test_ep_moe_overhead_kinds(tmp_path):
+    ep2 = write_recorded(tmp_path, "ep2.json", ep_report(2, "token-major", 0.95),
+                         "mpirun -np 2 xte bench ep --token-major --json F")
+    ep4 = write_recorded(tmp_path, "ep4.json", ep_report(4, "expert-major", 0.5),
+                         "mpirun -np 4 xte bench ep --json F")
+    moe = write_recorded(tmp_path, "moe.json", moe_report(), "xte moe --preset kimi-k2 --json")
+    ov = write_recorded(tmp_path, "ov.json", overhead_report(), "bench_overhead.py --json F")
+    doc = tmp_path / "doc.md"
+    doc.write_text(
+        f"<!-- perf_tables: ep {ep2} {ep4} -->\n<!-- /perf_tables -->\n"
+        f"<!-- perf_tables: moe {moe} -->\nold\n<!-- /perf_tables -->\n"
+        f"<!-- perf_tables: overhead {ov} -->\n<!-- /perf_tables -->\n"
+        f"<!-- perf_tables: summary\nEP | {ep2} | dispatch | 0.8\nEP | {ep4} | * | 0.8\n"
+        f"MoE layer | {moe} | layer\nPython | {ov} | xte.quantize(numpy) | at most 15 us\n"
+        "-->\n<!-- /perf_tables -->\n")
+    assert run("--check", doc).returncode == 1
+    assert run(doc).returncode == 0, run(doc).stderr
+    text = doc.read_text()
+    ep_t, moe_t, ov_t, sm_t = text.split("<!-- /perf_tables -->")[:4]
+    assert "Open MPI v4.1.4" in ep_t and "SkylakeX" not in ep_t  # no OpenBLAS: MPI's anchor
+    assert "- `mpirun -np 2 xte bench ep --token-major --json F`: " in ep_t
+    assert "| 2 | token-major | dispatch | 2048 | 40.50 | 20.00 | 19.00 | 0.95 | 2.02 | " \
+           "10 / 70 / 20 |" in ep_t
+    assert "| 4 | expert-major | combine | 2048 | 58.70 | 30.00 | 27.00 | 0.90 | 1.96 | " \
+           "25 / 75 / 0 |" in ep_t
+    assert "old" not in moe_t
+    assert "| kimi-k2 | exact | avx512, 2 | 4096 | 3.02 | - | 3.02 | 4.20 | 0.81 | 412.3 | " \
+           "pass (8 tokens, worst rel. error 2.50e-03) |" in moe_t
+    assert "| xte.quantize(numpy) | 7.12 | bare ctypes xte_quantize | 1.50 | 4.75 |" in ov_t
+    assert "torch 2.15.0" in ov_t and "commit 0123456789" in ov_t
+    assert "| EP | dispatch, token-major, 2 ranks, 2048 tokens | 0.95 (0.8) | MPI_Alltoallv | " \
+           "Test CPU 6/1/2, 2 ranks x 1 thread(s) |" in sm_t
+    assert sum(l.startswith("| EP | ") for l in sm_t.splitlines()) == 3  # the glob: both ops
+    assert "| EP | combine, expert-major, 4 ranks, 2048 tokens | 0.90 (0.8) |" in sm_t
+    assert "| MoE layer | kimi-k2 exact, layer | 3.02 s | (seconds) |" in sm_t
+    assert "| Python | xte.quantize(numpy) | 7.12 us = 4.75 x (at most 15 us) | " \
+           "bare ctypes xte_quantize |" in sm_t
+    assert run("--check", doc).returncode == 0
+    # a report that changes after the table was rendered: the table is stale
+    rep = json.loads(ep4.read_text())
+    rep["ops"][1]["ratio"] = 0.91
+    ep4.write_text(json.dumps(rep))
+    r = run("--check", doc)
+    assert r.returncode == 1 and "out of date" in r.stdout
+    # shows each kind alone
+    for f, want in ((ep2, "token-major"), (moe, "kimi-k2"), (ov, "xte.quantize(numpy)")):
+        r = run("show", f)
+        assert r.returncode == 0 and want in r.stdout, r.stderr
+
+
+def test_summary_unknown_case_fails(tmp_path):
+    ep2 = write_recorded(tmp_path, "ep2.json", ep_report(2, "token-major", 0.95), "x")
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"<!-- perf_tables: summary\nEP | {ep2} | dispatchx\n-->\n"
+                   "<!-- /perf_tables -->\n")
+    r = run("--check", doc)
+    assert r.returncode != 0 and "no case 'dispatchx'" in (r.stdout + r.stderr)
+
+
 def test_unclosed_marker_fails(tmp_path):
     doc = tmp_path / "doc.md"
     doc.write_text("<!-- perf_tables: summary\n-->\nno end marker\n")
