@@ -4,7 +4,7 @@
  * contiguous buffers, on the same communicator. Run under mpirun:
  *
  *     mpirun -np 4 xte bench ep [--tokens T] [--hidden H] [--experts E] [--topk K]
- *                               [--dtype e4m3|bf16] [--iters N] [--token-major]
+ *                               [--dtype e4m3|bf16] [--iters N] [--token-major] [--json F]
  *
  * --token-major times xte_ep_dispatch_tokens (one row per received token, DeepEP's normal-mode
  * layout) instead of xte_ep_dispatch (the expert-major rows of the grouped GEMM, which writes
@@ -14,7 +14,11 @@
  * median over iterations. Ratio = anchor time / xte time (1.0: as fast as the bare exchange).
  * The share columns split xte's own time (xte_ep_group_stats): packing rows into send buffers,
  * the transport's exchange, and the local permute / unpermute. Rank 0 first prints the machine
- * record (bench/bench_common.h). */
+ * record (bench/bench_common.h). --json F: rank 0 also writes the run as one JSON object to F:
+ * "context" (the machine record, as `xte bench --json` writes it), "config" (ranks, tokens, shape,
+ * dtype, iterations, the dispatch layout) and "ops" (per op: MB per rank, xte and anchor ms,
+ * ratio, GB/s, the pack / exchange / local shares of rank 0); scripts/perf_tables.py renders
+ * it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +45,7 @@ int xte_bench_ep(int argc, char **argv) {
 typedef struct epb_opts {
   long tokens, hidden, experts, topk, iters;
   int fp8, token_major;
+  const char *json;
 } epb_opts;
 
 static uint64_t epb_rng(uint64_t *s) {
@@ -85,6 +90,33 @@ static void print_row(const char *op, double mb, double tx, double ta, const xte
          100 * s->local_ns / tot);
 }
 
+static void json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\')
+      fprintf(f, "\\%c", ch);
+    else if (ch < 0x20)
+      fprintf(f, "\\u%04x", ch);
+    else
+      fputc(ch, f);
+  }
+  fputc('"', f);
+}
+
+/* One op of the JSON report: the same figures as print_row. */
+static void json_op(FILE *f, const char *op, double mb, double tx, double ta,
+                    const xte_ep_stats *s) {
+  double tot = (double)(s->pack_ns + s->exchange_ns + s->local_ns);
+  if (tot <= 0) tot = 1;
+  fprintf(f,
+          "  {\"op\": \"%s\", \"mb_per_rank\": %.6g, \"xte_ms\": %.6g, \"anchor\": "
+          "\"MPI_Alltoallv\", \"anchor_ms\": %.6g, \"ratio\": %.6g, \"gb_s\": %.6g, "
+          "\"pack_share\": %.4f, \"exchange_share\": %.4f, \"local_share\": %.4f}",
+          op, mb, tx * 1e3, ta * 1e3, ta / tx, mb / 1e3 / tx, s->pack_ns / tot,
+          s->exchange_ns / tot, s->local_ns / tot);
+}
+
 static int parse(int argc, char **argv, epb_opts *o) {
   int i;
   for (i = 1; i < argc; i++) {
@@ -101,6 +133,9 @@ static int parse(int argc, char **argv, epb_opts *o) {
       dst = &o->iters;
     else if (!strcmp(argv[i], "--token-major")) {
       o->token_major = 1;
+      continue;
+    } else if (!strcmp(argv[i], "--json") && i + 1 < argc) {
+      o->json = argv[++i];
       continue;
     } else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
       i++;
@@ -302,8 +337,9 @@ static int time_calls(epb_run *b) {
   return rc;
 }
 
-/* The medians of the slowest rank and, on rank 0, the table. */
-static void report(epb_run *b) {
+/* The medians of the slowest rank and, on rank 0, the table (and the JSON report); returns 1
+ * when the JSON file could not be written. */
+static int report(epb_run *b) {
   const epb_opts *o = &b->o;
   double d_x = median_max(b->td, (int)o->iters, b->comm);
   double c_x = median_max(b->tc, (int)o->iters, b->comm);
@@ -321,7 +357,7 @@ static void report(epb_run *b) {
   MPI_Allreduce(v, all, 2, MPI_LONG, MPI_SUM, b->comm);
   mb_d = (double)all[0] / b->R / 1e6;
   mb_c = (double)all[1] / b->R / 1e6;
-  if (b->rank != 0) return;
+  if (b->rank != 0) return 0;
   xte_backend_info_string(info, sizeof info);
   cpu = strstr(info, "cpu: ");
   if (cpu) *strchr(cpu, '\n') = '\0';
@@ -338,6 +374,44 @@ static void report(epb_run *b) {
   printf(
       "(shares: rank 0; combine output bf16, fp32 accumulation in xte_moe_unpermute's "
       "order)\n");
+  if (o->json) {
+    FILE *f = fopen(o->json, "w");
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING], date[32];
+    time_t now = time(NULL);
+    int k, len = 0;
+    if (!f) {
+      fprintf(stderr, "xte bench ep: --json %s: cannot write\n", o->json);
+      return 1;
+    }
+    MPI_Get_library_version(lib, &len);
+    lib[strcspn(lib, "\n,")] = '\0'; /* the first clause: name and version */
+    fprintf(f, "{\"command\": \"bench ep\",\n \"context\": {");
+    for (k = 0; k < xte_bench_machine_count(); k++) {
+      fprintf(f, "%s\n  ", k ? "," : "");
+      json_str(f, xte_bench_machine_key(k));
+      fputs(": ", f);
+      json_str(f, xte_bench_machine_value(k));
+    }
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%S+00:00", gmtime(&now));
+    fprintf(f, ",\n  \"date\": \"%s\"", date); /* the run's time, as Google Benchmark records it */
+    fprintf(f, "},\n \"config\": {\"ranks\": %d, \"transport\": \"mpi\", \"mpi_library\": ", b->R);
+    json_str(f, lib);
+    fprintf(f,
+            ", \"tokens_per_rank\": %ld, \"hidden\": %ld, \"experts\": %ld, \"topk\": %ld, "
+            "\"dtype\": \"%s\", \"iters\": %ld, \"dispatch\": \"%s\", \"statistic\": \"median over "
+            "iterations of the slowest rank\", \"shares\": \"rank 0\"},\n \"ops\": [\n",
+            b->T, b->H, b->E, b->K, o->fp8 ? "e4m3" : "bf16", o->iters,
+            o->token_major ? "token-major" : "expert-major");
+    json_op(f, "dispatch", mb_d, d_x, d_a, &b->sd);
+    fputs(",\n", f);
+    json_op(f, "combine", mb_c, c_x, c_a, &b->sc);
+    fputs("\n ]\n}\n", f);
+    if (fclose(f) != 0) {
+      fprintf(stderr, "xte bench ep: --json %s: cannot write\n", o->json);
+      return 1;
+    }
+  }
+  return 0;
 }
 
 static void release(epb_run *b) {
@@ -361,7 +435,7 @@ static void release(epb_run *b) {
 }
 
 int xte_bench_ep(int argc, char **argv) {
-  epb_opts o = {4096, 7168, 64, 8, 10, 1, 0};
+  epb_opts o = {4096, 7168, 64, 8, 10, 1, 0, NULL};
   int init = 0, rc;
   epb_run b;
   memset(&b, 0, sizeof b);
@@ -375,7 +449,7 @@ int xte_bench_ep(int argc, char **argv) {
       fprintf(stderr,
               "usage: mpirun -np R xte bench ep [--tokens T] [--hidden H] [--experts E "
               "(a multiple of R)] [--topk K <= 16] [--dtype e4m3|bf16] [--iters N] "
-              "[--token-major]\n");
+              "[--token-major] [--json FILE]\n");
     if (!init) MPI_Finalize();
     return 2;
   }
@@ -400,7 +474,7 @@ int xte_bench_ep(int argc, char **argv) {
   b.tac = b.tad + o.iters;
   rc = time_calls(&b);
   if (rc) fprintf(stderr, "rank %d: %s\n", b.rank, xte_last_error());
-  report(&b);
+  if (report(&b)) rc = 1;
   release(&b);
   if (!init) MPI_Finalize();
   return rc ? 1 : 0;

@@ -30,8 +30,9 @@ Kinds of marker:
   summary                 the lines after "summary" inside the marker, one per row,
                           "operator | FILE | case [| target]": the case's ratio to its anchor
                           (ep: case dispatch or combine; moe: layer or setup, in seconds;
-                          overhead: the call, in microseconds) with the machine, date, commit and
-                          command of FILE. A case with `*` is a glob: one row per match.
+                          overhead: the call, in microseconds) and the report's number; after
+                          the table, each report's machine, date, commit and command. A case
+                          with `*` is a glob: one row per match.
 
 `record` copies a report and adds "xte_record": {"command", "commit", "recorded"}, which the
 tables print (the reports themselves do not know their command line or commit). `--check`
@@ -176,7 +177,8 @@ def report_kind(rep):
 
 def when(rep):
     """The date of a report: the bench's own, else the day `record` stored it."""
-    d = rep.get("context", {}).get("date") or rep.get("xte_record", {}).get("recorded", "?")
+    d = (rep.get("context", {}).get("date") or rep.get("machine", {}).get("date")
+         or rep.get("xte_record", {}).get("recorded", "?"))
     return str(d)
 
 
@@ -234,11 +236,11 @@ def render_moe(paths):
         "|---|---|---|---|---|---|---|---|---|---|---|"]
     for rep in reps:
         c, t = rep.get("config", {}), rep.get("totals", {})
-        bwd = num(t.get("backward_s")) if c.get("backward") else "-"
+        bwd = num(t.get("backward_s"), 3) if c.get("backward") else "-"
         lines.append(f"| {rep.get('preset', '?')} | {c.get('mode', '?')} | {c.get('isa', '?')}, "
                      f"{c.get('threads', '?')} | {c.get('tokens', '?')} | "
-                     f"{num(t.get('forward_s'))} | {bwd} | {num(t.get('layer_s'))} | "
-                     f"{num(t.get('setup_s'))} | {num(t.get('gemm_fp8_share'))} | "
+                     f"{num(t.get('forward_s'), 3)} | {bwd} | {num(t.get('layer_s'), 3)} | "
+                     f"{num(t.get('setup_s'), 3)} | {num(t.get('gemm_fp8_share'))} | "
                      f"{num(t.get('gemm_fp8_gflops'), 1)} | {moe_check(rep)} |")
     return lines
 
@@ -303,7 +305,7 @@ def summary_rows(rep, case):
         if case not in keys:
             raise SystemExit(f"perf_tables: moe summary case {case!r}: one of {sorted(keys)}")
         return [(f"{rep.get('preset', '?')} {c.get('mode', '?')}, {case}",
-                 f"{num(t.get(keys[case]))} s", "(seconds)", machine, when(rep)[:10])]
+                 f"{num(t.get(keys[case]), 3)} s", "(seconds)", machine, when(rep)[:10])]
     m = rep.get("machine", {})  # overhead
     machine = (f"{m.get('cpu_model', '?')} {m.get('cpu_family_model_stepping', '')}, "
                f"{m.get('xte_cpu_isa', '?')}, {m.get('xte_cpu_threads', '?')} threads")
@@ -313,12 +315,14 @@ def summary_rows(rep, case):
 
 
 def render_summary(spec_lines):
+    """One row per case (operator, case, ratio with its target, anchor, the report's number), then
+    one line per report: its machine, date, commit and command."""
     spec_lines = [s for s in spec_lines if s.strip()]
     if not spec_lines:
         return ["(No report listed yet: one line \"operator | docs/perf/FILE.json | case\" per row"
                 " inside this marker.)"]
-    lines = ["| operator | case | ratio (target) | anchor | machine | date, commit | command |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| operator | case | ratio (target) | anchor | report |", "|---|---|---|---|---|"]
+    reports = {}  # path -> (number, description)
     for spec in spec_lines:
         parts = [p.strip() for p in spec.split("|")]
         if len(parts) not in (3, 4):
@@ -327,11 +331,18 @@ def render_summary(spec_lines):
         op, path, case = parts[:3]
         target = f" ({parts[3]})" if len(parts) == 4 and parts[3] else ""
         rep = load(path)
-        rec = rep.get("xte_record", {})
-        commit = str(rec.get("commit", "?"))[:10]
-        for name, value, anchor, machine, date in summary_rows(rep, case):
-            lines.append(f"| {op} | {name} | {value}{target} | {anchor} | {machine} | {date}, "
-                         f"{commit} | `{rec.get('command', '?')}` |")
+        rows = summary_rows(rep, case)
+        if path not in reports:
+            rec = rep.get("xte_record", {})
+            _, _, _, machine, date = rows[0]
+            reports[path] = (len(reports) + 1,
+                             f"`{path}`: {machine}; {date}, commit "
+                             f"{str(rec.get('commit', '?'))[:10]}; `{rec.get('command', '?')}`")
+        n = reports[path][0]
+        for name, value, anchor, _, _ in rows:
+            lines.append(f"| {op} | {name} | {value}{target} | {anchor} | R{n} |")
+    lines.append("")
+    lines += [f"- R{n}: {d}" for n, d in reports.values()]
     return lines
 
 

@@ -14,6 +14,7 @@ scripts/perf_tables.py renders (marker kind `overhead`).
 
 import argparse
 import ctypes
+import datetime
 import importlib
 import json
 import platform
@@ -141,7 +142,9 @@ def main():
                    "python_version": platform.python_version(), "numpy_version": np.__version__,
                    "torch_version": tv, "input": f"[{M}, {K}] fp32, TE 1x128 e4m3, compact scales",
                    "reps": a.reps, "statistic": "median", "load_avg": load_avg,
-                   "load_avg_after": _read("/proc/loadavg")}
+                   "load_avg_after": _read("/proc/loadavg"),
+                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                       timespec="seconds")}
         results = [{"call": name, "us": us, "anchor": "bare ctypes xte_quantize"
                     if anchor is bare_q else "bare ctypes xte_cast", "anchor_us": anchor,
                     "ratio": us / anchor} for name, us, anchor in rows]

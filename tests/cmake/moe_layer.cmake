@@ -113,13 +113,25 @@ if(TARGET xte_cli AND XTE_HAVE_MPI AND NOT XTE_BENCH_GPU_ONLY)
       ENVIRONMENT "${XTE_MOE_EP_ENV};XTE_MOE_EP_FAULT=${fault}"
       PASS_REGULAR_EXPRESSION "ep check: FAIL")
   endforeach()
-  # `xte bench ep` on a small shape: it runs, every call succeeds, and both rows print
+  # `xte bench ep` on a small shape: it runs, every call succeeds, and both rows print; its
+  # --json report (rank 0) is what scripts/perf_tables.py renders (bench_ep_json_render)
   add_test(NAME bench_ep_smoke
            COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3 --oversubscribe
                    ${MPIEXEC_PREFLAGS} $<TARGET_FILE:xte_cli> ${MPIEXEC_POSTFLAGS}
-                   bench ep --tokens 40 --hidden 300 --experts 6 --topk 4 --iters 2)
+                   bench ep --tokens 40 --hidden 300 --experts 6 --topk 4 --iters 2
+                   --json ${CMAKE_CURRENT_BINARY_DIR}/bench_ep_smoke.json)
   set_tests_properties(bench_ep_smoke PROPERTIES
     LABELS "ep;mpi" TIMEOUT 120 ENVIRONMENT "${XTE_MOE_EP_ENV}"
     PASS_REGULAR_EXPRESSION "dispatch .*combine "
-    FAIL_REGULAR_EXPRESSION "rank [0-9]+: |usage: ")
+    FAIL_REGULAR_EXPRESSION "rank [0-9]+: |usage: "
+    FIXTURES_SETUP bench_ep_json)
+  find_package(Python3 COMPONENTS Interpreter QUIET)
+  if(Python3_Interpreter_FOUND)
+    add_test(NAME bench_ep_json_render
+             COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/scripts/perf_tables.py show
+                     ${CMAKE_CURRENT_BINARY_DIR}/bench_ep_smoke.json)
+    set_tests_properties(bench_ep_json_render PROPERTIES
+      LABELS "ep;mpi" TIMEOUT 60 FIXTURES_REQUIRED bench_ep_json
+      PASS_REGULAR_EXPRESSION "\\| 3 \\| expert-major \\| dispatch \\| 40 \\| [0-9.]+ \\| [0-9.]+ \\|.*\\| 3 \\| expert-major \\| combine \\|")
+  endif()
 endif()

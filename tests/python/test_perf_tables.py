@@ -7,9 +7,12 @@ with the reports it names (no generated table edited by hand, no marker pointing
 # ctest: no-isa-variants
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
+
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "perf_tables.py"
@@ -89,8 +92,9 @@ def test_render_record_check(tmp_path):
     assert not any(l.startswith("| gemm/dgemm/") for l in second.splitlines())  # anchors alone
     assert "| attention/fwd/fp32/s1024/full | 120.0 | 118.0 | 1.02 [0.99, 1.08] |" in text
     assert ("| Dense GEMM | gemm/fp8_exact_1x128_128x128_bf16/128/4096x7168 | 1.99 | "
-            "gemm/dgemm/128/4096x7168 | Test CPU 6/1/2, avx2, 2 threads | 2026-12-07, abcdef1234 | "
-            "`xte bench gemm --filter /128/` |") in text
+            "gemm/dgemm/128/4096x7168 | R1 |") in text
+    assert (f"- R1: `{tmp_path / 'gemm.json'}`: Test CPU 6/1/2, avx2, 2 threads; 2026-12-07, "
+            "commit abcdef1234; `xte bench gemm --filter /128/`") in text
     assert run("--check", doc).returncode == 0  # idempotent
 
 
@@ -172,17 +176,21 @@ def test_ep_moe_overhead_kinds(tmp_path):
     assert "| 4 | expert-major | combine | 2048 | 58.70 | 30.00 | 27.00 | 0.90 | 1.96 | " \
            "25 / 75 / 0 |" in ep_t
     assert "old" not in moe_t
-    assert "| kimi-k2 | exact | avx512, 2 | 4096 | 3.02 | - | 3.02 | 4.20 | 0.81 | 412.3 | " \
+    assert "| kimi-k2 | exact | avx512, 2 | 4096 | 3.016 | - | 3.016 | 4.200 | 0.81 | 412.3 | " \
            "pass (8 tokens, worst rel. error 2.50e-03) |" in moe_t
     assert "| xte.quantize(numpy) | 7.12 | bare ctypes xte_quantize | 1.50 | 4.75 |" in ov_t
     assert "torch 2.15.0" in ov_t and "commit 0123456789" in ov_t
     assert "| EP | dispatch, token-major, 2 ranks, 2048 tokens | 0.95 (0.8) | MPI_Alltoallv | " \
-           "Test CPU 6/1/2, 2 ranks x 1 thread(s) |" in sm_t
+           "R1 |" in sm_t
     assert sum(l.startswith("| EP | ") for l in sm_t.splitlines()) == 3  # the glob: both ops
-    assert "| EP | combine, expert-major, 4 ranks, 2048 tokens | 0.90 (0.8) |" in sm_t
-    assert "| MoE layer | kimi-k2 exact, layer | 3.02 s | (seconds) |" in sm_t
+    assert "| EP | combine, expert-major, 4 ranks, 2048 tokens | 0.90 (0.8) | MPI_Alltoallv | " \
+           "R2 |" in sm_t
+    assert "| MoE layer | kimi-k2 exact, layer | 3.016 s | (seconds) | R3 |" in sm_t
     assert "| Python | xte.quantize(numpy) | 7.12 us = 4.75 x (at most 15 us) | " \
-           "bare ctypes xte_quantize |" in sm_t
+           "bare ctypes xte_quantize | R4 |" in sm_t
+    assert f"- R2: `{ep4}`: Test CPU 6/1/2, 4 ranks x 1 thread(s); " in sm_t
+    assert "- R3: " in sm_t and "`xte moe --preset kimi-k2 --json`" in sm_t
+    assert sum(l.startswith("- R") for l in sm_t.splitlines()) == 4  # one line per report
     assert run("--check", doc).returncode == 0
     # a report that changes after the table was rendered: the table is stale
     rep = json.loads(ep4.read_text())
@@ -194,6 +202,32 @@ def test_ep_moe_overhead_kinds(tmp_path):
     for f, want in ((ep2, "token-major"), (moe, "kimi-k2"), (ov, "xte.quantize(numpy)")):
         r = run("show", f)
         assert r.returncode == 0 and want in r.stdout, r.stderr
+
+
+def test_reports_the_tools_write_render(tmp_path):
+    """`xte moe --json` and bench_overhead.py --json, as the built tools write them (skipped where
+    ctest did not name the program / library)."""
+    xte_bin, lib = os.environ.get("XTE_BIN"), os.environ.get("XTE_LIBRARY")
+    if not xte_bin and not lib:
+        pytest.skip("no XTE_BIN / XTE_LIBRARY")
+    if xte_bin:
+        r = subprocess.run([xte_bin, "moe", "--hidden", "256", "--ffn", "128", "--experts", "8",
+                            "--topk", "2", "--tokens", "16", "--check-tokens", "4", "--iters", "1",
+                            "--json"], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        (tmp_path / "moe.json").write_text(r.stdout)
+        assert json.loads(r.stdout)["context"]["cpu_model"]  # the machine record
+        out = run("show", tmp_path / "moe.json")
+        assert out.returncode == 0, out.stderr
+        assert "| default | exact | " in out.stdout and "| pass (4 tokens" in out.stdout
+    if lib:
+        r = subprocess.run([sys.executable, str(ROOT / "bench" / "python" / "bench_overhead.py"),
+                            "--reps", "20", "--json", str(tmp_path / "ov.json")],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        out = run("show", tmp_path / "ov.json")
+        assert out.returncode == 0, out.stderr
+        assert "| xte.quantize(numpy) | " in out.stdout and "| bare ctypes xte_cast | " in out.stdout
 
 
 def test_summary_unknown_case_fails(tmp_path):

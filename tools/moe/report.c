@@ -2,7 +2,9 @@
  * layer's shape, memory, setup, GEMM share and the numerics against fp64. */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
+#include "bench_common.h"
 #include "moe.h"
 
 static double step_rate(const step *s, double t, const char **unit) {
@@ -45,6 +47,8 @@ static void json_str(const char *s) {
   for (; *s; s++) {
     if (*s == '"' || *s == '\\')
       printf("\\%c", *s);
+    else if ((unsigned char)*s < 0x20)
+      printf("\\u%04x", (unsigned)(unsigned char)*s);
     else
       putchar(*s);
   }
@@ -56,6 +60,21 @@ void print_json(const layer *L, const check *ck, double avail, double t_total) {
   totals t = sum_steps(L, L->o.iters);
   printf("{\"command\": \"moe\", \"preset\": ");
   json_str(L->o.preset);
+  /* the machine record every benchmark writes (bench/bench_common.h), under the key `xte bench
+   * --json` gives it: scripts/perf_tables.py renders this report beside the benches' */
+  printf(",\n \"context\": {");
+  for (i = 0; i < xte_bench_machine_count(); i++) {
+    printf("%s\n  ", i ? "," : "");
+    json_str(xte_bench_machine_key(i));
+    printf(": ");
+    json_str(xte_bench_machine_value(i));
+  }
+  {
+    char date[32];
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%S+00:00", gmtime(&now));
+    printf(",\n  \"date\": \"%s\"}", date); /* when the report was written, UTC */
+  }
   printf(
       ",\n \"config\": {\"tokens\": %lld, \"experts\": %lld, \"hidden\": %lld, \"ffn\": %lld, "
       "\"topk\": %lld, \"shared\": %d, \"scaling\": %.6g, \"recipe\": \"%s\", "
