@@ -1,6 +1,8 @@
-/* The expert-parallelism table of a GPU backend (src/xte_backend.h: xte_backend_ops.ep): its
- * collective library's transport (the table of src/ep/ep_transport.h, filled by the template of
- * src/ep/transport/ccl.h) and the device block move. Plain C: the EP core (src/ep/) drives it. */
+/* The expert-parallelism table of a backend (src/xte_backend.h: xte_backend_ops.ep): a GPU
+ * backend's collective library transport (the table of src/ep/ep_transport.h, filled by the
+ * template of src/ep/transport/ccl.h) and its device block move; the CPU backend's has only the
+ * block move, on the host (ccl_name and transport_create NULL). Plain C: the EP core (src/ep/)
+ * drives it. */
 #ifndef XTE_EP_OPS_H
 #define XTE_EP_OPS_H
 
@@ -27,7 +29,8 @@ typedef struct xte_ep_ops {
    * cannot be loaded. */
   xte_status (*transport_create)(const void *comm, void *stream, xte_ep_transport *t);
   /* Enqueues the n moves of b (a host array, staged by the call: reusable when it returns) on
-   * stream, in one launch. Destinations of one call never overlap one another, nor a source. */
+   * stream, in one launch (the CPU backend: done before it returns, stream ignored). Destinations
+   * of one call never overlap one another, nor a source. */
   xte_status (*blocks)(void *stream, const xte_ep_block *b, int64_t n);
 } xte_ep_ops;
 

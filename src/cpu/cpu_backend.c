@@ -4,6 +4,7 @@
 
 #include "cpu/moe_cpu.h"
 #include "cpu/xte_cpu.h"
+#include "xte_ep_ops.h"
 #include "xte_internal.h"
 
 static xte_status cpu_init(const xte_core_services *svc, char *why, size_t why_size) {
@@ -42,6 +43,34 @@ static xte_status cpu_fill(void *h, void *dst, int value, size_t bytes) {
   return XTE_SUCCESS;
 }
 
+/* The EP core's host block move (src/xte_ep_ops.h): moves of at least two cache lines are written
+ * with the ISA's streaming stores from the first 64-byte boundary of the destination on (each
+ * destination line written whole, never read first), the rest with memcpy / memset; one store
+ * fence at the end orders the streaming stores before whatever the caller does next. */
+static xte_status cpu_ep_blocks(void *h, const xte_ep_block *b, int64_t n) {
+  const xte_quant_kernels *k = xte_quant_kernels_get();
+  int64_t i;
+  int streamed = 0;
+  (void)h;
+  for (i = 0; i < n; i++) {
+    uint8_t *d = (uint8_t *)b[i].dst;
+    const uint8_t *s = (const uint8_t *)b[i].src;
+    size_t len = (size_t)b[i].len, head = (size_t)(-(uintptr_t)d & 63u);
+    if (!s) {
+      memset(d, 0, len);
+    } else if (len < 128) {
+      memcpy(d, s, len);
+    } else {
+      memcpy(d, s, head);
+      k->copy_u8(d + head, s + head, (int64_t)(len - head), 1);
+      streamed = 1;
+    }
+  }
+  if (streamed) k->store_fence();
+  return XTE_SUCCESS;
+}
+static const xte_ep_ops cpu_ep_ops = {NULL, NULL, cpu_ep_blocks};
+
 static xte_backend_ops cpu_ops = {
     .abi = XTE_PLUGIN_ABI,
     .name = "cpu",
@@ -55,6 +84,7 @@ static xte_backend_ops cpu_ops = {
     .quantize = xte_cpu_quantize,
     .dequantize = xte_cpu_dequantize,
     .cast = xte_cpu_cast,
+    .ep = &cpu_ep_ops,
 };
 
 /* MoE: the ISA-independent drivers, and the ISA's kernels through its table */

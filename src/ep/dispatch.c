@@ -83,7 +83,9 @@ static void expand_rows(const expand_job *job) {
 /* The expansion of this rank's own records (their rows come from x, their records arrive with
  * the exchange's start): the work done while the exchange is in flight. */
 static void expand_self(void *arg) {
-  expand_rows((const expand_job *)arg);
+  const expand_job *job = (const expand_job *)arg;
+  expand_rows(job);
+  if (!job->c->gpu) (void)xte_ep_mv_flush(job->c); /* a streaming CPU call's rows, now */
 }
 
 /* Each (token, rank) once, in one exchange: per peer the x rows read in place, then the small
@@ -227,6 +229,9 @@ xte_status xte_ep_dispatch_run(xte_ep_call *c, xte_ep_handle *eh, xte_status st,
   if (st == XTE_SUCCESS) st = dispatch_ws(c, eh, a, &w, sig);
   st = xte_ep_agree_or_free(g, st, sig, names, w.blk, w.wbuf);
   if (st != XTE_SUCCESS) return xte_ep_call_end(c, st);
+  /* expert-major rows far past the caches: written with streaming stores (the grouped GEMM reads
+   * them much later; a cached write would first read every destination line) */
+  if (!a->tm && (uint64_t)a->nrows * w.xb >= (uint64_t)g->stream_min) xte_ep_call_stream_rows(c);
   st = dispatch_exchange(c, eh, a, &w);
   t_local = xte_ep_now_ns();
   if (st == XTE_SUCCESS && a->tm)

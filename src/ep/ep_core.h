@@ -55,6 +55,10 @@
 #define XTE_EP_MAGIC 0x7874652d65702d31ull /* "xte-ep-1" */
 #define XTE_EP_NSIG 6
 #define XTE_EP_MV_CAP 4096
+/* A CPU group's expert-major dispatch writes its rows with streaming stores when they come to
+ * at least this many bytes (the size past which xte_moe_unpermute streams too); the variable
+ * XTE_EP_STREAM_MIN, read at group creation, sets another (0: always, as the tests run it). */
+#define XTE_EP_STREAM_MIN_DEFAULT ((int64_t)8 << 20)
 
 /* One rank's record in an agreement. */
 typedef struct xte_ep_agree_msg {
@@ -84,13 +88,16 @@ struct xte_ep_group_s {
   void *h0;     /* the stream handle given at creation (agreements of a call whose stream failed) */
   void *dws[4]; /* device workspace: receive rows, send rows, send records, uploads */
   size_t dws_bytes[4];
-  xte_ep_block *mv; /* the host move list of a call, flushed when full */
+  xte_ep_block *mv;   /* the host move list of a call, flushed when full */
+  int64_t stream_min; /* XTE_EP_STREAM_MIN */
 };
 
 /* A collective call's execution: the stream handle of a GPU group's call and its pending moves. */
 typedef struct xte_ep_call {
   struct xte_ep_group_s *g;
   int gpu;
+  int queue;                      /* moves queued in g->mv and run by mvops->blocks (else memcpy) */
+  const struct xte_ep_ops *mvops; /* the block move: the GPU backend's, or the CPU backend's */
   void *h;
   int64_t n;     /* pending moves in g->mv */
   xte_status st; /* the first failed flush */
@@ -165,9 +172,13 @@ void xte_ep_group_release(struct xte_ep_group_s *g);
  * group's backend and device for a GPU group, bound to its transport (on failure the group's
  * creation stream is bound, so that the agreement still runs). */
 xte_status xte_ep_call_stream(struct xte_ep_group_s *g, xte_stream stream, xte_ep_call *c);
+/* A CPU call's byte moves from here on queued and run by the CPU backend's block move (long
+ * moves with streaming stores); no effect on a GPU call. */
+void xte_ep_call_stream_rows(xte_ep_call *c);
+/* Runs the call's pending moves (queued: a GPU call, a streaming CPU call). */
 xte_status xte_ep_mv_flush(xte_ep_call *c);
 void xte_ep_mv_add(xte_ep_call *c, const void *src, void *dst, size_t len);
-/* The end of a GPU call: pending moves enqueued, the stream finished (the group's workspace is
+/* The end of a call: pending moves run; a GPU call's stream finished (the group's workspace is
  * reused by the next call, which may come on another stream). */
 xte_status xte_ep_call_end(xte_ep_call *c, xte_status st);
 /* Host bytes to device memory of a GPU call (synchronized). */
@@ -203,16 +214,17 @@ xte_status xte_ep_exchange_overlap(struct xte_ep_group_s *g, xte_ep_blist *s, xt
 void xte_ep_zero_unrouted(xte_ep_call *c, const xte_ep_handle *eh, int64_t El, char *data,
                           size_t ld, size_t row_bytes, int64_t nrows);
 
-/* Tensor bytes moved: in place on the host, queued for the device block move of a GPU group. */
+/* Tensor bytes moved: in place on the host, or queued for the block move (a GPU group's device
+ * move, a streaming CPU call's host move). */
 static inline void xte_ep_mv_copy(xte_ep_call *c, void *dst, const void *src, size_t len) {
-  if (!c->gpu)
+  if (!c->queue)
     memcpy(dst, src, len);
   else
     xte_ep_mv_add(c, src, dst, len);
 }
 
 static inline void xte_ep_mv_zero(xte_ep_call *c, void *dst, size_t len) {
-  if (!c->gpu)
+  if (!c->queue)
     memset(dst, 0, len);
   else
     xte_ep_mv_add(c, NULL, dst, len);

@@ -2,6 +2,7 @@
  * configuration) and release, a call's stream and byte moves (in place on the host, queued block
  * moves on a GPU), workspace kept across calls, block lists and the timed exchange. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include <stdlib.h>
 #include <time.h>
 
 #include "ep/ep_core.h"
@@ -36,8 +37,10 @@ xte_status xte_ep_group_finish(xte_ep_transport *tr, struct xte_ep_group_s *cfg,
   g = (struct xte_ep_group_s *)xte_aligned_calloc(1, sizeof *g);
   if (g)
     g->agree = (xte_ep_agree_msg *)xte_aligned_calloc((size_t)tr->size, sizeof(xte_ep_agree_msg));
-  if (g && ex) g->mv = (xte_ep_block *)xte_aligned_calloc(XTE_EP_MV_CAP, sizeof(xte_ep_block));
-  if (!g || !g->agree || (ex && !g->mv)) {
+  /* the move list: every GPU call's, and a CPU call's that streams its rows
+   * (xte_ep_call_stream_rows) */
+  if (g) g->mv = (xte_ep_block *)xte_aligned_calloc(XTE_EP_MV_CAP, sizeof(xte_ep_block));
+  if (!g || !g->agree || !g->mv) {
     /* no agreement without its buffer: the other ranks may wait for this one (documented) */
     if (g) {
       xte_aligned_free(g->mv);
@@ -48,6 +51,10 @@ xte_status xte_ep_group_finish(xte_ep_transport *tr, struct xte_ep_group_s *cfg,
     return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "group: out of memory");
   }
   g->tr = *tr;
+  {
+    const char *e = getenv("XTE_EP_STREAM_MIN");
+    g->stream_min = e && e[0] ? strtoll(e, NULL, 10) : XTE_EP_STREAM_MIN_DEFAULT;
+  }
   if (ex) {
     g->gpu = 1;
     g->backend = ex->backend;
@@ -90,6 +97,8 @@ xte_status xte_ep_call_stream(struct xte_ep_group_s *g, xte_stream stream, xte_e
   memset(c, 0, sizeof *c);
   c->g = g;
   c->gpu = g->gpu;
+  c->queue = g->gpu;
+  c->mvops = g->gpu ? g->gops->ep : NULL;
   c->h = g->h0;
   if (g->gpu && g->tr.bind) g->tr.bind(g->tr.ctx, g->h0);
   st = xte_resolve_stream(stream, &ex);
@@ -113,10 +122,21 @@ xte_status xte_ep_call_stream(struct xte_ep_group_s *g, xte_stream stream, xte_e
   return XTE_SUCCESS;
 }
 
-/* Enqueues the pending moves of a GPU call (one launch). */
+/* A CPU call's moves from here on queued and run by the CPU backend's block move, which writes
+ * long moves with streaming stores: for outputs far larger than the caches, which then skip the
+ * read of each destination line before its write. */
+void xte_ep_call_stream_rows(xte_ep_call *c) {
+  const xte_backend_ops *cpu = xte_cpu_backend_ops();
+  if (c->gpu || !cpu->ep || !cpu->ep->blocks) return;
+  c->mvops = cpu->ep;
+  c->queue = 1;
+}
+
+/* Runs the pending moves of a call: a GPU call's enqueued (one launch), a streaming CPU call's
+ * done on the host. */
 xte_status xte_ep_mv_flush(xte_ep_call *c) {
-  if (c->gpu && c->n) {
-    xte_status st = c->g->gops->ep->blocks(c->h, c->g->mv, c->n);
+  if (c->queue && c->n) {
+    xte_status st = c->mvops->blocks(c->h, c->g->mv, c->n);
     if (st != XTE_SUCCESS && c->st == XTE_SUCCESS) c->st = st;
     c->n = 0;
   }
@@ -144,7 +164,10 @@ void xte_ep_mv_add(xte_ep_call *c, const void *src, void *dst, size_t len) {
  * reused by the next call, which may come on another stream). */
 xte_status xte_ep_call_end(xte_ep_call *c, xte_status st) {
   xte_status fs;
-  if (!c->gpu) return st;
+  if (!c->gpu) {
+    fs = xte_ep_mv_flush(c);
+    return st == XTE_SUCCESS ? fs : st;
+  }
   fs = xte_ep_mv_flush(c);
   if (st == XTE_SUCCESS) st = fs;
   fs = c->g->gops->synchronize(c->h);
