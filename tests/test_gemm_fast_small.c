@@ -561,19 +561,13 @@ Test(gemm_fast_small, routed_to_exact_gives_exact_bytes) {
   const xte_cpu_isa saved = xte_cpu_get_isa();
   int isa, masked;
   for (masked = 0; masked < 2; masked++) {
-    call c = {0};
+    /* 6 groups of 1, 16, 2, 32, 0 and 8 rows, N 72, K 1536, e4m3 x e4m3 1x128 x 128x128, bias */
+    call c = {.G = 6, .sizes = sizes, .masked = masked, .N = 72, .K = 1536, .bias = 1};
     run r;
     size_t bytes;
     void *ex;
     int64_t g;
-    c.G = 6;
-    c.sizes = sizes;
-    c.masked = masked;
-    c.N = 72;
-    c.K = 1536;
-    c.sca = SC_1x128;
     c.scb = SC_128x128;
-    c.bias = 1;
     setup(&r, &c);
     bytes = (size_t)(r.rows_d * c.N) * 4;
     ex = malloc(bytes);
@@ -611,6 +605,16 @@ Test(gemm_fast_small, routed_to_exact_gives_exact_bytes) {
                   xte_cpu_isa_name((xte_cpu_isa)isa), (long long)m);
     }
     cr_assert(!xte_internal_gemm_fast_small_exact(0) && !xte_internal_gemm_fast_small_exact(33));
+    {
+      /* xte info names the routed rows */
+      char info[8192];
+      const int any =
+          xte_internal_gemm_fast_small_exact(1) || xte_internal_gemm_fast_small_exact(9);
+      cr_assert_eq(xte_backend_info_string(info, sizeof info), XTE_SUCCESS);
+      cr_assert_eq(
+          strstr(info, "FAST e4m3 GEMM, few rows: fp32 fma; the exact path at rows") != NULL, any,
+          "%s", info);
+    }
   }
   xte_cpu_set_isa(saved);
 }

@@ -350,10 +350,7 @@ static xte_status run_exact_part(const xte_gemm_args *g, int lg) {
   return st;
 }
 
-/* Test hook (tests/test_gemm_fast_small.c): 1 when FAST hands a problem of m rows of an e4m3 x
- * e4m3 call (K block 128, both operands along K) to the exact driver on the ISA in use. */
-XTE_API int xte_internal_gemm_fast_small_exact(int64_t m);
-int xte_internal_gemm_fast_small_exact(int64_t m) {
+int xte_cpu_gemm_fast_small_exact(int64_t m) {
   xte_gemm_args g;
   memset(&g, 0, sizeof g);
   g.mode = XTE_GEMM_FAST;
@@ -361,6 +358,12 @@ int xte_internal_gemm_fast_small_exact(int64_t m) {
   g.a.fmt = g.b.fmt = XTE_FP8_E4M3;
   g.a.ks = g.b.ks = 1;
   return xte_cpu_gemm_fast_small_ok(&g, m) && small_exact(&g, m);
+}
+
+/* Test hook (tests/test_gemm_fast_small.c): xte_cpu_gemm_fast_small_exact */
+XTE_API int xte_internal_gemm_fast_small_exact(int64_t m);
+int xte_internal_gemm_fast_small_exact(int64_t m) {
+  return xte_cpu_gemm_fast_small_exact(m);
 }
 
 int xte_cpu_gemm_fast_amx(void) {
