@@ -321,6 +321,21 @@ xte_status xte_backend_info_string(char *buf, size_t size) {
     XTE_PUT("  exact e4m3 GEMM, few rows: no avx512-vnni in use\n");
   XTE_PUT("  FAST GEMM, panels: %s\n",
           xte_cpu_gemm_fast_amx() ? "amx-bf16 tiles" : "fp32 fma (no amx-bf16 in use)");
+  {
+    /* the row counts of few rows that FAST hands to the exact driver (e4m3 x e4m3) */
+    int m, lo = 0, n = 0;
+    XTE_PUT("  FAST e4m3 GEMM, few rows: fp32 fma");
+    for (m = 1; m <= 33; m++) {
+      const int ex = m <= 32 && xte_cpu_gemm_fast_small_exact(m);
+      if (ex && !lo) lo = m;
+      if (!ex && lo) {
+        XTE_PUT("%s %d", n++ ? "," : "; the exact path at rows", lo);
+        if (m - 1 > lo) XTE_PUT("-%d", m - 1);
+        lo = 0;
+      }
+    }
+    XTE_PUT("\n");
+  }
   XTE_PUT("cuda: %s\n", in.cuda_plugin_status);
   for (i = 0; i < in.num_cuda_gpus; i++)
     XTE_PUT("  gpu %d: %s (%s, %zu MiB)\n", i, in.cuda_gpus[i].name, in.cuda_gpus[i].arch,

@@ -550,6 +550,75 @@ Test(gemm_fast_small, empty) {
   each_isa(&c, 1);
 }
 
+/* The routing (src/cpu/gemm_fast.c, small_exact): where FAST hands a problem of few rows to the
+ * exact driver's VNNI / AMX-INT8 path (xte_internal_gemm_fast_small_exact says so for the ISA in
+ * use) its rows hold EXACT's bytes, also in a grouped call mixing routed and unrouted groups; the
+ * other rows are FAST's own (on random data some differ from EXACT's) and within the bounds. */
+XTE_API int xte_internal_gemm_fast_small_exact(int64_t m);
+
+Test(gemm_fast_small, routed_to_exact_gives_exact_bytes) {
+  static const int64_t sizes[6] = {1, 16, 2, 32, 0, 8};
+  const xte_cpu_isa saved = xte_cpu_get_isa();
+  int isa, masked;
+  for (masked = 0; masked < 2; masked++) {
+    /* 6 groups of 1, 16, 2, 32, 0 and 8 rows, N 72, K 1536, e4m3 x e4m3 1x128 x 128x128, bias */
+    call c = {.G = 6, .sizes = sizes, .masked = masked, .N = 72, .K = 1536, .bias = 1};
+    run r;
+    size_t bytes;
+    void *ex;
+    int64_t g;
+    c.scb = SC_128x128;
+    setup(&r, &c);
+    bytes = (size_t)(r.rows_d * c.N) * 4;
+    ex = malloc(bytes);
+    for (isa = 0; isa < XTE_CPU_ISA_COUNT; isa++) {
+      const char *name = xte_cpu_isa_name((xte_cpu_isa)isa);
+      if (xte_cpu_set_isa((xte_cpu_isa)isa) != XTE_SUCCESS) continue;
+      cr_assert_eq(do_call(&r, &c, XTE_GEMM_EXACT), XTE_SUCCESS, "%s", xte_last_error());
+      memcpy(ex, r.d, bytes);
+      cr_assert_eq(do_call(&r, &c, XTE_GEMM_FAST), XTE_SUCCESS, "%s", xte_last_error());
+      check(&r, &c, name, 0);
+      for (g = 0; g < r.np; g++) {
+        const size_t off = (size_t)(r.g_row0[g] * c.N) * 4, len = (size_t)(r.g_rows[g] * c.N) * 4;
+        const int same = memcmp((char *)ex + off, (char *)r.d + off, len) == 0;
+        if (r.g_rows[g] == 0) continue;
+        if (xte_internal_gemm_fast_small_exact(r.g_rows[g]))
+          cr_assert(same, "%s: group of %lld rows routed to the exact path: not EXACT's bytes",
+                    name, (long long)r.g_rows[g]);
+        else
+          cr_assert(!same, "%s: group of %lld rows on FAST's kernel gives EXACT's bytes", name,
+                    (long long)r.g_rows[g]);
+      }
+    }
+    xte_cpu_set_isa(saved);
+    free(ex);
+    teardown(&r);
+  }
+  /* the rule: rows the exact driver runs fast on VNNI (1) and AMX-INT8 (9 and more) on avx512
+   * where the CPU has them, never on avx2 or scalar */
+  for (isa = 0; isa < XTE_CPU_ISA_COUNT; isa++) {
+    if (xte_cpu_set_isa((xte_cpu_isa)isa) != XTE_SUCCESS) continue;
+    if (isa != XTE_CPU_ISA_AVX512) {
+      int64_t m;
+      for (m = 0; m <= 33; m++)
+        cr_assert(!xte_internal_gemm_fast_small_exact(m), "%s: %lld rows routed to exact",
+                  xte_cpu_isa_name((xte_cpu_isa)isa), (long long)m);
+    }
+    cr_assert(!xte_internal_gemm_fast_small_exact(0) && !xte_internal_gemm_fast_small_exact(33));
+    {
+      /* xte info names the routed rows */
+      char info[8192];
+      const int any =
+          xte_internal_gemm_fast_small_exact(1) || xte_internal_gemm_fast_small_exact(9);
+      cr_assert_eq(xte_backend_info_string(info, sizeof info), XTE_SUCCESS);
+      cr_assert_eq(
+          strstr(info, "FAST e4m3 GEMM, few rows: fp32 fma; the exact path at rows") != NULL, any,
+          "%s", info);
+    }
+  }
+  xte_cpu_set_isa(saved);
+}
+
 /* FAST is this path (not the exact kernel under another name): on random data some partial's
  * fp32 sum differs from the exact one; and B read transposed (not this path) gives EXACT bytes. */
 Test(gemm_fast_small, fast_differs_from_exact_and_fallback) {

@@ -760,6 +760,26 @@ static int use_small_m(const gctx *c, int64_t m) {
   return m > 0 && m <= XTE_GEMM_SK_MAXM && c->uk->sk_block != NULL;
 }
 
+/* Which small-M path a problem of m rows takes (use_small_m said yes): run_problem's choice,
+ * also what xte_cpu_gemm_exact_small_path reports to the FAST driver. */
+static xte_cpu_sk_path small_path(int vnni, int amx, int64_t m) {
+  if (vnni && m <= (amx ? VNNI_SK_MAXM_AMX : VNNI_SK_MAXM)) return XTE_CPU_SK_VNNI;
+  if (amx && m >= AMX_SK_MINM) return XTE_CPU_SK_AMX;
+  return XTE_CPU_SK_FP64;
+}
+
+/* The VNNI small-M kernels (e4m3 x e4m3, K block 128, B along K) and the AMX-INT8 path (also
+ * operands transposed) take the call g on the table T */
+static int vnni_fits(const xte_cpu_isa_table *T, const xte_gemm_args *g) {
+  return T->vnni && g->a.fmt == XTE_FP8_E4M3 && g->b.fmt == XTE_FP8_E4M3 && g->kblock == 128 &&
+         g->b.ks == 1;
+}
+
+static int amx_fits(const xte_cpu_isa_table *T, const xte_gemm_args *g) {
+  return T->amx && g->a.fmt == XTE_FP8_E4M3 && g->b.fmt == XTE_FP8_E4M3 && g->kblock == 128 &&
+         (g->a.ks == 1 || g->a.rs == 1) && (g->b.ks == 1 || g->b.rs == 1);
+}
+
 /* K = 0: D = epilogue(0). */
 static void empty_k_rows(void *vctx, int64_t b, int64_t e, int tid) {
   gctx *c = (gctx *)vctx;
@@ -783,14 +803,15 @@ static void run_problem(gctx *c, const xte_gemm_problem *p, int64_t m) {
     int64_t kp = (int64_t)(SK_ABYTES / sizeof(double)) / m / kb * kb;
     int64_t kall = (p->k + kb - 1) / kb * kb;
     c->sk_kp = kp < kb ? kb : kp > kall ? kall : kp;
-    if (c->vnni && m <= (c->amx ? VNNI_SK_MAXM_AMX : VNNI_SK_MAXM)) {
+    const xte_cpu_sk_path path = small_path(c->vnni, c->amx, m);
+    if (path == XTE_CPU_SK_VNNI) {
       /* K panels of whole blocks whose A digits, corrections, flags and scales fit sk_a */
       kp = (int64_t)SK_ABYTES / (m * VNNI_SK_ROWBLK) * 128;
       c->sk_kp = kp < 128 ? 128 : kp > kall ? kall : kp;
       xte_parallel_for_max((p->n + 15) / 16, c->nt, vnni_small_range, c);
       return;
     }
-    if (c->amx && m >= AMX_SK_MINM) {
+    if (path == XTE_CPU_SK_AMX) {
       xte_parallel_for_max((p->n + 15) / 16, c->nt, amx_small_range, c);
       return;
     }
@@ -922,10 +943,8 @@ static xte_status cpu_gemm(const xte_gemm_args *g, void *handle) {
   c.NC = 1536 / c.NR * c.NR;
   c.MCH = (1024 + c.MC - 1) / c.MC * c.MC;
   if (c.MCH < c.MC) c.MCH = c.MC;
-  c.vnni = c.vx && g->a.fmt == XTE_FP8_E4M3 && g->b.fmt == XTE_FP8_E4M3 && g->kblock == 128 &&
-           g->b.ks == 1;
-  c.amx = c.ax && g->a.fmt == XTE_FP8_E4M3 && g->b.fmt == XTE_FP8_E4M3 && g->kblock == 128 &&
-          (g->a.ks == 1 || g->a.rs == 1) && (g->b.ks == 1 || g->b.rs == 1);
+  c.vnni = vnni_fits(T, g);
+  c.amx = amx_fits(T, g);
   for (i = 0; i < g->num_problems; i++) {
     int64_t mi = g->masked_m ? g->masked_m[i] : g->problems[i].m;
     if (use_small_m(&c, mi)) {
@@ -1086,6 +1105,12 @@ int xte_cpu_gemm_vnni_rows(void) {
   const xte_cpu_isa_table *T = xte_cpu_isa_table_get();
   if (T->vnni) return T->amx ? VNNI_SK_MAXM_AMX : VNNI_SK_MAXM;
   return 0;
+}
+
+xte_cpu_sk_path xte_cpu_gemm_exact_small_path(const xte_gemm_args *g, int64_t m) {
+  const xte_cpu_isa_table *T = xte_cpu_isa_table_get();
+  if (m <= 0 || m > XTE_GEMM_SK_MAXM || T->gemm->sk_block == NULL) return XTE_CPU_SK_NONE;
+  return small_path(vnni_fits(T, g), amx_fits(T, g), m);
 }
 
 static const struct xte_gemm_ops cpu_gemm_ops = {cpu_gemm};

@@ -39,8 +39,53 @@
  * instead of packing panels): the problems it takes (xte_cpu_gemm_fast_small_ok: a few rows, B
  * along K) go to it, with its part of the workspace sized before anything is written; the others
  * take the panels below. */
+static int64_t rows_of(const xte_gemm_args *g, int64_t i) {
+  return g->masked_m ? g->masked_m[i] : g->problems[i].m;
+}
+
 static int small_m(const xte_gemm_args *g, int64_t i) {
-  return xte_cpu_gemm_fast_small_ok(g, g->masked_m ? g->masked_m[i] : g->problems[i].m);
+  return xte_cpu_gemm_fast_small_ok(g, rows_of(g, i));
+}
+
+/* Small-M problems that FAST hands to the exact driver (its result, error 0, is inside FAST's
+ * bound): where the exact driver runs a digit path (xte_cpu_gemm_exact_small_path) that streams
+ * the weight codes faster than the fp32 kernel of gemm_fast_small.c, so that FAST is never
+ * slower than EXACT on the same problem:
+ * - AVX512-VNNI, at most FS_VNNI_MAXM rows: one VPDPBUSD takes 64 int8 codes of B (4 products
+ *   per lane) for the row, where the fp32 kernel decodes the codes to fp16 and fp32 first; the
+ *   fp32 kernel wins as soon as the decode is shared by a second row.
+ * - AMX-INT8, from FS_AMX_MINM rows on (the exact driver takes AMX there when it has VNNI): a
+ *   tile instruction costs the same for 1 or 16 rows, while the fp32 kernel's FMAs grow with the
+ *   rows (m / 16 per code) and past 8 rows its codes go through L1 (several row tiles).
+ * The crossovers are measured (docs/performance.md, "Small-M GEMM", FAST). */
+#define FS_VNNI_MAXM 1
+#define FS_AMX_MINM 9
+
+static int small_exact(const xte_gemm_args *g, int64_t m) {
+  switch (xte_cpu_gemm_exact_small_path(g, m)) {
+    case XTE_CPU_SK_VNNI:
+      return m <= FS_VNNI_MAXM;
+    case XTE_CPU_SK_AMX:
+      return m >= FS_AMX_MINM;
+    default:
+      return 0;
+  }
+}
+
+/* 1 when the problems past the small-M path run the exact driver: the exact partial is within
+ * FAST's bound (its error is 0), and where the exact driver takes the AMX-INT8 path (the table
+ * has the extension; e4m3 x e4m3, K block 128, operands along K or transposed: the test of
+ * cpu_gemm in src/cpu/gemm_driver.c) it is faster than the fp32 multiply-adds. Where the AMX-BF16
+ * tiles (fast_amx) are attached they are faster still (docs/performance.md), so FAST keeps them. */
+static int large_exact(const xte_gemm_args *g) {
+  const xte_cpu_isa_table *T = xte_cpu_isa_table_get();
+  return T->amx && !T->fast_amx && g->a.fmt == XTE_FP8_E4M3 && g->b.fmt == XTE_FP8_E4M3 &&
+         g->kblock == 128 && (g->a.ks == 1 || g->a.rs == 1) && (g->b.ks == 1 || g->b.rs == 1);
+}
+
+/* 1 when problem i of g runs on the exact driver (lg: large_exact(g)) */
+static int to_exact(const xte_gemm_args *g, int64_t i, int lg) {
+  return small_m(g, i) ? small_exact(g, rows_of(g, i)) : lg;
 }
 
 static float ftab[2][256];
@@ -262,21 +307,63 @@ static void run_problem(fctx *c, const xte_gemm_problem *p, int64_t m) {
   }
 }
 
-/* 1 when FAST runs the exact driver: the exact partial is within FAST's bound (its error is 0),
- * and where the exact driver takes the AMX-INT8 path (the table has the extension; e4m3 x e4m3,
- * K block 128, operands along K or transposed: the test of cpu_gemm in src/cpu/gemm_driver.c) it
- * is faster than the fp32 multiply-adds. Where the AMX-BF16 tiles (fast_amx) are attached they
- * are faster still (docs/performance.md), so FAST keeps them. Calls with a problem for the
- * small-M path of FAST (small_m) stay here. */
+/* 1 when every problem of g runs on the exact driver (to_exact) */
 int xte_cpu_gemm_fast_runs_exact(const xte_gemm_args *g) {
-  const xte_cpu_isa_table *T = xte_cpu_isa_table_get();
+  const int lg = large_exact(g);
   int64_t i;
-  if (!T->amx || T->fast_amx || g->a.fmt != XTE_FP8_E4M3 || g->b.fmt != XTE_FP8_E4M3 ||
-      g->kblock != 128 || !(g->a.ks == 1 || g->a.rs == 1) || !(g->b.ks == 1 || g->b.rs == 1))
-    return 0;
   for (i = 0; i < g->num_problems; i++)
-    if (small_m(g, i)) return 0;
+    if (!to_exact(g, i, lg)) return 0;
   return 1;
+}
+
+/* The problems of g that to_exact gives the exact driver, as one call of theirs (before FAST
+ * takes its workspace, which the exact driver's is) */
+static xte_status run_exact_part(const xte_gemm_args *g, int lg) {
+  xte_gemm_args e = *g;
+  xte_gemm_problem *pr;
+  int32_t *mm = NULL;
+  int64_t i, n = 0;
+  xte_status st;
+  for (i = 0; i < g->num_problems; i++) n += to_exact(g, i, lg);
+  if (n == 0) return XTE_SUCCESS;
+  pr = (xte_gemm_problem *)xte_aligned_calloc((size_t)n, sizeof *pr);
+  if (g->masked_m) mm = (int32_t *)xte_aligned_calloc((size_t)n, sizeof *mm);
+  if (!pr || (g->masked_m && !mm)) {
+    xte_aligned_free(pr);
+    xte_aligned_free(mm);
+    return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "gemm (FAST): no memory for %lld problems",
+                         (long long)n);
+  }
+  for (i = 0, n = 0; i < g->num_problems; i++)
+    if (to_exact(g, i, lg)) {
+      pr[n] = g->problems[i];
+      if (mm) mm[n] = g->masked_m[i];
+      n++;
+    }
+  e.mode = XTE_GEMM_EXACT;
+  e.num_problems = n;
+  e.problems = pr;
+  e.masked_m = mm;
+  st = xte_cpu_gemm_ops()->gemm(&e, NULL);
+  xte_aligned_free(mm);
+  xte_aligned_free(pr);
+  return st;
+}
+
+int xte_cpu_gemm_fast_small_exact(int64_t m) {
+  xte_gemm_args g;
+  memset(&g, 0, sizeof g);
+  g.mode = XTE_GEMM_FAST;
+  g.kblock = 128;
+  g.a.fmt = g.b.fmt = XTE_FP8_E4M3;
+  g.a.ks = g.b.ks = 1;
+  return xte_cpu_gemm_fast_small_ok(&g, m) && small_exact(&g, m);
+}
+
+/* Test hook (tests/test_gemm_fast_small.c): xte_cpu_gemm_fast_small_exact */
+XTE_API int xte_internal_gemm_fast_small_exact(int64_t m);
+int xte_internal_gemm_fast_small_exact(int64_t m) {
+  return xte_cpu_gemm_fast_small_exact(m);
 }
 
 int xte_cpu_gemm_fast_amx(void) {
@@ -295,7 +382,11 @@ xte_status xte_cpu_gemm_fast(const xte_gemm_args *g) {
   char *w, *q;
   void **ptrs;
   int t, any_small = 0;
+  const int lg = large_exact(g);
+  xte_status st;
   pthread_once(&ftab_once, init_ftab);
+  st = run_exact_part(g, lg);
+  if (st != XTE_SUCCESS) return st;
   memset(&c, 0, sizeof c);
   c.g = g;
   c.fk = T->gemm_fast;
@@ -313,7 +404,8 @@ xte_status xte_cpu_gemm_fast(const xte_gemm_args *g) {
   c.NC = 2048 / c.NR * c.NR;
   c.MCH = 1024; /* B is packed once per chunk of MCH rows */
   for (i = 0; i < g->num_problems; i++) {
-    const int64_t mi = g->masked_m ? g->masked_m[i] : g->problems[i].m;
+    const int64_t mi = rows_of(g, i);
+    if (to_exact(g, i, lg)) continue;
     if (small_m(g, i)) {
       any_small = 1;
       continue;
@@ -362,7 +454,8 @@ xte_status xte_cpu_gemm_fast(const xte_gemm_args *g) {
     q += al(szsa);
   }
   for (i = 0; i < g->num_problems; i++) {
-    const int64_t mi = g->masked_m ? g->masked_m[i] : g->problems[i].m;
+    const int64_t mi = rows_of(g, i);
+    if (to_exact(g, i, lg)) continue;
     if (small_m(g, i))
       xte_cpu_gemm_fast_small_run(g, &g->problems[i], mi, q);
     else

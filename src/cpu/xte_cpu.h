@@ -195,6 +195,10 @@ int xte_cpu_gemm_amx(void);
  * AMX-BF16 tiles: the table in use has the fast_amx extension (built with it, ISA avx512 in use,
  * the CPU has AMX-BF16, the OS grants the tiles, XTE_CPU_AMX and XTE_CPU_AMX_BF16 are not "0"). */
 int xte_cpu_gemm_fast_amx(void);
+/* 1 when XTE_GEMM_FAST hands a problem of m rows (e4m3 x e4m3, K block 128, B along K) to the
+ * exact driver on the ISA in use (src/cpu/gemm_fast.c: where its VNNI / AMX-INT8 small-M paths
+ * are faster than the fp32 kernels). */
+int xte_cpu_gemm_fast_small_exact(int64_t m);
 
 /* The most rows of A for which the exact GEMM runs e4m3 x e4m3 (K block 128, B read along K) on
  * the AVX512-VNNI small-M kernels (8 where AMX is in use, else all small-M ones, 32), 0 when it
