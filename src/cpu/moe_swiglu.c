@@ -9,6 +9,7 @@
  * src/numerics/xte_moe_numerics.h transcribed lane by lane (the exp and sigmoid of
  * src/cpu/moe_lanes.h, the branches as selects, the NaN rule of xte_mul_nanprop as a select), so
  * every lane gives the scalar function's bits; the tails of a row run the scalar functions. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu/moe_cpu.h"
@@ -55,166 +56,299 @@ static inline xv mul_nanprop_v(xv a, xv b) {
   return xv_sel(xv_nan(a), xv_add(a, a), xv_mul(a, b));
 }
 
-/* xte_siluf: x / (1 + e^-x) for x >= 0, (x e^x) / (1 + e^x) below, -inf -> -0, NaN quieted. */
-static inline xv silu_v(xv x) {
-  const xm pos = xv_ge(x, xv_1(0.0f));
-  const xv e = xv_expf_neg(xv_negif(pos, x));
-  xv r = xv_div(xv_sel(pos, x, xv_mul(x, e)), xv_add(xv_1(1.0f), e));
+/* xte_siluf from e = e^-|x| (pos: x >= 0) and den = 1 + e: x / den for x >= 0, (x e) / den
+ * below, -inf -> -0, NaN quieted. */
+static inline xv silu_e(xv x, xm pos, xv e, xv den) {
+  xv r = xv_div(xv_sel(pos, x, xv_mul(x, e)), den);
   r = xv_sel(xv_eq(x, xv_1(xte_bits_f32(0xFF800000u))), xv_1(-0.0f), r);
   return xv_sel(xv_nan(x), xv_add(x, x), r);
 }
 
-/* xte_dsilu: s fmaf(g, 1 - s, 1) with s = sigmoid(g); NaN quieted. An infinite g needs no
- * select: s is 1 or 0 and the product inf * 0 (in the fma or after it) gives 0xFFC00000. */
-static inline xv dsilu_v(xv g) {
-  const xv s = xv_sigmoidf(g);
+/* xte_dsilu from the same e and den: s fmaf(g, 1 - s, 1) with s = sigmoid(g) = 1 / den for
+ * g >= 0, e / den below (xte_sigmoidf's); NaN quieted. An infinite g needs no select: s is 1 or 0
+ * and the product inf * 0 (in the fma or after it) gives 0xFFC00000. */
+static inline xv dsilu_e(xv g, xm pos, xv e, xv den) {
+  const xv s = xv_div(xv_sel(pos, xv_1(1.0f), e), den);
   const xv d = xv_mul(s, xv_fma(g, xv_sub(xv_1(1.0f), s), xv_1(1.0f)));
   return xv_sel(xv_nan(g), xv_add(g, g), d);
 }
+
+/* pos = x >= 0 and e = e^-|x| (x NaN: x), the one exp of silu and dsilu (xte_expf of -x for
+ * x >= 0, of x below, as xte_siluf and xte_sigmoidf take it) */
+#define SILU_EXP(x, pos, e)              \
+  const xm pos = xv_ge((x), xv_1(0.0f)); \
+  const xv e = xv_expf_neg(xv_negif(pos, (x)))
 
 static inline xv ld_v(const xte_moe_view *v, int64_t r, int64_t c) {
   if (v->dtype == XTE_DTYPE_FP32) return xv_ld((const float *)v->data + r * v->ld + c);
   return xv_ld_bf16((const uint16_t *)v->data + r * v->ld + c);
 }
+
+/* Stores v (fp32 lanes) to element j of a row of dtype bf16 (rounded) or fp32. */
+static inline void st_v(void *row, int bf, int64_t j, xv v) {
+  if (bf)
+    xv_st_bf16((uint16_t *)row + j, v);
+  else
+    xv_st((float *)row + j, v);
+}
 #endif
 
-/* o[j] = the activation value, rounded to bf16 when bf, for j < n of one kind of element:
- * kind 0 the forward's y[r, f + j]; kind 1 the backward's d_gate[r, f + j]; kind 2 its
- * d_up[r, f + j] (output column F + f + j). */
-static void act_run(const xte_swiglu_args *a, int kind, int64_t r, int64_t f, int64_t n, int bf,
-                    float *o) {
+static inline void st_1(void *row, int bf, int64_t j, float v) {
+  if (bf)
+    ((uint16_t *)row)[j] = xte_f32_to_bf16(v);
+  else
+    ((float *)row)[j] = v;
+}
+
+/* Row r, columns f .. f + n - 1 of the activation, stored rounded to bf16 (bf) or as fp32:
+ * forward, y[r, f + j] to o0[j]; backward, d_gate[r, f + j] to o0[j] and d_up[r, f + j] (output
+ * column F + f + j) to o1[j], both from one exp per element. */
+static void act_row(const xte_swiglu_args *a, int64_t r, int64_t f, int64_t n, int bf, void *o0,
+                    void *o1) {
   int64_t j = 0;
 #ifdef XTE_MOE_VW
-  for (; j + XTE_MOE_VW <= n; j += XTE_MOE_VW) {
-    const xv g = ld_v(&a->x, r, f + j);
-    xv y;
-    if (kind == 0) {
-      y = mul_nanprop_v(silu_v(g), ld_v(&a->x, r, f + j + a->F));
-    } else if (kind == 1) {
-      y = mul_nanprop_v(mul_nanprop_v(ld_v(&a->dy, r, f + j), ld_v(&a->x, r, f + j + a->F)),
-                        dsilu_v(g));
-    } else {
-      y = mul_nanprop_v(ld_v(&a->dy, r, f + j), silu_v(g));
+  if (!a->backward) {
+    for (; j + XTE_MOE_VW <= n; j += XTE_MOE_VW) {
+      const xv g = ld_v(&a->x, r, f + j);
+      SILU_EXP(g, pos, e);
+      const xv y =
+          mul_nanprop_v(silu_e(g, pos, e, xv_add(xv_1(1.0f), e)), ld_v(&a->x, r, f + j + a->F));
+      st_v(o0, bf, j, y);
     }
-    xv_st(o + j, bf ? xv_bf16(y) : y);
+  } else {
+    for (; j + XTE_MOE_VW <= n; j += XTE_MOE_VW) {
+      const xv g = ld_v(&a->x, r, f + j), d = ld_v(&a->dy, r, f + j);
+      SILU_EXP(g, pos, e);
+      const xv den = xv_add(xv_1(1.0f), e);
+      st_v(o0, bf, j,
+           mul_nanprop_v(mul_nanprop_v(d, ld_v(&a->x, r, f + j + a->F)), dsilu_e(g, pos, e, den)));
+      st_v(o1, bf, j, mul_nanprop_v(d, silu_e(g, pos, e, den)));
+    }
   }
 #endif
-  for (; j < n; j++) o[j] = act_value(a, r, (kind == 2 ? a->F : 0) + f + j, bf);
+  for (; j < n; j++) {
+    st_1(o0, bf, j, act_value(a, r, f + j, 0));
+    if (a->backward) st_1(o1, bf, j, act_value(a, r, a->F + f + j, 0));
+  }
 }
 
-/* o[j] = act_value(a, r, c + j, bf) for j < n. */
-static void act_span(const xte_swiglu_args *a, int64_t r, int64_t c, int64_t n, int bf, float *o) {
+/* The activation values of row r, output columns c .. c + n - 1, into o (bf16 or fp32): the
+ * backward's output columns [0, F) are d_gate, [F, 2F) d_up. */
+static void act_span(const xte_swiglu_args *a, int64_t r, int64_t c, int64_t n, int bf, void *o) {
+  const size_t es = bf ? 2u : 4u;
   int64_t n1;
   if (!a->backward) {
-    act_run(a, 0, r, c, n, bf, o);
+    act_row(a, r, c, n, bf, o, NULL);
     return;
   }
-  n1 = c < a->F ? (a->F - c < n ? a->F - c : n) : 0; /* the d_gate columns */
-  if (n1 > 0) act_run(a, 1, r, c, n1, bf, o);
-  if (n > n1) act_run(a, 2, r, c + n1 - a->F, n - n1, bf, o + n1);
+  {
+    /* a scratch row for the half of each pair that this span does not want */
+    _Alignas(64) float junk[TILE];
+    int64_t j, m;
+    n1 = c < a->F ? (a->F - c < n ? a->F - c : n) : 0; /* the d_gate columns */
+    for (j = 0; j < n1; j += m) {
+      m = n1 - j < TILE ? n1 - j : TILE;
+      act_row(a, r, c + j, m, bf, (char *)o + (size_t)j * es, junk);
+    }
+    for (j = n1; j < n; j += m) {
+      m = n - j < TILE ? n - j : TILE;
+      act_row(a, r, c + j - a->F, m, bf, junk, (char *)o + (size_t)j * es);
+    }
+  }
 }
 
-#define SPAN 512
+/* Always inlined, as is prefetch_item_row: GCC finds a static function of nothing but prefetches
+ * free of side effects and drops its calls (as src/cpu/quantize.c notes). */
+#if defined(__GNUC__)
+#define XTE_SWIGLU_PF static inline __attribute__((always_inline))
+#else
+#define XTE_SWIGLU_PF static inline
+#endif
+#if defined(__GNUC__)
+XTE_SWIGLU_PF void prefetch_row(const void *p, size_t bytes) {
+#if defined(__GNUC__)
+  size_t o;
+  for (o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)p + o, 0, 2);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+#else
+static inline void prefetch_row(const void *p, size_t bytes) {
+  (void)p;
+  (void)bytes;
+}
+#endif
 
 static void plain_rows(void *vctx, int64_t b, int64_t e, int tid) {
   const xte_swiglu_args *a = (const xte_swiglu_args *)vctx;
-  int64_t r, c, j, n = a->out.cols;
-  _Alignas(64) float buf[SPAN];
+  const int bf = a->out.dtype != XTE_DTYPE_FP32;
+  const size_t es = bf ? 2u : 4u;
+  int64_t r;
   (void)tid;
   for (r = b; r < e; r++) {
-    if (a->out.dtype == XTE_DTYPE_FP32) {
-      act_span(a, r, 0, n, 0, (float *)a->out.data + r * a->out.ld);
-      continue;
-    }
-    for (c = 0; c < n; c += SPAN) {
-      uint16_t *d = (uint16_t *)a->out.data + r * a->out.ld + c;
-      const int64_t m = n - c < SPAN ? n - c : SPAN;
-      act_span(a, r, c, m, 0, buf);
-      j = 0;
-#ifdef XTE_MOE_VW
-      for (; j + XTE_MOE_VW <= m; j += XTE_MOE_VW) xv_st_bf16(d + j, xv_ld(buf + j));
-#endif
-      for (; j < m; j++) d[j] = xte_f32_to_bf16(buf[j]);
-    }
+    char *row = (char *)a->out.data + (size_t)(r * a->out.ld) * es;
+    act_row(a, r, 0, a->F, bf, row, a->backward ? row + (size_t)a->F * es : NULL);
   }
 }
+
+/* ---------------------------------------------------------------- fused
+ * A work item is a 128 x 128 tile of the output (with the backward when F is a multiple of 128:
+ * a d_gate tile and its d_up tile, from one exp per element), computed into an L1 / L2 buffer in
+ * act_dtype (the bytes the separate quantize would read), then quantized there by the kernels and
+ * the steps of src/cpu/quantize.c's tiles: quant_rc (both copies from one read) where the ISA has
+ * it and the tile takes it, else quant_blocks / load_amax / block_scales / load_quant_vs; the
+ * transposed copy by transpose_nt, streaming past the L2s as xte_quantize does. While a tile
+ * computes, the input of the next one is prefetched into L2 row by row (its rows are 128
+ * separate runs of 256 or 512 bytes, which the hardware prefetchers do not follow). */
+#define SLICE 16
+
+typedef struct fbuf {
+  _Alignas(64) float T[2][TILE * TILE]; /* the activation tiles (bf16 or fp32, row stride TILE) */
+  _Alignas(64) uint8_t Qt[TILE * TILE];
+  _Alignas(64) float acc[TILE];
+  _Alignas(64) float sv[TILE];
+  xte_block_scale sc[TILE * 8];
+  xte_block_scale rs[TILE], cs[TILE];
+} fbuf;
 
 typedef struct fctx {
   const xte_swiglu_args *a;
   const xte_quant_kernels *k;
-  int64_t ntc;
+  int64_t ntc; /* tile columns of the output */
+  int64_t nic; /* work items per row of tiles */
+  int pair;    /* backward, F % TILE == 0: an item is tile (tr, tc) and its d_up tile */
+  int nt;      /* streaming stores for the fp8 copies */
   float partial[256];
 } fctx;
 
-static void fused_tile(fctx *fc, int64_t tr, int64_t tc, float *T, uint8_t *Qt, float *acc,
-                       float *sv, float *tamax) {
-  const xte_swiglu_args *sa = fc->a;
-  const xte_quant_args *a = &sa->q;
+/* Quantizes the nr x nc tile of buffer src (kind q->in_kind, row stride TILE) at output (r0, c0).
+ */
+static void quant_buf_tile(const fctx *fc, int64_t r0, int64_t c0, int64_t nr, int64_t nc,
+                           const void *src, fbuf *B, float *tamax) {
+  const xte_quant_args *a = &fc->a->q;
   const xte_quant_kernels *k = fc->k;
-  const int64_t r0 = tr * TILE, c0 = tc * TILE;
-  const int64_t nr = a->M - r0 < TILE ? a->M - r0 : TILE;
-  const int64_t nc = a->K - c0 < TILE ? a->K - c0 : TILE;
-  const int bf = sa->act_dtype == XTE_DTYPE_BF16;
-  int64_t r, j, g;
-  float tile_amax = 0.0f;
-
-  for (r = 0; r < nr; r++) act_span(sa, r0 + r, c0, nc, bf, T + r * TILE);
-
-  if (a->row_q) {
-    uint8_t *dst = a->row_q + (size_t)r0 * (size_t)a->ld_row_q + (size_t)c0;
-    for (r = 0; r < nr; r++) {
-      for (j = 0; j < nc; j += a->row_bw) {
-        int64_t n = nc - j < a->row_bw ? nc - j : a->row_bw;
-        float am = k->amax(T + r * TILE + j, n);
-        xte_block_scale s = xte_quant_block_scale(a, am);
-        tile_amax = xte_fmaxf(tile_amax, am);
-        xte_store_scale(&a->row_s, r0 + r, (c0 + j) / a->row_bw, s);
-        k->quant(T + r * TILE + j, n, s.scale, a->fmt, a->saturate, dst + r * a->ld_row_q + j);
+  const size_t es = a->in_kind == XTE_NUM_IN_F32 ? 4u : 2u;
+  const int nt = fc->nt;
+  int64_t r, j, g, n;
+  float tile_amax = 0.0f, am;
+#define SRC(r) ((const char *)src + (size_t)(r)*TILE * es)
+  if (k->quant_rc && a->row_q && a->col_q && a->col_transposed && a->row_bw == TILE &&
+      a->col_bh == TILE && nc == TILE &&
+      k->quant_rc(src, TILE, nr, a, a->row_q + (size_t)r0 * (size_t)a->ld_row_q + (size_t)c0,
+                  a->ld_row_q, B->rs, B->Qt, B->cs, &am, NULL, 0, nt)) {
+    for (r = 0; r < nr; r++) xte_store_scale(&a->row_s, r0 + r, c0 / TILE, B->rs[r]);
+    for (j = 0; j < nc; j++) xte_store_scale(&a->col_s, c0 + j, r0 / TILE, B->cs[j]);
+    tile_amax = am;
+  } else {
+    const int64_t bw = a->row_bw, bh = a->col_bh, nbr = (nc + bw - 1) / bw;
+    for (g = 0; g < nr; g += bh) {
+      const int64_t gr = nr - g < bh ? nr - g : bh, gblk = (r0 + g) / bh;
+      if (a->col_q)
+        for (j = 0; j < nc; j++) B->acc[j] = 0.0f;
+      for (r = g; r < g + gr; r += n) {
+        n = g + gr - r < SLICE ? g + gr - r : SLICE;
+        if (a->row_q) {
+          int64_t i, rr;
+          am = k->quant_blocks(SRC(r), TILE, a->in_kind, n, nc, bw, a,
+                               a->row_q + (size_t)(r0 + r) * (size_t)a->ld_row_q + (size_t)c0,
+                               a->ld_row_q, B->sc, a->col_q ? B->acc : NULL, nt);
+          tile_amax = xte_fmaxf(tile_amax, am);
+          for (rr = 0; rr < n; rr++)
+            for (i = 0; i < nbr; i++)
+              xte_store_scale(&a->row_s, r0 + r + rr, c0 / bw + i, B->sc[rr * nbr + i]);
+        } else {
+          (void)k->load_amax(SRC(r), TILE, a->in_kind, n, nc, B->acc);
+        }
       }
+      if (!a->col_q) continue;
+      k->block_scales(a, B->acc, nc, B->sc);
+      for (j = 0; j < nc; j++) {
+        tile_amax = xte_fmaxf(tile_amax, B->acc[j]);
+        B->sv[j] = B->sc[j].scale;
+        if (a->col_transposed)
+          xte_store_scale(&a->col_s, c0 + j, gblk, B->sc[j]);
+        else
+          xte_store_scale(&a->col_s, gblk, c0 + j, B->sc[j]);
+      }
+      k->load_quant_vs(SRC(g), TILE, a->in_kind, gr, nc, B->sv, a->fmt, a->saturate,
+                       a->col_transposed
+                           ? B->Qt + g * TILE
+                           : a->col_q + (size_t)(r0 + g) * (size_t)a->ld_col_q + (size_t)c0,
+                       a->col_transposed ? TILE : a->ld_col_q, a->col_transposed ? 0 : nt);
     }
   }
-  if (a->col_q) {
-    const int64_t bh = a->col_bh;
-    for (g = 0; g < nr; g += bh) {
-      int64_t gr = nr - g < bh ? nr - g : bh;
-      int64_t gblk = (r0 + g) / bh;
-      for (j = 0; j < nc; j++) acc[j] = 0.0f;
-      k->amax_cols(T + g * TILE, gr, nc, TILE, acc);
-      for (j = 0; j < nc; j++) {
-        xte_block_scale s = xte_quant_block_scale(a, acc[j]);
-        tile_amax = xte_fmaxf(tile_amax, acc[j]);
-        sv[j] = s.scale;
-        if (a->col_transposed)
-          xte_store_scale(&a->col_s, c0 + j, gblk, s);
-        else
-          xte_store_scale(&a->col_s, gblk, c0 + j, s);
-      }
-      for (r = g; r < g + gr; r++) {
-        uint8_t *dst = a->col_transposed
-                           ? Qt + r * TILE
-                           : a->col_q + (size_t)(r0 + r) * (size_t)a->ld_col_q + (size_t)c0;
-        k->quant_vs(T + r * TILE, nc, sv, a->fmt, a->saturate, dst);
-      }
-    }
-    if (a->col_transposed && k->transpose_nt) /* whole 64-byte rows where the ISA has it */
-      k->transpose_nt(Qt, nr, nc, TILE, a->col_q + (size_t)c0 * (size_t)a->ld_col_q + (size_t)r0,
-                      a->ld_col_q, 0);
-    else if (a->col_transposed)
-      k->transpose_u8(Qt, nr, nc, TILE, a->col_q + (size_t)c0 * (size_t)a->ld_col_q + (size_t)r0,
-                      a->ld_col_q);
+#undef SRC
+  if (a->col_q && a->col_transposed) {
+    uint8_t *dst = a->col_q + (size_t)c0 * (size_t)a->ld_col_q + (size_t)r0;
+    if (k->transpose_nt) /* whole 64-byte rows where the ISA has it */
+      k->transpose_nt(B->Qt, nr, nc, TILE, dst, a->ld_col_q, nt);
+    else
+      k->transpose_u8(B->Qt, nr, nc, TILE, dst, a->ld_col_q);
   }
   *tamax = xte_fmaxf(*tamax, tile_amax);
 }
 
+/* Item t's output tile: rows r0 .. r0 + nr - 1, activation columns f0 .. f0 + nc - 1 (pairs: the
+ * d_gate columns, whose d_up columns are F + f0 ...), output columns c0 ... */
+typedef struct fitem {
+  int64_t r0, nr, c0, nc;
+} fitem;
+
+static fitem item_at(const fctx *fc, int64_t t) {
+  const xte_quant_args *q = &fc->a->q;
+  fitem it;
+  it.r0 = t / fc->nic * TILE;
+  it.c0 = t % fc->nic * TILE;
+  it.nr = q->M - it.r0 < TILE ? q->M - it.r0 : TILE;
+  it.nc = (fc->pair ? fc->a->F : q->K) - it.c0;
+  if (it.nc > TILE) it.nc = TILE;
+  return it;
+}
+
+/* Prefetches row i of item it's input into L2 (gate, up and dy columns). */
+XTE_SWIGLU_PF void prefetch_item_row(const xte_swiglu_args *a, int pair, const fitem *it,
+                                     int64_t i) {
+  const size_t ex = a->x.dtype == XTE_DTYPE_FP32 ? 4u : 2u;
+  const size_t ed = a->dy.dtype == XTE_DTYPE_FP32 ? 4u : 2u;
+  const int64_t r = it->r0 + i;
+  int64_t f = it->c0, n = it->nc;
+  if (a->backward && !pair) { /* a tile of either half: its columns as gate columns */
+    if (f >= a->F) f -= a->F;
+    if (f + n > a->F) n = a->F - f; /* a tile across the halves: its d_gate part */
+  }
+  prefetch_row((const char *)a->x.data + (size_t)(r * a->x.ld + f) * ex, (size_t)n * ex);
+  prefetch_row((const char *)a->x.data + (size_t)(r * a->x.ld + a->F + f) * ex, (size_t)n * ex);
+  if (a->backward)
+    prefetch_row((const char *)a->dy.data + (size_t)(r * a->dy.ld + f) * ed, (size_t)n * ed);
+}
+
 static void fused_range(void *vctx, int64_t b, int64_t e, int tid) {
-  fctx *c = (fctx *)vctx;
-  _Alignas(64) float T[TILE * TILE];
-  _Alignas(64) uint8_t Qt[TILE * TILE];
-  _Alignas(64) float acc[TILE], sv[TILE];
+  fctx *fc = (fctx *)vctx;
+  const xte_swiglu_args *a = fc->a;
+  const int bf = a->act_dtype == XTE_DTYPE_BF16;
+  const size_t es = bf ? 2u : 4u;
+  fbuf Bs, *B = &Bs;
   float am = 0.0f;
-  int64_t t;
-  for (t = b; t < e; t++) fused_tile(c, t / c->ntc, t % c->ntc, T, Qt, acc, sv, &am);
-  c->partial[tid] = xte_fmaxf(c->partial[tid], am);
+  int64_t t, i;
+  for (t = b; t < e; t++) {
+    const fitem it = item_at(fc, t);
+    fitem nx = {0, 0, 0, 0};
+    if (t + 1 < e) nx = item_at(fc, t + 1);
+    for (i = 0; i < it.nr; i++) {
+      char *o0 = (char *)B->T[0] + (size_t)i * TILE * es;
+      if (fc->pair)
+        act_row(a, it.r0 + i, it.c0, it.nc, bf, o0, (char *)B->T[1] + (size_t)i * TILE * es);
+      else
+        act_span(a, it.r0 + i, it.c0, it.nc, bf, o0);
+      if (i < nx.nr) prefetch_item_row(a, fc->pair, &nx, i);
+    }
+    quant_buf_tile(fc, it.r0, it.c0, it.nr, it.nc, B->T[0], B, &am);
+    if (fc->pair) quant_buf_tile(fc, it.r0, a->F + it.c0, it.nr, it.nc, B->T[1], B, &am);
+  }
+  if (fc->nt) fc->k->store_fence();
+  fc->partial[tid] = xte_fmaxf(fc->partial[tid], am);
 }
 
 static void zero_scales(const xte_scale_map *m) {
@@ -229,20 +363,35 @@ xte_status XTE_MOE_NAME(xte_cpu_moe_swiglu)(const xte_swiglu_args *a, void *hand
     return XTE_SUCCESS;
   }
   {
+    const xte_quant_args *q = &a->q;
     fctx c;
     int i;
-    int64_t ntr = (a->q.M + TILE - 1) / TILE;
+    size_t out_bytes, big;
+    const int small = xte_threads_for(q->M * q->K);
     memset(&c, 0, sizeof c);
     c.a = a;
     c.k = xte_quant_kernels_get();
-    c.ntc = (a->q.K + TILE - 1) / TILE;
-    zero_scales(&a->q.row_s);
-    zero_scales(&a->q.col_s);
-    if (a->q.M > 0 && a->q.K > 0) xte_parallel_for(ntr * c.ntc, fused_range, &c);
-    if (a->q.amax_out) {
+    c.ntc = (q->K + TILE - 1) / TILE;
+    c.pair = a->backward && a->F % TILE == 0;
+    c.nic = c.pair ? c.ntc / 2 : c.ntc;
+    /* streaming stores as xte_quantize's tile walks take them: once what the call reads and
+     * writes is past the L2s of the threads (src/cpu/quantize.c, xte_cpu_quantize) */
+    out_bytes = (size_t)q->M * (size_t)q->K * ((q->row_q ? 1u : 0u) + (q->col_q ? 1u : 0u));
+    big = xte_cpu_l2() * (size_t)(small ? 1 : xte_cpu_threads());
+    if (big < ((size_t)1 << 20)) big = (size_t)1 << 20;
+    c.nt = out_bytes + (size_t)a->T * (size_t)a->F * (a->backward ? 6u : 4u) >= big;
+    {
+      const char *e = getenv("XTE_STREAMING_STORES"); /* 0 / 1: never / always */
+      if (e && (*e == '0' || *e == '1')) c.nt = *e == '1';
+    }
+    zero_scales(&q->row_s);
+    zero_scales(&q->col_s);
+    if (q->M > 0 && q->K > 0)
+      xte_parallel_for_max((q->M + TILE - 1) / TILE * c.nic, small, fused_range, &c);
+    if (q->amax_out) {
       float am = 0.0f;
       for (i = 0; i < 256; i++) am = xte_fmaxf(am, c.partial[i]);
-      *a->q.amax_out = am;
+      *q->amax_out = am;
     }
   }
   return XTE_SUCCESS;
