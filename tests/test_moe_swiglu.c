@@ -710,4 +710,8 @@ Test(moe_swiglu, lanes_equal_scalar_fused) {
   lanes_fused_case(130, 256, XTE_DTYPE_BF16, XTE_DTYPE_BF16, 1);
   lanes_fused_case(129, 128, XTE_DTYPE_FP32, XTE_DTYPE_FP32, 1);
   lanes_fused_case(130, 256, XTE_DTYPE_BF16, XTE_DTYPE_BF16, 0);
+  /* one band of rows in chunks of several tiles (the last one short) */
+  lanes_fused_case(64, 1000, XTE_DTYPE_BF16, XTE_DTYPE_BF16, 0);
+  lanes_fused_case(64, 1024, XTE_DTYPE_FP32, XTE_DTYPE_BF16, 1);
+  lanes_fused_case(33, 1000, XTE_DTYPE_BF16, XTE_DTYPE_FP32, 1);
 }
