@@ -157,30 +157,6 @@ static void act_span(const xte_swiglu_args *a, int64_t r, int64_t c, int64_t n, 
   }
 }
 
-/* Always inlined, as is prefetch_item_row: GCC finds a static function of nothing but prefetches
- * free of side effects and drops its calls (as src/cpu/quantize.c notes). */
-#if defined(__GNUC__)
-#define XTE_SWIGLU_PF static inline __attribute__((always_inline))
-#else
-#define XTE_SWIGLU_PF static inline
-#endif
-#if defined(__GNUC__)
-XTE_SWIGLU_PF void prefetch_row(const void *p, size_t bytes) {
-#if defined(__GNUC__)
-  size_t o;
-  for (o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)p + o, 0, 2);
-#else
-  (void)p;
-  (void)bytes;
-#endif
-}
-#else
-static inline void prefetch_row(const void *p, size_t bytes) {
-  (void)p;
-  (void)bytes;
-}
-#endif
-
 static void plain_rows(void *vctx, int64_t b, int64_t e, int tid) {
   const xte_swiglu_args *a = (const xte_swiglu_args *)vctx;
   const int bf = a->out.dtype != XTE_DTYPE_FP32;
@@ -194,18 +170,21 @@ static void plain_rows(void *vctx, int64_t b, int64_t e, int tid) {
 }
 
 /* ---------------------------------------------------------------- fused
- * A work item is a 128 x 128 tile of the output (with the backward when F is a multiple of 128:
- * a d_gate tile and its d_up tile, from one exp per element), computed into an L1 / L2 buffer in
- * act_dtype (the bytes the separate quantize would read), then quantized there by the kernels and
- * the steps of src/cpu/quantize.c's tiles: quant_rc (both copies from one read) where the ISA has
- * it and the tile takes it, else quant_blocks / load_amax / block_scales / load_quant_vs; the
- * transposed copy by transpose_nt, streaming past the L2s as xte_quantize does. While a tile
- * computes, the input of the next one is prefetched into L2 row by row (its rows are 128
- * separate runs of 256 or 512 bytes, which the hardware prefetchers do not follow). */
+ * A work item is a chunk of a 128-row band of the output: rows r0 .. r0 + 127, W activation
+ * columns (W a multiple of 128; with the backward when F is a multiple of 128, W d_gate columns
+ * and their W d_up columns, from one exp per element), computed row by row into a buffer in
+ * act_dtype (the bytes the separate quantize would read) that stays in L2, then quantized there
+ * tile by tile by the kernels and the steps of src/cpu/quantize.c's tiles: quant_rc (both copies
+ * from one read) where the ISA has it and the tile takes it, else quant_blocks / load_amax /
+ * block_scales / load_quant_vs; the transposed copy by transpose_nt, streaming past the L2s as
+ * xte_quantize does. The input is read in runs of W elements per row, which the hardware
+ * prefetchers follow (128-column tiles read 128 separate runs of 256 or 512 bytes, which they do
+ * not, and the activation waited on memory). */
 #define SLICE 16
+#define CHUNK_BYTES ((size_t)512 << 10) /* the activation buffers of an item, at most */
 
 typedef struct fbuf {
-  _Alignas(64) float T[2][TILE * TILE]; /* the activation tiles (bf16 or fp32, row stride TILE) */
+  _Alignas(64) float T[2][TILE * TILE]; /* W = TILE where the chunk buffer cannot be had */
   _Alignas(64) uint8_t Qt[TILE * TILE];
   _Alignas(64) float acc[TILE];
   _Alignas(64) float sv[TILE];
@@ -216,27 +195,27 @@ typedef struct fbuf {
 typedef struct fctx {
   const xte_swiglu_args *a;
   const xte_quant_kernels *k;
-  int64_t ntc; /* tile columns of the output */
-  int64_t nic; /* work items per row of tiles */
-  int pair;    /* backward, F % TILE == 0: an item is tile (tr, tc) and its d_up tile */
-  int nt;      /* streaming stores for the fp8 copies */
+  int64_t kact; /* activation columns an item's chunks cover: F with pairs, else the output's K */
+  int64_t W;    /* activation columns per item (a multiple of TILE) */
+  int64_t nic;  /* items per band */
+  int pair;     /* backward, F % TILE == 0: an item makes its d_gate columns and their d_up ones */
+  int nt;       /* streaming stores for the fp8 copies */
   float partial[256];
 } fctx;
 
-/* Quantizes the nr x nc tile of buffer src (kind q->in_kind, row stride TILE) at output (r0, c0).
- */
+/* Quantizes the nr x nc tile at output (r0, c0) from src (kind q->in_kind, row stride lds). */
 static void quant_buf_tile(const fctx *fc, int64_t r0, int64_t c0, int64_t nr, int64_t nc,
-                           const void *src, fbuf *B, float *tamax) {
+                           const void *src, int64_t lds, fbuf *B, float *tamax) {
   const xte_quant_args *a = &fc->a->q;
   const xte_quant_kernels *k = fc->k;
   const size_t es = a->in_kind == XTE_NUM_IN_F32 ? 4u : 2u;
   const int nt = fc->nt;
   int64_t r, j, g, n;
   float tile_amax = 0.0f, am;
-#define SRC(r) ((const char *)src + (size_t)(r)*TILE * es)
+#define SRC(r) ((const char *)src + (size_t)(r) * (size_t)lds * es)
   if (k->quant_rc && a->row_q && a->col_q && a->col_transposed && a->row_bw == TILE &&
       a->col_bh == TILE && nc == TILE &&
-      k->quant_rc(src, TILE, nr, a, a->row_q + (size_t)r0 * (size_t)a->ld_row_q + (size_t)c0,
+      k->quant_rc(src, lds, nr, a, a->row_q + (size_t)r0 * (size_t)a->ld_row_q + (size_t)c0,
                   a->ld_row_q, B->rs, B->Qt, B->cs, &am, NULL, 0, nt)) {
     for (r = 0; r < nr; r++) xte_store_scale(&a->row_s, r0 + r, c0 / TILE, B->rs[r]);
     for (j = 0; j < nc; j++) xte_store_scale(&a->col_s, c0 + j, r0 / TILE, B->cs[j]);
@@ -251,7 +230,7 @@ static void quant_buf_tile(const fctx *fc, int64_t r0, int64_t c0, int64_t nr, i
         n = g + gr - r < SLICE ? g + gr - r : SLICE;
         if (a->row_q) {
           int64_t i, rr;
-          am = k->quant_blocks(SRC(r), TILE, a->in_kind, n, nc, bw, a,
+          am = k->quant_blocks(SRC(r), lds, a->in_kind, n, nc, bw, a,
                                a->row_q + (size_t)(r0 + r) * (size_t)a->ld_row_q + (size_t)c0,
                                a->ld_row_q, B->sc, a->col_q ? B->acc : NULL, nt);
           tile_amax = xte_fmaxf(tile_amax, am);
@@ -259,7 +238,7 @@ static void quant_buf_tile(const fctx *fc, int64_t r0, int64_t c0, int64_t nr, i
             for (i = 0; i < nbr; i++)
               xte_store_scale(&a->row_s, r0 + r + rr, c0 / bw + i, B->sc[rr * nbr + i]);
         } else {
-          (void)k->load_amax(SRC(r), TILE, a->in_kind, n, nc, B->acc);
+          (void)k->load_amax(SRC(r), lds, a->in_kind, n, nc, B->acc);
         }
       }
       if (!a->col_q) continue;
@@ -272,7 +251,7 @@ static void quant_buf_tile(const fctx *fc, int64_t r0, int64_t c0, int64_t nr, i
         else
           xte_store_scale(&a->col_s, gblk, c0 + j, B->sc[j]);
       }
-      k->load_quant_vs(SRC(g), TILE, a->in_kind, gr, nc, B->sv, a->fmt, a->saturate,
+      k->load_quant_vs(SRC(g), lds, a->in_kind, gr, nc, B->sv, a->fmt, a->saturate,
                        a->col_transposed
                            ? B->Qt + g * TILE
                            : a->col_q + (size_t)(r0 + g) * (size_t)a->ld_col_q + (size_t)c0,
@@ -290,38 +269,19 @@ static void quant_buf_tile(const fctx *fc, int64_t r0, int64_t c0, int64_t nr, i
   *tamax = xte_fmaxf(*tamax, tile_amax);
 }
 
-/* Item t's output tile: rows r0 .. r0 + nr - 1, activation columns f0 .. f0 + nc - 1 (pairs: the
- * d_gate columns, whose d_up columns are F + f0 ...), output columns c0 ... */
+/* Item t: rows r0 .. r0 + nr - 1, activation columns c0 .. c0 + nc - 1 (pairs: d_gate columns,
+ * whose d_up columns are F + c0 ...) */
 typedef struct fitem {
   int64_t r0, nr, c0, nc;
 } fitem;
 
 static fitem item_at(const fctx *fc, int64_t t) {
-  const xte_quant_args *q = &fc->a->q;
   fitem it;
   it.r0 = t / fc->nic * TILE;
-  it.c0 = t % fc->nic * TILE;
-  it.nr = q->M - it.r0 < TILE ? q->M - it.r0 : TILE;
-  it.nc = (fc->pair ? fc->a->F : q->K) - it.c0;
-  if (it.nc > TILE) it.nc = TILE;
+  it.c0 = t % fc->nic * fc->W;
+  it.nr = fc->a->q.M - it.r0 < TILE ? fc->a->q.M - it.r0 : TILE;
+  it.nc = fc->kact - it.c0 < fc->W ? fc->kact - it.c0 : fc->W;
   return it;
-}
-
-/* Prefetches row i of item it's input into L2 (gate, up and dy columns). */
-XTE_SWIGLU_PF void prefetch_item_row(const xte_swiglu_args *a, int pair, const fitem *it,
-                                     int64_t i) {
-  const size_t ex = a->x.dtype == XTE_DTYPE_FP32 ? 4u : 2u;
-  const size_t ed = a->dy.dtype == XTE_DTYPE_FP32 ? 4u : 2u;
-  const int64_t r = it->r0 + i;
-  int64_t f = it->c0, n = it->nc;
-  if (a->backward && !pair) { /* a tile of either half: its columns as gate columns */
-    if (f >= a->F) f -= a->F;
-    if (f + n > a->F) n = a->F - f; /* a tile across the halves: its d_gate part */
-  }
-  prefetch_row((const char *)a->x.data + (size_t)(r * a->x.ld + f) * ex, (size_t)n * ex);
-  prefetch_row((const char *)a->x.data + (size_t)(r * a->x.ld + a->F + f) * ex, (size_t)n * ex);
-  if (a->backward)
-    prefetch_row((const char *)a->dy.data + (size_t)(r * a->dy.ld + f) * ed, (size_t)n * ed);
 }
 
 static void fused_range(void *vctx, int64_t b, int64_t e, int tid) {
@@ -329,25 +289,42 @@ static void fused_range(void *vctx, int64_t b, int64_t e, int tid) {
   const xte_swiglu_args *a = fc->a;
   const int bf = a->act_dtype == XTE_DTYPE_BF16;
   const size_t es = bf ? 2u : 4u;
-  fbuf Bs, *B = &Bs;
+  fbuf B;
+  char *buf[2];
+  int64_t W = fc->W, t, i, j, h;
   float am = 0.0f;
-  int64_t t, i;
+  /* the chunk's buffers (pairs: d_gate, then d_up), else tile-wide items in B */
+  char *chunk = W > TILE ? (char *)xte_aligned_alloc((size_t)TILE * (size_t)W * es * 2u) : NULL;
+  if (chunk) {
+    buf[0] = chunk;
+    buf[1] = chunk + (size_t)TILE * (size_t)W * es;
+  } else {
+    W = TILE;
+    buf[0] = (char *)B.T[0];
+    buf[1] = (char *)B.T[1];
+  }
   for (t = b; t < e; t++) {
-    const fitem it = item_at(fc, t);
-    fitem nx = {0, 0, 0, 0};
-    if (t + 1 < e) nx = item_at(fc, t + 1);
-    for (i = 0; i < it.nr; i++) {
-      char *o0 = (char *)B->T[0] + (size_t)i * TILE * es;
-      if (fc->pair)
-        act_row(a, it.r0 + i, it.c0, it.nc, bf, o0, (char *)B->T[1] + (size_t)i * TILE * es);
-      else
-        act_span(a, it.r0 + i, it.c0, it.nc, bf, o0);
-      if (i < nx.nr) prefetch_item_row(a, fc->pair, &nx, i);
+    /* with W = TILE in place of fc->W: the chunk's tiles one by one */
+    const fitem ch = item_at(fc, t);
+    for (j = 0; j < ch.nc; j += W) {
+      const int64_t c0 = ch.c0 + j, nc = ch.nc - j < W ? ch.nc - j : W;
+      for (i = 0; i < ch.nr; i++) {
+        char *o0 = buf[0] + (size_t)i * (size_t)W * es;
+        if (fc->pair)
+          act_row(a, ch.r0 + i, c0, nc, bf, o0, buf[1] + (size_t)i * (size_t)W * es);
+        else
+          act_span(a, ch.r0 + i, c0, nc, bf, o0);
+      }
+      for (h = 0; h < nc; h += TILE) {
+        const int64_t n = nc - h < TILE ? nc - h : TILE;
+        quant_buf_tile(fc, ch.r0, c0 + h, ch.nr, n, buf[0] + (size_t)h * es, W, &B, &am);
+        if (fc->pair)
+          quant_buf_tile(fc, ch.r0, a->F + c0 + h, ch.nr, n, buf[1] + (size_t)h * es, W, &B, &am);
+      }
     }
-    quant_buf_tile(fc, it.r0, it.c0, it.nr, it.nc, B->T[0], B, &am);
-    if (fc->pair) quant_buf_tile(fc, it.r0, a->F + it.c0, it.nr, it.nc, B->T[1], B, &am);
   }
   if (fc->nt) fc->k->store_fence();
+  xte_aligned_free(chunk);
   fc->partial[tid] = xte_fmaxf(fc->partial[tid], am);
 }
 
@@ -371,9 +348,23 @@ xte_status XTE_MOE_NAME(xte_cpu_moe_swiglu)(const xte_swiglu_args *a, void *hand
     memset(&c, 0, sizeof c);
     c.a = a;
     c.k = xte_quant_kernels_get();
-    c.ntc = (q->K + TILE - 1) / TILE;
     c.pair = a->backward && a->F % TILE == 0;
-    c.nic = c.pair ? c.ntc / 2 : c.ntc;
+    c.kact = c.pair ? a->F : q->K;
+    {
+      /* W: the widest multiple of TILE whose buffers fit CHUNK_BYTES, narrowed until there are
+       * two items per thread (the partition depends only on the shape and the thread count; the
+       * bytes on neither) */
+      const size_t es = a->act_dtype == XTE_DTYPE_BF16 ? 2u : 4u;
+      const int64_t nth = small ? 1 : xte_cpu_threads();
+      const int64_t bands = q->M > TILE ? (q->M + TILE - 1) / TILE : 1,
+                    tiles = (c.kact + TILE - 1) / TILE;
+      int64_t wt = (int64_t)(CHUNK_BYTES / ((size_t)TILE * TILE * es * (c.pair ? 2u : 1u)));
+      int64_t per = (2 * nth + bands - 1) / bands; /* items wanted per band */
+      if (per > 1 && (tiles + per - 1) / per < wt) wt = (tiles + per - 1) / per;
+      if (wt < 1) wt = 1;
+      c.W = wt * TILE;
+      c.nic = (c.kact + c.W - 1) / c.W;
+    }
     /* streaming stores as xte_quantize's tile walks take them: once what the call reads and
      * writes is past the L2s of the threads (src/cpu/quantize.c, xte_cpu_quantize) */
     out_bytes = (size_t)q->M * (size_t)q->K * ((q->row_q ? 1u : 0u) + (q->col_q ? 1u : 0u));
