@@ -79,17 +79,52 @@ static inline xv dsilu_e(xv g, xm pos, xv e, xv den) {
   const xm pos = xv_ge((x), xv_1(0.0f)); \
   const xv e = xv_expf_neg(xv_negif(pos, (x)))
 
-static inline xv ld_v(const xte_moe_view *v, int64_t r, int64_t c) {
-  if (v->dtype == XTE_DTYPE_FP32) return xv_ld((const float *)v->data + r * v->ld + c);
-  return xv_ld_bf16((const uint16_t *)v->data + r * v->ld + c);
+#if defined(__GNUC__)
+#define XTE_SWIGLU_AI static inline __attribute__((always_inline))
+#else
+#define XTE_SWIGLU_AI static inline
+#endif
+
+/* XTE_MOE_VW elements at p of a row of bf16 (b) or fp32 values, as fp32 */
+XTE_SWIGLU_AI xv ld_v(const void *p, int b, int64_t j) {
+  return b ? xv_ld_bf16((const uint16_t *)p + j) : xv_ld((const float *)p + j);
 }
 
 /* Stores v (fp32 lanes) to element j of a row of dtype bf16 (rounded) or fp32. */
-static inline void st_v(void *row, int bf, int64_t j, xv v) {
+XTE_SWIGLU_AI void st_v(void *row, int bf, int64_t j, xv v) {
   if (bf)
     xv_st_bf16((uint16_t *)row + j, v);
   else
     xv_st((float *)row + j, v);
+}
+
+/* act_row's vector part over the whole vectors of n: g, u, dy rows of bf16 (xb, db) or fp32,
+ * the outputs bf16 (ob) or fp32; always inlined with constant flags, so that each combination is
+ * a loop of its own with no dtype tests. Returns the elements done. */
+XTE_SWIGLU_AI int64_t act_vec(const void *gp, const void *up, const void *dp, int64_t n, void *o0,
+                              void *o1, int bwd, int xb, int db, int ob) {
+  int64_t j = 0;
+  if (!bwd) {
+    for (; j + XTE_MOE_VW <= n; j += XTE_MOE_VW) {
+      const xv g = ld_v(gp, xb, j);
+      SILU_EXP(g, pos, e);
+      /* mul_nanprop(silu(g), u) with one NaN select: silu of a non-NaN g is not NaN (-inf gives
+       * -0), and a NaN g gives g quieted either way */
+      xv y = xv_div(xv_sel(pos, g, xv_mul(g, e)), xv_add(xv_1(1.0f), e));
+      y = xv_sel(xv_eq(g, xv_1(xte_bits_f32(0xFF800000u))), xv_1(-0.0f), y);
+      y = xv_sel(xv_nan(g), xv_add(g, g), xv_mul(y, ld_v(up, xb, j)));
+      st_v(o0, ob, j, y);
+    }
+  } else {
+    for (; j + XTE_MOE_VW <= n; j += XTE_MOE_VW) {
+      const xv g = ld_v(gp, xb, j), d = ld_v(dp, db, j);
+      SILU_EXP(g, pos, e);
+      const xv den = xv_add(xv_1(1.0f), e);
+      st_v(o0, ob, j, mul_nanprop_v(mul_nanprop_v(d, ld_v(up, xb, j)), dsilu_e(g, pos, e, den)));
+      st_v(o1, ob, j, mul_nanprop_v(d, silu_e(g, pos, e, den)));
+    }
+  }
+  return j;
 }
 #endif
 
@@ -107,23 +142,24 @@ static void act_row(const xte_swiglu_args *a, int64_t r, int64_t f, int64_t n, i
                     void *o1) {
   int64_t j = 0;
 #ifdef XTE_MOE_VW
-  if (!a->backward) {
-    for (; j + XTE_MOE_VW <= n; j += XTE_MOE_VW) {
-      const xv g = ld_v(&a->x, r, f + j);
-      SILU_EXP(g, pos, e);
-      const xv y =
-          mul_nanprop_v(silu_e(g, pos, e, xv_add(xv_1(1.0f), e)), ld_v(&a->x, r, f + j + a->F));
-      st_v(o0, bf, j, y);
-    }
-  } else {
-    for (; j + XTE_MOE_VW <= n; j += XTE_MOE_VW) {
-      const xv g = ld_v(&a->x, r, f + j), d = ld_v(&a->dy, r, f + j);
-      SILU_EXP(g, pos, e);
-      const xv den = xv_add(xv_1(1.0f), e);
-      st_v(o0, bf, j,
-           mul_nanprop_v(mul_nanprop_v(d, ld_v(&a->x, r, f + j + a->F)), dsilu_e(g, pos, e, den)));
-      st_v(o1, bf, j, mul_nanprop_v(d, silu_e(g, pos, e, den)));
-    }
+  {
+    const int xb = a->x.dtype != XTE_DTYPE_FP32, db = a->dy.dtype != XTE_DTYPE_FP32;
+    const size_t ex = xb ? 2u : 4u, ed = db ? 2u : 4u;
+    const char *gp = (const char *)a->x.data + (size_t)(r * a->x.ld + f) * ex;
+    const char *up = gp + (size_t)a->F * ex;
+    const char *dp =
+        a->backward ? (const char *)a->dy.data + (size_t)(r * a->dy.ld + f) * ed : NULL;
+#define ACT_VEC(bwd, xb, db, ob) act_vec(gp, up, dp, n, o0, o1, bwd, xb, db, ob)
+    if (!a->backward)
+      j = xb ? (bf ? ACT_VEC(0, 1, 0, 1) : ACT_VEC(0, 1, 0, 0))
+             : (bf ? ACT_VEC(0, 0, 0, 1) : ACT_VEC(0, 0, 0, 0));
+    else if (xb)
+      j = db ? (bf ? ACT_VEC(1, 1, 1, 1) : ACT_VEC(1, 1, 1, 0))
+             : (bf ? ACT_VEC(1, 1, 0, 1) : ACT_VEC(1, 1, 0, 0));
+    else
+      j = db ? (bf ? ACT_VEC(1, 0, 1, 1) : ACT_VEC(1, 0, 1, 0))
+             : (bf ? ACT_VEC(1, 0, 0, 1) : ACT_VEC(1, 0, 0, 0));
+#undef ACT_VEC
   }
 #endif
   for (; j < n; j++) {
