@@ -1,8 +1,9 @@
 /* CPU SwiGLU: forward, backward, and both fused with 1x128 quantization in one pass. The fused
- * kernels cut the output [M, K] into the 128 x 128 tiles of src/cpu/quantize.c, compute the
- * tile's activation values (rounded to act_dtype) into a tile buffer, then quantize the tile
- * with the same ISA kernels and the same per-block steps as xte_quantize, so the bytes equal
- * quantize(swiglu(x)) composed from the separate calls.
+ * kernels compute the activation values (rounded to act_dtype) of chunks of 128-row bands of the
+ * output [M, K] into a buffer that stays in L2, then quantize its 128 x 128 tiles with the same
+ * ISA kernels and the same per-block steps as xte_quantize's tiles (src/cpu/quantize.c), so the
+ * bytes equal quantize(swiglu(x)) composed from the separate calls. The backward computes d_gate
+ * and d_up of an element together, from one exp.
  *
  * The ISA builds (XTE_MOE_VW, src/cpu/avx2/moe_avx2.c, src/cpu/avx512/moe_avx512.c) compute the
  * activation XTE_MOE_VW elements at a time: the per-element formulas of
@@ -217,7 +218,8 @@ static void plain_rows(void *vctx, int64_t b, int64_t e, int tid) {
  * prefetchers follow (128-column tiles read 128 separate runs of 256 or 512 bytes, which they do
  * not, and the activation waited on memory). */
 #define SLICE 16
-#define CHUNK_BYTES ((size_t)512 << 10) /* the activation buffers of an item, at most */
+/* the activation buffers of an item: at most half the L2, at most CHUNK_BYTES */
+#define CHUNK_BYTES ((size_t)512 << 10)
 
 typedef struct fbuf {
   _Alignas(64) float T[2][TILE * TILE]; /* W = TILE where the chunk buffer cannot be had */
@@ -387,15 +389,18 @@ xte_status XTE_MOE_NAME(xte_cpu_moe_swiglu)(const xte_swiglu_args *a, void *hand
     c.pair = a->backward && a->F % TILE == 0;
     c.kact = c.pair ? a->F : q->K;
     {
-      /* W: the widest multiple of TILE whose buffers fit CHUNK_BYTES, narrowed until there are
-       * two items per thread (the partition depends only on the shape and the thread count; the
-       * bytes on neither) */
+      /* W: the widest multiple of TILE whose buffers fit cb, narrowed until there are
+       * two items per thread (the partition depends on the shape, the thread count and the L2;
+       * the bytes on none of them) */
       const size_t es = a->act_dtype == XTE_DTYPE_BF16 ? 2u : 4u;
       const int64_t nth = small ? 1 : xte_cpu_threads();
       const int64_t bands = q->M > TILE ? (q->M + TILE - 1) / TILE : 1,
                     tiles = (c.kact + TILE - 1) / TILE;
-      int64_t wt = (int64_t)(CHUNK_BYTES / ((size_t)TILE * TILE * es * (c.pair ? 2u : 1u)));
-      int64_t per = (2 * nth + bands - 1) / bands; /* items wanted per band */
+      size_t cb = xte_cpu_l2() / 2;
+      int64_t wt, per;
+      if (cb > CHUNK_BYTES) cb = CHUNK_BYTES;
+      wt = (int64_t)(cb / ((size_t)TILE * TILE * es * (c.pair ? 2u : 1u)));
+      per = (2 * nth + bands - 1) / bands; /* items wanted per band */
       if (per > 1 && (tiles + per - 1) / per < wt) wt = (tiles + per - 1) / per;
       if (wt < 1) wt = 1;
       c.W = wt * TILE;
