@@ -500,6 +500,7 @@ Test(moe_swiglu, special_values_fused_bits) {
     special_fused_case(129, 100, XTE_DTYPE_FP32, XTE_DTYPE_BF16, recs[r], 1);
     special_fused_case(7, 3, XTE_DTYPE_BF16, XTE_DTYPE_FP32, recs[r], 1);
     special_fused_case(130, 128, XTE_DTYPE_BF16, XTE_DTYPE_BF16, recs[r], 1); /* tile pairs */
+    special_fused_case(40, 1024, XTE_DTYPE_BF16, XTE_DTYPE_BF16, recs[r], 1); /* in chunks */
   }
 }
 
@@ -714,4 +715,5 @@ Test(moe_swiglu, lanes_equal_scalar_fused) {
   lanes_fused_case(64, 1000, XTE_DTYPE_BF16, XTE_DTYPE_BF16, 0);
   lanes_fused_case(64, 1024, XTE_DTYPE_FP32, XTE_DTYPE_BF16, 1);
   lanes_fused_case(33, 1000, XTE_DTYPE_BF16, XTE_DTYPE_FP32, 1);
+  lanes_fused_case(200, 1024, XTE_DTYPE_BF16, XTE_DTYPE_BF16, 1); /* and a short last band */
 }
