@@ -46,8 +46,7 @@ static float act_value(const xte_swiglu_args *a, int64_t r, int64_t c, int round
 #ifdef XTE_MOE_VW
 /* ---------------------------------------------------------------- lanes
  * Besides the layer of src/cpu/moe_lanes.h, the including file defines the bf16 steps:
- * xv_ld_bf16(p) (XTE_MOE_VW bf16 values at p as fp32), xv_bf16(v) (xte_f32_to_bf16's value of
- * each lane, as fp32: the rounded bf16 widened back) and xv_st_bf16(p, v) (xte_f32_to_bf16 of
+ * xv_ld_bf16(p) (XTE_MOE_VW bf16 values at p as fp32) and xv_st_bf16(p, v) (xte_f32_to_bf16 of
  * each lane stored to p). */
 
 /* xte_mul_nanprop(a, b): x86's product gives b's NaN quieted when only b is NaN and 0xFFC00000
