@@ -221,7 +221,7 @@ static void plain_rows(void *vctx, int64_t b, int64_t e, int tid) {
 #define CHUNK_BYTES ((size_t)512 << 10)
 
 typedef struct fbuf {
-  _Alignas(64) float T[2][TILE * TILE]; /* W = TILE where the chunk buffer cannot be had */
+  _Alignas(64) float T[TILE * TILE]; /* one tile, where the chunk buffers cannot be had */
   _Alignas(64) uint8_t Qt[TILE * TILE];
   _Alignas(64) float acc[TILE];
   _Alignas(64) float sv[TILE];
@@ -326,38 +326,38 @@ static void fused_range(void *vctx, int64_t b, int64_t e, int tid) {
   const xte_swiglu_args *a = fc->a;
   const int bf = a->act_dtype == XTE_DTYPE_BF16;
   const size_t es = bf ? 2u : 4u;
+  const int np = fc->pair ? 2 : 1;
   fbuf B;
-  char *buf[2];
   int64_t W = fc->W, t, i, j, h;
+  int p;
   float am = 0.0f;
-  /* the chunk's buffers (pairs: d_gate, then d_up), else tile-wide items in B */
-  char *chunk = W > TILE ? (char *)xte_aligned_alloc((size_t)TILE * (size_t)W * es * 2u) : NULL;
-  if (chunk) {
-    buf[0] = chunk;
-    buf[1] = chunk + (size_t)TILE * (size_t)W * es;
-  } else {
-    W = TILE;
-    buf[0] = (char *)B.T[0];
-    buf[1] = (char *)B.T[1];
-  }
+  /* the chunk's buffers (pairs: d_gate, then d_up); without them, tile by tile through B.T */
+  char *chunk = (char *)xte_aligned_alloc((size_t)TILE * (size_t)W * es * (size_t)np);
+  if (!chunk) W = TILE;
   for (t = b; t < e; t++) {
-    /* with W = TILE in place of fc->W: the chunk's tiles one by one */
     const fitem ch = item_at(fc, t);
     for (j = 0; j < ch.nc; j += W) {
       const int64_t c0 = ch.c0 + j, nc = ch.nc - j < W ? ch.nc - j : W;
+      if (!chunk) { /* one tile (nc <= TILE), the d_up tile of a pair after its d_gate tile */
+        for (p = 0; p < np; p++) {
+          const int64_t oc = c0 + (p ? a->F : 0);
+          for (i = 0; i < ch.nr; i++)
+            act_span(a, ch.r0 + i, oc, nc, bf, (char *)B.T + (size_t)i * TILE * es);
+          quant_buf_tile(fc, ch.r0, oc, ch.nr, nc, B.T, TILE, &B, &am);
+        }
+        continue;
+      }
       for (i = 0; i < ch.nr; i++) {
-        char *o0 = buf[0] + (size_t)i * (size_t)W * es;
+        char *o0 = chunk + (size_t)i * (size_t)W * es;
         if (fc->pair)
-          act_row(a, ch.r0 + i, c0, nc, bf, o0, buf[1] + (size_t)i * (size_t)W * es);
+          act_row(a, ch.r0 + i, c0, nc, bf, o0, o0 + (size_t)TILE * (size_t)W * es);
         else
           act_span(a, ch.r0 + i, c0, nc, bf, o0);
       }
-      for (h = 0; h < nc; h += TILE) {
-        const int64_t n = nc - h < TILE ? nc - h : TILE;
-        quant_buf_tile(fc, ch.r0, c0 + h, ch.nr, n, buf[0] + (size_t)h * es, W, &B, &am);
-        if (fc->pair)
-          quant_buf_tile(fc, ch.r0, a->F + c0 + h, ch.nr, n, buf[1] + (size_t)h * es, W, &B, &am);
-      }
+      for (h = 0; h < nc; h += TILE)
+        for (p = 0; p < np; p++)
+          quant_buf_tile(fc, ch.r0, c0 + h + (p ? a->F : 0), ch.nr, nc - h < TILE ? nc - h : TILE,
+                         chunk + ((size_t)p * TILE * (size_t)W + (size_t)h) * es, W, &B, &am);
     }
   }
   if (fc->nt) fc->k->store_fence();
