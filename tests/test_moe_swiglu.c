@@ -175,6 +175,8 @@ Test(moe_swiglu, fused_backward_equals_composed) {
   for (r = 0; r < 4; r++) {
     fused_case(200, 100, XTE_DTYPE_BF16, XTE_DTYPE_BF16, recs[r], XTE_SCALE_LAYOUT_COMPACT, 1, 1);
     fused_case(129, 192, XTE_DTYPE_FP32, XTE_DTYPE_FP32, recs[r], XTE_SCALE_LAYOUT_TE_GEMM, 1, 1);
+    /* F a multiple of 128: each d_gate tile made with its d_up tile */
+    fused_case(130, 256, XTE_DTYPE_BF16, XTE_DTYPE_BF16, recs[r], XTE_SCALE_LAYOUT_COMPACT, 1, 1);
   }
 }
 
@@ -497,6 +499,8 @@ Test(moe_swiglu, special_values_fused_bits) {
     special_fused_case(130, 200, XTE_DTYPE_BF16, XTE_DTYPE_BF16, recs[r], 0);
     special_fused_case(129, 100, XTE_DTYPE_FP32, XTE_DTYPE_BF16, recs[r], 1);
     special_fused_case(7, 3, XTE_DTYPE_BF16, XTE_DTYPE_FP32, recs[r], 1);
+    special_fused_case(130, 128, XTE_DTYPE_BF16, XTE_DTYPE_BF16, recs[r], 1); /* tile pairs */
+    special_fused_case(40, 1024, XTE_DTYPE_BF16, XTE_DTYPE_BF16, recs[r], 1); /* in chunks */
   }
 }
 
@@ -703,4 +707,13 @@ Test(moe_swiglu, lanes_equal_scalar_fused) {
   lanes_fused_case(130, 200, XTE_DTYPE_BF16, XTE_DTYPE_BF16, 0);
   lanes_fused_case(70, 200, XTE_DTYPE_FP32, XTE_DTYPE_BF16, 1);
   lanes_fused_case(70, 200, XTE_DTYPE_BF16, XTE_DTYPE_FP32, 1);
+  /* F a multiple of 128 (tile pairs), full 128 x 128 tiles and a short last row of tiles */
+  lanes_fused_case(130, 256, XTE_DTYPE_BF16, XTE_DTYPE_BF16, 1);
+  lanes_fused_case(129, 128, XTE_DTYPE_FP32, XTE_DTYPE_FP32, 1);
+  lanes_fused_case(130, 256, XTE_DTYPE_BF16, XTE_DTYPE_BF16, 0);
+  /* one band of rows in chunks of several tiles (the last one short) */
+  lanes_fused_case(64, 1000, XTE_DTYPE_BF16, XTE_DTYPE_BF16, 0);
+  lanes_fused_case(64, 1024, XTE_DTYPE_FP32, XTE_DTYPE_BF16, 1);
+  lanes_fused_case(33, 1000, XTE_DTYPE_BF16, XTE_DTYPE_FP32, 1);
+  lanes_fused_case(200, 1024, XTE_DTYPE_BF16, XTE_DTYPE_BF16, 1); /* and a short last band */
 }

@@ -48,21 +48,17 @@ static inline __m256 xv_ld_bf16(const uint16_t *p) {
   const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)p);
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
-static inline __m256i xv_bf16_hi(__m256 v) { /* the bf16 in the high half of each lane */
+static inline void xv_st_bf16(uint16_t *p, __m256 v) {
   const __m256i u = _mm256_castps_si256(v);
   const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
   const __m256i rnd = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), odd);
-  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)),
-                                         _mm256_set1_epi32(0x7F800000));
-  return _mm256_blendv_epi8(rnd, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), nan);
-}
-static inline __m256 xv_bf16(__m256 v) {
-  return _mm256_castsi256_ps(_mm256_and_si256(xv_bf16_hi(v), _mm256_set1_epi32((int)0xFFFF0000u)));
-}
-static inline void xv_st_bf16(uint16_t *p, __m256 v) {
-  const __m256i h = _mm256_srli_epi32(xv_bf16_hi(v), 16);
-  /* packus interleaves the 128-bit halves: lanes 0-3 and 4-7 sit in 64-bit elements 0 and 2 */
-  const __m256i pk = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0xD8);
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  const __m256i h = _mm256_blendv_epi8(rnd, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), nan);
+  /* the high halves (bytes 2, 3 of each lane) to the low 8 bytes of each 128-bit half, then the
+   * two halves' 64-bit elements 0 and 2 together */
+  const __m256i sh = _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1, 2,
+                                      3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m256i pk = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(h, sh), 0xD8);
   _mm_storeu_si128((__m128i *)(void *)p, _mm256_castsi256_si128(pk));
 }
 

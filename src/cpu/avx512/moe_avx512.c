@@ -58,25 +58,23 @@ static inline __m512 xv_pow2(__m512 k) {
 #endif
 
 /* bf16 (src/cpu/moe_swiglu.c): widening is a shift; xte_f32_to_bf16 rounds u to nearest even
- * (u + 0x7FFF + bit 16) >> 16, a NaN keeps its top bits, quieted (bit 22 set) */
+ * (u + 0x7FFF + bit 16) >> 16, a NaN keeps its top bits, quieted (bit 22 set): the high halves
+ * (odd words) of the 16 lanes gathered into 256 bits by one word permutation */
 static inline __m512 xv_ld_bf16(const uint16_t *p) {
   const __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)p);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
-static inline __m512i xv_bf16_hi(__m512 v) { /* the bf16 in the high half of each lane */
+static inline void xv_st_bf16(uint16_t *p, __m512 v) {
   const __m512i u = _mm512_castps_si512(v);
   const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
   const __m512i rnd = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), odd);
-  const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
-                                                _mm512_set1_epi32(0x7F800000));
-  return _mm512_mask_or_epi32(rnd, nan, u, _mm512_set1_epi32(0x00400000));
-}
-static inline __m512 xv_bf16(__m512 v) {
-  return _mm512_castsi512_ps(_mm512_and_si512(xv_bf16_hi(v), _mm512_set1_epi32((int)0xFFFF0000u)));
-}
-static inline void xv_st_bf16(uint16_t *p, __m512 v) {
+  const __m512i h = _mm512_mask_or_epi32(rnd, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), u,
+                                         _mm512_set1_epi32(0x00400000));
+  /* word 2 i + 1 to word i (i < 16): 32-bit lane j of the index holds 4 j + 1 and 4 j + 3 */
+  const __m512i idx = _mm512_setr_epi32(0x00030001, 0x00070005, 0x000B0009, 0x000F000D, 0x00130011,
+                                        0x00170015, 0x001B0019, 0x001F001D, 0, 0, 0, 0, 0, 0, 0, 0);
   _mm256_storeu_si256((__m256i *)(void *)p,
-                      _mm512_cvtepi32_epi16(_mm512_srli_epi32(xv_bf16_hi(v), 16)));
+                      _mm512_castsi512_si256(_mm512_permutexvar_epi16(idx, h)));
 }
 
 /* Writes base + the lanes set in m (ascending) to dst (16 ints written), returns their count. */
