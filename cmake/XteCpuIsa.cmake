@@ -113,3 +113,14 @@ function(xte_cpu_isa_vnni)
   endif()
   set(XTE_ISA_VNNI_BUILT ${XTE_ISA_VNNI_BUILT} PARENT_SCOPE)
 endfunction()
+
+# src/cpu/bf16/: XTE_ATTENTION_FAST's bf16 dot products (VDPBF16PS), an extension of the avx512
+# ISA used where the CPU has AVX512-BF16 (XTE_CPU_AVX512_BF16=0 turns them off).
+function(xte_cpu_isa_bf16)
+  include(CheckCCompilerFlag)
+  check_c_compiler_flag("-mavx512bf16" XTE_CC_HAS_AVX512_BF16)
+  if(XTE_CC_HAS_AVX512_BF16)
+    xte_cpu_isa_objects(bf16 DIR bf16 FLAGS ${XTE_ISA_FLAGS_AVX512} -mavx512bf16)
+  endif()
+  set(XTE_ISA_BF16_BUILT ${XTE_ISA_BF16_BUILT} PARENT_SCOPE)
+endfunction()

@@ -6,6 +6,9 @@
  *  - FlashAttention's criterion against the fp64 oracle of test_attention_oracle.h, forward and
  *    backward, on fp32 / bf16 / fp16 cases with masks, windows, GQA, THD, softcap, ALiBi and
  *    padding (the table-driven attention tests also run whole in FAST: <test>@fast@<isa>);
+ *  - bf16 inputs on the bf16 dot products (AVX512-BF16, where the ISA has them attached) and on
+ *    the fp32 ones (xte_internal_attention_fast_bf16(0)), each within the same criterion, with
+ *    head dims past the kernels' K chunk and odd ones; the bf16 path really taken;
  *  - the same bytes run to run; config->mode checked; FAST really taken (its bytes differ from
  *    EXACT's). */
 #include <criterion/criterion.h>
@@ -16,6 +19,7 @@
 /* the test hooks of src/cpu/attention_kernels.h (exported, not in a public header) */
 XTE_API xte_status xte_internal_attention_exp_fast(xte_cpu_isa isa, const float *x, float *y,
                                                    int64_t n);
+XTE_API int xte_internal_attention_fast_bf16(int on);
 
 /* The documented maximum relative error of the FAST exp on [-86.5, 88.72] (numerics.md). */
 #define FAST_EXP_MAX_REL 2.0e-7
@@ -91,57 +95,68 @@ static acase fk(xte_attn_layout L, xte_dtype dt, int64_t b, int64_t sq, int64_t 
   return c;
 }
 
+/* Case k < NCASES of dtype dt: every kind of case (masks, windows, GQA, THD, padding, softcap,
+ * ALiBi, odd and MLA head dims, head dims past the bf16 kernels' K chunk of 128). */
+#define NCASES 11
+static acase fcase(int k, xte_dtype dt) {
+  static int32_t lq[3] = {70, 0, 129}, lk[3] = {90, 33, 129};
+  acase c;
+  switch (k) {
+    case 0:
+      c = fk(BSHD, dt, 2, 150, 150, 4, 4, 64, 64, NOMASK);
+      break;
+    case 1:
+      c = fk(BSHD, dt, 1, 130, 200, 4, 2, 64, 64, CAUSAL);
+      break;
+    case 2:
+      c = fk(SBHD, dt, 2, 200, 130, 4, 1, 32, 48, CAUSAL_BR);
+      break;
+    case 3:
+      c = fk(BSHD, dt, 1, 160, 160, 2, 2, 80, 80, NOMASK);
+      c.wl = 40;
+      c.wr = 5;
+      break;
+    case 4:
+      c = fk(BSHD, dt, 1, 100, 100, 2, 1, 128, 128, CAUSAL);
+      c.softcap = 15.0f;
+      break;
+    case 5:
+      c = fk(BSHD, dt, 1, 100, 120, 2, 2, 64, 64, CAUSAL_BR);
+      c.alibi = 1;
+      break;
+    case 6:
+      c = fk(THD, dt, 3, 129, 129, 4, 2, 64, 64, CAUSAL);
+      c.lens_q = lq;
+      c.lens_kv = lk;
+      break;
+    case 7:
+      c = fk(BSHD, dt, 3, 129, 129, 2, 1, 64, 64, NOMASK);
+      c.lens_q = lq;
+      c.lens_kv = lk;
+      c.padded = 1;
+      break;
+    case 8: /* few query rows, odd head dims, MLA-like d_qk != d_v */
+      c = fk(BSHD, dt, 2, 5, 150, 2, 2, 7, 3, NOMASK);
+      break;
+    case 9:
+      c = fk(BSHD, dt, 1, 64, 300, 2, 2, 192, 128, NOMASK);
+      c.scale = 0.05f;
+      break;
+    default: /* K = 255: two K chunks of the bf16 kernels (128), the second odd; 48 value columns */
+      c = fk(BSHD, dt, 1, 70, 140, 2, 1, 255, 48, CAUSAL_BR);
+      break;
+  }
+  return c;
+}
+
 /* Every kind of case in each input dtype: forward and backward within the criterion. */
 Test(attention_fast, criterion_cases) {
   static const xte_dtype dts[3] = {F32, BF16, F16};
-  static int32_t lq[3] = {70, 0, 129}, lk[3] = {90, 33, 129};
   int t, k, fails = 0, n = 0;
   for (t = 0; t < 3; t++)
-    for (k = 0; k < 10; k++) {
+    for (k = 0; k < NCASES; k++) {
       const xte_dtype dt = dts[t];
-      acase c;
-      switch (k) {
-        case 0:
-          c = fk(BSHD, dt, 2, 150, 150, 4, 4, 64, 64, NOMASK);
-          break;
-        case 1:
-          c = fk(BSHD, dt, 1, 130, 200, 4, 2, 64, 64, CAUSAL);
-          break;
-        case 2:
-          c = fk(SBHD, dt, 2, 200, 130, 4, 1, 32, 48, CAUSAL_BR);
-          break;
-        case 3:
-          c = fk(BSHD, dt, 1, 160, 160, 2, 2, 80, 80, NOMASK);
-          c.wl = 40;
-          c.wr = 5;
-          break;
-        case 4:
-          c = fk(BSHD, dt, 1, 100, 100, 2, 1, 128, 128, CAUSAL);
-          c.softcap = 15.0f;
-          break;
-        case 5:
-          c = fk(BSHD, dt, 1, 100, 120, 2, 2, 64, 64, CAUSAL_BR);
-          c.alibi = 1;
-          break;
-        case 6:
-          c = fk(THD, dt, 3, 129, 129, 4, 2, 64, 64, CAUSAL);
-          c.lens_q = lq;
-          c.lens_kv = lk;
-          break;
-        case 7:
-          c = fk(BSHD, dt, 3, 129, 129, 2, 1, 64, 64, NOMASK);
-          c.lens_q = lq;
-          c.lens_kv = lk;
-          c.padded = 1;
-          break;
-        case 8: /* few query rows, odd head dims, MLA-like d_qk != d_v */
-          c = fk(BSHD, dt, 2, 5, 150, 2, 2, 7, 3, NOMASK);
-          break;
-        default:
-          c = fk(BSHD, dt, 1, 64, 300, 2, 2, 192, 128, NOMASK);
-          c.scale = 0.05f;
-          break;
-      }
+      const acase c = fcase(k, dt);
       n++;
       if (ta_run_check(&c, 1)) {
         fails++;
@@ -228,6 +243,53 @@ Test(attention_fast, differs_from_exact) {
               xte_cpu_isa_name(xte_cpu_get_isa()));
   free_outs(&f);
   free_outs(&e);
+  ta_free(&d);
+}
+
+/* bf16 inputs with the bf16 dot products off (the fp32 path that ISAs without them run): every
+ * case within the same criterion. */
+Test(attention_fast, bf16_fp32_path) {
+  int k, fails = 0;
+  (void)xte_internal_attention_fast_bf16(0);
+  for (k = 0; k < NCASES; k++) {
+    const acase c = fcase(k, BF16);
+    if (ta_run_check(&c, 1)) {
+      fails++;
+      cr_expect(0, "FAST case %d bf16 on the fp32 dot products fails the criterion", k);
+    }
+  }
+  (void)xte_internal_attention_fast_bf16(1);
+  printf("attention FAST bf16 on the fp32 dot products (%s): %d cases, %d failing\n",
+         xte_cpu_isa_name(xte_cpu_get_isa()), NCASES, fails);
+  fflush(stdout);
+}
+
+/* Where the bf16 dot products are attached (avx512 on a CPU with AVX512-BF16), bf16 FAST takes
+ * them in the forward and in both backward passes (O, dQ, dK and dV each differ from the fp32
+ * path's bytes; criterion_cases checks their error), with the same bytes run to run. */
+Test(attention_fast, bf16_dot_products_taken) {
+  acase c = fk(BSHD, BF16, 1, 200, 200, 2, 2, 64, 64, CAUSAL);
+  adata d;
+  outs on, off, again;
+  if (!xte_internal_attention_fast_bf16(-1)) {
+    printf("attention FAST (%s): no bf16 dot products attached here, nothing to check\n",
+           xte_cpu_isa_name(xte_cpu_get_isa()));
+    return;
+  }
+  ta_setup(&d, &c);
+  run_both(&d, &on);
+  (void)xte_internal_attention_fast_bf16(0);
+  run_both(&d, &off);
+  (void)xte_internal_attention_fast_bf16(1);
+  run_both(&d, &again);
+  cr_expect(memcmp(on.o, off.o, (size_t)d.no * 2) != 0, "O: the bf16 dot products not taken");
+  cr_expect(memcmp(on.dq, off.dq, (size_t)d.nq * 2) != 0, "dQ: the bf16 dot products not taken");
+  cr_expect(memcmp(on.dk, off.dk, (size_t)d.nk * 2) != 0, "dK: the bf16 dot products not taken");
+  cr_expect(memcmp(on.dv, off.dv, (size_t)d.nv * 2) != 0, "dV: the bf16 dot products not taken");
+  cr_expect(!differ(&d, &on, &again), "bf16 dot products: a second run differs");
+  free_outs(&on);
+  free_outs(&off);
+  free_outs(&again);
   ta_free(&d);
 }
 

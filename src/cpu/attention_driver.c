@@ -427,6 +427,15 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
   }
 }
 
+/* FAST's bf16 dot products on (xte_internal_attention_fast_bf16) */
+static int fast_bf16_on = 1;
+
+int xte_internal_attention_fast_bf16(int on) {
+  const xte_cpu_isa_table *T = xte_cpu_isa_table_get();
+  if (on >= 0) fast_bf16_on = on != 0;
+  return fast_bf16_on && T->attn_bf16 != NULL;
+}
+
 static void init_ctx(actx *c, const xte_attn_args *a) {
   int64_t b, t0, len;
   const xte_cpu_isa_table *T = xte_cpu_isa_table_get(); /* one ISA for the whole call */
@@ -434,6 +443,13 @@ static void init_ctx(actx *c, const xte_attn_args *a) {
   c->a = a;
   c->fast = a->fast;
   c->K = a->fast && T->attn->fast ? T->attn->fast : T->attn;
+  if (a->fast && a->dtype == XTE_DTYPE_BF16 && T->attn_bf16 && fast_bf16_on) {
+    c->kb = *c->K;
+    c->kb.gemm = T->attn_bf16->gemm;
+    c->kb.gemm_fold = T->attn_bf16->gemm_fold;
+    c->K = &c->kb;
+    c->bf16 = 1;
+  }
   c->ck = T->quant;
   c->G = a->hq / a->hkv;
   c->dqp = rup16(a->dqk);
@@ -570,12 +586,13 @@ static int last_run(const char *act, int64_t rb, int64_t e) {
 static void tile_part(const xte_attn_kernels *K, int64_t nb, int64_t dvp, int64_t dqp, int64_t n,
                       const float *P, const float *dS, int64_t a_rs, int64_t a_ks, const float *Gp,
                       int64_t gld, const float *Qp, int64_t qld, float *dVt, float *dKt, float *dVa,
-                      float *dKa, int acc, int last, const float *pf) {
+                      float *dKa, int acc, int last, const float *pf, int whole) {
   /* pf (non-NULL): the next tile's St / dPt slot in the S store (2 BN BM floats, out of the
    * caches by then), prefetched a share at a time between row chunks of the two GEMMs so that
    * it arrives while they run. Chunks of 6 rows keep the register tiles; each element is its own
-   * chain, so the split changes no byte. */
-  const int64_t step = pf ? 6 : nb, nch = (nb + step - 1) / step, lines = 2 * BN * BM / 16;
+   * chain, so the split changes no byte. whole: no chunks (the bf16 kernels pack B per call). */
+  const int64_t step = pf && !whole ? 6 : nb, nch = (nb + step - 1) / step,
+                lines = 2 * BN * BM / 16;
   int64_t ch, q = 0, m0;
   for (ch = 0; ch < 2 * nch; ch++) {
     const int dk = ch >= nch; /* the dV chunks, then the dK chunks */
@@ -707,7 +724,7 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
         const float *pf = i0 + BM < ib ? s_slot(c, b, h, i0 + BM, j0) : NULL;
         for (r = ra; next_run(act, rb, &r, &e); r = e, acc = 1, pf = NULL)
           tile_part(K, nb, dvp, dqp, e - r, P + r, dS + r, BM, 1, Gp + r * gld, gld, Qp + r * qld,
-                    qld, dVt, dKt, dVa, dKa, (int)acc, last_run(act, rb, e), pf);
+                    qld, dVt, dKt, dVa, dKa, (int)acc, last_run(act, rb, e), pf, c->bf16);
       } else {
         K->gemm(rb - ra, BN, dq, Qp + ra * qld, qld, 1, Kt, BN, S + ra * BN, BN, 0);
         K->gemm(rb - ra, BN, dv, Gp + ra * gld, gld, 1, Vt, BN, dP + ra * BN, BN, 0);
@@ -715,7 +732,8 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
         /* the tile's part: one chain from +0 over its active rows in order */
         for (r = ra; next_run(act, rb, &r, &e); r = e, acc = 1)
           tile_part(K, nb, dvp, dqp, e - r, P + r * BN, dS + r * BN, 1, BN, Gp + r * gld, gld,
-                    Qp + r * qld, qld, dVt, dKt, dVa, dKa, (int)acc, last_run(act, rb, e), NULL);
+                    Qp + r * qld, qld, dVt, dKt, dVa, dKa, (int)acc, last_run(act, rb, e), NULL,
+                    c->bf16);
       }
     }
   }

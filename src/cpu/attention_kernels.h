@@ -62,6 +62,19 @@ typedef struct xte_attn_kernels {
   const struct xte_attn_kernels *fast;
 } xte_attn_kernels;
 
+/* XTE_ATTENTION_FAST's bf16 dot products (src/cpu/bf16/attention_bf16.c, AVX512-BF16): gemm and
+ * gemm_fold with xte_attn_kernels' arguments and layout, each operand rounded to bf16 (round to
+ * nearest even) and the products summed in fp32 pair by pair (VDPBF16PS, a fixed order). The
+ * driver takes them for bf16 inputs in FAST where isa.c attached them (the xte_cpu_isa_table's
+ * attn_bf16) and xte_internal_attention_fast_bf16 has not turned them off. */
+typedef struct xte_attn_bf16_kernels {
+  void (*gemm)(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
+               const float *B, int64_t ldb, float *C, int64_t ldc, int acc);
+  void (*gemm_fold)(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
+                    const float *B, int64_t ldb, const float *C0, int64_t ldc0, float *D,
+                    int64_t ldd, const float *alpha);
+} xte_attn_bf16_kernels;
+
 /* Test hook, not public API (no public header declares it): the attention kernels' exp of ISA
  * isa (exp_n above) on x[0 .. n), into y. XTE_ERROR_UNSUPPORTED when the ISA cannot run here.
  * Exported only so that tests/test_attention_lanes.c can check every lane exhaustively. */
@@ -77,5 +90,11 @@ XTE_API xte_status xte_internal_attention_exp_fast(xte_cpu_isa isa, const float 
  * converts block by block; returns the previous limit (default 256 MiB). 0 turns them off.
  * Not thread-safe: for tests that compare the two paths' bytes. */
 XTE_API size_t xte_internal_attention_cache_limit(size_t bytes);
+
+/* Test hook, not public API: on = 0 turns FAST's bf16 dot products (xte_attn_bf16_kernels) off
+ * for the calls that follow, 1 back on, -1 leaves the setting; returns 1 when they would run (the
+ * ISA in use has them attached and they are on), else 0. Not thread-safe: for tests that run both
+ * paths in one process (XTE_CPU_AVX512_BF16=0 keeps them off for a whole process). */
+XTE_API int xte_internal_attention_fast_bf16(int on);
 
 #endif /* XTE_CPU_ATTENTION_KERNELS_H */
