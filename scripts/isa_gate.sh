@@ -22,7 +22,7 @@
 #       the AVX-512 extensions it does not check for at run time: CD, VNNI (EVEX and VEX),
 #       VBMI, VBMI2, IFMA, BF16, BITALG, VPOPCNTDQ, VP2INTERSECT, GFNI, VAES, ...; no AMX.
 #   xte_isa_vnni: avx512's rules, VNNI and VBMI allowed (no AMX).
-#   xte_isa_bf16: avx512's rules, AVX512-BF16 allowed (no AMX).
+#   xte_isa_bf16: avx512's rules, AVX512-BF16 and AMX-TILE / AMX-BF16 allowed (its compile flags).
 #   xte_isa_amx: avx512's rules, VBMI and AMX-TILE / AMX-INT8 allowed (its compile flags).
 # Encodings are read from the raw instruction bytes (after the legacy and REX prefixes: 0xC4 /
 # 0xC5 VEX, 0x62 EVEX, 0x8F with a map >= 8 XOP), so a new EVEX-only mnemonic cannot slip by;
@@ -188,7 +188,7 @@ function offence(R, m, ops, enc,    e, map) {
   if (e == "") return ""
   if (R == "vnni" && (e == "VNNI" || e == "VBMI")) return ""
   if (R == "amx" && (e == "VBMI" || e == "AMX")) return ""
-  if (R == "bf16" && e == "BF16") return ""
+  if (R == "bf16" && (e == "BF16" || e == "AMX")) return ""
   return e
 }
 function flush_obj() {

@@ -6,9 +6,10 @@
  *  - FlashAttention's criterion against the fp64 oracle of test_attention_oracle.h, forward and
  *    backward, on fp32 / bf16 / fp16 cases with masks, windows, GQA, THD, softcap, ALiBi and
  *    padding (the table-driven attention tests also run whole in FAST: <test>@fast@<isa>);
- *  - bf16 inputs on the bf16 dot products (AVX512-BF16, where the ISA has them attached) and on
- *    the fp32 ones (xte_internal_attention_fast_bf16(0)), each within the same criterion, with
- *    head dims past the kernels' K chunk and odd ones; the bf16 path really taken;
+ *  - bf16 inputs on the bf16 dot products where the ISA has them attached (AMX-BF16 tiles, and
+ *    AVX512-BF16 through xte_internal_attention_fast_bf16(2)) and on the fp32 ones
+ *    (xte_internal_attention_fast_bf16(0)), each within the same criterion, with head dims past
+ *    the kernels' K chunk and odd ones; each bf16 path really taken;
  *  - the same bytes run to run; config->mode checked; FAST really taken (its bytes differ from
  *    EXACT's). */
 #include <criterion/criterion.h>
@@ -246,51 +247,69 @@ Test(attention_fast, differs_from_exact) {
   ta_free(&d);
 }
 
-/* bf16 inputs with the bf16 dot products off (the fp32 path that ISAs without them run): every
- * case within the same criterion. */
-Test(attention_fast, bf16_fp32_path) {
-  int k, fails = 0;
-  (void)xte_internal_attention_fast_bf16(0);
-  for (k = 0; k < NCASES; k++) {
-    const acase c = fcase(k, BF16);
-    if (ta_run_check(&c, 1)) {
-      fails++;
-      cr_expect(0, "FAST case %d bf16 on the fp32 dot products fails the criterion", k);
+/* bf16 inputs on the other paths than the default's (criterion_cases): the fp32 dot products
+ * (on = 0, as on ISAs without bf16 ones) and the AVX512-BF16 ones where AMX-BF16 is the default
+ * (on = 2): every case within the same criterion. */
+Test(attention_fast, bf16_other_paths) {
+  static const char *name[3] = {"fp32", "AMX-BF16", "AVX512-BF16"};
+  int on, k;
+  for (on = 0; on <= 2; on += 2) {
+    int fails = 0;
+    const int kind = xte_internal_attention_fast_bf16(on);
+    if (kind != on) continue; /* AVX512-BF16 not attached here */
+    for (k = 0; k < NCASES; k++) {
+      const acase c = fcase(k, BF16);
+      if (ta_run_check(&c, 1)) {
+        fails++;
+        cr_expect(0, "FAST case %d bf16 on the %s dot products fails the criterion", k, name[on]);
+      }
     }
+    printf("attention FAST bf16 on the %s dot products (%s): %d cases, %d failing\n", name[on],
+           xte_cpu_isa_name(xte_cpu_get_isa()), NCASES, fails);
   }
   (void)xte_internal_attention_fast_bf16(1);
-  printf("attention FAST bf16 on the fp32 dot products (%s): %d cases, %d failing\n",
-         xte_cpu_isa_name(xte_cpu_get_isa()), NCASES, fails);
   fflush(stdout);
 }
 
-/* Where the bf16 dot products are attached (avx512 on a CPU with AVX512-BF16), bf16 FAST takes
- * them in the forward and in both backward passes (O, dQ, dK and dV each differ from the fp32
- * path's bytes; criterion_cases checks their error), with the same bytes run to run. */
+/* Where bf16 dot products are attached (avx512 on a CPU with AVX512-BF16 / AMX-BF16), bf16 FAST
+ * takes them in the forward and in both backward passes (O, dQ, dK and dV each differ from the
+ * fp32 path's bytes; the criterion tests check their error), with the same bytes run to run;
+ * both kinds where both are attached. */
 Test(attention_fast, bf16_dot_products_taken) {
-  acase c = fk(BSHD, BF16, 1, 200, 200, 2, 2, 64, 64, CAUSAL);
-  adata d;
-  outs on, off, again;
-  if (!xte_internal_attention_fast_bf16(-1)) {
-    printf("attention FAST (%s): no bf16 dot products attached here, nothing to check\n",
-           xte_cpu_isa_name(xte_cpu_get_isa()));
-    return;
+  static const int64_t shape[2][4] = {{200, 200, 64, 64}, {150, 90, 255, 48}};
+  int on, sh, checked = 0;
+  for (sh = 0; sh < 2; sh++) {
+    acase c = fk(BSHD, BF16, 1, shape[sh][0], shape[sh][1], 2, 2, shape[sh][2], shape[sh][3],
+                 sh ? CAUSAL_BR : CAUSAL);
+    adata d;
+    outs off;
+    ta_setup(&d, &c);
+    (void)xte_internal_attention_fast_bf16(0);
+    run_both(&d, &off);
+    for (on = 1; on <= 2; on++) {
+      outs a, again;
+      if (xte_internal_attention_fast_bf16(on) != on) continue;
+      checked++;
+      run_both(&d, &a);
+      run_both(&d, &again);
+      cr_expect(memcmp(a.o, off.o, (size_t)d.no * 2) != 0, "O: bf16 dot products %d not taken", on);
+      cr_expect(memcmp(a.dq, off.dq, (size_t)d.nq * 2) != 0, "dQ: bf16 dot products %d not taken",
+                on);
+      cr_expect(memcmp(a.dk, off.dk, (size_t)d.nk * 2) != 0, "dK: bf16 dot products %d not taken",
+                on);
+      cr_expect(memcmp(a.dv, off.dv, (size_t)d.nv * 2) != 0, "dV: bf16 dot products %d not taken",
+                on);
+      cr_expect(!differ(&d, &a, &again), "bf16 dot products %d: a second run differs", on);
+      free_outs(&a);
+      free_outs(&again);
+    }
+    (void)xte_internal_attention_fast_bf16(1);
+    free_outs(&off);
+    ta_free(&d);
   }
-  ta_setup(&d, &c);
-  run_both(&d, &on);
-  (void)xte_internal_attention_fast_bf16(0);
-  run_both(&d, &off);
-  (void)xte_internal_attention_fast_bf16(1);
-  run_both(&d, &again);
-  cr_expect(memcmp(on.o, off.o, (size_t)d.no * 2) != 0, "O: the bf16 dot products not taken");
-  cr_expect(memcmp(on.dq, off.dq, (size_t)d.nq * 2) != 0, "dQ: the bf16 dot products not taken");
-  cr_expect(memcmp(on.dk, off.dk, (size_t)d.nk * 2) != 0, "dK: the bf16 dot products not taken");
-  cr_expect(memcmp(on.dv, off.dv, (size_t)d.nv * 2) != 0, "dV: the bf16 dot products not taken");
-  cr_expect(!differ(&d, &on, &again), "bf16 dot products: a second run differs");
-  free_outs(&on);
-  free_outs(&off);
-  free_outs(&again);
-  ta_free(&d);
+  printf("attention FAST (%s): bf16 dot products checked taken in %d shape x kind runs\n",
+         xte_cpu_isa_name(xte_cpu_get_isa()), checked);
+  fflush(stdout);
 }
 
 Test(attention_fast, bad_mode) {

@@ -427,13 +427,19 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
   }
 }
 
-/* FAST's bf16 dot products on (xte_internal_attention_fast_bf16) */
+/* FAST's bf16 dot products (xte_internal_attention_fast_bf16): 0 off, 1 the attached ones
+ * (AMX-BF16 where attached, else AVX512-BF16), 2 AVX512-BF16 */
 static int fast_bf16_on = 1;
 
+/* which bf16 dot products FAST takes with table T: 0 none, 1 AMX-BF16, 2 AVX512-BF16 */
+static int fast_bf16_kind(const xte_cpu_isa_table *T) {
+  if (fast_bf16_on == 1 && T->attn_amx) return 1;
+  return fast_bf16_on && T->attn_bf16 ? 2 : 0;
+}
+
 int xte_internal_attention_fast_bf16(int on) {
-  const xte_cpu_isa_table *T = xte_cpu_isa_table_get();
-  if (on >= 0) fast_bf16_on = on != 0;
-  return fast_bf16_on && T->attn_bf16 != NULL;
+  if (on >= 0 && on <= 2) fast_bf16_on = on;
+  return fast_bf16_kind(xte_cpu_isa_table_get());
 }
 
 static void init_ctx(actx *c, const xte_attn_args *a) {
@@ -443,10 +449,11 @@ static void init_ctx(actx *c, const xte_attn_args *a) {
   c->a = a;
   c->fast = a->fast;
   c->K = a->fast && T->attn->fast ? T->attn->fast : T->attn;
-  if (a->fast && a->dtype == XTE_DTYPE_BF16 && T->attn_bf16 && fast_bf16_on) {
+  if (a->fast && a->dtype == XTE_DTYPE_BF16 && fast_bf16_kind(T)) {
+    const xte_attn_bf16_kernels *B = fast_bf16_kind(T) == 1 ? T->attn_amx : T->attn_bf16;
     c->kb = *c->K;
-    c->kb.gemm = T->attn_bf16->gemm;
-    c->kb.gemm_fold = T->attn_bf16->gemm_fold;
+    c->kb.gemm = B->gemm;
+    c->kb.gemm_fold = B->gemm_fold;
     c->K = &c->kb;
     c->bf16 = 1;
   }

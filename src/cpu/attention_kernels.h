@@ -66,7 +66,8 @@ typedef struct xte_attn_kernels {
  * gemm_fold with xte_attn_kernels' arguments and layout, each operand rounded to bf16 (round to
  * nearest even) and the products summed in fp32 pair by pair (VDPBF16PS, a fixed order). The
  * driver takes them for bf16 inputs in FAST where isa.c attached them (the xte_cpu_isa_table's
- * attn_bf16) and xte_internal_attention_fast_bf16 has not turned them off. */
+ * attn_amx: AMX-BF16 tiles, src/cpu/bf16/attention_amx_bf16.c, else attn_bf16) and
+ * xte_internal_attention_fast_bf16 has not turned them off. */
 typedef struct xte_attn_bf16_kernels {
   void (*gemm)(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
                const float *B, int64_t ldb, float *C, int64_t ldc, int acc);
@@ -91,10 +92,12 @@ XTE_API xte_status xte_internal_attention_exp_fast(xte_cpu_isa isa, const float 
  * Not thread-safe: for tests that compare the two paths' bytes. */
 XTE_API size_t xte_internal_attention_cache_limit(size_t bytes);
 
-/* Test hook, not public API: on = 0 turns FAST's bf16 dot products (xte_attn_bf16_kernels) off
- * for the calls that follow, 1 back on, -1 leaves the setting; returns 1 when they would run (the
- * ISA in use has them attached and they are on), else 0. Not thread-safe: for tests that run both
- * paths in one process (XTE_CPU_AVX512_BF16=0 keeps them off for a whole process). */
+/* Test hook, not public API: which of FAST's bf16 dot products (xte_attn_bf16_kernels) the calls
+ * that follow take: on = 0 none (the fp32 ones), 1 the attached ones (the default: AMX-BF16 where
+ * attached, else AVX512-BF16), 2 AVX512-BF16 even where AMX-BF16 is attached; other values leave
+ * the setting. Returns what the ISA in use then takes: 0 none, 1 AMX-BF16, 2 AVX512-BF16. Not
+ * thread-safe: for tests that run every path in one process (XTE_CPU_AVX512_BF16=0 keeps both
+ * off for a whole process, XTE_CPU_AMX_BF16=0 the tiles). */
 XTE_API int xte_internal_attention_fast_bf16(int on);
 
 #endif /* XTE_CPU_ATTENTION_KERNELS_H */

@@ -38,6 +38,10 @@ int xte_gemm_fast_amx_usable(void); /* src/cpu/amx/gemm_fast_amx.c */
 #ifdef XTE_HAVE_ISA_BF16
 extern const xte_attn_bf16_kernels xte_attn_bf16_table;
 int xte_attn_bf16_usable(void); /* src/cpu/bf16/attention_bf16.c */
+#ifdef XTE_HAVE_ATTN_AMX
+extern const xte_attn_bf16_kernels xte_attn_amx_bf16_table;
+int xte_attn_amx_bf16_usable(void); /* src/cpu/bf16/attention_amx_bf16.c */
+#endif
 #endif
 #ifdef XTE_HAVE_ISA_VNNI
 extern const xte_gemm_vnni_kernels xte_gemm_vnni_table;
@@ -147,6 +151,10 @@ static void init_isa(void) {
 #endif
 #ifdef XTE_HAVE_ISA_BF16
     if (xte_attn_bf16_usable()) isa_tables[XTE_CPU_ISA_AVX512].attn_bf16 = &xte_attn_bf16_table;
+#ifdef XTE_HAVE_ATTN_AMX
+    if (xte_attn_bf16_usable() && xte_attn_amx_bf16_usable())
+      isa_tables[XTE_CPU_ISA_AVX512].attn_amx = &xte_attn_amx_bf16_table;
+#endif
 #endif
 #ifdef XTE_HAVE_ISA_VNNI
     if (xte_gemm_vnni_usable()) isa_tables[XTE_CPU_ISA_AVX512].vnni = &xte_gemm_vnni_table;
