@@ -21,6 +21,11 @@
 XTE_API xte_status xte_internal_attention_exp_fast(xte_cpu_isa isa, const float *x, float *y,
                                                    int64_t n);
 XTE_API int xte_internal_attention_fast_bf16(int on);
+XTE_API xte_status xte_internal_attention_bf16_gemm(int kind, int fold, int64_t M, int64_t N,
+                                                    int64_t K, const float *A, int64_t a_rs,
+                                                    int64_t a_ks, const float *B, int64_t ldb,
+                                                    const float *C0, int64_t ldc0, float *D,
+                                                    int64_t ldd, const float *alpha, int acc);
 
 /* The documented maximum relative error of the FAST exp on [-86.5, 88.72] (numerics.md). */
 #define FAST_EXP_MAX_REL 2.0e-7
@@ -309,6 +314,106 @@ Test(attention_fast, bf16_dot_products_taken) {
   }
   printf("attention FAST (%s): bf16 dot products checked taken in %d shape x kind runs\n",
          xte_cpu_isa_name(xte_cpu_get_isa()), checked);
+  fflush(stdout);
+}
+
+/* x rounded to bf16 (the oracle header's rounding: 7 fraction bits, to nearest even) */
+static double bf16_rne(float x) {
+  return ta_round((double)x, 7, -126);
+}
+
+/* uniform in [0, 1) */
+static double unif(uint64_t *s) {
+  return (double)(ta_rng(s) >> 11) * 0x1p-53;
+}
+
+/* The bf16 dot-product kernels alone against fp64: each output within the fp32 summation bound
+ * (K + 2) 2^-24 sum |a b| of the exact sum of the bf16-rounded operands' products (a kernel that
+ * truncates instead of rounding, drops a K tail, skips a tile or a fold step is off by 2^-9 of a
+ * product or more); shapes with row and K tails, both layouts of A (rows along K, the keys x rows
+ * tiles of P and dS), gemm from +0 and from C, gemm_fold with and without alpha and C0; a NaN in A
+ * gives its row NaN. */
+Test(attention_fast, bf16_kernels) {
+  static const int64_t shp[7][3] = {{64, 64, 128}, {5, 16, 7},   {37, 48, 255}, {64, 128, 64},
+                                    {1, 16, 1},    {17, 32, 33}, {50, 80, 256}};
+  int kind, s, lay, mode, runs = 0;
+  uint64_t st = 12345;
+  for (kind = 1; kind <= 2; kind++)
+    for (s = 0; s < 7; s++)
+      for (lay = 0; lay < 2; lay++)
+        for (mode = 0; mode < 4; mode++) {
+          const int64_t M = shp[s][0], N = shp[s][1], K = shp[s][2], ldb = N + 5, ldd = N + 3;
+          const int64_t a_rs = lay ? 1 : K + 1, a_ks = lay ? M + 2 : 1;
+          const size_t na = (size_t)(lay ? K * a_ks : M * a_rs);
+          float *A = malloc(na * 4), *B = malloc((size_t)(K * ldb) * 4);
+          float *D = malloc((size_t)(M * ldd) * 4), *C0 = malloc((size_t)(M * ldd) * 4);
+          float *D0 = malloc((size_t)(M * ldd) * 4), al[64];
+          const int fold = mode >= 2, acc = mode == 1, use_al = mode == 3, use_c0 = mode == 2;
+          int64_t r, c, k, bad = 0;
+          size_t i;
+          xte_status stt;
+          for (i = 0; i < na; i++) A[i] = (float)unif(&st) * 2.0f - 1.0f;
+          for (i = 0; i < (size_t)(K * ldb); i++) B[i] = (float)unif(&st) * 2.0f - 1.0f;
+          for (i = 0; i < (size_t)(M * ldd); i++) {
+            D0[i] = D[i] = (float)unif(&st) - 0.5f;
+            C0[i] = (float)unif(&st) - 0.5f;
+          }
+          for (r = 0; r < 64; r++) al[r] = (float)unif(&st);
+          stt = xte_internal_attention_bf16_gemm(kind, fold, M, N, K, A, a_rs, a_ks, B, ldb,
+                                                 use_c0 ? C0 : NULL, ldd, D, ldd,
+                                                 use_al ? al : NULL, acc);
+          if (stt == XTE_ERROR_UNSUPPORTED) {
+            free(A), free(B), free(D), free(C0), free(D0);
+            continue;
+          }
+          cr_assert_eq(stt, XTE_SUCCESS);
+          runs++;
+          for (r = 0; r < M; r++)
+            for (c = 0; c < N; c++) {
+              double ref = 0, mag = 0, t0 = 0, want, tol;
+              for (k = 0; k < K; k++) {
+                const double p = bf16_rne(A[r * a_rs + k * a_ks]) * bf16_rne(B[k * ldb + c]);
+                ref += p;
+                mag += fabs(p);
+              }
+              if (use_c0 || acc) t0 = use_c0 ? C0[r * ldd + c] : D0[r * ldd + c];
+              tol = (double)(K + 2) * ldexp(mag + fabs(t0), -24);
+              ref += t0;
+              if (!fold) {
+                want = ref;
+              } else {
+                const double base = use_al ? (double)D0[r * ldd + c] * al[r] : D0[r * ldd + c];
+                want = base + ref;
+                tol += ldexp(fabs(base) + fabs(ref), -23);
+              }
+              if (!(fabs((double)D[r * ldd + c] - want) <= tol)) {
+                if (!bad)
+                  fprintf(stderr,
+                          "kind %d M %lld N %lld K %lld layout %d mode %d: [%lld][%lld] %.9g want "
+                          "%.9g tol %.3g\n",
+                          kind, (long long)M, (long long)N, (long long)K, lay, mode, (long long)r,
+                          (long long)c, (double)D[r * ldd + c], want, tol);
+                bad++;
+              }
+            }
+          cr_expect_eq(bad, 0,
+                       "bf16 kernel %d (M %lld, N %lld, K %lld, layout %d, mode %d): %lld bad",
+                       kind, (long long)M, (long long)N, (long long)K, lay, mode, (long long)bad);
+          if (mode == 0) { /* a NaN in row 0 of A: row 0 NaN, row 1 finite */
+            A[0] = NAN;
+            cr_assert_eq(xte_internal_attention_bf16_gemm(kind, 0, M, N, K, A, a_rs, a_ks, B, ldb,
+                                                          NULL, 0, D, ldd, NULL, 0),
+                         XTE_SUCCESS);
+            for (c = 0; c < N; c++) {
+              cr_expect(isnan(D[c]), "kind %d: NaN in A, D[0][%lld] = %g", kind, (long long)c,
+                        (double)D[c]);
+              if (M > 1) cr_expect(!isnan(D[ldd + c]), "kind %d: row 1 NaN", kind);
+            }
+          }
+          free(A), free(B), free(D), free(C0), free(D0);
+        }
+  printf("attention FAST bf16 kernels (%s): %d runs against fp64\n",
+         xte_cpu_isa_name(xte_cpu_get_isa()), runs);
   fflush(stdout);
 }
 

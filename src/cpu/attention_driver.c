@@ -1089,3 +1089,18 @@ xte_status xte_internal_attention_exp_fast(xte_cpu_isa isa, const float *x, floa
   if (n > 0) (T->attn->fast ? T->attn->fast : T->attn)->exp_n(x, y, n);
   return XTE_SUCCESS;
 }
+
+xte_status xte_internal_attention_bf16_gemm(int kind, int fold, int64_t M, int64_t N, int64_t K,
+                                            const float *A, int64_t a_rs, int64_t a_ks,
+                                            const float *B, int64_t ldb, const float *C0,
+                                            int64_t ldc0, float *D, int64_t ldd, const float *alpha,
+                                            int acc) {
+  const xte_cpu_isa_table *T = xte_cpu_isa_table_get();
+  const xte_attn_bf16_kernels *k = kind == 1 ? T->attn_amx : kind == 2 ? T->attn_bf16 : NULL;
+  if (!k) return xte_set_error(XTE_ERROR_UNSUPPORTED, "bf16 dot products %d not attached", kind);
+  if (fold)
+    k->gemm_fold(M, N, K, A, a_rs, a_ks, B, ldb, C0, ldc0, D, ldd, alpha);
+  else
+    k->gemm(M, N, K, A, a_rs, a_ks, B, ldb, D, ldd, acc);
+  return XTE_SUCCESS;
+}

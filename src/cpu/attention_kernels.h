@@ -100,4 +100,14 @@ XTE_API size_t xte_internal_attention_cache_limit(size_t bytes);
  * off for a whole process, XTE_CPU_AMX_BF16=0 the tiles). */
 XTE_API int xte_internal_attention_fast_bf16(int on);
 
+/* Test hook, not public API: the bf16 dot products of kind 1 (AMX-BF16) or 2 (AVX512-BF16) of the
+ * ISA in use, called directly: gemm (fold = 0: D is its C, acc its acc) or gemm_fold (fold = 1:
+ * C0, ldc0, D, ldd, alpha as there), for tests/test_attention_fast.c's check of their roundings
+ * and tails against an fp64 oracle. XTE_ERROR_UNSUPPORTED when that kind is not attached. */
+XTE_API xte_status xte_internal_attention_bf16_gemm(int kind, int fold, int64_t M, int64_t N,
+                                                    int64_t K, const float *A, int64_t a_rs,
+                                                    int64_t a_ks, const float *B, int64_t ldb,
+                                                    const float *C0, int64_t ldc0, float *D,
+                                                    int64_t ldd, const float *alpha, int acc);
+
 #endif /* XTE_CPU_ATTENTION_KERNELS_H */
