@@ -130,11 +130,14 @@ static void pack_a(const float *A, int64_t a_rs, int64_t a_ks, int64_t m, int64_
   }
 }
 
-/* aC[r * NA + c] (r < m <= MA, c < nc <= NA) += A B over K (aC holds the start) */
+/* aC[r * NA + c] (r < m <= MA, c < nc <= NA) = (from ? aC : +0) + A B over K (the tiles start
+ * from zero, not from a load of aC, when from is 0: no wait on aC's stores) */
 static void tiles(int64_t m, int64_t nc, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
-                  const float *B, int64_t ldb) {
+                  const float *B, int64_t ldb, int from) {
   const int64_t m16 = (m + 15) / 16 * 16;
   int64_t k0, r, c, k2;
+  if (K <= 0 && !from) /* no products: +0 */
+    for (r = 0; r < m; r++) memset(aC + r * NA, 0, sizeof(float) * (size_t)nc);
   for (k0 = 0; k0 < K; k0 += KA) {
     const int64_t kc = K - k0 < KA ? K - k0 : KA, kp16 = (kc + 31) / 32 * 16;
     pack_a(A + k0 * a_ks, a_rs, a_ks, m, kc, kp16);
@@ -144,10 +147,17 @@ static void tiles(int64_t m, int64_t nc, int64_t K, const float *A, int64_t a_rs
       for (c = 0; c < nc; c += 32) {
         const int two_c = c + 16 < nc;
         float *t = aC + r * NA + c;
-        _tile_loadd(0, t, NA * 4);
-        if (two_c) _tile_loadd(1, t + 16, NA * 4);
-        if (two_r) _tile_loadd(2, t + 16 * NA, NA * 4);
-        if (two_r && two_c) _tile_loadd(3, t + 16 * NA + 16, NA * 4);
+        if (from || k0 > 0) {
+          _tile_loadd(0, t, NA * 4);
+          if (two_c) _tile_loadd(1, t + 16, NA * 4);
+          if (two_r) _tile_loadd(2, t + 16 * NA, NA * 4);
+          if (two_r && two_c) _tile_loadd(3, t + 16 * NA + 16, NA * 4);
+        } else {
+          _tile_zero(0);
+          _tile_zero(1);
+          _tile_zero(2);
+          _tile_zero(3);
+        }
         for (k2 = 0; k2 < kp16; k2 += 16) {
           _tile_loadd(4, aA + r * (KA / 2) + k2, KA * 2);
           _tile_loadd(6, aB + k2 * NA + c, NA * 4);
@@ -171,12 +181,12 @@ static void tiles(int64_t m, int64_t nc, int64_t K, const float *A, int64_t a_rs
   }
 }
 
-/* aC's rows [0, m16) from C's rows (C NULL or past m: +0), nc columns */
+/* aC's rows [0, m16) from C's rows (past m: +0), nc columns */
 static void start(int64_t m, int64_t nc, const float *C, int64_t ldc) {
   const int64_t m16 = (m + 15) / 16 * 16;
   int64_t r;
   for (r = 0; r < m16; r++) {
-    if (C && r < m)
+    if (r < m)
       memcpy(aC + r * NA, C + r * ldc, sizeof(float) * (size_t)nc);
     else
       memset(aC + r * NA, 0, sizeof(float) * (size_t)nc);
@@ -192,8 +202,8 @@ static void gemm_amx(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_
     const int64_t m = M - r0 < MA ? M - r0 : MA;
     for (n0 = 0; n0 < N; n0 += NA) {
       const int64_t nc = N - n0 < NA ? N - n0 : NA;
-      start(m, nc, acc ? C + r0 * ldc + n0 : NULL, ldc);
-      tiles(m, nc, K, A + r0 * a_rs, a_rs, a_ks, B + n0, ldb);
+      if (acc) start(m, nc, C + r0 * ldc + n0, ldc);
+      tiles(m, nc, K, A + r0 * a_rs, a_rs, a_ks, B + n0, ldb, acc);
       for (r = 0; r < m; r++)
         memcpy(C + (r0 + r) * ldc + n0, aC + r * NA, sizeof(float) * (size_t)nc);
     }
@@ -212,8 +222,8 @@ static void gemm_fold_amx(int64_t M, int64_t N, int64_t K, const float *A, int64
     const int64_t m = M - r0 < MA ? M - r0 : MA;
     for (n0 = 0; n0 < N; n0 += NA) {
       const int64_t nc = N - n0 < NA ? N - n0 : NA;
-      start(m, nc, C0 ? C0 + r0 * ldc0 + n0 : NULL, ldc0);
-      tiles(m, nc, K, A + r0 * a_rs, a_rs, a_ks, B + n0, ldb);
+      if (C0) start(m, nc, C0 + r0 * ldc0 + n0, ldc0);
+      tiles(m, nc, K, A + r0 * a_rs, a_rs, a_ks, B + n0, ldb, C0 != NULL);
       for (r = 0; r < m; r++) {
         float *d = D + (r0 + r) * ldd + n0;
         const float *t = aC + r * NA;
