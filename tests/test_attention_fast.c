@@ -334,12 +334,12 @@ static double unif(uint64_t *s) {
  * tiles of P and dS), gemm from +0 and from C, gemm_fold with and without alpha and C0; a NaN in A
  * gives its row NaN. */
 Test(attention_fast, bf16_kernels) {
-  static const int64_t shp[7][3] = {{64, 64, 128}, {5, 16, 7},   {37, 48, 255}, {64, 128, 64},
-                                    {1, 16, 1},    {17, 32, 33}, {50, 80, 256}};
+  static const int64_t shp[8][3] = {{64, 64, 128}, {5, 16, 7},   {37, 48, 255}, {64, 128, 64},
+                                    {1, 16, 1},    {17, 32, 33}, {50, 80, 256}, {20, 272, 40}};
   int kind, s, lay, mode, runs = 0;
   uint64_t st = 12345;
   for (kind = 1; kind <= 2; kind++)
-    for (s = 0; s < 7; s++)
+    for (s = 0; s < 8; s++)
       for (lay = 0; lay < 2; lay++)
         for (mode = 0; mode < 4; mode++) {
           const int64_t M = shp[s][0], N = shp[s][1], K = shp[s][2], ldb = N + 5, ldd = N + 3;

@@ -27,7 +27,7 @@
 
 #define AI static inline __attribute__((always_inline))
 
-enum { MA = 64, KA = 256, NA = 64 };
+enum { MA = 64, KA = 256, NA = 256 }; /* NA: the longest head dim, A packed once per call */
 
 /* packed A [MA][KA / 2] words, packed B [KA / 2][NA] words, sums [MA][NA] */
 static _Thread_local uint32_t aA[MA * KA / 2] __attribute__((aligned(64)));
