@@ -336,7 +336,7 @@ static double unif(uint64_t *s) {
 Test(attention_fast, bf16_kernels) {
   static const int64_t shp[8][3] = {{64, 64, 128}, {5, 16, 7},   {37, 48, 255}, {64, 128, 64},
                                     {1, 16, 1},    {17, 32, 33}, {50, 80, 256}, {20, 272, 40}};
-  int kind, s, lay, mode, runs = 0;
+  int kind, s, lay, mode, runs = 0, pbruns = 0;
   uint64_t st = 12345;
   for (kind = 1; kind <= 2; kind++)
     for (s = 0; s < 8; s++)
@@ -399,6 +399,22 @@ Test(attention_fast, bf16_kernels) {
           cr_expect_eq(bad, 0,
                        "bf16 kernel %d (M %lld, N %lld, K %lld, layout %d, mode %d): %lld bad",
                        kind, (long long)M, (long long)N, (long long)K, lay, mode, (long long)bad);
+          if (mode == 0) { /* B packed once (gemm_pb, where the kind has it): gemm's bytes */
+            float *P = malloc((size_t)(M * ldd) * 4);
+            memcpy(P, D0, (size_t)(M * ldd) * 4);
+            stt = xte_internal_attention_bf16_gemm(kind, 2, M, N, K, A, a_rs, a_ks, B, ldb, NULL, 0,
+                                                   P, ldd, NULL, 0);
+            if (stt == XTE_SUCCESS) {
+              pbruns++;
+              for (r = 0; r < M; r++)
+                cr_expect(memcmp(P + r * ldd, D + r * ldd, (size_t)N * 4) == 0,
+                          "kind %d: gemm_pb row %lld differs from gemm's (M %lld N %lld K %lld)",
+                          kind, (long long)r, (long long)M, (long long)N, (long long)K);
+            } else {
+              cr_expect_eq(stt, XTE_ERROR_UNSUPPORTED);
+            }
+            free(P);
+          }
           if (mode == 0) { /* a NaN in row 0 of A: row 0 NaN, row 1 finite */
             A[0] = NAN;
             cr_assert_eq(xte_internal_attention_bf16_gemm(kind, 0, M, N, K, A, a_rs, a_ks, B, ldb,
@@ -412,8 +428,8 @@ Test(attention_fast, bf16_kernels) {
           }
           free(A), free(B), free(D), free(C0), free(D0);
         }
-  printf("attention FAST bf16 kernels (%s): %d runs against fp64\n",
-         xte_cpu_isa_name(xte_cpu_get_isa()), runs);
+  printf("attention FAST bf16 kernels (%s): %d runs against fp64, %d packed-B runs\n",
+         xte_cpu_isa_name(xte_cpu_get_isa()), runs, pbruns);
   fflush(stdout);
 }
 

@@ -300,7 +300,8 @@ static void fwd_pad(const actx *c, int64_t b, int64_t tok) {
 static size_t fwd_ws_floats(const actx *c) {
   const xte_attn_args *a = c->a;
   return (size_t)(a->dqk * BM + BN * a->dqk + BN * c->dvp + 2 * BN * BM + BM * c->dvp + c->dqp +
-                  5 * BM + 64);
+                  5 * BM + 64) +
+         (c->pb ? (size_t)XTE_ATTN_PB_WORDS : 0);
 }
 
 /* The forward of one query tile. Its layout is transposed (the order is not): St[j][r] =
@@ -318,16 +319,17 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
   const int kdirect = a->dtype == XTE_DTYPE_FP32 && !c->cache;
   const int vdirect = a->dtype == XTE_DTYPE_FP32 && dv % 16 == 0 && !c->cache;
   int64_t qt0, lq, kt0, lkv, nr, r, jlo, jhi, j0, off;
-  const float *Kc = NULL, *Vc = NULL; /* the head cache */
-  float *Qt = ws;                     /* [dq][BM] */
-  float *Kn = Qt + dq * BM;           /* [BN][dq] */
-  float *Vf = Kn + BN * dq;           /* [BN][dvp] */
-  float *St = Vf + BN * dvp;          /* [BN][BM] */
-  float *Pt = St + BN * BM;           /* [BN][BM] */
-  float *Oa = Pt + BN * BM;           /* [BM][dvp] */
-  float *T = Oa + BM * dvp;           /* [dqp]: a Q row */
-  float *m = T + dqp, *l = m + BM;    /* [BM] */
-  float *al = l + BM;                 /* [BM]: alpha of the block */
+  const float *Kc = NULL, *Vc = NULL;               /* the head cache */
+  uint32_t *pbq = c->pb ? (uint32_t *)ws : NULL;    /* Q^T packed for the bf16 kernels */
+  float *Qt = ws + (c->pb ? XTE_ATTN_PB_WORDS : 0); /* [dq][BM] */
+  float *Kn = Qt + dq * BM;                         /* [BN][dq] */
+  float *Vf = Kn + BN * dq;                         /* [BN][dvp] */
+  float *St = Vf + BN * dvp;                        /* [BN][BM] */
+  float *Pt = St + BN * BM;                         /* [BN][BM] */
+  float *Oa = Pt + BN * BM;                         /* [BM][dvp] */
+  float *T = Oa + BM * dvp;                         /* [dqp]: a Q row */
+  float *m = T + dqp, *l = m + BM;                  /* [BM] */
+  float *al = l + BM;                               /* [BM]: alpha of the block */
   float *ms = al + BM, *ls = ms + BM;
   int64_t lo[BM], hi[BM];
   int32_t ja[BM], je[BM];
@@ -341,6 +343,7 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
   off = lkv - lq;
   nr = min64(BM, lq - i0);
   load_rows_t(c, &a->q, b, qt0 + i0, h, nr, dq, Qt, T);
+  if (pbq) c->pb->pack_b(dq, BM, Qt, BM, pbq);
   for (r = 0; r < BM; r++) {
     m[r] = xte_attn_neg_inf();
     l[r] = 0.0f;
@@ -381,7 +384,10 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
       Vp = Vf;
       vld = dvp;
     }
-    K->gemm(nb, c1 - c0, dq, Kp, krs, 1, Qt + c0, BM, St + c0, BM, 0);
+    if (pbq)
+      c->pb->gemm_pb(nb, c1 - c0, dq, Kp, krs, 1, pbq + c0, St + c0, BM);
+    else
+      K->gemm(nb, c1 - c0, dq, Kp, krs, 1, Qt + c0, BM, St + c0, BM, 0);
     for (r = c0; r < c1; r++) {
       ms[r] = m[r];
       ls[r] = l[r];
@@ -456,6 +462,7 @@ static void init_ctx(actx *c, const xte_attn_args *a) {
     c->kb.gemm_fold = B->gemm_fold;
     c->K = &c->kb;
     c->bf16 = 1;
+    c->pb = B->pack_b && B->gemm_pb && a->dqk <= 256 && a->dv <= 256 ? B : NULL;
   }
   c->ck = T->quant;
   c->G = a->hq / a->hkv;
@@ -760,7 +767,8 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
 static size_t bwd_q_ws_floats(const actx *c) {
   const xte_attn_args *a = c->a;
   return (size_t)(a->dqk * BM + a->dv * BM + BN * c->dqp + BN * a->dv + 5 * BN * BM + BM * c->dqp +
-                  max64(c->dqp, c->dvp) + 4 * BM + 64);
+                  max64(c->dqp, c->dvp) + 4 * BM + 64) +
+         (c->pb ? (size_t)(2 * XTE_ATTN_PB_WORDS) : 0);
 }
 
 /* Pass B: dQ of a query tile: per active KV block a sum from +0 over its keys, added in order.
@@ -775,19 +783,21 @@ static void bwd_q_task(actx *c, float *ws, int64_t task) {
   const int fp32 = a->dtype == XTE_DTYPE_FP32;
   const int kbdirect = fp32 && dq % 16 == 0;
   int64_t qt0, lq, kt0, lkv, nr, off, r, j0, jlo, jhi;
-  const float *Kc = NULL, *Vc = NULL; /* the head cache */
-  float *Qt = ws;                     /* [dq][BM] */
-  float *Gt = Qt + dq * BM;           /* dO^T [dv][BM] */
-  float *Kn = Gt + dv * BM;           /* [BN][dqp] */
-  float *Vn = Kn + BN * dqp;          /* [BN][dv] */
-  float *St = Vn + BN * dv;           /* [BN][BM] */
-  float *dPt = St + BN * BM;          /* [BN][BM] */
-  float *Pt = dPt + BN * BM;          /* [BN][BM] */
-  float *dSt = Pt + BN * BM;          /* [BN][BM] */
-  float *Gg = dSt + BN * BM;          /* [BN][BM]: dx/ds (softcap) */
-  float *dQa = Gg + BN * BM;          /* [BM][dqp] */
-  float *T = dQa + BM * dqp;          /* [max(dqp, dvp)] */
-  float *ls = T + max64(dqp, c->dvp); /* [BM]: the row sums of P */
+  const float *Kc = NULL, *Vc = NULL;            /* the head cache */
+  uint32_t *pbq = c->pb ? (uint32_t *)ws : NULL; /* Q^T, dO^T packed for the bf16 kernels */
+  uint32_t *pbg = pbq ? pbq + XTE_ATTN_PB_WORDS : NULL;
+  float *Qt = ws + (c->pb ? 2 * XTE_ATTN_PB_WORDS : 0); /* [dq][BM] */
+  float *Gt = Qt + dq * BM;                             /* dO^T [dv][BM] */
+  float *Kn = Gt + dv * BM;                             /* [BN][dqp] */
+  float *Vn = Kn + BN * dqp;                            /* [BN][dv] */
+  float *St = Vn + BN * dv;                             /* [BN][BM] */
+  float *dPt = St + BN * BM;                            /* [BN][BM] */
+  float *Pt = dPt + BN * BM;                            /* [BN][BM] */
+  float *dSt = Pt + BN * BM;                            /* [BN][BM] */
+  float *Gg = dSt + BN * BM;                            /* [BN][BM]: dx/ds (softcap) */
+  float *dQa = Gg + BN * BM;                            /* [BM][dqp] */
+  float *T = dQa + BM * dqp;                            /* [max(dqp, dvp)] */
+  float *ls = T + max64(dqp, c->dvp);                   /* [BM]: the row sums of P */
   float *sums = ls + BM, *Lr = sums + BM, *Dr = Lr + BM;
   int64_t lo[BM], hi[BM];
   int32_t ja[BM], je[BM];
@@ -801,6 +811,10 @@ static void bwd_q_task(actx *c, float *ws, int64_t task) {
   nr = min64(BM, lq - i0);
   load_rows_t(c, &a->q, b, qt0 + i0, h, nr, dq, Qt, T);
   load_rows_t(c, &a->dout, b, qt0 + i0, h, nr, dv, Gt, T);
+  if (pbq) {
+    c->pb->pack_b(dq, BM, Qt, BM, pbq);
+    c->pb->pack_b(dv, BM, Gt, BM, pbg);
+  }
   for (r = 0; r < BM; r++) {
     const int64_t li = r < nr ? loff(a, b, qt0 + i0 + r, h) : 0;
     Lr[r] = r < nr ? a->lse[li] : 0.0f;
@@ -851,8 +865,13 @@ static void bwd_q_task(actx *c, float *ws, int64_t task) {
       Kb = Kn;
       kld = dqp;
     }
-    K->gemm(nb, c1 - c0, dq, Ka, krs, 1, Qt + c0, BM, Sb + c0, BM, 0);
-    K->gemm(nb, c1 - c0, dv, Va, vrs, 1, Gt + c0, BM, dPb + c0, BM, 0);
+    if (pbq) {
+      c->pb->gemm_pb(nb, c1 - c0, dq, Ka, krs, 1, pbq + c0, Sb + c0, BM);
+      c->pb->gemm_pb(nb, c1 - c0, dv, Va, vrs, 1, pbg + c0, dPb + c0, BM);
+    } else {
+      K->gemm(nb, c1 - c0, dq, Ka, krs, 1, Qt + c0, BM, Sb + c0, BM, 0);
+      K->gemm(nb, c1 - c0, dv, Va, vrs, 1, Gt + c0, BM, dPb + c0, BM, 0);
+    }
     for (r = c0; r < c1; r++) {
       ja[r] = r < rb && act[r] ? (int32_t)(max64(lo[r], j0) - j0) : 0;
       je[r] = r < rb && act[r] ? (int32_t)(min64(hi[r], j0 + nb) - j0) : 0;
@@ -1098,7 +1117,17 @@ xte_status xte_internal_attention_bf16_gemm(int kind, int fold, int64_t M, int64
   const xte_cpu_isa_table *T = xte_cpu_isa_table_get();
   const xte_attn_bf16_kernels *k = kind == 1 ? T->attn_amx : kind == 2 ? T->attn_bf16 : NULL;
   if (!k) return xte_set_error(XTE_ERROR_UNSUPPORTED, "bf16 dot products %d not attached", kind);
-  if (fold)
+  if (fold == 2) {
+    uint32_t *pb;
+    if (!k->gemm_pb || K > 256 || N > XTE_ATTN_PB_LD)
+      return xte_set_error(XTE_ERROR_UNSUPPORTED, "no packed-B gemm for kind %d, K %lld, N %lld",
+                           kind, (long long)K, (long long)N);
+    pb = (uint32_t *)xte_aligned_alloc(XTE_ATTN_PB_WORDS * sizeof(uint32_t));
+    if (!pb) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "out of host memory");
+    k->pack_b(K, N, B, ldb, pb);
+    k->gemm_pb(M, N, K, A, a_rs, a_ks, pb, D, ldd);
+    xte_aligned_free(pb);
+  } else if (fold)
     k->gemm_fold(M, N, K, A, a_rs, a_ks, B, ldb, C0, ldc0, D, ldd, alpha);
   else
     k->gemm(M, N, K, A, a_rs, a_ks, B, ldb, D, ldd, acc);

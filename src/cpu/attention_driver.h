@@ -74,6 +74,9 @@ typedef struct actx {
    * runs its GEMMs whole instead of in row chunks) */
   int bf16;
   xte_attn_kernels kb;
+  /* those bf16 kernels' B packed once per task (NULL: none): the forward's Q^T, pass B's Q^T and
+   * dO^T (XTE_ATTN_PB_WORDS words each at the start of the workspace) */
+  const xte_attn_bf16_kernels *pb;
   void (*run)(struct actx *c, float *ws, int64_t t);
 } actx;
 

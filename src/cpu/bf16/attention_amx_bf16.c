@@ -69,15 +69,16 @@ static uint32_t bf16_of(float f) {
   return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
 }
 
-/* B rows [0, kc), columns [0, nc) to aB[k2 * NA + c], pairs k2 < kp16 (kc's pairs rounded up to
- * 16; the rows past kc zero) */
-static void pack_b(const float *B, int64_t ldb, int64_t kc, int64_t nc, int64_t kp16) {
+/* B rows [0, kc), columns [0, nc) to dst[k2 * ld + c], pairs k2 < kp16 (kc's pairs rounded up
+ * to 16; the rows past kc zero) */
+static void pack_b(const float *B, int64_t ldb, int64_t kc, int64_t nc, int64_t kp16, uint32_t *dst,
+                   int64_t ld) {
   int64_t k2, c;
   for (k2 = 0; k2 < kp16; k2++) {
     const float *x = 2 * k2 < kc ? B + 2 * k2 * ldb : NULL;
     const float *y = 2 * k2 + 1 < kc ? B + (2 * k2 + 1) * ldb : NULL;
     for (c = 0; c < nc; c += 16)
-      _mm512_store_si512((void *)(aB + k2 * NA + c),
+      _mm512_store_si512((void *)(dst + k2 * ld + c),
                          pair16(x ? _mm512_loadu_ps(x + c) : _mm512_setzero_ps(),
                                 y ? _mm512_loadu_ps(y + c) : _mm512_setzero_ps()));
   }
@@ -130,54 +131,62 @@ static void pack_a(const float *A, int64_t a_rs, int64_t a_ks, int64_t m, int64_
   }
 }
 
-/* aC[r * NA + c] (r < m <= MA, c < nc <= NA) = (from ? aC : +0) + A B over K (the tiles start
- * from zero, not from a load of aC, when from is 0: no wait on aC's stores) */
+/* aC[r * NA + c] (r < m <= MA, c < nc <= NA) = (from ? aC : +0) + the products of aA's pairs
+ * [0, kp16) and the packed B's (row k2 at b + k2 * ldb words); the tiles start from zero, not from
+ * a load of aC, when from is 0 (no wait on aC's stores) */
+static void tiles_packed(int64_t m, int64_t nc, int64_t kp16, const uint32_t *b, int64_t ldb,
+                         int from) {
+  const int64_t m16 = (m + 15) / 16 * 16;
+  int64_t r, c, k2;
+  for (r = 0; r < m16; r += 32) {
+    const int two_r = r + 16 < m16;
+    for (c = 0; c < nc; c += 32) {
+      const int two_c = c + 16 < nc;
+      float *t = aC + r * NA + c;
+      if (from) {
+        _tile_loadd(0, t, NA * 4);
+        if (two_c) _tile_loadd(1, t + 16, NA * 4);
+        if (two_r) _tile_loadd(2, t + 16 * NA, NA * 4);
+        if (two_r && two_c) _tile_loadd(3, t + 16 * NA + 16, NA * 4);
+      } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      }
+      for (k2 = 0; k2 < kp16; k2 += 16) {
+        _tile_loadd(4, aA + r * (KA / 2) + k2, KA * 2);
+        _tile_loadd(6, b + k2 * ldb + c, ldb * 4);
+        _tile_dpbf16ps(0, 4, 6);
+        if (two_c) {
+          _tile_loadd(7, b + k2 * ldb + c + 16, ldb * 4);
+          _tile_dpbf16ps(1, 4, 7);
+        }
+        if (two_r) {
+          _tile_loadd(5, aA + (r + 16) * (KA / 2) + k2, KA * 2);
+          _tile_dpbf16ps(2, 5, 6);
+          if (two_c) _tile_dpbf16ps(3, 5, 7);
+        }
+      }
+      _tile_stored(0, t, NA * 4);
+      if (two_c) _tile_stored(1, t + 16, NA * 4);
+      if (two_r) _tile_stored(2, t + 16 * NA, NA * 4);
+      if (two_r && two_c) _tile_stored(3, t + 16 * NA + 16, NA * 4);
+    }
+  }
+}
+
+/* aC[r * NA + c] (r < m <= MA, c < nc <= NA) = (from ? aC : +0) + A B over K, K in chunks of KA */
 static void tiles(int64_t m, int64_t nc, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
                   const float *B, int64_t ldb, int from) {
-  const int64_t m16 = (m + 15) / 16 * 16;
-  int64_t k0, r, c, k2;
+  int64_t k0, r;
   if (K <= 0 && !from) /* no products: +0 */
     for (r = 0; r < m; r++) memset(aC + r * NA, 0, sizeof(float) * (size_t)nc);
   for (k0 = 0; k0 < K; k0 += KA) {
     const int64_t kc = K - k0 < KA ? K - k0 : KA, kp16 = (kc + 31) / 32 * 16;
     pack_a(A + k0 * a_ks, a_rs, a_ks, m, kc, kp16);
-    pack_b(B + k0 * ldb, ldb, kc, nc, kp16);
-    for (r = 0; r < m16; r += 32) {
-      const int two_r = r + 16 < m16;
-      for (c = 0; c < nc; c += 32) {
-        const int two_c = c + 16 < nc;
-        float *t = aC + r * NA + c;
-        if (from || k0 > 0) {
-          _tile_loadd(0, t, NA * 4);
-          if (two_c) _tile_loadd(1, t + 16, NA * 4);
-          if (two_r) _tile_loadd(2, t + 16 * NA, NA * 4);
-          if (two_r && two_c) _tile_loadd(3, t + 16 * NA + 16, NA * 4);
-        } else {
-          _tile_zero(0);
-          _tile_zero(1);
-          _tile_zero(2);
-          _tile_zero(3);
-        }
-        for (k2 = 0; k2 < kp16; k2 += 16) {
-          _tile_loadd(4, aA + r * (KA / 2) + k2, KA * 2);
-          _tile_loadd(6, aB + k2 * NA + c, NA * 4);
-          _tile_dpbf16ps(0, 4, 6);
-          if (two_c) {
-            _tile_loadd(7, aB + k2 * NA + c + 16, NA * 4);
-            _tile_dpbf16ps(1, 4, 7);
-          }
-          if (two_r) {
-            _tile_loadd(5, aA + (r + 16) * (KA / 2) + k2, KA * 2);
-            _tile_dpbf16ps(2, 5, 6);
-            if (two_c) _tile_dpbf16ps(3, 5, 7);
-          }
-        }
-        _tile_stored(0, t, NA * 4);
-        if (two_c) _tile_stored(1, t + 16, NA * 4);
-        if (two_r) _tile_stored(2, t + 16 * NA, NA * 4);
-        if (two_r && two_c) _tile_stored(3, t + 16 * NA + 16, NA * 4);
-      }
-    }
+    pack_b(B + k0 * ldb, ldb, kc, nc, kp16, aB, NA);
+    tiles_packed(m, nc, kp16, aB, NA, from || k0 > 0);
   }
 }
 
@@ -242,5 +251,27 @@ static void gemm_fold_amx(int64_t M, int64_t N, int64_t K, const float *A, int64
   _tile_release();
 }
 
-const xte_attn_bf16_kernels xte_attn_amx_bf16_table = {gemm_amx, gemm_fold_amx};
+/* xte_attn_bf16_kernels.pack_b: B (K <= 256 rows, N <= 64 columns) as the B tiles read it, row
+ * k2 of pairs at pb + k2 * 64 words, ceil(K / 32) * 16 rows (zero past K) */
+static void pack_b_amx(int64_t K, int64_t N, const float *B, int64_t ldb, uint32_t *pb) {
+  pack_b(B, ldb, K, N, (K + 31) / 32 * 16, pb, XTE_ATTN_PB_LD);
+}
+
+/* xte_attn_bf16_kernels.gemm_pb: gemm from +0 with B packed by pack_b (pb at B's first column) */
+static void gemm_pb_amx(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
+                        const uint32_t *pb, float *C, int64_t ldc) {
+  const int64_t kp16 = (K + 31) / 32 * 16;
+  int64_t r0, r;
+  _tile_loadconfig(&xte_amx_cfg);
+  for (r0 = 0; r0 < M; r0 += MA) {
+    const int64_t m = M - r0 < MA ? M - r0 : MA;
+    pack_a(A + r0 * a_rs, a_rs, a_ks, m, K, kp16);
+    tiles_packed(m, N, kp16, pb, XTE_ATTN_PB_LD, 0);
+    for (r = 0; r < m; r++) memcpy(C + (r0 + r) * ldc, aC + r * NA, sizeof(float) * (size_t)N);
+  }
+  _tile_release();
+}
+
+const xte_attn_bf16_kernels xte_attn_amx_bf16_table = {gemm_amx, gemm_fold_amx, pack_b_amx,
+                                                       gemm_pb_amx};
 #endif /* XTE_ATTN_AMX */

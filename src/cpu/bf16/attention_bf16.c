@@ -257,4 +257,4 @@ static void gemm_fold_bf16(int64_t M, int64_t N, int64_t K, const float *A, int6
   }
 }
 
-const xte_attn_bf16_kernels xte_attn_bf16_table = {gemm_bf16, gemm_fold_bf16};
+const xte_attn_bf16_kernels xte_attn_bf16_table = {gemm_bf16, gemm_fold_bf16, NULL, NULL};
