@@ -20,6 +20,9 @@
  * changes a byte: each output is the same sequence of operations. Everything else per element is
  * the shared numerics header. Every buffer (task lists, D, each thread's workspace) is allocated
  * before the first output byte is written, so an allocation failure leaves the outputs untouched.
+ * XTE_ATTENTION_FAST with bf16 inputs takes the ISA's bf16 dot products where attached (the table
+ * kb: their gemm and gemm_fold in place of the fp32 ones, src/cpu/bf16/), with the query tile's
+ * Q^T (and dO^T) packed for them once per task where they can (c->pb).
  */
 #define _DEFAULT_SOURCE /* madvise */
 #include <stdlib.h>
