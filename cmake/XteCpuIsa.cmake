@@ -113,3 +113,22 @@ function(xte_cpu_isa_vnni)
   endif()
   set(XTE_ISA_VNNI_BUILT ${XTE_ISA_VNNI_BUILT} PARENT_SCOPE)
 endfunction()
+
+# src/cpu/bf16/: XTE_ATTENTION_FAST's bf16 dot products, an extension of the avx512 ISA: on
+# AVX512-BF16 (VDPBF16PS; XTE_CPU_AVX512_BF16=0 turns them off) and, where the compiler has
+# AMX-BF16 too, on AMX-BF16 tiles (attention_amx_bf16.c; XTE_CPU_AMX=0 or XTE_CPU_AMX_BF16=0
+# turns them off).
+function(xte_cpu_isa_bf16)
+  include(CheckCCompilerFlag)
+  check_c_compiler_flag("-mavx512bf16" XTE_CC_HAS_AVX512_BF16)
+  check_c_compiler_flag("-mavx512bf16 -mamx-tile -mamx-bf16" XTE_CC_HAS_ATTN_AMX)
+  if(XTE_CC_HAS_AVX512_BF16)
+    set(amx)
+    if(XTE_CC_HAS_ATTN_AMX)
+      set(amx -mamx-tile -mamx-bf16 -DXTE_ATTN_AMX)
+      target_compile_definitions(xte PRIVATE XTE_HAVE_ATTN_AMX)
+    endif()
+    xte_cpu_isa_objects(bf16 DIR bf16 FLAGS ${XTE_ISA_FLAGS_AVX512} -mavx512bf16 ${amx})
+  endif()
+  set(XTE_ISA_BF16_BUILT ${XTE_ISA_BF16_BUILT} PARENT_SCOPE)
+endfunction()

@@ -22,6 +22,7 @@
 #       the AVX-512 extensions it does not check for at run time: CD, VNNI (EVEX and VEX),
 #       VBMI, VBMI2, IFMA, BF16, BITALG, VPOPCNTDQ, VP2INTERSECT, GFNI, VAES, ...; no AMX.
 #   xte_isa_vnni: avx512's rules, VNNI and VBMI allowed (no AMX).
+#   xte_isa_bf16: avx512's rules, AVX512-BF16 and AMX-TILE / AMX-BF16 allowed (its compile flags).
 #   xte_isa_amx: avx512's rules, VBMI and AMX-TILE / AMX-INT8 allowed (its compile flags).
 # Encodings are read from the raw instruction bytes (after the legacy and REX prefixes: 0xC4 /
 # 0xC5 VEX, 0x62 EVEX, 0x8F with a map >= 8 XOP), so a new EVEX-only mnemonic cannot slip by;
@@ -73,6 +74,7 @@ rule_of() {
     xte_isa_avx2 | xte_isa_avx512_simde) echo avx2 ;;
     xte_isa_avx512) echo avx512 ;;
     xte_isa_vnni) echo vnni ;;
+    xte_isa_bf16) echo bf16 ;;
     xte_isa_amx) echo amx ;;
     *) echo "" ;;
   esac
@@ -87,6 +89,7 @@ if on "$(cache XTE_AVX512)"; then
   want="$want xte_isa_avx512"
   on "$(cache XTE_AMX)" && on "$(cache XTE_CC_HAS_AMX)" && want="$want xte_isa_amx"
   on "$(cache XTE_VNNI)" && on "$(cache XTE_CC_HAS_VNNI)" && want="$want xte_isa_vnni"
+  on "$(cache XTE_CC_HAS_AVX512_BF16)" && want="$want xte_isa_bf16"
 fi
 isa_libs=${XTE_ISA_LIBRARIES:-}
 for l in $want $(printf "%s" "$isa_libs" | tr ";," "  "); do
@@ -175,7 +178,7 @@ function offence(R, m, ops, enc,    e, map) {
     if (ops ~ /%zmm|%k[0-7]|%[xy]mm(1[6-9]|2[0-9]|3[01])/) return "AVX-512 register"
     return e
   }
-  # avx512, vnni, amx
+  # avx512, vnni, amx, bf16
   if (enc == "xop") return "XOP encoding"
   if (enc ~ /^evex/) {
     map = substr(enc, 6)
@@ -185,6 +188,7 @@ function offence(R, m, ops, enc,    e, map) {
   if (e == "") return ""
   if (R == "vnni" && (e == "VNNI" || e == "VBMI")) return ""
   if (R == "amx" && (e == "VBMI" || e == "AMX")) return ""
+  if (R == "bf16" && (e == "BF16" || e == "AMX")) return ""
   return e
 }
 function flush_obj() {

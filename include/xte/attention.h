@@ -76,9 +76,10 @@ typedef enum xte_attn_mask {
  * FlashAttention's criterion against fp64 (2 x the error of the plain computation in the input
  * precision + a small absolute term), deterministic run to run for a given ISA and thread count,
  * not across ISAs. The contract allows a cheaper exp, no renormalisation in the backward, any
- * fixed summation order and bf16 dot products; the CPU uses the first two now (a vectorised exp
- * with a documented maximum error on AVX-512 / AVX2). The GPU plugins run their exact kernels in
- * FAST mode. */
+ * fixed summation order and bf16 dot products; the CPU uses a vectorised exp with a documented
+ * maximum error (AVX-512 / AVX2), no renormalisation, and for bf16 inputs bf16 dot products with
+ * P and dS rounded to bf16 where the CPU has AVX512-BF16 (XTE_CPU_AVX512_BF16=0: off). The GPU
+ * plugins run their exact kernels in FAST mode. */
 typedef enum xte_attention_mode {
   XTE_ATTENTION_EXACT = 0,
   XTE_ATTENTION_FAST = 1

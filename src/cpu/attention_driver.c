@@ -20,6 +20,9 @@
  * changes a byte: each output is the same sequence of operations. Everything else per element is
  * the shared numerics header. Every buffer (task lists, D, each thread's workspace) is allocated
  * before the first output byte is written, so an allocation failure leaves the outputs untouched.
+ * XTE_ATTENTION_FAST with bf16 inputs takes the ISA's bf16 dot products where attached (the table
+ * kb: their gemm and gemm_fold in place of the fp32 ones, src/cpu/bf16/), with the query tile's
+ * Q^T (and dO^T) packed for them once per task where they can (c->pb).
  */
 #define _DEFAULT_SOURCE /* madvise */
 #include <stdlib.h>
@@ -300,7 +303,8 @@ static void fwd_pad(const actx *c, int64_t b, int64_t tok) {
 static size_t fwd_ws_floats(const actx *c) {
   const xte_attn_args *a = c->a;
   return (size_t)(a->dqk * BM + BN * a->dqk + BN * c->dvp + 2 * BN * BM + BM * c->dvp + c->dqp +
-                  5 * BM + 64);
+                  5 * BM + 64) +
+         (c->pb ? (size_t)XTE_ATTN_PB_WORDS : 0);
 }
 
 /* The forward of one query tile. Its layout is transposed (the order is not): St[j][r] =
@@ -318,16 +322,17 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
   const int kdirect = a->dtype == XTE_DTYPE_FP32 && !c->cache;
   const int vdirect = a->dtype == XTE_DTYPE_FP32 && dv % 16 == 0 && !c->cache;
   int64_t qt0, lq, kt0, lkv, nr, r, jlo, jhi, j0, off;
-  const float *Kc = NULL, *Vc = NULL; /* the head cache */
-  float *Qt = ws;                     /* [dq][BM] */
-  float *Kn = Qt + dq * BM;           /* [BN][dq] */
-  float *Vf = Kn + BN * dq;           /* [BN][dvp] */
-  float *St = Vf + BN * dvp;          /* [BN][BM] */
-  float *Pt = St + BN * BM;           /* [BN][BM] */
-  float *Oa = Pt + BN * BM;           /* [BM][dvp] */
-  float *T = Oa + BM * dvp;           /* [dqp]: a Q row */
-  float *m = T + dqp, *l = m + BM;    /* [BM] */
-  float *al = l + BM;                 /* [BM]: alpha of the block */
+  const float *Kc = NULL, *Vc = NULL;               /* the head cache */
+  uint32_t *pbq = c->pb ? (uint32_t *)ws : NULL;    /* Q^T packed for the bf16 kernels */
+  float *Qt = ws + (c->pb ? XTE_ATTN_PB_WORDS : 0); /* [dq][BM] */
+  float *Kn = Qt + dq * BM;                         /* [BN][dq] */
+  float *Vf = Kn + BN * dq;                         /* [BN][dvp] */
+  float *St = Vf + BN * dvp;                        /* [BN][BM] */
+  float *Pt = St + BN * BM;                         /* [BN][BM] */
+  float *Oa = Pt + BN * BM;                         /* [BM][dvp] */
+  float *T = Oa + BM * dvp;                         /* [dqp]: a Q row */
+  float *m = T + dqp, *l = m + BM;                  /* [BM] */
+  float *al = l + BM;                               /* [BM]: alpha of the block */
   float *ms = al + BM, *ls = ms + BM;
   int64_t lo[BM], hi[BM];
   int32_t ja[BM], je[BM];
@@ -341,6 +346,7 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
   off = lkv - lq;
   nr = min64(BM, lq - i0);
   load_rows_t(c, &a->q, b, qt0 + i0, h, nr, dq, Qt, T);
+  if (pbq) c->pb->pack_b(dq, BM, Qt, BM, pbq);
   for (r = 0; r < BM; r++) {
     m[r] = xte_attn_neg_inf();
     l[r] = 0.0f;
@@ -381,7 +387,10 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
       Vp = Vf;
       vld = dvp;
     }
-    K->gemm(nb, c1 - c0, dq, Kp, krs, 1, Qt + c0, BM, St + c0, BM, 0);
+    if (pbq)
+      c->pb->gemm_pb(nb, c1 - c0, dq, Kp, krs, 1, pbq + c0, St + c0, BM);
+    else
+      K->gemm(nb, c1 - c0, dq, Kp, krs, 1, Qt + c0, BM, St + c0, BM, 0);
     for (r = c0; r < c1; r++) {
       ms[r] = m[r];
       ls[r] = l[r];
@@ -427,6 +436,21 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
   }
 }
 
+/* FAST's bf16 dot products (xte_internal_attention_fast_bf16): 0 off, 1 the attached ones
+ * (AMX-BF16 where attached, else AVX512-BF16), 2 AVX512-BF16 */
+static int fast_bf16_on = 1;
+
+/* which bf16 dot products FAST takes with table T: 0 none, 1 AMX-BF16, 2 AVX512-BF16 */
+static int fast_bf16_kind(const xte_cpu_isa_table *T) {
+  if (fast_bf16_on == 1 && T->attn_amx) return 1;
+  return fast_bf16_on && T->attn_bf16 ? 2 : 0;
+}
+
+int xte_internal_attention_fast_bf16(int on) {
+  if (on >= 0 && on <= 2) fast_bf16_on = on;
+  return fast_bf16_kind(xte_cpu_isa_table_get());
+}
+
 static void init_ctx(actx *c, const xte_attn_args *a) {
   int64_t b, t0, len;
   const xte_cpu_isa_table *T = xte_cpu_isa_table_get(); /* one ISA for the whole call */
@@ -434,6 +458,15 @@ static void init_ctx(actx *c, const xte_attn_args *a) {
   c->a = a;
   c->fast = a->fast;
   c->K = a->fast && T->attn->fast ? T->attn->fast : T->attn;
+  if (a->fast && a->dtype == XTE_DTYPE_BF16 && fast_bf16_kind(T)) {
+    const xte_attn_bf16_kernels *B = fast_bf16_kind(T) == 1 ? T->attn_amx : T->attn_bf16;
+    c->kb = *c->K;
+    c->kb.gemm = B->gemm;
+    c->kb.gemm_fold = B->gemm_fold;
+    c->K = &c->kb;
+    c->bf16 = 1;
+    c->pb = B->pack_b && B->gemm_pb && a->dqk <= 256 && a->dv <= 256 ? B : NULL;
+  }
   c->ck = T->quant;
   c->G = a->hq / a->hkv;
   c->dqp = rup16(a->dqk);
@@ -570,12 +603,13 @@ static int last_run(const char *act, int64_t rb, int64_t e) {
 static void tile_part(const xte_attn_kernels *K, int64_t nb, int64_t dvp, int64_t dqp, int64_t n,
                       const float *P, const float *dS, int64_t a_rs, int64_t a_ks, const float *Gp,
                       int64_t gld, const float *Qp, int64_t qld, float *dVt, float *dKt, float *dVa,
-                      float *dKa, int acc, int last, const float *pf) {
+                      float *dKa, int acc, int last, const float *pf, int whole) {
   /* pf (non-NULL): the next tile's St / dPt slot in the S store (2 BN BM floats, out of the
    * caches by then), prefetched a share at a time between row chunks of the two GEMMs so that
    * it arrives while they run. Chunks of 6 rows keep the register tiles; each element is its own
-   * chain, so the split changes no byte. */
-  const int64_t step = pf ? 6 : nb, nch = (nb + step - 1) / step, lines = 2 * BN * BM / 16;
+   * chain, so the split changes no byte. whole: no chunks (the bf16 kernels pack B per call). */
+  const int64_t step = pf && !whole ? 6 : nb, nch = (nb + step - 1) / step,
+                lines = 2 * BN * BM / 16;
   int64_t ch, q = 0, m0;
   for (ch = 0; ch < 2 * nch; ch++) {
     const int dk = ch >= nch; /* the dV chunks, then the dK chunks */
@@ -707,7 +741,7 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
         const float *pf = i0 + BM < ib ? s_slot(c, b, h, i0 + BM, j0) : NULL;
         for (r = ra; next_run(act, rb, &r, &e); r = e, acc = 1, pf = NULL)
           tile_part(K, nb, dvp, dqp, e - r, P + r, dS + r, BM, 1, Gp + r * gld, gld, Qp + r * qld,
-                    qld, dVt, dKt, dVa, dKa, (int)acc, last_run(act, rb, e), pf);
+                    qld, dVt, dKt, dVa, dKa, (int)acc, last_run(act, rb, e), pf, c->bf16);
       } else {
         K->gemm(rb - ra, BN, dq, Qp + ra * qld, qld, 1, Kt, BN, S + ra * BN, BN, 0);
         K->gemm(rb - ra, BN, dv, Gp + ra * gld, gld, 1, Vt, BN, dP + ra * BN, BN, 0);
@@ -715,7 +749,8 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
         /* the tile's part: one chain from +0 over its active rows in order */
         for (r = ra; next_run(act, rb, &r, &e); r = e, acc = 1)
           tile_part(K, nb, dvp, dqp, e - r, P + r * BN, dS + r * BN, 1, BN, Gp + r * gld, gld,
-                    Qp + r * qld, qld, dVt, dKt, dVa, dKa, (int)acc, last_run(act, rb, e), NULL);
+                    Qp + r * qld, qld, dVt, dKt, dVa, dKa, (int)acc, last_run(act, rb, e), NULL,
+                    c->bf16);
       }
     }
   }
@@ -735,7 +770,8 @@ static void bwd_kv_task(actx *c, float *ws, int64_t task) {
 static size_t bwd_q_ws_floats(const actx *c) {
   const xte_attn_args *a = c->a;
   return (size_t)(a->dqk * BM + a->dv * BM + BN * c->dqp + BN * a->dv + 5 * BN * BM + BM * c->dqp +
-                  max64(c->dqp, c->dvp) + 4 * BM + 64);
+                  max64(c->dqp, c->dvp) + 4 * BM + 64) +
+         (c->pb ? (size_t)(2 * XTE_ATTN_PB_WORDS) : 0);
 }
 
 /* Pass B: dQ of a query tile: per active KV block a sum from +0 over its keys, added in order.
@@ -750,19 +786,21 @@ static void bwd_q_task(actx *c, float *ws, int64_t task) {
   const int fp32 = a->dtype == XTE_DTYPE_FP32;
   const int kbdirect = fp32 && dq % 16 == 0;
   int64_t qt0, lq, kt0, lkv, nr, off, r, j0, jlo, jhi;
-  const float *Kc = NULL, *Vc = NULL; /* the head cache */
-  float *Qt = ws;                     /* [dq][BM] */
-  float *Gt = Qt + dq * BM;           /* dO^T [dv][BM] */
-  float *Kn = Gt + dv * BM;           /* [BN][dqp] */
-  float *Vn = Kn + BN * dqp;          /* [BN][dv] */
-  float *St = Vn + BN * dv;           /* [BN][BM] */
-  float *dPt = St + BN * BM;          /* [BN][BM] */
-  float *Pt = dPt + BN * BM;          /* [BN][BM] */
-  float *dSt = Pt + BN * BM;          /* [BN][BM] */
-  float *Gg = dSt + BN * BM;          /* [BN][BM]: dx/ds (softcap) */
-  float *dQa = Gg + BN * BM;          /* [BM][dqp] */
-  float *T = dQa + BM * dqp;          /* [max(dqp, dvp)] */
-  float *ls = T + max64(dqp, c->dvp); /* [BM]: the row sums of P */
+  const float *Kc = NULL, *Vc = NULL;            /* the head cache */
+  uint32_t *pbq = c->pb ? (uint32_t *)ws : NULL; /* Q^T, dO^T packed for the bf16 kernels */
+  uint32_t *pbg = pbq ? pbq + XTE_ATTN_PB_WORDS : NULL;
+  float *Qt = ws + (c->pb ? 2 * XTE_ATTN_PB_WORDS : 0); /* [dq][BM] */
+  float *Gt = Qt + dq * BM;                             /* dO^T [dv][BM] */
+  float *Kn = Gt + dv * BM;                             /* [BN][dqp] */
+  float *Vn = Kn + BN * dqp;                            /* [BN][dv] */
+  float *St = Vn + BN * dv;                             /* [BN][BM] */
+  float *dPt = St + BN * BM;                            /* [BN][BM] */
+  float *Pt = dPt + BN * BM;                            /* [BN][BM] */
+  float *dSt = Pt + BN * BM;                            /* [BN][BM] */
+  float *Gg = dSt + BN * BM;                            /* [BN][BM]: dx/ds (softcap) */
+  float *dQa = Gg + BN * BM;                            /* [BM][dqp] */
+  float *T = dQa + BM * dqp;                            /* [max(dqp, dvp)] */
+  float *ls = T + max64(dqp, c->dvp);                   /* [BM]: the row sums of P */
   float *sums = ls + BM, *Lr = sums + BM, *Dr = Lr + BM;
   int64_t lo[BM], hi[BM];
   int32_t ja[BM], je[BM];
@@ -776,6 +814,10 @@ static void bwd_q_task(actx *c, float *ws, int64_t task) {
   nr = min64(BM, lq - i0);
   load_rows_t(c, &a->q, b, qt0 + i0, h, nr, dq, Qt, T);
   load_rows_t(c, &a->dout, b, qt0 + i0, h, nr, dv, Gt, T);
+  if (pbq) {
+    c->pb->pack_b(dq, BM, Qt, BM, pbq);
+    c->pb->pack_b(dv, BM, Gt, BM, pbg);
+  }
   for (r = 0; r < BM; r++) {
     const int64_t li = r < nr ? loff(a, b, qt0 + i0 + r, h) : 0;
     Lr[r] = r < nr ? a->lse[li] : 0.0f;
@@ -826,8 +868,13 @@ static void bwd_q_task(actx *c, float *ws, int64_t task) {
       Kb = Kn;
       kld = dqp;
     }
-    K->gemm(nb, c1 - c0, dq, Ka, krs, 1, Qt + c0, BM, Sb + c0, BM, 0);
-    K->gemm(nb, c1 - c0, dv, Va, vrs, 1, Gt + c0, BM, dPb + c0, BM, 0);
+    if (pbq) {
+      c->pb->gemm_pb(nb, c1 - c0, dq, Ka, krs, 1, pbq + c0, Sb + c0, BM);
+      c->pb->gemm_pb(nb, c1 - c0, dv, Va, vrs, 1, pbg + c0, dPb + c0, BM);
+    } else {
+      K->gemm(nb, c1 - c0, dq, Ka, krs, 1, Qt + c0, BM, Sb + c0, BM, 0);
+      K->gemm(nb, c1 - c0, dv, Va, vrs, 1, Gt + c0, BM, dPb + c0, BM, 0);
+    }
     for (r = c0; r < c1; r++) {
       ja[r] = r < rb && act[r] ? (int32_t)(max64(lo[r], j0) - j0) : 0;
       je[r] = r < rb && act[r] ? (int32_t)(min64(hi[r], j0 + nb) - j0) : 0;
@@ -1062,5 +1109,30 @@ xte_status xte_internal_attention_exp_fast(xte_cpu_isa isa, const float *x, floa
     return xte_set_error(XTE_ERROR_UNSUPPORTED, "isa %d cannot run on this machine or build",
                          (int)isa);
   if (n > 0) (T->attn->fast ? T->attn->fast : T->attn)->exp_n(x, y, n);
+  return XTE_SUCCESS;
+}
+
+xte_status xte_internal_attention_bf16_gemm(int kind, int fold, int64_t M, int64_t N, int64_t K,
+                                            const float *A, int64_t a_rs, int64_t a_ks,
+                                            const float *B, int64_t ldb, const float *C0,
+                                            int64_t ldc0, float *D, int64_t ldd, const float *alpha,
+                                            int acc) {
+  const xte_cpu_isa_table *T = xte_cpu_isa_table_get();
+  const xte_attn_bf16_kernels *k = kind == 1 ? T->attn_amx : kind == 2 ? T->attn_bf16 : NULL;
+  if (!k) return xte_set_error(XTE_ERROR_UNSUPPORTED, "bf16 dot products %d not attached", kind);
+  if (fold == 2) {
+    uint32_t *pb;
+    if (!k->gemm_pb || K > 256 || N > XTE_ATTN_PB_LD)
+      return xte_set_error(XTE_ERROR_UNSUPPORTED, "no packed-B gemm for kind %d, K %lld, N %lld",
+                           kind, (long long)K, (long long)N);
+    pb = (uint32_t *)xte_aligned_alloc(XTE_ATTN_PB_WORDS * sizeof(uint32_t));
+    if (!pb) return xte_set_error(XTE_ERROR_OUT_OF_MEMORY, "out of host memory");
+    k->pack_b(K, N, B, ldb, pb);
+    k->gemm_pb(M, N, K, A, a_rs, a_ks, pb, D, ldd);
+    xte_aligned_free(pb);
+  } else if (fold)
+    k->gemm_fold(M, N, K, A, a_rs, a_ks, B, ldb, C0, ldc0, D, ldd, alpha);
+  else
+    k->gemm(M, N, K, A, a_rs, a_ks, B, ldb, D, ldd, acc);
   return XTE_SUCCESS;
 }

@@ -69,6 +69,14 @@ typedef struct actx {
   int sfirst, slast; /* the round is its pair's first / last (sacc: zero / store the sums) */
   int bygroup;       /* tasks listed pair by pair (the head caches, the S store) */
   int fast;          /* XTE_ATTENTION_FAST: K is the ISA's FAST table, no renormalisation */
+  /* FAST with bf16 inputs where the ISA has xte_attn_bf16_kernels: K is kb, the FAST table with
+   * their gemm and gemm_fold (bf16 dot products; they pack their operands per call, so pass A
+   * runs its GEMMs whole instead of in row chunks) */
+  int bf16;
+  xte_attn_kernels kb;
+  /* those bf16 kernels' B packed once per task (NULL: none): the forward's Q^T, pass B's Q^T and
+   * dO^T (XTE_ATTN_PB_WORDS words each at the start of the workspace) */
+  const xte_attn_bf16_kernels *pb;
   void (*run)(struct actx *c, float *ws, int64_t t);
 } actx;
 

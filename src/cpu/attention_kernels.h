@@ -62,6 +62,31 @@ typedef struct xte_attn_kernels {
   const struct xte_attn_kernels *fast;
 } xte_attn_kernels;
 
+/* XTE_ATTENTION_FAST's bf16 dot products (src/cpu/bf16/attention_bf16.c, AVX512-BF16): gemm and
+ * gemm_fold with xte_attn_kernels' arguments and layout, each operand rounded to bf16 (round to
+ * nearest even) and the products summed in fp32 pair by pair (VDPBF16PS, a fixed order). The
+ * driver takes them for bf16 inputs in FAST where isa.c attached them (the xte_cpu_isa_table's
+ * attn_amx: AMX-BF16 tiles, src/cpu/bf16/attention_amx_bf16.c, else attn_bf16) and
+ * xte_internal_attention_fast_bf16 has not turned them off. */
+typedef struct xte_attn_bf16_kernels {
+  void (*gemm)(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
+               const float *B, int64_t ldb, float *C, int64_t ldc, int acc);
+  void (*gemm_fold)(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
+                    const float *B, int64_t ldb, const float *C0, int64_t ldc0, float *D,
+                    int64_t ldd, const float *alpha);
+  /* Optional (NULL: none). gemm from +0 (acc = 0) with B packed once for several calls: pack_b
+   * packs B (K <= 256 rows, N <= XTE_ATTN_PB_LD columns) into pb (XTE_ATTN_PB_WORDS words);
+   * gemm_pb(M, N, K, A, a_rs, a_ks, pb + c0, C, ldc) is gemm's result for B's columns [c0, c0 + N)
+   * (the same bytes: the same roundings and order). */
+  void (*pack_b)(int64_t K, int64_t N, const float *B, int64_t ldb, uint32_t *pb);
+  void (*gemm_pb)(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
+                  const uint32_t *pb, float *C, int64_t ldc);
+} xte_attn_bf16_kernels;
+
+/* the packed B of xte_attn_bf16_kernels.pack_b: rows of XTE_ATTN_PB_LD words, 128 rows */
+#define XTE_ATTN_PB_LD 64
+#define XTE_ATTN_PB_WORDS (128 * XTE_ATTN_PB_LD)
+
 /* Test hook, not public API (no public header declares it): the attention kernels' exp of ISA
  * isa (exp_n above) on x[0 .. n), into y. XTE_ERROR_UNSUPPORTED when the ISA cannot run here.
  * Exported only so that tests/test_attention_lanes.c can check every lane exhaustively. */
@@ -77,5 +102,25 @@ XTE_API xte_status xte_internal_attention_exp_fast(xte_cpu_isa isa, const float 
  * converts block by block; returns the previous limit (default 256 MiB). 0 turns them off.
  * Not thread-safe: for tests that compare the two paths' bytes. */
 XTE_API size_t xte_internal_attention_cache_limit(size_t bytes);
+
+/* Test hook, not public API: which of FAST's bf16 dot products (xte_attn_bf16_kernels) the calls
+ * that follow take: on = 0 none (the fp32 ones), 1 the attached ones (the default: AMX-BF16 where
+ * attached, else AVX512-BF16), 2 AVX512-BF16 even where AMX-BF16 is attached; other values leave
+ * the setting. Returns what the ISA in use then takes: 0 none, 1 AMX-BF16, 2 AVX512-BF16. Not
+ * thread-safe: for tests that run every path in one process (XTE_CPU_AVX512_BF16=0 keeps both
+ * off for a whole process, XTE_CPU_AMX_BF16=0 the tiles). */
+XTE_API int xte_internal_attention_fast_bf16(int on);
+
+/* Test hook, not public API: the bf16 dot products of kind 1 (AMX-BF16) or 2 (AVX512-BF16) of the
+ * ISA in use, called directly: gemm (fold = 0: D is its C, acc its acc), gemm_fold (fold = 1:
+ * C0, ldc0, D, ldd, alpha as there) or pack_b then gemm_pb (fold = 2: into D; unsupported where
+ * the kind has none, K > 256 or N > XTE_ATTN_PB_LD), for tests/test_attention_fast.c's check of
+ * their roundings and tails against an fp64 oracle. XTE_ERROR_UNSUPPORTED when that kind is not
+ * attached. */
+XTE_API xte_status xte_internal_attention_bf16_gemm(int kind, int fold, int64_t M, int64_t N,
+                                                    int64_t K, const float *A, int64_t a_rs,
+                                                    int64_t a_ks, const float *B, int64_t ldb,
+                                                    const float *C0, int64_t ldc0, float *D,
+                                                    int64_t ldd, const float *alpha, int acc);
 
 #endif /* XTE_CPU_ATTENTION_KERNELS_H */

@@ -1,8 +1,8 @@
 /* CPU ISA selection, the one place that names the ISAs: CPUID plus the OS check (XGETBV) decide
  * which ISA tables can run here (an ISA is available only where this CPU runs its objects: the
  * flags of cmake/XteCpuIsa.cmake); one is chosen once, capped by XTE_CPU_ISA or set by
- * xte_cpu_set_isa(); the extensions (AMX, VNNI) are attached to the avx512 table where built and
- * usable. Drivers reach the kernels through xte_cpu_isa_table_get() only. */
+ * xte_cpu_set_isa(); the extensions (AMX, VNNI, AVX512-BF16) are attached to the avx512 table where
+ * built and usable. Drivers reach the kernels through xte_cpu_isa_table_get() only. */
 #include <cpuid.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -33,6 +33,14 @@ int xte_gemm_amx_usable(void); /* src/cpu/amx/gemm_amx.h */
 #ifdef XTE_HAVE_AMX_BF16
 extern const xte_gemm_fast_amx_kernels xte_gemm_fast_amx_table;
 int xte_gemm_fast_amx_usable(void); /* src/cpu/amx/gemm_fast_amx.c */
+#endif
+#endif
+#ifdef XTE_HAVE_ISA_BF16
+extern const xte_attn_bf16_kernels xte_attn_bf16_table;
+int xte_attn_bf16_usable(void); /* src/cpu/bf16/attention_bf16.c */
+#ifdef XTE_HAVE_ATTN_AMX
+extern const xte_attn_bf16_kernels xte_attn_amx_bf16_table;
+int xte_attn_amx_bf16_usable(void); /* src/cpu/bf16/attention_amx_bf16.c */
 #endif
 #endif
 #ifdef XTE_HAVE_ISA_VNNI
@@ -139,6 +147,13 @@ static void init_isa(void) {
 #ifdef XTE_HAVE_AMX_BF16
     if (xte_gemm_fast_amx_usable())
       isa_tables[XTE_CPU_ISA_AVX512].fast_amx = &xte_gemm_fast_amx_table;
+#endif
+#endif
+#ifdef XTE_HAVE_ISA_BF16
+    if (xte_attn_bf16_usable()) isa_tables[XTE_CPU_ISA_AVX512].attn_bf16 = &xte_attn_bf16_table;
+#ifdef XTE_HAVE_ATTN_AMX
+    if (xte_attn_bf16_usable() && xte_attn_amx_bf16_usable())
+      isa_tables[XTE_CPU_ISA_AVX512].attn_amx = &xte_attn_amx_bf16_table;
 #endif
 #endif
 #ifdef XTE_HAVE_ISA_VNNI

@@ -114,6 +114,7 @@ typedef struct xte_quant_kernels {
  * and never name an ISA. */
 struct xte_gemm_ukernel;          /* src/cpu/gemm_kernels.h */
 struct xte_attn_kernels;          /* src/cpu/attention_kernels.h */
+struct xte_attn_bf16_kernels;     /* src/cpu/attention_kernels.h */
 struct xte_moe_kernels;           /* src/cpu/moe_cpu.h */
 struct xte_gemm_amx_kernels;      /* src/cpu/gemm_kernels.h */
 struct xte_gemm_vnni_kernels;     /* src/cpu/gemm_kernels.h */
@@ -135,6 +136,13 @@ typedef struct xte_cpu_isa_table {
    * avx512 table where built, the CPU has AMX-BF16, the OS grants the tiles, and neither
    * XTE_CPU_AMX nor XTE_CPU_AMX_BF16 is "0" */
   const struct xte_gemm_fast_amx_kernels *fast_amx;
+  /* extensions (NULL: none): XTE_ATTENTION_FAST's bf16 dot products (bf16 inputs), on
+   * AVX512-BF16 (attn_bf16: where built, the CPU has AVX512-BF16 and XTE_CPU_AVX512_BF16 is not
+   * "0") and on AMX-BF16 tiles (attn_amx: where built, the CPU has AMX-BF16, the OS grants the
+   * tiles, neither XTE_CPU_AMX nor XTE_CPU_AMX_BF16 is "0"), attached by isa.c to the avx512
+   * table; the driver takes attn_amx where attached, else attn_bf16 */
+  const struct xte_attn_bf16_kernels *attn_bf16;
+  const struct xte_attn_bf16_kernels *attn_amx;
 } xte_cpu_isa_table;
 
 /* The table of the ISA in use. */
