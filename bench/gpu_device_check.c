@@ -19,13 +19,15 @@ typedef struct gop {
   size_t code_bytes, scale_bytes;
 } gop;
 
-static uint64_t g_rng = 88172645463325252ull;
-static double g_unif(void) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return (double)(g_rng >> 11) * (1.0 / 9007199254740992.0);
+/* xorshift64: the next uniform double in [0, 1) of the stream with state *s */
+static double unif(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return (double)(*s >> 11) * (1.0 / 9007199254740992.0);
 }
+
+static uint64_t g_rng = 88172645463325252ull;
 
 /* X [R, C] random (rows of varying magnitude), quantized rowwise on the CPU, copied to gpu */
 static xte_scale_layout g_dev_layout = XTE_SCALE_LAYOUT_COMPACT; /* of the device copy */
@@ -36,7 +38,7 @@ static void gop_make(gop *o, xte_stream gpu, int64_t R, int64_t C, xte_scaling_m
   xte_tensor in;
   if (!x) exit(1);
   for (i = 0; i < R * C; i++) {
-    double v = 2.0 * g_unif() - 1.0;
+    double v = 2.0 * unif(&g_rng) - 1.0;
     x[i] = (float)(v * (double)(1 << (i / (C > 0 ? C : 1)) % 7));
   }
   memset(o, 0, sizeof *o);
@@ -563,12 +565,6 @@ static xte_tensor attn_t(void *p, int dt, int layout, int64_t b, int64_t s, int6
 }
 
 static uint64_t attn_rng = 0x2545F4914F6CDD1Dull;
-static double attn_unif(void) {
-  attn_rng ^= attn_rng << 13;
-  attn_rng ^= attn_rng >> 7;
-  attn_rng ^= attn_rng << 17;
-  return (double)(attn_rng >> 11) * (1.0 / 9007199254740992.0);
-}
 
 /* host buffer of n random elements of dt, and its device copy */
 static void *attn_rand(xte_stream gpu, int dt, size_t n, void **dev) {
@@ -576,7 +572,7 @@ static void *attn_rand(xte_stream gpu, int dt, size_t n, void **dev) {
   size_t i;
   if (!h) exit(1);
   for (i = 0; i < n; i++) {
-    float f = (float)(2.0 * attn_unif() - 1.0) * 2.0f;
+    float f = (float)(2.0 * unif(&attn_rng) - 1.0) * 2.0f;
     uint32_t u;
     memcpy(&u, &f, 4);
     if (dt == XTE_DTYPE_FP32)
