@@ -181,6 +181,21 @@ def check_python(root, quiet=False):
     return bad
 
 
+def planted_verdict(bad, want, what):
+    """0 when every planted violation (want: a substring of its report) is among the reports bad
+    and nothing else is; else 1, naming what was missed or reported in excess."""
+    missed = [w for w in want if not any(w in b for b in bad)]
+    extra = [b for b in bad if not any(w in b for w in want)]
+    for w in missed:
+        print("check_layers self-test: the planted %s was not reported: %s" % (what, w))
+    for b in extra:
+        print("check_layers self-test: reported what was not planted: " + b)
+    if missed or extra:
+        return 1
+    print("check_layers self-test: every planted %s reported (%d)" % (what, len(want)))
+    return 0
+
+
 def self_test_python(root):
     """Plants a private import and a private attribute use between two modules of a copy of
     python/xte; both must be reported, and the copy without them must pass."""
@@ -199,16 +214,7 @@ def self_test_python(root):
         bad = check_python(tmp, quiet=True)
         want = ["planted_b.py:1 imports _helper from xte.ops.planted_a",
                 "planted_b.py:7 uses A._helper, a private name of xte.ops.planted_a"]
-        missed = [w for w in want if not any(w in b for b in bad)]
-        extra = [b for b in bad if not any(w in b for w in want)]
-        for w in missed:
-            print("check_layers self-test: the planted Python violation was not reported: " + w)
-        for b in extra:
-            print("check_layers self-test: reported what was not planted: " + b)
-        if missed or extra:
-            return 1
-        print("check_layers self-test: both planted Python violations reported")
-        return 0
+        return planted_verdict(bad, want, "Python violation")
 
 
 def self_test(root):
@@ -231,16 +237,7 @@ def self_test(root):
         bad = check(tmp, quiet=True)
         want = ["uses xte_planted_internal, an internal of src/quantize_api.c",
                 'includes "cpu/xte_cpu.h"']
-        missed = [w for w in want if not any(w in b for b in bad)]
-        extra = [b for b in bad if not any(w in b for w in want)]
-        for w in missed:
-            print("check_layers self-test: the planted violation was not reported: " + w)
-        for b in extra:
-            print("check_layers self-test: reported what was not planted: " + b)
-        if missed or extra:
-            return 1
-        print("check_layers self-test: both planted violations reported")
-        return 0
+        return planted_verdict(bad, want, "violation")
 
 
 def main(argv):
