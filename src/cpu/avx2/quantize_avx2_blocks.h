@@ -156,14 +156,7 @@ XTE_AI float quant_blocks_w(const void *in, int64_t lds, int64_t rows, int64_t n
       for (r = 0; r < rows; r++)
         (void)load_amax_r1((const uint16_t *)in + r * lds, XTE_NUM_IN_BF16, 128, acc);
     } else {
-      for (i = 0; i < 8; i++) {
-        __m256 x0 = _mm256_castsi256_ps(
-            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(acw[i])), 16));
-        __m256 x1 = _mm256_castsi256_ps(
-            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(acw[i], 1)), 16));
-        _mm256_storeu_ps(acc + 16 * i, _mm256_max_ps(x0, _mm256_loadu_ps(acc + 16 * i)));
-        _mm256_storeu_ps(acc + 16 * i + 8, _mm256_max_ps(x1, _mm256_loadu_ps(acc + 16 * i + 8)));
-      }
+      words_f32(acc, acw, 8, 1);
     }
   }
   return m;
@@ -388,14 +381,7 @@ static int rc_prepare(const void *src, int64_t lds, int64_t nr, const xte_quant_
   if (f32) {
     for (i = 0; i < 16; i++) _mm256_store_si256((__m256i *)(cam + 8 * i), acc[i]);
   } else {
-    for (i = 0; i < 8; i++) {
-      _mm256_store_si256(
-          (__m256i *)(cam + 16 * i),
-          _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(acc[i])), 16));
-      _mm256_store_si256(
-          (__m256i *)(cam + 16 * i + 8),
-          _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(acc[i], 1)), 16));
-    }
+    words_f32(cam, acc, 8, 0);
   }
   for (i = 0; i < 128; i++) col[i] = f32 ? p2w_rto_col(i, 16) : i;
   if (xte_quant_is_te(a)) { /* 8 scales at a time, with their word-path parameters */

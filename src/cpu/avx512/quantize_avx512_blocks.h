@@ -302,14 +302,7 @@ XTE_AI float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64
     if (nan_seen) {
       for (r = 0; r < rows; r++) (void)load_amax_row(in + r * lds, XTE_NUM_IN_BF16, 128, acc);
     } else {
-      for (i = 0; i < 4; i++) {
-        __m512 x0 = _mm512_castsi512_ps(
-            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(acw[i])), 16));
-        __m512 x1 = _mm512_castsi512_ps(
-            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(acw[i], 1)), 16));
-        _mm512_storeu_ps(acc + 32 * i, _mm512_max_ps(x0, _mm512_loadu_ps(acc + 32 * i)));
-        _mm512_storeu_ps(acc + 32 * i + 16, _mm512_max_ps(x1, _mm512_loadu_ps(acc + 32 * i + 16)));
-      }
+      words_f32(acc, acw, 4, 1);
     }
   }
   return m;
@@ -442,17 +435,10 @@ XTE_AI int quant_rc_body(const void *src, int64_t lds, int64_t nr, const xte_qua
     }
   }
   if (bad) return 0;
-  for (i = 0; i < (f32 ? 8 : 4); i++)
-    if (f32) {
-      _mm512_store_si512((void *)(cam + 16 * i), acc[i]);
-    } else {
-      _mm512_store_si512(
-          (void *)(cam + 32 * i),
-          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(acc[i])), 16));
-      _mm512_store_si512(
-          (void *)(cam + 32 * i + 16),
-          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(acc[i], 1)), 16));
-    }
+  if (f32)
+    for (i = 0; i < 8; i++) _mm512_store_si512((void *)(cam + 16 * i), acc[i]);
+  else
+    words_f32(cam, acc, 4, 0);
   if (xte_quant_is_te(a)) { /* 16 scales at a time, with their word-path parameters */
     const tesk tc = tesk_make(a);
     __m512 mv = _mm512_setzero_ps();
