@@ -27,6 +27,52 @@ double gdev_now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+int gdev_open(xte_stream *gpu) {
+  const xte_status st = xte_stream_create(XTE_BACKEND_CUDA, 0, NULL, gpu);
+  if (st == XTE_ERROR_BACKEND_UNAVAILABLE) {
+    printf("SKIPPED: no usable CUDA device: %s\n", xte_last_error());
+    return 77;
+  }
+  CHECK(st);
+  return 0;
+}
+
+void gdev_release(xte_stream gpu, void *const *dev, int ndev, void *const *host, int nhost) {
+  int i;
+  for (i = 0; i < ndev; i++)
+    if (dev[i]) CHECK(xte_free(gpu, dev[i]));
+  for (i = 0; i < nhost; i++) free(host[i]);
+}
+
+void gdev_gemm_ops_make(xte_stream gpu, int64_t M, int64_t N, int64_t K, xte_scale_layout layout,
+                        gdev_gemm_ops *o) {
+  int64_t sar, sac, sbr, sbc;
+  CHECK(xte_quantize_scale_shape(M, K, XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK, layout, 0,
+                                 &sar, &sac));
+  CHECK(xte_quantize_scale_shape(N, K, XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK, layout, 0,
+                                 &sbr, &sbc));
+  memset(o, 0, sizeof *o);
+  CHECK(xte_malloc(gpu, (size_t)(M * K), &o->a));
+  CHECK(xte_malloc(gpu, (size_t)(N * K), &o->b));
+  CHECK(xte_malloc(gpu, (size_t)(sar * sac) * 4, &o->sa));
+  CHECK(xte_malloc(gpu, (size_t)(sbr * sbc) * 4, &o->sb));
+  CHECK(xte_malloc(gpu, (size_t)(M * N) * 2, &o->d));
+  o->qa.scaling_mode = XTE_SCALING_BLOCK_1x128;
+  o->qa.recipe = XTE_RECIPE_TE_BLOCK;
+  o->qa.rowwise = xte_tensor_2d(o->a, XTE_DTYPE_E4M3, M, K);
+  o->qa.rowwise_scale_inv = (xte_scale_tensor){o->sa, XTE_DTYPE_FP32, sar, sac, layout};
+  o->qb = o->qa;
+  o->qb.scaling_mode = XTE_SCALING_BLOCK_128x128;
+  o->qb.rowwise = xte_tensor_2d(o->b, XTE_DTYPE_E4M3, N, K);
+  o->qb.rowwise_scale_inv = (xte_scale_tensor){o->sb, XTE_DTYPE_FP32, sbr, sbc, layout};
+  o->D = xte_tensor_2d(o->d, XTE_DTYPE_BF16, M, N);
+}
+
+void gdev_gemm_ops_free(xte_stream gpu, gdev_gemm_ops *o) {
+  void *const dev[] = {o->a, o->b, o->sa, o->sb, o->d};
+  gdev_release(gpu, dev, GDEV_N(dev), NULL, 0);
+}
+
 /* ---------------------------------------------------------------- the plugin's report
  * What the plugin says it ran (src/cuda/xte_gpu_report.h): one line per GEMM call appended to
  * $XTE_GPU_REPORT, which main() points at a file of its own when it is not set. gdev_rep_take()
@@ -137,66 +183,42 @@ static int anchors_main(int argc, char **argv) {
   const int iters = argc > 4 ? atoi(argv[4]) : 10;
   const double flop = 2.0 * (double)M * (double)N * (double)K;
   xte_stream gpu, leg;
-  xte_status st = xte_stream_create(XTE_BACKEND_CUDA, 0, NULL, &gpu);
-  void *d_a, *d_b, *d_sa, *d_sb, *d_d, *d_ab, *d_bb, *ws;
-  int64_t sar, sac, sbr, sbc, i;
-  xte_qtensor qa, qb;
-  xte_tensor D;
+  const int open = gdev_open(&gpu);
+  gdev_gemm_ops g;
+  void *d_ab, *d_bb, *ws;
+  int64_t na, nb, i;
   xte_gemm_config cfg = xte_gemm_config_default();
   xte_lt_api api;
   uint8_t *h;
   int mode, it;
-  if (st == XTE_ERROR_BACKEND_UNAVAILABLE) {
-    printf("SKIPPED: no usable CUDA device: %s\n", xte_last_error());
-    return 77;
-  }
-  CHECK(st);
+  if (open) return open;
   if (M <= 0 || N <= 0 || K <= 0 || K % 128 != 0 || iters < 1) {
     fprintf(stderr, "usage: %s anchors [M N K [iterations]] (K a multiple of 128)\n", argv[0]);
     return 2;
   }
-  CHECK(xte_quantize_scale_shape(M, K, XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK,
-                                 XTE_SCALE_LAYOUT_TE_GEMM, 0, &sar, &sac));
-  CHECK(xte_quantize_scale_shape(N, K, XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK,
-                                 XTE_SCALE_LAYOUT_TE_GEMM, 0, &sbr, &sbc));
-  CHECK(xte_malloc(gpu, (size_t)(M * K), &d_a));
-  CHECK(xte_malloc(gpu, (size_t)(N * K), &d_b));
-  CHECK(xte_malloc(gpu, (size_t)(sar * sac) * 4, &d_sa));
-  CHECK(xte_malloc(gpu, (size_t)(sbr * sbc) * 4, &d_sb));
-  CHECK(xte_malloc(gpu, (size_t)(M * N) * 2, &d_d));
+  gdev_gemm_ops_make(gpu, M, N, K, XTE_SCALE_LAYOUT_TE_GEMM, &g);
+  na = g.qa.rowwise_scale_inv.rows * g.qa.rowwise_scale_inv.cols;
+  nb = g.qb.rowwise_scale_inv.rows * g.qb.rowwise_scale_inv.cols;
   CHECK(xte_malloc(gpu, (size_t)(M * K) * 2, &d_ab));
   CHECK(xte_malloc(gpu, (size_t)(N * K) * 2, &d_bb));
   CHECK(xte_malloc(gpu, (size_t)32 << 20, &ws));
   {
     const size_t big = (size_t)((M > N ? M : N) * K) * 2;
-    float *ones = (float *)malloc(sizeof(float) * (size_t)(sar * sac + sbr * sbc));
+    float *ones = (float *)malloc(sizeof(float) * (size_t)(na + nb));
     h = (uint8_t *)malloc(big);
     if (!h || !ones) return 1;
     for (i = 0; i < (int64_t)big; i++) /* e4m3 codes of magnitude < 1, and bf16 in (-2, 2) */
       h[i] = (uint8_t)(i & 1 ? ((uint32_t)i * 2654435761u >> 24) & 0xBF : 0x31 + i % 5);
-    for (i = 0; i < sar * sac + sbr * sbc; i++) ones[i] = 1.0f;
-    CHECK(xte_memcpy(gpu, d_a, h, (size_t)(M * K), XTE_MEMCPY_HOST_TO_DEVICE));
-    CHECK(xte_memcpy(gpu, d_b, h, (size_t)(N * K), XTE_MEMCPY_HOST_TO_DEVICE));
+    for (i = 0; i < na + nb; i++) ones[i] = 1.0f;
+    CHECK(xte_memcpy(gpu, g.a, h, (size_t)(M * K), XTE_MEMCPY_HOST_TO_DEVICE));
+    CHECK(xte_memcpy(gpu, g.b, h, (size_t)(N * K), XTE_MEMCPY_HOST_TO_DEVICE));
     CHECK(xte_memcpy(gpu, d_ab, h, (size_t)(M * K) * 2, XTE_MEMCPY_HOST_TO_DEVICE));
     CHECK(xte_memcpy(gpu, d_bb, h, (size_t)(N * K) * 2, XTE_MEMCPY_HOST_TO_DEVICE));
-    CHECK(xte_memcpy(gpu, d_sa, ones, (size_t)(sar * sac) * 4, XTE_MEMCPY_HOST_TO_DEVICE));
-    CHECK(xte_memcpy(gpu, d_sb, ones + sar * sac, (size_t)(sbr * sbc) * 4,
-                     XTE_MEMCPY_HOST_TO_DEVICE));
+    CHECK(xte_memcpy(gpu, g.sa, ones, (size_t)na * 4, XTE_MEMCPY_HOST_TO_DEVICE));
+    CHECK(xte_memcpy(gpu, g.sb, ones + na, (size_t)nb * 4, XTE_MEMCPY_HOST_TO_DEVICE));
     free(h);
     free(ones);
   }
-  memset(&qa, 0, sizeof qa);
-  qa.scaling_mode = XTE_SCALING_BLOCK_1x128;
-  qa.recipe = XTE_RECIPE_TE_BLOCK;
-  qa.rowwise = xte_tensor_2d(d_a, XTE_DTYPE_E4M3, M, K);
-  qa.rowwise_scale_inv =
-      (xte_scale_tensor){d_sa, XTE_DTYPE_FP32, sar, sac, XTE_SCALE_LAYOUT_TE_GEMM};
-  qb = qa;
-  qb.scaling_mode = XTE_SCALING_BLOCK_128x128;
-  qb.rowwise = xte_tensor_2d(d_b, XTE_DTYPE_E4M3, N, K);
-  qb.rowwise_scale_inv =
-      (xte_scale_tensor){d_sb, XTE_DTYPE_FP32, sbr, sbc, XTE_SCALE_LAYOUT_TE_GEMM};
-  D = xte_tensor_2d(d_d, XTE_DTYPE_BF16, M, N);
   printf(
       "| GEMM %lld x %lld x %lld -> bf16 (same device, one run) | ms | TFLOPS | x cuBLASLt FP8 |\n"
       "|---|---:|---:|---:|\n",
@@ -211,10 +233,10 @@ static int anchors_main(int argc, char **argv) {
       const char *rep;
       cfg.mode = mode ? XTE_GEMM_FAST : XTE_GEMM_EXACT;
       (void)gdev_rep_take();
-      CHECK(xte_gemm(&qa, &qb, NULL, &D, &cfg, gpu)); /* warm-up */
+      CHECK(xte_gemm(&g.qa, &g.qb, NULL, &g.D, &cfg, gpu)); /* warm-up */
       CHECK(xte_stream_synchronize(gpu));
       t0 = gdev_now();
-      for (it = 0; it < n_it; it++) CHECK(xte_gemm(&qa, &qb, NULL, &D, &cfg, gpu));
+      for (it = 0; it < n_it; it++) CHECK(xte_gemm(&g.qa, &g.qb, NULL, &g.D, &cfg, gpu));
       CHECK(xte_stream_synchronize(gpu));
       ms_x[mode] = (gdev_now() - t0) / n_it * 1e3;
       rep = gdev_rep_take();
@@ -256,8 +278,8 @@ static int anchors_main(int argc, char **argv) {
           CHECK(xte_stream_synchronize(leg));
           t0 = gdev_now();
         }
-        ok = api.matmul(h_lt, op, &one, mode ? d_b : d_bb, la, mode ? d_a : d_ab, lb, &zero, d_d,
-                        ld, d_d, ld, &r.algo, ws, (size_t)wsb, (void *)(uintptr_t)1) == XTE_LT_OK;
+        ok = api.matmul(h_lt, op, &one, mode ? g.b : d_bb, la, mode ? g.a : d_ab, lb, &zero, g.d,
+                        ld, g.d, ld, &r.algo, ws, (size_t)wsb, (void *)(uintptr_t)1) == XTE_LT_OK;
       }
       CHECK(xte_stream_synchronize(leg));
       if (ok)
@@ -294,14 +316,14 @@ int xte_bench_device(int argc, char **argv) {
   int iters = argc > 3 ? atoi(argv[3]) : 20, op, i;
   size_t n = (size_t)(M * K), in_bytes = n * 2;
   xte_stream gpu;
-  xte_status st;
+  int open;
   rep_init();
   gdev_small = getenv("XTE_DEVICE_BENCH_SMALL") && atoi(getenv("XTE_DEVICE_BENCH_SMALL")) > 0;
   if (argc > 1 && strcmp(argv[1], "gemm") == 0) return gdev_gemm_main(argc - 1, argv + 1);
   if (argc > 1 && strcmp(argv[1], "attention") == 0) return gdev_attn_main(argc - 1, argv + 1);
   if (argc > 1 && strcmp(argv[1], "fast") == 0) return gdev_fast_main(argc - 1, argv + 1);
   if (argc > 1 && strcmp(argv[1], "anchors") == 0) return anchors_main(argc - 1, argv + 1);
-  st = xte_stream_create(XTE_BACKEND_CUDA, 0, NULL, &gpu);
+  open = gdev_open(&gpu);
   void *d_in, *d_copy, *d_rq, *d_rs, *d_cq, *d_cs, *d_out, *d_amax;
   int64_t rsr, rsc, csr, csc;
   xte_quant_config cfg = xte_quant_config_default();
@@ -310,11 +332,7 @@ int xte_bench_device(int argc, char **argv) {
   double gbs[OP_COUNT], us[OP_COUNT];
   uint16_t *h;
 
-  if (st == XTE_ERROR_BACKEND_UNAVAILABLE) {
-    printf("SKIPPED: no usable CUDA device: %s\n", xte_last_error());
-    return 77;
-  }
-  CHECK(st);
+  if (open) return open;
   if (M <= 0 || K <= 0 || K % 128 != 0 || iters < 1) {
     fprintf(stderr, "usage: %s [M K [iterations]] (K a multiple of 128)\n", argv[0]);
     return 2;

@@ -19,13 +19,15 @@ typedef struct gop {
   size_t code_bytes, scale_bytes;
 } gop;
 
-static uint64_t g_rng = 88172645463325252ull;
-static double g_unif(void) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return (double)(g_rng >> 11) * (1.0 / 9007199254740992.0);
+/* xorshift64: the next uniform double in [0, 1) of the stream with state *s */
+static double unif(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return (double)(*s >> 11) * (1.0 / 9007199254740992.0);
 }
+
+static uint64_t g_rng = 88172645463325252ull;
 
 /* X [R, C] random (rows of varying magnitude), quantized rowwise on the CPU, copied to gpu */
 static xte_scale_layout g_dev_layout = XTE_SCALE_LAYOUT_COMPACT; /* of the device copy */
@@ -36,7 +38,7 @@ static void gop_make(gop *o, xte_stream gpu, int64_t R, int64_t C, xte_scaling_m
   xte_tensor in;
   if (!x) exit(1);
   for (i = 0; i < R * C; i++) {
-    double v = 2.0 * g_unif() - 1.0;
+    double v = 2.0 * unif(&g_rng) - 1.0;
     x[i] = (float)(v * (double)(1 << (i / (C > 0 ? C : 1)) % 7));
   }
   memset(o, 0, sizeof *o);
@@ -150,15 +152,10 @@ static size_t gemm_check_one(xte_stream gpu, xte_stream cpu, gop *a, gop *b, int
     }
   }
   for (i = 0; i < nd; i++) diff += (hd[i] != gd[i]) + (gd[i] != gd2[i]);
-  CHECK(xte_free(gpu, dd));
-  if (dc) CHECK(xte_free(gpu, dc));
-  if (db) CHECK(xte_free(gpu, db));
-  if (dm) CHECK(xte_free(gpu, dm));
-  free(hd);
-  free(gd);
-  free(gd2);
-  free(hc);
-  free(hb);
+  {
+    void *const dev[] = {dd, dc, db, dm}, *const host[] = {hd, gd, gd2, hc, hb};
+    gdev_release(gpu, dev, GDEV_N(dev), host, GDEV_N(host));
+  }
   return diff;
 }
 
@@ -190,20 +187,42 @@ static const char *gemm_ran(const char *req, int forced, int *failed, int *rows)
   return out;
 }
 
+/* The timed GEMM's operands (bench/gpu_device.h), quantized on the device from one bf16 source of
+ * max(M, N) rows (A reads M of them, B N) of finite values in (-2, 2), staged through a host
+ * buffer of at most host_max elements (repeated) */
+static void timed_ops(xte_stream gpu, int64_t M, int64_t N, int64_t K, xte_scale_layout layout,
+                      int64_t host_max, gdev_gemm_ops *o) {
+  const int64_t big = (M > N ? M : N) * K, hn = big < host_max ? big : host_max;
+  uint16_t *h = (uint16_t *)malloc((size_t)hn * 2);
+  void *d_x;
+  xte_tensor x;
+  int64_t i;
+  if (!h) exit(1);
+  gdev_gemm_ops_make(gpu, M, N, K, layout, o);
+  CHECK(xte_malloc(gpu, (size_t)big * 2, &d_x));
+  for (i = 0; i < hn; i++) h[i] = (uint16_t)(((uint32_t)i * 2654435761u) >> 16) & 0xBFFFu;
+  for (i = 0; i < big; i += hn) {
+    const int64_t len = big - i < hn ? big - i : hn;
+    CHECK(xte_memcpy(gpu, (char *)d_x + i * 2, h, (size_t)len * 2, XTE_MEMCPY_HOST_TO_DEVICE));
+  }
+  free(h);
+  x = xte_tensor_2d(d_x, XTE_DTYPE_BF16, M, K);
+  CHECK(xte_quantize(&x, &o->qa, NULL, gpu));
+  x = xte_tensor_2d(d_x, XTE_DTYPE_BF16, N, K);
+  CHECK(xte_quantize(&x, &o->qb, NULL, gpu));
+  CHECK(xte_free(gpu, d_x));
+}
+
 int gdev_gemm_main(int argc, char **argv) {
   const int64_t M = argc > 3 ? atoll(argv[1]) : 4096, N = argc > 3 ? atoll(argv[2]) : 7168,
                 K = argc > 3 ? atoll(argv[3]) : 16384;
   const int iters = argc > 4 ? atoi(argv[4]) : 5;
   xte_stream gpu, cpu;
-  xte_status st = xte_stream_create(XTE_BACKEND_CUDA, 0, NULL, &gpu);
+  const int open = gdev_open(&gpu);
   int failed = 0, c, i, forced_rows = 0;
   const char *req = getenv("XTE_CUDA_GEMM_KERNEL");
   const int forced = req && *req && strcmp(req, "auto") != 0;
-  if (st == XTE_ERROR_BACKEND_UNAVAILABLE) {
-    printf("SKIPPED: no usable CUDA device: %s\n", xte_last_error());
-    return 77;
-  }
-  CHECK(st);
+  if (open) return open;
   CHECK(xte_stream_create(XTE_BACKEND_CPU, 0, NULL, &cpu));
   printf("kernel requested: %s (XTE_CUDA_GEMM_KERNEL)\n", forced ? req : "auto");
   if (M <= 0 || N <= 0 || K <= 0 || K % 128 != 0 || iters < 1) {
@@ -275,58 +294,14 @@ int gdev_gemm_main(int argc, char **argv) {
   }
   /* 2. timing at M x N x K, operands quantized on the device */
   {
-    void *d_x, *d_a, *d_sa, *d_b, *d_sb, *d_d;
-    int64_t sar, sac, sbr, sbc;
-    const int64_t big = (M > N ? M : N) * K;
-    xte_qtensor qa, qb;
-    xte_tensor x, D;
-    uint16_t *h;
+    gdev_gemm_ops g;
     double t0, ms;
-    const size_t hn = (size_t)(big < (1 << 24) ? big : (1 << 24));
-    CHECK(xte_quantize_scale_shape(M, K, XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK,
-                                   XTE_SCALE_LAYOUT_COMPACT, 0, &sar, &sac));
-    CHECK(xte_quantize_scale_shape(N, K, XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK,
-                                   XTE_SCALE_LAYOUT_COMPACT, 0, &sbr, &sbc));
-    CHECK(xte_malloc(gpu, (size_t)big * 2, &d_x));
-    CHECK(xte_malloc(gpu, (size_t)(M * K), &d_a));
-    CHECK(xte_malloc(gpu, (size_t)(N * K), &d_b));
-    CHECK(xte_malloc(gpu, (size_t)(sar * sac) * 4, &d_sa));
-    CHECK(xte_malloc(gpu, (size_t)(sbr * sbc) * 4, &d_sb));
-    CHECK(xte_malloc(gpu, (size_t)(M * N) * 2, &d_d));
-    h = (uint16_t *)malloc(hn * 2);
-    if (!h) return 1;
-    for (i = 0; i < (int)hn; i++) /* finite bf16 in (-2, 2) */
-      h[i] = (uint16_t)(((uint32_t)i * 2654435761u) >> 16) & 0xBFFFu;
-    for (t0 = 0; (int64_t)t0 < big; t0 += (double)hn) {
-      const int64_t off = (int64_t)t0, len = big - off < (int64_t)hn ? big - off : (int64_t)hn;
-      CHECK(xte_memcpy(gpu, (char *)d_x + off * 2, h, (size_t)len * 2, XTE_MEMCPY_HOST_TO_DEVICE));
-    }
-    free(h);
-    memset(&qa, 0, sizeof qa);
-    qa.scaling_mode = XTE_SCALING_BLOCK_1x128;
-    qa.recipe = XTE_RECIPE_TE_BLOCK;
-    qa.rowwise = xte_tensor_2d(d_a, XTE_DTYPE_E4M3, M, K);
-    qa.rowwise_scale_inv.data = d_sa;
-    qa.rowwise_scale_inv.dtype = XTE_DTYPE_FP32;
-    qa.rowwise_scale_inv.rows = sar;
-    qa.rowwise_scale_inv.cols = sac;
-    qa.rowwise_scale_inv.layout = XTE_SCALE_LAYOUT_COMPACT;
-    qb = qa;
-    qb.scaling_mode = XTE_SCALING_BLOCK_128x128;
-    qb.rowwise = xte_tensor_2d(d_b, XTE_DTYPE_E4M3, N, K);
-    qb.rowwise_scale_inv.data = d_sb;
-    qb.rowwise_scale_inv.rows = sbr;
-    qb.rowwise_scale_inv.cols = sbc;
-    x = xte_tensor_2d(d_x, XTE_DTYPE_BF16, M, K);
-    CHECK(xte_quantize(&x, &qa, NULL, gpu));
-    x = xte_tensor_2d(d_x, XTE_DTYPE_BF16, N, K);
-    CHECK(xte_quantize(&x, &qb, NULL, gpu));
-    D = xte_tensor_2d(d_d, XTE_DTYPE_BF16, M, N);
+    timed_ops(gpu, M, N, K, XTE_SCALE_LAYOUT_COMPACT, (int64_t)1 << 24, &g);
     (void)gdev_rep_take();
-    CHECK(xte_gemm(&qa, &qb, NULL, &D, NULL, gpu)); /* warm-up */
+    CHECK(xte_gemm(&g.qa, &g.qb, NULL, &g.D, NULL, gpu)); /* warm-up */
     CHECK(xte_stream_synchronize(gpu));
     t0 = gdev_now();
-    for (i = 0; i < iters; i++) CHECK(xte_gemm(&qa, &qb, NULL, &D, NULL, gpu));
+    for (i = 0; i < iters; i++) CHECK(xte_gemm(&g.qa, &g.qb, NULL, &g.D, NULL, gpu));
     CHECK(xte_stream_synchronize(gpu));
     ms = (gdev_now() - t0) / iters * 1e3;
     {
@@ -338,12 +313,7 @@ int gdev_gemm_main(int argc, char **argv) {
           2.0 * (double)M * (double)N * (double)K / (ms * 1e-3) / 1e12);
     }
     printf("(host timing around %d calls and one synchronize, after one warm-up call)\n", iters);
-    CHECK(xte_free(gpu, d_x));
-    CHECK(xte_free(gpu, d_a));
-    CHECK(xte_free(gpu, d_b));
-    CHECK(xte_free(gpu, d_sa));
-    CHECK(xte_free(gpu, d_sb));
-    CHECK(xte_free(gpu, d_d));
+    gdev_gemm_ops_free(gpu, &g);
   }
   xte_stream_destroy(cpu);
   xte_stream_destroy(gpu);
@@ -447,15 +417,12 @@ static int fast_check(xte_stream gpu, xte_scaling_mode ma, xte_scaling_mode mb, 
       lt ? "" : ")");
   if (g_expect_lt && !lt)
     printf("FAILED: FAST fell back to the exact kernel where cuBLASLt was expected: %s\n", why);
-  CHECK(xte_free(gpu, dd));
-  if (dbias) CHECK(xte_free(gpu, dbias));
   gop_free(&a, gpu);
   gop_free(&b, gpu);
-  free(fe);
-  free(ff);
-  free(xa);
-  free(xb);
-  free(hb);
+  {
+    void *const dev[] = {dd, dbias}, *const host[] = {fe, ff, xa, xb, hb};
+    gdev_release(gpu, dev, GDEV_N(dev), host, GDEV_N(host));
+  }
   return bad != 0 || (g_expect_lt && !lt);
 }
 
@@ -463,7 +430,7 @@ int gdev_fast_main(int argc, char **argv) {
   const int64_t M = 4096, N = 7168, K = 16384;
   int iters = 10, a, timing = 1;
   xte_stream gpu;
-  xte_status st = xte_stream_create(XTE_BACKEND_CUDA, 0, NULL, &gpu);
+  const int open = gdev_open(&gpu);
   int failed = 0, c, mode;
   static char info[8192];
   for (a = 1; a < argc; a++) {
@@ -474,11 +441,7 @@ int gdev_fast_main(int argc, char **argv) {
     else
       iters = atoi(argv[a]);
   }
-  if (st == XTE_ERROR_BACKEND_UNAVAILABLE) {
-    printf("SKIPPED: no usable CUDA device: %s\n", xte_last_error());
-    return 77;
-  }
-  CHECK(st);
+  if (open) return open;
   CHECK(xte_backend_info_string(info, sizeof info));
   {
     const char *f = strstr(info, "FAST: ");
@@ -522,54 +485,20 @@ int gdev_fast_main(int argc, char **argv) {
   }
   /* 2. rates at M x N x K: A 1x128, B 128x128, TE_GEMM scales, quantized on the device */
   {
-    void *d_x, *d_a, *d_sa, *d_b, *d_sb, *d_d;
-    int64_t sar, sac, sbr, sbc, i;
-    xte_qtensor qa, qb;
-    xte_tensor x, D;
+    gdev_gemm_ops g;
+    int64_t i;
     xte_gemm_config cfg = xte_gemm_config_default();
-    /* the bf16 source of both operands: max(M, N) rows (A reads M of them, B N) */
-    const int64_t xr = M > N ? M : N;
-    uint16_t *h = (uint16_t *)malloc((size_t)xr * (size_t)K * 2);
-    if (!h) return 1;
-    CHECK(xte_quantize_scale_shape(M, K, XTE_SCALING_BLOCK_1x128, XTE_RECIPE_TE_BLOCK,
-                                   XTE_SCALE_LAYOUT_TE_GEMM, 0, &sar, &sac));
-    CHECK(xte_quantize_scale_shape(N, K, XTE_SCALING_BLOCK_128x128, XTE_RECIPE_TE_BLOCK,
-                                   XTE_SCALE_LAYOUT_TE_GEMM, 0, &sbr, &sbc));
-    CHECK(xte_malloc(gpu, (size_t)xr * (size_t)K * 2, &d_x));
-    CHECK(xte_malloc(gpu, (size_t)(M * K), &d_a));
-    CHECK(xte_malloc(gpu, (size_t)(N * K), &d_b));
-    CHECK(xte_malloc(gpu, (size_t)(sar * sac) * 4, &d_sa));
-    CHECK(xte_malloc(gpu, (size_t)(sbr * sbc) * 4, &d_sb));
-    CHECK(xte_malloc(gpu, (size_t)(M * N) * 2, &d_d));
-    for (i = 0; i < xr * K; i++) h[i] = (uint16_t)(((uint32_t)i * 2654435761u) >> 16) & 0xBFFFu;
-    CHECK(xte_memcpy(gpu, d_x, h, (size_t)xr * (size_t)K * 2, XTE_MEMCPY_HOST_TO_DEVICE));
-    free(h);
-    memset(&qa, 0, sizeof qa);
-    qa.scaling_mode = XTE_SCALING_BLOCK_1x128;
-    qa.recipe = XTE_RECIPE_TE_BLOCK;
-    qa.rowwise = xte_tensor_2d(d_a, XTE_DTYPE_E4M3, M, K);
-    qa.rowwise_scale_inv =
-        (xte_scale_tensor){d_sa, XTE_DTYPE_FP32, sar, sac, XTE_SCALE_LAYOUT_TE_GEMM};
-    qb = qa;
-    qb.scaling_mode = XTE_SCALING_BLOCK_128x128;
-    qb.rowwise = xte_tensor_2d(d_b, XTE_DTYPE_E4M3, N, K);
-    qb.rowwise_scale_inv =
-        (xte_scale_tensor){d_sb, XTE_DTYPE_FP32, sbr, sbc, XTE_SCALE_LAYOUT_TE_GEMM};
-    x = xte_tensor_2d(d_x, XTE_DTYPE_BF16, M, K);
-    CHECK(xte_quantize(&x, &qa, NULL, gpu));
-    x = xte_tensor_2d(d_x, XTE_DTYPE_BF16, N, K);
-    CHECK(xte_quantize(&x, &qb, NULL, gpu));
-    D = xte_tensor_2d(d_d, XTE_DTYPE_BF16, M, N);
+    timed_ops(gpu, M, N, K, XTE_SCALE_LAYOUT_TE_GEMM, INT64_MAX, &g);
     for (mode = 1; mode >= 0; mode--) { /* FAST first: the exact kernel takes seconds a call */
       const int n_it = mode ? iters : 1;
       double t0, ms;
       char what[160];
       cfg.mode = mode ? XTE_GEMM_FAST : XTE_GEMM_EXACT;
       (void)gdev_rep_take();
-      if (mode) CHECK(xte_gemm(&qa, &qb, NULL, &D, &cfg, gpu)); /* warm-up */
+      if (mode) CHECK(xte_gemm(&g.qa, &g.qb, NULL, &g.D, &cfg, gpu)); /* warm-up */
       CHECK(xte_stream_synchronize(gpu));
       t0 = gdev_now();
-      for (i = 0; i < n_it; i++) CHECK(xte_gemm(&qa, &qb, NULL, &D, &cfg, gpu));
+      for (i = 0; i < n_it; i++) CHECK(xte_gemm(&g.qa, &g.qb, NULL, &g.D, &cfg, gpu));
       CHECK(xte_stream_synchronize(gpu));
       ms = (gdev_now() - t0) / n_it * 1e3;
       {
@@ -590,12 +519,7 @@ int gdev_fast_main(int argc, char **argv) {
     }
     printf("(host timing: FAST %d calls after a warm-up, exact 1 call; one synchronize each)\n",
            iters);
-    CHECK(xte_free(gpu, d_x));
-    CHECK(xte_free(gpu, d_a));
-    CHECK(xte_free(gpu, d_b));
-    CHECK(xte_free(gpu, d_sa));
-    CHECK(xte_free(gpu, d_sb));
-    CHECK(xte_free(gpu, d_d));
+    gdev_gemm_ops_free(gpu, &g);
   }
   xte_stream_destroy(gpu);
   if (failed) printf("FAILED: a FAST output is outside the bound of include/xte/gemm.h\n");
@@ -641,12 +565,6 @@ static xte_tensor attn_t(void *p, int dt, int layout, int64_t b, int64_t s, int6
 }
 
 static uint64_t attn_rng = 0x2545F4914F6CDD1Dull;
-static double attn_unif(void) {
-  attn_rng ^= attn_rng << 13;
-  attn_rng ^= attn_rng >> 7;
-  attn_rng ^= attn_rng << 17;
-  return (double)(attn_rng >> 11) * (1.0 / 9007199254740992.0);
-}
 
 /* host buffer of n random elements of dt, and its device copy */
 static void *attn_rand(xte_stream gpu, int dt, size_t n, void **dev) {
@@ -654,7 +572,7 @@ static void *attn_rand(xte_stream gpu, int dt, size_t n, void **dev) {
   size_t i;
   if (!h) exit(1);
   for (i = 0; i < n; i++) {
-    float f = (float)(2.0 * attn_unif() - 1.0) * 2.0f;
+    float f = (float)(2.0 * unif(&attn_rng) - 1.0) * 2.0f;
     uint32_t u;
     memcpy(&u, &f, 4);
     if (dt == XTE_DTYPE_FP32)
@@ -785,29 +703,17 @@ static size_t attn_check(xte_stream gpu, xte_stream cpu, const attn_case *c) {
       CHECK(xte_attention_bwd(&gtq, &gtk, &gtv, &gto, &gtdo, &gtl, &ggq, &ggk, &ggv, &gcfg, gpu));
       diff += attn_diff(gpu, dgq, gq, nq * es) + attn_diff(gpu, dgk, gk, nkv * es) +
               attn_diff(gpu, dgv, gv, nkv * es);
-      CHECK(xte_free(gpu, gto.data));
-      CHECK(xte_free(gpu, gtl.data));
-      CHECK(xte_free(gpu, dgq));
-      CHECK(xte_free(gpu, dgk));
-      CHECK(xte_free(gpu, dgv));
+      {
+        void *const dev[] = {gto.data, gtl.data, dgq, dgk, dgv};
+        gdev_release(gpu, dev, GDEV_N(dev), NULL, 0);
+      }
     }
   }
-  CHECK(xte_free(gpu, dq));
-  CHECK(xte_free(gpu, dk));
-  CHECK(xte_free(gpu, dv));
-  CHECK(xte_free(gpu, ddo));
-  if (dcuq) CHECK(xte_free(gpu, dcuq));
-  if (dcukv) CHECK(xte_free(gpu, dcukv));
-  if (dal) CHECK(xte_free(gpu, dal));
-  free(q);
-  free(k);
-  free(v);
-  free(dout);
-  free(o);
-  free(lse);
-  free(gq);
-  free(gk);
-  free(gv);
+  {
+    void *const dev[] = {dq, dk, dv, ddo, dcuq, dcukv, dal}, *const host[] = {q,   k,  v,  dout, o,
+                                                                              lse, gq, gk, gv};
+    gdev_release(gpu, dev, GDEV_N(dev), host, GDEV_N(host));
+  }
   return diff;
 }
 
@@ -823,14 +729,10 @@ int gdev_attn_main(int argc, char **argv) {
        1},
   };
   xte_stream gpu, cpu;
-  xte_status st = xte_stream_create(XTE_BACKEND_CUDA, 0, NULL, &gpu);
+  const int open = gdev_open(&gpu);
   size_t c, diff = 0;
   int causal, bwd, it;
-  if (st == XTE_ERROR_BACKEND_UNAVAILABLE) {
-    printf("SKIPPED: no usable CUDA device: %s\n", xte_last_error());
-    return 77;
-  }
-  CHECK(st);
+  if (open) return open;
   CHECK(xte_stream_create(XTE_BACKEND_CPU, 0, NULL, &cpu));
   for (c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     const size_t d = attn_check(gpu, cpu, &cases[c]);
@@ -892,15 +794,10 @@ int gdev_attn_main(int argc, char **argv) {
         printf("| %s %s | %.2f | %.2f | %.3f |\n", causal ? "causal" : "full", bwd ? "bwd" : "fwd",
                t * 1e3, fl / t * 1e-12, fl / t * 1e-12 / 66.9);
       }
-    CHECK(xte_free(gpu, q));
-    CHECK(xte_free(gpu, k));
-    CHECK(xte_free(gpu, v));
-    CHECK(xte_free(gpu, dout));
-    CHECK(xte_free(gpu, o));
-    CHECK(xte_free(gpu, lse));
-    CHECK(xte_free(gpu, gq));
-    CHECK(xte_free(gpu, gk));
-    CHECK(xte_free(gpu, gv));
+    {
+      void *const dev[] = {q, k, v, dout, o, lse, gq, gk, gv};
+      gdev_release(gpu, dev, GDEV_N(dev), NULL, 0);
+    }
   }
   xte_stream_destroy(cpu);
   xte_stream_destroy(gpu);

@@ -44,12 +44,13 @@ _SIZE = {DType.FP32: 4, DType.FP16: 2, DType.BF16: 2, DType.E4M3: 1, DType.E5M2:
 # ------------------------------------------------------------------------------- frameworks
 
 
-def _torch():
+def loaded_torch():
+    """The torch module if something has imported it, else None (xte never imports torch)."""
     return sys.modules.get("torch")
 
 
 def _is_torch(x):
-    t = _torch()
+    t = loaded_torch()
     return t is not None and isinstance(x, t.Tensor)
 
 
@@ -85,7 +86,7 @@ def torch_dtype(d):
     try:
         return _TORCH_DT[d]
     except KeyError:
-        r = _TORCH_DT[d] = getattr(_torch(), _NAME_OF[DType(d)])
+        r = _TORCH_DT[d] = getattr(loaded_torch(), _NAME_OF[DType(d)])
         return r
 
 
@@ -413,8 +414,8 @@ def empty(like, shape, dtype):
     if like.fw != "torch":
         return _np_empty(shape, dtype=_np_dtype(dtype))
     if like.device is _CPU:  # the common case: no device argument, no shape conversion
-        return _torch().empty(shape, dtype=torch_dtype(dtype))
-    return _torch().empty(tuple(int(s) for s in shape), dtype=torch_dtype(dtype),
+        return loaded_torch().empty(shape, dtype=torch_dtype(dtype))
+    return loaded_torch().empty(tuple(int(s) for s in shape), dtype=torch_dtype(dtype),
                           device=_torch_device(like))
 
 
@@ -428,7 +429,7 @@ def zeros(like, shape, dtype):
     """empty() filled with zero bytes."""
     if like.fw != "torch":
         return _numpy().zeros(shape, dtype=_np_dtype(dtype))
-    return _torch().zeros(tuple(int(s) for s in shape), dtype=torch_dtype(dtype),
+    return loaded_torch().zeros(tuple(int(s) for s in shape), dtype=torch_dtype(dtype),
                           device=_torch_device(like))
 
 
@@ -449,7 +450,7 @@ def _make_stream(backend, device, native):
 def cuda_stream(device):
     """The xte stream over torch's current stream of CUDA device `device` (cached, as stream_of's;
     without a CUDA-capable torch: the plugin's own stream of that device)."""
-    t = _torch()
+    t = loaded_torch()
     native = None
     if t is not None and hasattr(t, "cuda") and t.cuda.is_available():
         native = t.cuda.current_stream(device).cuda_stream
@@ -482,7 +483,7 @@ def stream_of(*views):
     if dev is None or dev[0] == "cpu":
         key = ("cpu", 0, 0)
     elif dev[0] == "cuda":
-        native = _torch().cuda.current_stream(dev[1]).cuda_stream
+        native = loaded_torch().cuda.current_stream(dev[1]).cuda_stream
         key = ("cuda", dev[1], native)
     else:
         raise XteValueError(Status.INVALID_ARGUMENT, f"{first}: device type {dev[0]} is not "

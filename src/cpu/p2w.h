@@ -101,4 +101,20 @@ static inline int p2w_tile_params(const xte_quant_args *a, const xte_block_scale
   return ok;
 }
 
+/* The quant_rc kernels' row parameters under power-of-two scales (p2w_tile_params passed): rs,
+ * rd, rt the scale, p2w_d and p2w_t of each of the nr rows of scales rsc; returns 1 when some row's
+ * max ram[r] times its scale passes fmax (exact for 2^k scales: the clamp is needed) */
+static inline int p2w_row_params(const xte_block_scale *rsc, const float *ram, int64_t nr, int fmt,
+                                 float fmax, float *rs, uint16_t *rd, uint16_t *rt) {
+  int64_t r;
+  int over = 0;
+  for (r = 0; r < nr; r++) {
+    rs[r] = rsc[r].scale;
+    rd[r] = p2w_d(rs[r], fmt);
+    rt[r] = p2w_t(rs[r], fmt);
+    over |= !(ram[r] * rsc[r].scale <= fmax);
+  }
+  return over;
+}
+
 #endif /* XTE_CPU_P2W_H */

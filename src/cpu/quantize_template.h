@@ -14,9 +14,11 @@
  *   xq_ldk(src, kind, i)   XQ_W elements src[i..] of input kind kind (XTE_NUM_IN_*) as fp32
  *   xq_hmax(v)      the max over v's lanes (v holds no NaN)
  *   xq_stream_u8(d, s)   sizeof(xq_f) bytes from s (unaligned) to d (aligned), non-temporal
+ *   xq_w            the integer vector of 2 XQ_W bf16 words; xq_wlo(v), xq_whi(v) its first and
+ *                   second XQ_W words as fp32 (the word in the high half of each lane)
  *   XTE_AI          static inline __attribute__((always_inline))
  * It defines the static functions amax_cols and copy_u8 of xte_quant_kernels (src/cpu/xte_cpu.h)
- * and the always-inline ld1 and load_amax_row. The bodies take the input
+ * and the always-inline ld1, load_amax_row and words_f32. The bodies take the input
  * kind as a constant: the callers inline them into one copy per kind. */
 #ifndef XTE_CPU_QUANTIZE_TEMPLATE_H
 #define XTE_CPU_QUANTIZE_TEMPLATE_H
@@ -67,6 +69,22 @@ static void amax_cols(const float *x, int64_t rows, int64_t cols, int64_t ld, fl
   }
   for (; c < cols; c++)
     for (r = 0; r < rows; r++) acc[c] = xte_amax_update(acc[c], x[r * ld + c]);
+}
+
+/* The bf16 words of the n vectors w (xq_w: 2 XQ_W words each) as fp32, in order, into dst, or
+ * with max into dst[j] = max(word j, dst[j]) (maxps: dst's value where either is NaN) */
+XTE_AI void words_f32(float *dst, const xq_w *w, int n, int max) {
+  int i;
+  for (i = 0; i < n; i++) {
+    float *d = dst + 2 * XQ_W * i;
+    xq_f x0 = xq_wlo(w[i]), x1 = xq_whi(w[i]);
+    if (max) {
+      x0 = xq_max(x0, xq_ld(d));
+      x1 = xq_max(x1, xq_ld(d + XQ_W));
+    }
+    xq_st(d, x0);
+    xq_st(d + XQ_W, x1);
+  }
 }
 
 /* n bytes from src to dst; with nt and dst aligned to a vector, non-temporal vector stores */

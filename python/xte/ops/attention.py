@@ -16,9 +16,10 @@ import re
 
 from .. import _lib
 from .._lib import AttnLayout, AttnMask, AttnMode, DType, Status, XteError, XteShapeError, \
-    XteValueError, lib
+    lib
 from .._lib import parse_enum
 from .._tensor import empty, stream_of, view, view_opt
+from ._common import bad
 
 __all__ = ["attention_fwd", "attention_bwd"]
 
@@ -29,10 +30,6 @@ _MASKS = {"none": AttnMask.NONE, "no_mask": AttnMask.NONE, "padding": AttnMask.N
           "causal_bottom_right": AttnMask.CAUSAL_BOTTOM_RIGHT,
           "padding_causal_bottom_right": AttnMask.CAUSAL_BOTTOM_RIGHT}
 _LAYOUTS = {"bshd": AttnLayout.BSHD, "sbhd": AttnLayout.SBHD, "thd": AttnLayout.THD}
-
-
-def _bad(name, msg, cls=XteValueError, status=Status.INVALID_ARGUMENT):
-    return cls(status, f"{name}: {msg}")
 
 
 def _enum(value, table, cls, name):
@@ -76,11 +73,11 @@ def _vector(x, name, dtype, n):
     for s in v.shape:
         count *= s
     if v.t.ld not in (0, v.shape[-1]):
-        raise _bad(name, f"rows are not dense (shape {v.shape}, row stride {v.t.ld})",
-                   _lib.XteAlignmentError, Status.ALIGNMENT)
+        raise bad(name, f"rows are not dense (shape {v.shape}, row stride {v.t.ld})",
+                  _lib.XteAlignmentError, Status.ALIGNMENT)
     if n is not None and count != n:
-        raise _bad(name, f"shape {v.shape} holds {count} elements: want {n}", XteShapeError,
-                   Status.SHAPE)
+        raise bad(name, f"shape {v.shape} holds {count} elements: want {n}", XteShapeError,
+                  Status.SHAPE)
     return v
 
 
@@ -95,7 +92,7 @@ def _mode(mode):
     try:
         return int(_MODES[key])
     except (KeyError, TypeError):
-        raise _bad("mode", f"{mode!r}: want 'exact' or 'fast'") from None
+        raise bad("mode", f"{mode!r}: want 'exact' or 'fast'") from None
 
 
 def _config(vq, vk, layout, mask, window, softmax_scale, softcap, alibi_slopes, cu_seqlens_q,
@@ -106,16 +103,16 @@ def _config(vq, vk, layout, mask, window, softmax_scale, softcap, alibi_slopes, 
     msk = _enum(mask if mask is not None else "none", _MASKS, AttnMask, "mask")
     rank = 3 if lay == AttnLayout.THD else 4
     if len(vq.shape) != rank:
-        raise _bad("q", f"shape {vq.shape}: the {lay.name} layout wants rank {rank}",
-                   XteShapeError, Status.SHAPE)
+        raise bad("q", f"shape {vq.shape}: the {lay.name} layout wants rank {rank}",
+                  XteShapeError, Status.SHAPE)
     if len(vk.shape) != rank:
-        raise _bad("k", f"shape {vk.shape}: the {lay.name} layout wants rank {rank}",
-                   XteShapeError, Status.SHAPE)
+        raise bad("k", f"shape {vk.shape}: the {lay.name} layout wants rank {rank}",
+                  XteShapeError, Status.SHAPE)
     h_q, h_kv = vq.shape[-2], vk.shape[-2]
     try:
         wl, wr = window if window is not None else (-1, -1)
     except (TypeError, ValueError):
-        raise _bad("window", f"{window!r}: want (left, right)") from None
+        raise bad("window", f"{window!r}: want (left, right)") from None
     c = lib.xte_attention_config_default()
     c.layout = int(lay)
     c.mask = int(msk)
@@ -126,8 +123,8 @@ def _config(vq, vk, layout, mask, window, softmax_scale, softcap, alibi_slopes, 
     c.mode = _mode(mode)
     if lay == AttnLayout.THD:
         if cu_seqlens_q is None or cu_seqlens_kv is None:
-            raise _bad("cu_seqlens_q" if cu_seqlens_q is None else "cu_seqlens_kv",
-                       "required with the THD layout")
+            raise bad("cu_seqlens_q" if cu_seqlens_q is None else "cu_seqlens_kv",
+                      "required with the THD layout")
         vcq = _vector(cu_seqlens_q, "cu_seqlens_q", DType.INT32, None)
         nb = 1
         for s in vcq.shape:
@@ -136,7 +133,7 @@ def _config(vq, vk, layout, mask, window, softmax_scale, softcap, alibi_slopes, 
     else:
         b = vq.shape[0] if lay == AttnLayout.BSHD else vq.shape[1]
         if batch is not None and int(batch) != b:
-            raise _bad("batch", f"{batch}, but q holds {b} sequences", XteShapeError, Status.SHAPE)
+            raise bad("batch", f"{batch}, but q holds {b} sequences", XteShapeError, Status.SHAPE)
     vcq = _vector(cu_seqlens_q, "cu_seqlens_q", DType.INT32, b + 1)
     vck = _vector(cu_seqlens_kv, "cu_seqlens_kv", DType.INT32, b + 1)
     val = _vector(alibi_slopes, "alibi_slopes", DType.FP32, h_q)
@@ -179,8 +176,8 @@ def _out_dtype(d):
     if isinstance(d, DType) and d in _OUT:
         return d
     if key not in table:
-        raise _bad("out_dtype", f"{d!r}: want float32, bfloat16 or float16", _lib.XteDTypeError,
-                   Status.DTYPE)
+        raise bad("out_dtype", f"{d!r}: want float32, bfloat16 or float16", _lib.XteDTypeError,
+                  Status.DTYPE)
     return table[key]
 
 

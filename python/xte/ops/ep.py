@@ -21,9 +21,9 @@ from typing import Any, Dict, Optional, Tuple
 
 from .. import _lib
 from .._lib import DType, EpCounts, EpStats, Status, call, lib
-from .._tensor import _torch, cuda_stream, empty, stream_of, view, view_opt, zeros
-from .moe import _dtype
+from .._tensor import cuda_stream, empty, loaded_torch, stream_of, view, view_opt, zeros
 from .._typing import Array, DTypeLike
+from ._common import parse_dtype
 
 _ROWS = (DType.FP32, DType.BF16)
 _X = (DType.FP32, DType.BF16, DType.E4M3, DType.E5M2)
@@ -125,7 +125,7 @@ class EPGroup:
         libnccl.so.2, found by its soname). device: the communicator's CUDA device (default
         torch's current device, else 0). Tensors passed to the group are CUDA tensors of that
         device; calls run on torch's current stream."""
-        torch = _torch()
+        torch = loaded_torch()
         if device is None:
             device = torch.cuda.current_device() if torch is not None and \
                 torch.cuda.is_available() else 0
@@ -258,7 +258,7 @@ class EPGroup:
         feed combine_backward's grad_weights."""
         ve = view(expert_out, "expert_out", _ROWS)
         vw = view_opt(topk_weights, "topk_weights", (DType.FP32,))
-        od = _dtype(out_dtype, "out_dtype", _ROWS, ve.dtype)
+        od = parse_dtype(out_dtype, "out_dtype", _ROWS, ve.dtype)
         out = empty(ve, (handle.num_tokens, self.hidden), od)
         vo = view(out, "out", _ROWS, writable=True)
         slots = empty(ve, (handle.slot_rows, self.hidden), ve.dtype)
@@ -275,7 +275,7 @@ class EPGroup:
         vg = view(grad_out, "grad_out", _ROWS)
         vw = view_opt(topk_weights, "topk_weights", (DType.FP32,))
         vsl = view_opt(slot_rows, "slot_rows", _ROWS)
-        gd = _dtype(grad_dtype, "grad_dtype", _ROWS, vg.dtype)
+        gd = parse_dtype(grad_dtype, "grad_dtype", _ROWS, vg.dtype)
         ge = empty(vg, (handle.recv_rows, self.hidden), gd)
         vge = view(ge, "grad_expert_out", writable=True)
         gw = vgw = None
@@ -290,7 +290,7 @@ class EPGroup:
                           grad_dtype: Optional[DTypeLike] = None) -> Array:
         """grad_recv [>= recv_rows, hidden] fp32 / bf16 -> grad_x [T, hidden]."""
         vg = view(grad_recv, "grad_recv", _ROWS)
-        gd = _dtype(grad_dtype, "grad_dtype", _ROWS, vg.dtype)
+        gd = parse_dtype(grad_dtype, "grad_dtype", _ROWS, vg.dtype)
         gx = empty(vg, (handle.num_tokens, self.hidden), gd)
         vgx = view(gx, "grad_x", writable=True)
         call("xte_ep_dispatch_backward", self._g, handle.ptr, vg.ptr, vgx.ptr, stream_of(vg))

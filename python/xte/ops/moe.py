@@ -26,11 +26,12 @@ from typing import Any, Optional, Tuple, Union
 from .. import _lib
 from .._lib import (DType, MoeRouting, PermuteConfig, PermuteOutputs, Recipe,
                     RouterOutputs, RouterScore, ScaleLayout, ScalingMode, Status, XteError,
-                    XteShapeError, XteValueError, lib)
+                    XteShapeError, lib)
 from .._qtensor import QuantizedTensor, parse_layout, parse_recipe
 from .._lib import parse_enum
 from .._tensor import empty, ptr, stream_of, view, view_opt
 from .._typing import Array, DTypeLike, EnumLike
+from ._common import bad, parse_dtype
 
 __all__ = [
     "RowIdMap",
@@ -70,10 +71,6 @@ def _call(fn, aliases, *args):
                       fn) from None
 
 
-def _bad(name, msg, cls=XteValueError, status=Status.INVALID_ARGUMENT):
-    return cls(status, f"{name}: {msg}")
-
-
 _SCORES = {"softmax": RouterScore.SOFTMAX, "sigmoid": RouterScore.SIGMOID,
            "sqrtsoftplus": RouterScore.SQRTSOFTPLUS}
 
@@ -81,25 +78,6 @@ _SCORES = {"softmax": RouterScore.SOFTMAX, "sigmoid": RouterScore.SIGMOID,
 def parse_score(score_function: EnumLike) -> RouterScore:
     """The RouterScore of a score-function name ("softmax", "sigmoid", "sqrtsoftplus") or int."""
     return parse_enum(score_function, _SCORES, RouterScore, "score_function")
-
-
-def _dtype(d, name, allowed, default=None):
-    """The xte dtype named by d (a name, a torch / NumPy dtype or DType), or default for None."""
-    if d is None:
-        return default
-    if isinstance(d, DType):
-        out = d
-    else:
-        key = str(d).rsplit(".", 1)[-1].lower()
-        table = {"float32": DType.FP32, "fp32": DType.FP32, "bfloat16": DType.BF16,
-                 "bf16": DType.BF16, "float16": DType.FP16, "fp16": DType.FP16,
-                 "e4m3": DType.E4M3, "float8_e4m3fn": DType.E4M3, "e5m2": DType.E5M2,
-                 "float8_e5m2": DType.E5M2, "int32": DType.INT32, "int64": DType.INT64}
-        out = table.get(key)
-    if out not in allowed:
-        raise _bad(name, f"{d!r}: want one of {', '.join(DType(a).name for a in allowed)}",
-                   _lib.XteDTypeError, Status.DTYPE)
-    return out
 
 
 def _as_bool(x):
@@ -169,7 +147,7 @@ def fused_topk_with_score_function(logits: Array, topk: int, use_pre_softmax: bo
     *_out: caller buffers written in place (routing_map_out: uint8 or bool [T, E])."""
     vl = view(logits, "logits", _FLOAT_IN)
     if len(vl.shape) != 2:
-        raise _bad("logits", f"shape {vl.shape}: want [T, E]", XteShapeError, Status.SHAPE)
+        raise bad("logits", f"shape {vl.shape}: want [T, E]", XteShapeError, Status.SHAPE)
     T, E = vl.shape
     cfg = _router_config(topk, use_pre_softmax, num_groups, group_topk, scaling_factor,
                          score_function)
@@ -178,7 +156,7 @@ def fused_topk_with_score_function(logits: Array, topk: int, use_pre_softmax: bo
     if hasattr(fmt, "lower"):
         fmt = fmt.lower()
     if fmt not in ("bytemap", "bitmap_u8", 0, 1, None):
-        raise _bad("routing_map_format", f"{routing_map_format!r}: want 'bytemap' or 'bitmap_u8'")
+        raise bad("routing_map_format", f"{routing_map_format!r}: want 'bytemap' or 'bitmap_u8'")
     bits = fmt in ("bitmap_u8", 1)
     o = RouterOutputs()
     probs, vp = _out(probs_out, vl, (T, E), DType.FP32, "probs_out", (DType.FP32,))
@@ -244,7 +222,7 @@ def fused_topk_with_score_function_backward(routing_map: Array, intermediate_out
     vl = view_opt(logits, "logits", _FLOAT_IN)
     cfg = _router_config(topk, use_pre_softmax, num_groups, group_topk, scaling_factor,
                          score_function)
-    d = _dtype(dtype, "dtype", _FLOAT_IN, vl.dtype if vl is not None else DType.FP32)
+    d = parse_dtype(dtype, "dtype", _FLOAT_IN, vl.dtype if vl is not None else DType.FP32)
     gl, vo = _out(grad_logits, vg, vg.shape, d, "grad_logits", _FLOAT_IN)
     _call("xte_router_backward", {"saved": "intermediate_output"},
           vg.ptr, vm.ptr, vs.ptr, ptr(vl), ctypes.byref(cfg), vo.ptr, stream_of(vg, vm, vs, vl, vo))
@@ -264,13 +242,13 @@ def fused_compute_score_for_moe_aux_loss(logits: Array, topk: int,
     intermediate the backward takes."""
     vl = view(logits, "logits", _FLOAT_IN)
     if len(vl.shape) != 2:
-        raise _bad("logits", f"shape {vl.shape}: want [T, E]", XteShapeError, Status.SHAPE)
+        raise bad("logits", f"shape {vl.shape}: want [T, E]", XteShapeError, Status.SHAPE)
     T, E = vl.shape
     sf = parse_score(score_function)
     fmt = routing_map_format.lower() if hasattr(routing_map_format, "lower") else routing_map_format
     if fmt not in ("bytemap", "bitmap_u8", 0, 1, None):
-        raise _bad("routing_map_format", f"{routing_map_format!r}: want 'bytemap', 'bitmap_u8' or "
-                   "None")
+        raise bad("routing_map_format", f"{routing_map_format!r}: want 'bytemap', 'bitmap_u8' or "
+                  "None")
     bits = fmt in ("bitmap_u8", 1)
     scores, vsc = _out(scores_out, vl, (T, E), DType.FP32, "scores_out", (DType.FP32,))
     saved, vs = _out(intermediate_out, vl, (T, E), DType.FP32, "intermediate_out", (DType.FP32,))
@@ -302,7 +280,7 @@ def fused_compute_score_for_moe_aux_loss_backward(intermediate_output: Array, gr
     vs = view(intermediate_output, "intermediate_output", (DType.FP32,))
     vl = view_opt(logits, "logits", _FLOAT_IN)
     sf = parse_score(score_function)
-    d = _dtype(dtype, "dtype", _FLOAT_IN, vl.dtype if vl is not None else DType.FP32)
+    d = parse_dtype(dtype, "dtype", _FLOAT_IN, vl.dtype if vl is not None else DType.FP32)
     gl, vo = _out(grad_logits, vg, vg.shape, d, "grad_logits", _FLOAT_IN)
     _call("xte_router_aux_scores_backward", {"saved": "intermediate_output"},
           vg.ptr, vs.ptr, ptr(vl), int(topk), int(sf), vo.ptr, stream_of(vg, vs, vl, vo))
@@ -313,8 +291,8 @@ def _num_experts_check(num_experts, E, what):
     """num_experts must divide the columns E (E / num_experts sequences: the sequence-level
     aux loss); None means E."""
     if num_experts is not None and (int(num_experts) < 1 or E % int(num_experts)):
-        raise _bad("num_experts", f"{num_experts} does not divide the {E} columns of {what}",
-                   XteShapeError, Status.SHAPE)
+        raise bad("num_experts", f"{num_experts} does not divide the {E} columns of {what}",
+                  XteShapeError, Status.SHAPE)
 
 
 def fused_moe_aux_loss(probs: Array, tokens_per_expert: Array, total_num_tokens: int,
@@ -332,7 +310,7 @@ def fused_moe_aux_loss(probs: Array, tokens_per_expert: Array, total_num_tokens:
     res = out if out is not None else empty(vp, (1,), DType.FP32)
     vo = view(res, "out", (DType.FP32,), writable=True)
     if vo.shape != (1,):
-        raise _bad("out", f"shape {vo.shape}: want (1,)", XteShapeError, Status.SHAPE)
+        raise bad("out", f"shape {vo.shape}: want (1,)", XteShapeError, Status.SHAPE)
     ne = -1 if num_experts is None else int(num_experts)
     _call("xte_moe_aux_loss_forward_ex", {}, vp.ptr, vt.ptr, int(total_num_tokens), ne, int(topk),
           float(coeff), ctypes.cast(vo.t.data, ctypes.POINTER(ctypes.c_float)),
@@ -397,19 +375,19 @@ def _routing(routing_map, topk_idx, num_experts, map_name="routing_map", idx_nam
     """(MoeRouting struct, [Views]) for exactly one of a byte map and topk indices."""
     r = MoeRouting()
     if (routing_map is None) == (topk_idx is None):
-        raise _bad(map_name, "give the routing: a byte routing map (map_type 'mask') or topk "
-                   "indices (map_type 'index')")
+        raise bad(map_name, "give the routing: a byte routing map (map_type 'mask') or topk "
+                  "indices (map_type 'index')")
     if routing_map is not None:
         v = view(routing_map, map_name, _MAP)
         if len(v.shape) != 2:
-            raise _bad(map_name, f"shape {v.shape}: want [T, E]", XteShapeError, Status.SHAPE)
+            raise bad(map_name, f"shape {v.shape}: want [T, E]", XteShapeError, Status.SHAPE)
         _num_experts_check(num_experts, v.shape[1], map_name)
         r.routing_map = v.ptr
         r.num_experts = v.shape[1]
     else:
         v = view(topk_idx, idx_name, _INDEX)
         if num_experts is None:
-            raise _bad("num_experts", "required with topk indices (map_type 'index')")
+            raise bad("num_experts", "required with topk indices (map_type 'index')")
         r.topk_idx = v.ptr
         r.num_experts = int(num_experts)
     return r, v
@@ -424,8 +402,8 @@ def _from_row_id_map(row_id_map, routing_map, topk_idx, num_experts, map_type):
         if num_experts is None:
             num_experts = row_id_map.num_experts
         if map_type is not None and map_type != row_id_map.map_type:
-            raise _bad("map_type", f"{map_type!r}, but row_id_map comes from a "
-                       f"{row_id_map.map_type!r} permute")
+            raise bad("map_type", f"{map_type!r}, but row_id_map comes from a "
+                      f"{row_id_map.map_type!r} permute")
         return row_id_map.row_map, routing_map, topk_idx, num_experts, row_id_map.num_rows
     return row_id_map, routing_map, topk_idx, num_experts, None
 
@@ -455,20 +433,20 @@ def moe_permute(inp: Union[Array, QuantizedTensor], routing_map: Array, num_out_
     row_id_map (returned): a RowIdMap (.row_map int32 [T, k]); a buffer may be given."""
     del max_token_num
     if map_type not in ("mask", "index"):
-        raise _bad("map_type", f"{map_type!r}: want 'mask' or 'index'")
+        raise bad("map_type", f"{map_type!r}: want 'mask' or 'index'")
     q = inp if isinstance(inp, QuantizedTensor) else None
     if q is not None:
         if q.data is None:
-            raise _bad("inp.data", "the QuantizedTensor has no rowwise data to permute")
+            raise bad("inp.data", "the QuantizedTensor has no rowwise data to permute")
         if q.layout != ScaleLayout.COMPACT or q.scaling_mode not in (
                 ScalingMode.BLOCK_1x128, ScalingMode.MXFP8_1x32):
-            raise _bad("inp.scale_inv", f"{q.scaling_mode.name} scales in layout "
-                       f"{q.layout.name}: the permute moves row scales (1x128 or 1x32 "
-                       "blocks in the COMPACT layout; a per-tensor scale is not a row scale: "
-                       "permute inp.data as raw fp8 rows and keep the scale)",
-                       _lib.XteUnsupportedError, Status.UNSUPPORTED)
+            raise bad("inp.scale_inv", f"{q.scaling_mode.name} scales in layout "
+                      f"{q.layout.name}: the permute moves row scales (1x128 or 1x32 "
+                      "blocks in the COMPACT layout; a per-tensor scale is not a row scale: "
+                      "permute inp.data as raw fp8 rows and keep the scale)",
+                      _lib.XteUnsupportedError, Status.UNSUPPORTED)
         if input_scales is not None:
-            raise _bad("input_scales", "given twice (inp is a QuantizedTensor)")
+            raise bad("input_scales", "given twice (inp is a QuantizedTensor)")
         input_scales = q.scale_inv
         data = q.data
         dname, sname = "inp.data", "inp.scale_inv"
@@ -477,7 +455,7 @@ def moe_permute(inp: Union[Array, QuantizedTensor], routing_map: Array, num_out_
         dname, sname = "inp", "input_scales"
     vx = view(data, dname, (DType.FP32, DType.BF16, DType.FP16, DType.E4M3, DType.E5M2))
     if len(vx.shape) != 2:
-        raise _bad(dname, f"shape {vx.shape}: want [T, H]", XteShapeError, Status.SHAPE)
+        raise bad(dname, f"shape {vx.shape}: want [T, H]", XteShapeError, Status.SHAPE)
     T, H = vx.shape
     vsc = view_opt(input_scales, sname, (DType.FP32, DType.E8M0))
     if map_type == "mask":
@@ -508,7 +486,7 @@ def moe_permute(inp: Union[Array, QuantizedTensor], routing_map: Array, num_out_
         S = vsc.shape[-1] if len(vsc.shape) == 2 else None
         if output_scales is None:
             if S is None:
-                raise _bad(sname, f"shape {vsc.shape}: want [T, S]", XteShapeError, Status.SHAPE)
+                raise bad(sname, f"shape {vsc.shape}: want [T, S]", XteShapeError, Status.SHAPE)
             output_scales = empty(vsc, (rows, S), vsc.dtype)
         vos = view(output_scales, "output_scales", writable=True)
     k = vr.shape[1] if map_type == "index" else (int(topk) if topk is not None else E)
@@ -564,7 +542,7 @@ def moe_unpermute(inp: Array, row_id_map: Any, merging_probs: Optional[Array] = 
     inp's)."""
     if probs is not None:
         if merging_probs is not None:
-            raise _bad("probs", "both merging_probs and probs are given (probs is TE's old name)")
+            raise bad("probs", "both merging_probs and probs are given (probs is TE's old name)")
         merging_probs = probs
     rmap, rt_map, rt_idx, E, _ = _from_row_id_map(row_id_map, routing_map, topk_idx, num_experts,
                                                   map_type)
@@ -576,7 +554,7 @@ def moe_unpermute(inp: Array, row_id_map: Any, merging_probs: Optional[Array] = 
         T = vrm.shape[0]
         H = vx.shape[-1]
         shape = tuple(restore_shape) if restore_shape is not None else (T, H)
-        d = _dtype(out_dtype, "out_dtype", _ACT16, vx.dtype)
+        d = parse_dtype(out_dtype, "out_dtype", _ACT16, vx.dtype)
         out = empty(vx, shape, d)
     vo = view(out, "out", _ACT16, writable=True)
     _call("xte_moe_unpermute", {"input": "inp", "row_map": "row_id_map", "probs": "merging_probs",
@@ -623,7 +601,7 @@ def moe_unpermute_backward(grad_output: Array, inp: Array, row_id_map: Any,
     vp = view_opt(merging_probs, "merging_probs", (DType.FP32,))
     rows = (int(num_rows) if num_rows is not None else vx.shape[0] if vx is not None else nrows)
     if grad_input is None and rows is None:
-        raise _bad("num_rows", "the permuted rows are unknown: give inp, num_rows or grad_input")
+        raise bad("num_rows", "the permuted rows are unknown: give inp, num_rows or grad_input")
     gi, vgi = _out(grad_input, vg, (rows, vg.shape[-1]), vg.dtype, "grad_input", _ACT16)
     gp = vgp = None
     if vp is not None:
@@ -695,7 +673,7 @@ def dispatch_layout(topk_idx: Array, num_experts: int, num_ranks: int, *,
     The keyword buffers are written in place when given (is_token_in_rank: uint8 or bool)."""
     vi = view(topk_idx, "topk_idx", _INDEX)
     if len(vi.shape) != 2:
-        raise _bad("topk_idx", f"shape {vi.shape}: want [T, k]", XteShapeError, Status.SHAPE)
+        raise bad("topk_idx", f"shape {vi.shape}: want [T, k]", XteShapeError, Status.SHAPE)
     T = vi.shape[0]
     a, va = _out(num_tokens_per_rank, vi, (int(num_ranks),), DType.INT32, "num_tokens_per_rank",
                  (DType.INT32,))
@@ -719,8 +697,8 @@ def swiglu(inp: Array, *, out: Optional[Array] = None,
     (fp32 / bf16, default inp's) or out."""
     vx = view(inp, "inp", _FLOAT_IN)
     if len(vx.shape) != 2:
-        raise _bad("inp", f"shape {vx.shape}: want [T, 2F]", XteShapeError, Status.SHAPE)
-    d = _dtype(out_dtype, "out_dtype", _FLOAT_IN, vx.dtype)
+        raise bad("inp", f"shape {vx.shape}: want [T, 2F]", XteShapeError, Status.SHAPE)
+    d = parse_dtype(out_dtype, "out_dtype", _FLOAT_IN, vx.dtype)
     y, vo = _out(out, vx, (vx.shape[0], vx.shape[1] // 2), d, "out", _FLOAT_IN)
     _call("xte_swiglu", {"input": "inp"}, vx.ptr, vo.ptr, stream_of(vx, vo))
     return y
@@ -731,7 +709,7 @@ def dswiglu(grad_output: Array, inp: Array, *, out: Optional[Array] = None,
     """grad_input [T, 2F] of swiglu from grad_output [T, F] and the forward's inp [T, 2F]."""
     vg = view(grad_output, "grad_output", _FLOAT_IN)
     vx = view(inp, "inp", _FLOAT_IN)
-    d = _dtype(out_dtype, "out_dtype", _FLOAT_IN, vx.dtype)
+    d = parse_dtype(out_dtype, "out_dtype", _FLOAT_IN, vx.dtype)
     gi, vo = _out(out, vx, vx.shape, d, "out", _FLOAT_IN)
     _call("xte_dswiglu", {"grad_out": "grad_output", "input": "inp", "grad_input": "out"},
           vg.ptr, vx.ptr, vo.ptr, stream_of(vg, vx, vo))
@@ -745,10 +723,10 @@ _FMT = {"e4m3": DType.E4M3, "float8_e4m3fn": DType.E4M3, "e5m2": DType.E5M2,
 def _alloc_quantized(like, M, K, recipe, layout, fmt, rowwise, columnwise, amax):
     """A QuantizedTensor for 1x128 blocks of an [M, K] result, allocated like View `like`."""
     if not (rowwise or columnwise):
-        raise _bad("rowwise", "neither rowwise nor columnwise is asked for")
+        raise bad("rowwise", "neither rowwise nor columnwise is asked for")
     d = fmt if isinstance(fmt, DType) else _FMT.get(str(fmt).lower())
     if d not in (DType.E4M3, DType.E5M2):
-        raise _bad("fmt", f"{fmt!r}: want 'e4m3' or 'e5m2'", _lib.XteDTypeError, Status.DTYPE)
+        raise bad("fmt", f"{fmt!r}: want 'e4m3' or 'e5m2'", _lib.XteDTypeError, Status.DTYPE)
     mode = ScalingMode.BLOCK_1x128
 
     def scale_shape(col):
@@ -774,7 +752,7 @@ def _swiglu_q(fn, args, aliases, like, M, K, recipe, layout, fmt, rowwise, colum
     from .._qtensor import qview
     rec = parse_recipe(recipe)
     lay = parse_layout(layout if layout is not None else "compact")
-    ad = _dtype(act_dtype, "act_dtype", _FLOAT_IN, DType.FP32)
+    ad = parse_dtype(act_dtype, "act_dtype", _FLOAT_IN, DType.FP32)
     given = out
     if out is None:
         out = _alloc_quantized(like, M, K, rec, lay, fmt, rowwise, columnwise, amax)
@@ -804,7 +782,7 @@ def swiglu_quantize(inp: Array, recipe: Any = "te_block", layout: Any = None,
     fp32 [1] buffer receiving max |y|; out: a QuantizedTensor to write in place."""
     vx = view(inp, "inp", _FLOAT_IN)
     if len(vx.shape) != 2:
-        raise _bad("inp", f"shape {vx.shape}: want [T, 2F]", XteShapeError, Status.SHAPE)
+        raise bad("inp", f"shape {vx.shape}: want [T, 2F]", XteShapeError, Status.SHAPE)
     return _swiglu_q("xte_swiglu_quantize", (vx.ptr,), {"input": "inp"}, vx, vx.shape[0],
                      vx.shape[1] // 2, recipe, layout, fmt, rowwise, columnwise, act_dtype,
                      amax_epsilon, force_pow_2, saturate, amax, out)
@@ -820,7 +798,7 @@ def dswiglu_quantize(grad_output: Array, inp: Array, recipe: Any = "te_block", l
     vg = view(grad_output, "grad_output", _FLOAT_IN)
     vx = view(inp, "inp", _FLOAT_IN)
     if len(vx.shape) != 2:
-        raise _bad("inp", f"shape {vx.shape}: want [T, 2F]", XteShapeError, Status.SHAPE)
+        raise bad("inp", f"shape {vx.shape}: want [T, 2F]", XteShapeError, Status.SHAPE)
     return _swiglu_q("xte_dswiglu_quantize", (vg.ptr, vx.ptr),
                      {"grad_out": "grad_output", "input": "inp"}, vx, vx.shape[0], vx.shape[1],
                      recipe, layout, fmt, rowwise, columnwise, act_dtype, amax_epsilon,

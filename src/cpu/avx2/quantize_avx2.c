@@ -315,6 +315,12 @@ XTE_AI __m256 ld8(const void *src, int kind, int64_t i) {
 #define xq_hmax(v) hmax8(v)
 #define xq_stream_u8(d, s) \
   _mm256_stream_si256((__m256i *)(d), _mm256_loadu_si256((const __m256i *)(s)))
+#define xq_w V8
+#define xq_wlo(v) \
+  _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(v)), 16))
+#define xq_whi(v)      \
+  _mm256_castsi256_ps( \
+      _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256((v), 1)), 16))
 
 #include "cpu/quantize_template.h"
 

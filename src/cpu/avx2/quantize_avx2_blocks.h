@@ -156,14 +156,7 @@ XTE_AI float quant_blocks_w(const void *in, int64_t lds, int64_t rows, int64_t n
       for (r = 0; r < rows; r++)
         (void)load_amax_r1((const uint16_t *)in + r * lds, XTE_NUM_IN_BF16, 128, acc);
     } else {
-      for (i = 0; i < 8; i++) {
-        __m256 x0 = _mm256_castsi256_ps(
-            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(acw[i])), 16));
-        __m256 x1 = _mm256_castsi256_ps(
-            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(acw[i], 1)), 16));
-        _mm256_storeu_ps(acc + 16 * i, _mm256_max_ps(x0, _mm256_loadu_ps(acc + 16 * i)));
-        _mm256_storeu_ps(acc + 16 * i + 8, _mm256_max_ps(x1, _mm256_loadu_ps(acc + 16 * i + 8)));
-      }
+      words_f32(acc, acw, 8, 1);
     }
   }
   return m;
@@ -388,14 +381,7 @@ static int rc_prepare(const void *src, int64_t lds, int64_t nr, const xte_quant_
   if (f32) {
     for (i = 0; i < 16; i++) _mm256_store_si256((__m256i *)(cam + 8 * i), acc[i]);
   } else {
-    for (i = 0; i < 8; i++) {
-      _mm256_store_si256(
-          (__m256i *)(cam + 16 * i),
-          _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(acc[i])), 16));
-      _mm256_store_si256(
-          (__m256i *)(cam + 16 * i + 8),
-          _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(acc[i], 1)), 16));
-    }
+    words_f32(cam, acc, 8, 0);
   }
   for (i = 0; i < 128; i++) col[i] = f32 ? p2w_rto_col(i, 16) : i;
   if (xte_quant_is_te(a)) { /* 8 scales at a time, with their word-path parameters */
@@ -418,12 +404,7 @@ static int rc_prepare(const void *src, int64_t lds, int64_t nr, const xte_quant_
     block_scales(a, ram, nr, rsc);
     block_scales(a, cam, 128, csc);
     if (!p2w_tile_params(a, rsc, ram, nr, csc, col, pd, pt, amax)) return 0;
-    for (r = 0; r < nr; r++) {
-      rs[r] = rsc[r].scale;
-      rd[r] = p2w_d(rs[r], a->fmt);
-      rt[r] = p2w_t(rs[r], a->fmt);
-      over |= !(ram[r] * rsc[r].scale <= fmax); /* exact: 2^k scales */
-    }
+    over |= p2w_row_params(rsc, ram, nr, a->fmt, fmax, rs, rd, rt);
     for (i = 0; i < 128; i++) {
       cs[i] = csc[i].scale;
       over |= !(cam[i] * csc[i].scale <= fmax);
@@ -513,9 +494,7 @@ static int quant_rc(const void *src, int64_t lds, int64_t nr, const xte_quant_ar
 }
 
 /* ---------------------------------------------------------------- 128x128 runs (quant_sq_run)
- * As the AVX-512 kernel: row r of the run converted (load_quant_p2w's sequence, bf16 words or
- * fp32 words rounded to odd), row r of the next run read for its tiles' amaxes, row r of the
- * run after prefetched into L2. */
+ * src/cpu/quantize_blocks_template.h over the amax of a row of tiles and the conversion below. */
 #define SQ_GMAX 16
 
 XTE_AI void sq_amax_row(const char *p, int64_t gn, int f32, V8 *acc) {
@@ -545,70 +524,47 @@ XTE_AI void sq_amax_row(const char *p, int64_t gn, int f32, V8 *acc) {
   }
 }
 
-XTE_AI void quant_sq_run_body(const void *src, int64_t lds, int64_t nr, int64_t g, const float *s,
-                              int fmt, int sat, uint8_t *q, int64_t ldq, int nt, uint8_t *q2,
-                              const void *nsrc, int64_t nrn, int64_t gn, float *nam, const void *pf,
-                              int64_t pf_rows, int64_t pf_bytes, int f32) {
-  const size_t es = f32 ? 4 : 2;
-  const p2wk w = p2wk_make(fmt, sat);
-  const V8 perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  V8 acc[SQ_GMAX];
+/* quant_sq_run's row conversion (src/cpu/quantize_blocks_template.h): load_quant_p2w's sequence
+ * on bf16 words, or on fp32 words rounded to odd */
+typedef struct sq_row_k {
+  p2wk w;
   _Alignas(32) uint16_t pd[SQ_GMAX], pt[SQ_GMAX];
-  int64_t r, i, rows = nr > nrn ? nr : nrn;
+} sq_row_k;
+
+XTE_AI void sq_row_init(sq_row_k *k, int64_t g, const float *s, int fmt, int sat, int f32) {
+  int64_t i;
+  (void)f32;
+  k->w = p2wk_make(fmt, sat);
   for (i = 0; i < g; i++) {
-    pd[i] = p2w_d(s[i], fmt);
-    pt[i] = p2w_t(s[i], fmt);
-  }
-  for (i = 0; i < gn; i++) acc[i] = _mm256_setzero_si256();
-  for (r = 0; r < rows; r++) {
-    if (r < nr) {
-      const char *p = ROW(src, r, lds, es);
-      uint8_t *d = q + r * ldq;
-      for (i = 0; i < g; i++) {
-        const V8 dv = _mm256_set1_epi16((short)pd[i]), tv = _mm256_set1_epi16((short)pt[i]);
-        const __m256 sv = _mm256_set1_ps(s[i]);
-        int j;
-        for (j = 0; j < 4; j++) { /* 32 elements */
-          V8 z0, z1, b;
-          ldw32(p + (size_t)i * 128 * es, 2 * j, f32, &z0, &z1);
-          b = p2w_codes1(&w, z0, z1, dv, tv, sv, 1, P2W_SUB_ALWAYS);
-          b = f32 ? _mm256_permutevar8x32_epi32(b, perm) : _mm256_permute4x64_epi64(b, 0xD8);
-          p2w_st(d + i * 128 + 32 * j, b, nt);
-          if (q2) _mm256_store_si256((__m256i *)(q2 + i * 16384 + r * 128 + 32 * j), b);
-        }
-      }
-    }
-    if (r < nrn) sq_amax_row(ROW(nsrc, r, lds, es), gn, f32, acc);
-    if (r < pf_rows) {
-      const char *x = ROW(pf, r, lds, es);
-      int64_t o;
-      for (o = 0; o < pf_bytes; o += 64) _mm_prefetch(x + o, _MM_HINT_T1);
-    }
-  }
-  for (i = 0; i < gn; i++) {
-    const uint32_t mb = f32 ? hmax_u32(acc[i]) : hmax_u16(acc[i]) << 16;
-    nam[i] = mb > 0x7F800000u ? -1.0f : xte_bits_f32(mb);
+    k->pd[i] = p2w_d(s[i], fmt);
+    k->pt[i] = p2w_t(s[i], fmt);
   }
 }
 
-static int quant_sq_run(const void *src, int64_t lds, int in_kind, int64_t nr, int64_t g,
-                        const float *s, int fmt, int sat, uint8_t *q, int64_t ldq, int nt,
-                        uint8_t *q2, const void *nsrc, int64_t nrn, int64_t gn, float *nam,
-                        const void *pf, int64_t pf_rows, int64_t pf_bytes) {
+XTE_AI void sq_row_convert(const sq_row_k *k, const char *p, int64_t g, const float *s, uint8_t *d,
+                           int nt, uint8_t *q2, int f32) {
+  const size_t es = f32 ? 4 : 2;
+  const V8 perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   int64_t i;
-  if ((in_kind != XTE_NUM_IN_BF16 && in_kind != XTE_NUM_IN_F32) || g > SQ_GMAX || gn > SQ_GMAX ||
-      ((uintptr_t)q2 & 31))
-    return 0;
-  for (i = 0; i < g; i++)
-    if (!p2w_ok(s[i])) return 0;
-  nt = nt && !(ldq & 31) && !((uintptr_t)q & 31);
-  if (in_kind == XTE_NUM_IN_F32)
-    quant_sq_run_body(src, lds, nr, g, s, fmt, sat, q, ldq, nt, q2, nsrc, nrn, gn, nam, pf, pf_rows,
-                      pf_bytes, 1);
-  else
-    quant_sq_run_body(src, lds, nr, g, s, fmt, sat, q, ldq, nt, q2, nsrc, nrn, gn, nam, pf, pf_rows,
-                      pf_bytes, 0);
-  return 1;
+  for (i = 0; i < g; i++) {
+    const V8 dv = _mm256_set1_epi16((short)k->pd[i]), tv = _mm256_set1_epi16((short)k->pt[i]);
+    const __m256 sv = _mm256_set1_ps(s[i]);
+    int j;
+    for (j = 0; j < 4; j++) { /* 32 elements */
+      V8 z0, z1, b;
+      ldw32(p + (size_t)i * 128 * es, 2 * j, f32, &z0, &z1);
+      b = p2w_codes1(&k->w, z0, z1, dv, tv, sv, 1, P2W_SUB_ALWAYS);
+      b = f32 ? _mm256_permutevar8x32_epi32(b, perm) : _mm256_permute4x64_epi64(b, 0xD8);
+      p2w_st(d + i * 128 + 32 * j, b, nt);
+      if (q2) _mm256_store_si256((__m256i *)(q2 + i * 16384 + 32 * j), b);
+    }
+  }
 }
+
+#define XQB_V V8
+#define XQB_ALIGN 32
+#define xqb_zero() _mm256_setzero_si256()
+#define XQB_SQ_SCALE_OK(f32, s) p2w_ok(s)
+#include "cpu/quantize_blocks_template.h"
 
 #endif /* XTE_CPU_QUANTIZE_AVX2_BLOCKS_H */

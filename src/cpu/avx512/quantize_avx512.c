@@ -171,6 +171,12 @@ static inline float hmax16(__m512 v) {
 #define xq_ldk(src, kind, i) ld16((src), (kind), (i))
 #define xq_hmax(v) hmax16(v)
 #define xq_stream_u8(d, s) _mm512_stream_si512((void *)(d), _mm512_loadu_si512((const void *)(s)))
+#define xq_w V16
+#define xq_wlo(v) \
+  _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(v)), 16))
+#define xq_whi(v)      \
+  _mm512_castsi512_ps( \
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64((v), 1)), 16))
 
 #include "cpu/quantize_template.h"
 

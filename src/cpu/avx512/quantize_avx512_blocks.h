@@ -29,6 +29,20 @@ XTE_AI void prefetch_l1(const void *p, size_t bytes) {
   for (o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
 }
 
+/* The general scales of a group's nblk blocks of maxima amf: bs, sf (the scale of each), *m the
+ * running max of the maxima; 1 when every scale is finite and > 0 (the fast sequences' case) */
+XTE_AI int group_scales(const xte_quant_args *a, const float *amf, int nblk, xte_block_scale *bs,
+                        float *sf, float *m) {
+  int t, fast = 1;
+  block_scales(a, amf, nblk, bs);
+  for (t = 0; t < nblk; t++) {
+    sf[t] = bs[t].scale;
+    *m = xte_fmaxf(*m, amf[t]);
+    fast &= pos_finite(bs[t].scale);
+  }
+  return fast;
+}
+
 /* Blocks of bw (16 | bw, bw | 128) elements. The full 128-element chunks of all rows are taken
  * QG at a time (in L1): a first pass for the block amaxes, the scales (independent divisions,
  * pipelined), a second pass to convert and store: the fast sequence when the chunks are NaN-free
@@ -100,12 +114,7 @@ XTE_AI float quant_blocks_body(const void *src, int64_t lds, int kind, int64_t r
         }
         m = xte_fmaxf(m, _mm512_reduce_max_ps(mv));
       } else {
-        block_scales(a, amf, nblk, bs);
-        for (t = 0; t < nblk; t++) {
-          sf[t] = bs[t].scale;
-          m = xte_fmaxf(m, amf[t]);
-          fast &= pos_finite(bs[t].scale);
-        }
+        fast = group_scales(a, amf, nblk, bs, sf, &m);
       }
       if (!inplace)
         for (c = 0; c < nch; c++)
@@ -224,11 +233,8 @@ XTE_AI float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64
                                            bs + t, sf + t, pd + t, pt + t, &p2, &over));
       m = xte_fmaxf(m, _mm512_reduce_max_ps(mv));
     } else {
-      block_scales(a, amf, nblk, bs);
+      fast = group_scales(a, amf, nblk, bs, sf, &m);
       for (t = 0; t < nblk; t++) {
-        sf[t] = bs[t].scale;
-        m = xte_fmaxf(m, amf[t]);
-        fast &= pos_finite(bs[t].scale);
         p2 &= p2w_ok(bs[t].scale);
         over |= !(amf[t] * bs[t].scale <= fmax); /* exact for 2^k scales */
         pd[t] = p2w_d(bs[t].scale, a->fmt);
@@ -296,39 +302,13 @@ XTE_AI float quant_blocks_bf16(const void *src, int64_t lds, int64_t rows, int64
     if (nan_seen) {
       for (r = 0; r < rows; r++) (void)load_amax_row(in + r * lds, XTE_NUM_IN_BF16, 128, acc);
     } else {
-      for (i = 0; i < 4; i++) {
-        __m512 x0 = _mm512_castsi512_ps(
-            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(acw[i])), 16));
-        __m512 x1 = _mm512_castsi512_ps(
-            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(acw[i], 1)), 16));
-        _mm512_storeu_ps(acc + 32 * i, _mm512_max_ps(x0, _mm512_loadu_ps(acc + 32 * i)));
-        _mm512_storeu_ps(acc + 32 * i + 16, _mm512_max_ps(x1, _mm512_loadu_ps(acc + 32 * i + 16)));
-      }
+      words_f32(acc, acw, 4, 1);
     }
   }
   return m;
 }
 
-/* Any block width: per block the amax, then the general sequence. */
-static float quant_blocks_any(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
-                              int64_t bw, const xte_quant_args *a, uint8_t *q, int64_t ldq,
-                              xte_block_scale *sc, float *acc) {
-  const size_t es = in_kind == XTE_NUM_IN_F32 ? 4 : 2;
-  const int64_t nbr = (n + bw - 1) / bw;
-  float m = 0.0f;
-  int64_t r, j, b;
-  for (r = 0; r < rows; r++)
-    for (j = 0, b = 0; j < n; j += bw, b++) {
-      int64_t len = n - j < bw ? n - j : bw;
-      const void *s = ROW(src, r, lds, es) + (size_t)j * es;
-      float am = load_amax(s, 0, in_kind, 1, len, acc ? acc + j : NULL);
-      sc[r * nbr + b] = xte_quant_block_scale(a, am);
-      m = xte_fmaxf(m, am);
-      (void)load_quant(s, 0, in_kind, 1, len, sc[r * nbr + b].scale, a->fmt, a->saturate,
-                       q + r * ldq + j, 0, 0);
-    }
-  return m;
-}
+#include "cpu/quantize_blocks_each.h"
 
 static float quant_blocks(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
                           int64_t bw, const xte_quant_args *a, uint8_t *q, int64_t ldq,
@@ -349,7 +329,7 @@ static float quant_blocks(const void *src, int64_t lds, int in_kind, int64_t row
     QB(XTE_NUM_IN_F16, 32);
   }
 #undef QB
-  return quant_blocks_any(src, lds, in_kind, rows, n, bw, a, q, ldq, sc, acc);
+  return quant_blocks_each(src, lds, in_kind, rows, n, bw, a, q, ldq, sc, acc, 0);
 }
 
 /* fp32 x with a power-of-two scale: the bf16 word of x rounded to odd (its high half, the low bit
@@ -455,17 +435,10 @@ XTE_AI int quant_rc_body(const void *src, int64_t lds, int64_t nr, const xte_qua
     }
   }
   if (bad) return 0;
-  for (i = 0; i < (f32 ? 8 : 4); i++)
-    if (f32) {
-      _mm512_store_si512((void *)(cam + 16 * i), acc[i]);
-    } else {
-      _mm512_store_si512(
-          (void *)(cam + 32 * i),
-          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(acc[i])), 16));
-      _mm512_store_si512(
-          (void *)(cam + 32 * i + 16),
-          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(acc[i], 1)), 16));
-    }
+  if (f32)
+    for (i = 0; i < 8; i++) _mm512_store_si512((void *)(cam + 16 * i), acc[i]);
+  else
+    words_f32(cam, acc, 4, 0);
   if (xte_quant_is_te(a)) { /* 16 scales at a time, with their word-path parameters */
     const tesk tc = tesk_make(a);
     __m512 mv = _mm512_setzero_ps();
@@ -498,12 +471,7 @@ XTE_AI int quant_rc_body(const void *src, int64_t lds, int64_t nr, const xte_qua
       cs[i] = csc[i].scale;
     }
     if (!p2w_tile_params(a, rsc, ram, nr, csc, f32 ? col : NULL, pd, pt, amax)) return 0;
-    for (r = 0; r < nr; r++) {
-      rs[r] = rsc[r].scale;
-      rd[r] = p2w_d(rs[r], a->fmt);
-      rt[r] = p2w_t(rs[r], a->fmt);
-      over |= !(ram[r] * rsc[r].scale <= fmax); /* exact: 2^k scales */
-    }
+    over |= p2w_row_params(rsc, ram, nr, a->fmt, fmax, rs, rd, rt);
     for (i = 0; i < 128; i++) over |= !(cam[i] * csc[i].scale <= fmax);
   }
   for (i = 0; i < 4; i++) { /* the fma's scales in wlo / whi order (fp32: the columns in order) */
@@ -532,9 +500,7 @@ static int quant_rc(const void *src, int64_t lds, int64_t nr, const xte_quant_ar
 }
 
 /* ---------------------------------------------------------------- 128x128 runs (quant_sq_run)
- * Row r of the run converted (load_quant's sequences: bf16 words under a power-of-two scale,
- * fp32 by cvt_scaled), then row r of the next run read for its tiles' amaxes, then row r of the
- * run after it prefetched into L2: the memory streams while the run converts from L2. */
+ * src/cpu/quantize_blocks_template.h over the amax of a row of tiles and the conversion below. */
 
 /* The max |x| bits of the 128 elements of each of the gn tiles of row p into acc[i] */
 XTE_AI void sq_amax_row(const char *p, int64_t gn, int f32, V16 *acc) {
@@ -565,88 +531,70 @@ XTE_AI void sq_amax_row(const char *p, int64_t gn, int f32, V16 *acc) {
 
 #define SQ_GMAX 16
 
-XTE_AI void quant_sq_run_body(const void *src, int64_t lds, int64_t nr, int64_t g, const float *s,
-                              int fmt, int sat, uint8_t *q, int64_t ldq, int nt, uint8_t *q2,
-                              const void *nsrc, int64_t nrn, int64_t gn, float *nam, const void *pf,
-                              int64_t pf_rows, int64_t pf_bytes, int f32) {
-  const size_t es = f32 ? 4 : 2;
-  const fp8k k = fp8k_make(fmt, sat);
-  const p2wk w = p2wk_make(fmt, sat);
-  V16 acc[SQ_GMAX], dv[SQ_GMAX], tv[SQ_GMAX];
+/* quant_sq_run's row conversion (src/cpu/quantize_blocks_template.h): bf16 words under a
+ * power-of-two scale, fp32 by cvt_scaled */
+typedef struct sq_row_k {
+  fp8k k;
+  p2wk w;
+  V16 dv[SQ_GMAX], tv[SQ_GMAX];
   __m512 sv[SQ_GMAX];
-  int64_t r, i, rows = nr > nrn ? nr : nrn;
+} sq_row_k;
+
+XTE_AI void sq_row_init(sq_row_k *k, int64_t g, const float *s, int fmt, int sat, int f32) {
+  int64_t i;
+  k->k = fp8k_make(fmt, sat);
+  k->w = p2wk_make(fmt, sat);
   for (i = 0; i < g; i++) {
-    sv[i] = _mm512_set1_ps(s[i]);
+    k->sv[i] = _mm512_set1_ps(s[i]);
     if (!f32) {
-      dv[i] = _mm512_set1_epi16((short)p2w_d(s[i], fmt));
-      tv[i] = _mm512_set1_epi16((short)p2w_t(s[i], fmt));
+      k->dv[i] = _mm512_set1_epi16((short)p2w_d(s[i], fmt));
+      k->tv[i] = _mm512_set1_epi16((short)p2w_t(s[i], fmt));
     }
-  }
-  for (i = 0; i < gn; i++) acc[i] = _mm512_setzero_si512();
-  for (r = 0; r < rows; r++) {
-    if (r < nr) {
-      const char *p = ROW(src, r, lds, es);
-      uint8_t *d = q + r * ldq;
-      for (i = 0; i < g; i++) {
-        V16 b0, b1;
-        if (f32) {
-          const float *x = (const float *)p + i * 128;
-          __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
-          __m512 x2 = _mm512_loadu_ps(x + 32), x3 = _mm512_loadu_ps(x + 48);
-          b0 = pack4(cvt_scaled(&k, x0, abs16(x0), sv[i]), cvt_scaled(&k, x1, abs16(x1), sv[i]),
-                     cvt_scaled(&k, x2, abs16(x2), sv[i]), cvt_scaled(&k, x3, abs16(x3), sv[i]));
-          x0 = _mm512_loadu_ps(x + 64);
-          x1 = _mm512_loadu_ps(x + 80);
-          x2 = _mm512_loadu_ps(x + 96);
-          x3 = _mm512_loadu_ps(x + 112);
-          b1 = pack4(cvt_scaled(&k, x0, abs16(x0), sv[i]), cvt_scaled(&k, x1, abs16(x1), sv[i]),
-                     cvt_scaled(&k, x2, abs16(x2), sv[i]), cvt_scaled(&k, x3, abs16(x3), sv[i]));
-        } else {
-          const uint16_t *x = (const uint16_t *)p + i * 128;
-          b0 = p2w_pack(p2w_code(&w, ldw(x), dv[i], tv[i], sv[i], sv[i], P2W_SUB_ALWAYS),
-                        p2w_code(&w, ldw(x + 32), dv[i], tv[i], sv[i], sv[i], P2W_SUB_ALWAYS));
-          b1 = p2w_pack(p2w_code(&w, ldw(x + 64), dv[i], tv[i], sv[i], sv[i], P2W_SUB_ALWAYS),
-                        p2w_code(&w, ldw(x + 96), dv[i], tv[i], sv[i], sv[i], P2W_SUB_ALWAYS));
-        }
-        store64(d + i * 128, b0, nt);
-        store64(d + i * 128 + 64, b1, nt);
-        if (q2) {
-          _mm512_store_si512((void *)(q2 + i * 16384 + r * 128), b0);
-          _mm512_store_si512((void *)(q2 + i * 16384 + r * 128 + 64), b1);
-        }
-      }
-    }
-    if (r < nrn) sq_amax_row(ROW(nsrc, r, lds, es), gn, f32, acc);
-    if (r < pf_rows) {
-      const char *x = ROW(pf, r, lds, es);
-      int64_t o;
-      for (o = 0; o < pf_bytes; o += 64) _mm_prefetch(x + o, _MM_HINT_T1);
-    }
-  }
-  for (i = 0; i < gn; i++) {
-    const uint32_t mb = f32 ? hmax_u32(acc[i]) : hmax_u16(acc[i]) << 16;
-    nam[i] = mb > 0x7F800000u ? -1.0f : xte_bits_f32(mb);
   }
 }
 
-static int quant_sq_run(const void *src, int64_t lds, int in_kind, int64_t nr, int64_t g,
-                        const float *s, int fmt, int sat, uint8_t *q, int64_t ldq, int nt,
-                        uint8_t *q2, const void *nsrc, int64_t nrn, int64_t gn, float *nam,
-                        const void *pf, int64_t pf_rows, int64_t pf_bytes) {
+XTE_AI void sq_row_convert(const sq_row_k *k, const char *p, int64_t g, const float *s, uint8_t *d,
+                           int nt, uint8_t *q2, int f32) {
+  const fp8k *kk = &k->k;
+  const p2wk *w = &k->w;
+  const __m512 *sv = k->sv;
+  const V16 *dv = k->dv, *tv = k->tv;
   int64_t i;
-  if ((in_kind != XTE_NUM_IN_BF16 && in_kind != XTE_NUM_IN_F32) || g > SQ_GMAX || gn > SQ_GMAX ||
-      ((uintptr_t)q2 & 63))
-    return 0;
-  for (i = 0; i < g; i++)
-    if (in_kind == XTE_NUM_IN_BF16 ? !p2w_ok(s[i]) : !pos_finite(s[i])) return 0;
-  nt = nt && !((uintptr_t)q & 63) && !(ldq & 63);
-  if (in_kind == XTE_NUM_IN_F32)
-    quant_sq_run_body(src, lds, nr, g, s, fmt, sat, q, ldq, nt, q2, nsrc, nrn, gn, nam, pf, pf_rows,
-                      pf_bytes, 1);
-  else
-    quant_sq_run_body(src, lds, nr, g, s, fmt, sat, q, ldq, nt, q2, nsrc, nrn, gn, nam, pf, pf_rows,
-                      pf_bytes, 0);
-  return 1;
+  (void)s;
+  for (i = 0; i < g; i++) {
+    V16 b0, b1;
+    if (f32) {
+      const float *x = (const float *)p + i * 128;
+      __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+      __m512 x2 = _mm512_loadu_ps(x + 32), x3 = _mm512_loadu_ps(x + 48);
+      b0 = pack4(cvt_scaled(kk, x0, abs16(x0), sv[i]), cvt_scaled(kk, x1, abs16(x1), sv[i]),
+                 cvt_scaled(kk, x2, abs16(x2), sv[i]), cvt_scaled(kk, x3, abs16(x3), sv[i]));
+      x0 = _mm512_loadu_ps(x + 64);
+      x1 = _mm512_loadu_ps(x + 80);
+      x2 = _mm512_loadu_ps(x + 96);
+      x3 = _mm512_loadu_ps(x + 112);
+      b1 = pack4(cvt_scaled(kk, x0, abs16(x0), sv[i]), cvt_scaled(kk, x1, abs16(x1), sv[i]),
+                 cvt_scaled(kk, x2, abs16(x2), sv[i]), cvt_scaled(kk, x3, abs16(x3), sv[i]));
+    } else {
+      const uint16_t *x = (const uint16_t *)p + i * 128;
+      b0 = p2w_pack(p2w_code(w, ldw(x), dv[i], tv[i], sv[i], sv[i], P2W_SUB_ALWAYS),
+                    p2w_code(w, ldw(x + 32), dv[i], tv[i], sv[i], sv[i], P2W_SUB_ALWAYS));
+      b1 = p2w_pack(p2w_code(w, ldw(x + 64), dv[i], tv[i], sv[i], sv[i], P2W_SUB_ALWAYS),
+                    p2w_code(w, ldw(x + 96), dv[i], tv[i], sv[i], sv[i], P2W_SUB_ALWAYS));
+    }
+    store64(d + i * 128, b0, nt);
+    store64(d + i * 128 + 64, b1, nt);
+    if (q2) {
+      _mm512_store_si512((void *)(q2 + i * 16384), b0);
+      _mm512_store_si512((void *)(q2 + i * 16384 + 64), b1);
+    }
+  }
 }
+
+#define XQB_V V16
+#define XQB_ALIGN 64
+#define xqb_zero() _mm512_setzero_si512()
+#define XQB_SQ_SCALE_OK(f32, s) ((f32) ? pos_finite(s) : p2w_ok(s))
+#include "cpu/quantize_blocks_template.h"
 
 #endif /* XTE_CPU_QUANTIZE_AVX512_BLOCKS_H */

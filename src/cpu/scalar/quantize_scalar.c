@@ -109,25 +109,7 @@ static void load_quant_vs(const void *src, int64_t lds, int in_kind, int64_t row
           xte_mul_nanprop(ld1(ROW(src, r, lds, es), in_kind, i), scale[i]), fmt, sat);
 }
 
-static float quant_blocks(const void *src, int64_t lds, int in_kind, int64_t rows, int64_t n,
-                          int64_t bw, const xte_quant_args *a, uint8_t *q, int64_t ldq,
-                          xte_block_scale *sc, float *acc, int nt) {
-  const size_t es = in_kind == XTE_NUM_IN_F32 ? 4 : 2;
-  const int64_t nbr = (n + bw - 1) / bw;
-  float m = 0.0f;
-  int64_t r, j, b;
-  for (r = 0; r < rows; r++)
-    for (j = 0, b = 0; j < n; j += bw, b++) {
-      int64_t len = n - j < bw ? n - j : bw;
-      const void *s = ROW(src, r, lds, es) + (size_t)j * es;
-      float am = load_amax(s, 0, in_kind, 1, len, acc ? acc + j : NULL);
-      sc[r * nbr + b] = xte_quant_block_scale(a, am);
-      m = xte_fmaxf(m, am);
-      (void)load_quant(s, 0, in_kind, 1, len, sc[r * nbr + b].scale, a->fmt, a->saturate,
-                       q + r * ldq + j, 0, nt);
-    }
-  return m;
-}
+#include "cpu/quantize_blocks_each.h"
 
 static void block_scales(const xte_quant_args *a, const float *amax, int64_t n,
                          xte_block_scale *s) {
@@ -143,7 +125,24 @@ static void copy_u8(uint8_t *dst, const uint8_t *src, int64_t n, int nt) {
 
 static void store_fence(void) {}
 
-const xte_quant_kernels xte_quant_kernels_scalar = {
-    XTE_CPU_ISA_SCALAR, load_f32,  amax,         amax_cols, quant,      quant_vs,      cast_fp8,
-    cast_bf16,          cast_fp16, transpose_u8, load_amax, load_quant, load_quant_vs, quant_blocks,
-    block_scales,       copy_u8,   store_fence,  NULL,      NULL,       NULL,          NULL};
+const xte_quant_kernels xte_quant_kernels_scalar = {XTE_CPU_ISA_SCALAR,
+                                                    load_f32,
+                                                    amax,
+                                                    amax_cols,
+                                                    quant,
+                                                    quant_vs,
+                                                    cast_fp8,
+                                                    cast_bf16,
+                                                    cast_fp16,
+                                                    transpose_u8,
+                                                    load_amax,
+                                                    load_quant,
+                                                    load_quant_vs,
+                                                    quant_blocks_each,
+                                                    block_scales,
+                                                    copy_u8,
+                                                    store_fence,
+                                                    NULL,
+                                                    NULL,
+                                                    NULL,
+                                                    NULL};
