@@ -213,9 +213,16 @@ static void item_range(void *vctx, int64_t b, int64_t e, int tid) {
           }
         }
         if (c.last_pc)
-          for (r = 0; r < rows; r++)
-            xte_cpu_gemm_store_row(c.g, p->d_r0 + c.mc0 + rb + r, c.jc + n0,
-                                   c.W + (rb + r) * ldw + n0, len);
+          for (r = 0; r < rows; r++) {
+            const int64_t dr = p->d_r0 + c.mc0 + rb + r;
+            if (c.fa && !c.g->c && !c.g->bias) /* the output conversion alone, vectorised */
+              c.fa->out(c.W + (rb + r) * ldw + n0,
+                        (char *)c.g->d + (size_t)(dr * c.g->ld_d + c.jc + n0) *
+                                             (c.g->d_dtype == XTE_DTYPE_BF16 ? 2 : 4),
+                        c.g->d_dtype == XTE_DTYPE_BF16, len);
+            else
+              xte_cpu_gemm_store_row(c.g, dr, c.jc + n0, c.W + (rb + r) * ldw + n0, len);
+          }
       }
     }
     if (c.fa) c.fa->end();

@@ -240,6 +240,29 @@ static void fast_amx_tile(int nblk, const int *kl, const uint16_t *a, const uint
   }
 }
 
+/* The output conversions of xte_gemm_out_bf16 / xte_gemm_out_f32, 16 lanes at a time: NaN to the
+ * canonical NaN, else (bf16) u + 0x7FFF + bit 16 of u, shifted down (RNE, as xte_f32_to_bf16). */
+static void fast_amx_out(const float *t, void *d, int bf16, int64_t len) {
+  int64_t n;
+  for (n = 0; n < len; n += 16) {
+    const __mmask16 m = len - n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (len - n)) - 1u);
+    const __m512 v = _mm512_maskz_loadu_ps(m, t + n);
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    if (bf16) {
+      const __m512i u = _mm512_castps_si512(v);
+      __m512i r = _mm512_add_epi32(
+          u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF),
+                              _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
+      r = _mm512_mask_mov_epi32(_mm512_srli_epi32(r, 16), nan, _mm512_set1_epi32(0x7FC0));
+      _mm256_mask_storeu_epi16((uint16_t *)d + n, m, _mm512_cvtepi32_epi16(r));
+    } else {
+      _mm512_mask_storeu_ps(
+          (float *)d + n, m,
+          _mm512_mask_mov_ps(v, nan, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000))));
+    }
+  }
+}
+
 const xte_gemm_fast_amx_kernels xte_gemm_fast_amx_table = {
     .mr = 32,
     .nr = 32,
@@ -247,6 +270,7 @@ const xte_gemm_fast_amx_kernels xte_gemm_fast_amx_table = {
     .begin = fast_amx_begin,
     .end = fast_amx_end,
     .tile = fast_amx_tile,
+    .out = fast_amx_out,
 };
 #else
 typedef int xte_gemm_fast_amx_none; /* not built: the compiler lacks -mamx-bf16 */
