@@ -8,6 +8,10 @@
  *           for each NR strip, for each MR tile: the ISA's FAST kernel over the panel's K blocks
  *           into the tile's fp32 accumulators (row-major in W); on the last K panel the rows of
  *           D are written by the exact driver's epilogue (xte_cpu_gemm_store_row).
+ * With the AMX-BF16 tiles (c->fa, run_problem_amx) the loops are the same except: mc0 is the
+ * outer loop, the chunk's A is packed once (bf16 tiles) for all threads before its panels, the
+ * items are smaller runs of strips claimed one at a time by the threads, and rows without C and
+ * bias are written by fa->out (the exact epilogue's conversion, vectorised: the same bytes).
  * FP8 codes are decoded to fp32 through 256-entry tables while packing (exact: every FP8 value is
  * an fp32 value; NaN codes give NaN, e5m2 infinities inf). The kernel forms each block partial
  * with fp32 multiply-adds in a fixed order (the FAST partial: docs/numerics.md bounds its error);
