@@ -359,6 +359,9 @@ Test(gemm_fast, exact_partials_give_exact_bytes) {
   run_same_bytes(530, 50, 513, 0, XTE_DTYPE_FP32, 2, 4);
   run_same_bytes(31, 2061, 257, 1, XTE_DTYPE_FP32, 3, 5);
   run_same_bytes(100, 64, 1024, 0, XTE_DTYPE_BF16, 3, 6);
+  /* no C, no bias: the output conversion alone (the AMX-BF16 path's vectorised one), row tails */
+  run_same_bytes(70, 2085, 300, 0, XTE_DTYPE_BF16, 0, 7);
+  run_same_bytes(33, 45, 129, 1, XTE_DTYPE_FP32, 0, 8);
 }
 
 /* Grouped (contiguous and masked, padding rows poisoned with NaN codes), FAST against EXACT on
@@ -487,6 +490,7 @@ Test(gemm_fast, nan_inf_subnormal) {
   enum { M = 40, N = 35, K = 200 };
   uint8_t ca[M * K], cb[N * K];
   float fast[M * N], exact[M * N];
+  uint16_t fast16[M * N];
   tq qa, qb;
   lop la, lb;
   uint64_t s = 99;
@@ -541,6 +545,18 @@ Test(gemm_fast, nan_inf_subnormal) {
     cr_assert_eq(o_bits(fast[3 * N + 4]), 0x7FC00000u);
     cr_assert_eq(o_bits(fast[7 * N + 0]), 0x7FC00000u);
     cr_assert(isinf(fast[3 * N + 0]) || o_bits(fast[3 * N + 0]) == 0x7FC00000u);
+    /* bf16 out, no C or bias: NaN the canonical 0x7FC0, infinities kept */
+    DF = xte_tensor_2d(fast16, XTE_DTYPE_BF16, M, N);
+    cr_assert_eq(xte_gemm(&qa.q, &qb.q, NULL, &DF, &gf, NULL), XTE_SUCCESS, "%s", xte_last_error());
+    for (i = 0; i < M * N; i++) {
+      char why[200];
+      const fref r = f_ref(&la, i / N, &lb, i % N, 128);
+      if (!f_check(fast16[i], XTE_DTYPE_BF16, r, 128, 0.0, 0.0, why, sizeof why))
+        cr_assert_fail("isa %s bf16 (%lld, %lld): %s", xte_cpu_isa_name(ISAS[ii]),
+                       (long long)(i / N), (long long)(i % N), why);
+    }
+    cr_assert_eq(fast16[3 * N + 4], 0x7FC0u);
+    cr_assert_eq(fast16[7 * N + 0], 0x7FC0u);
   }
   o_reset_isa();
   tq_free(&qa);

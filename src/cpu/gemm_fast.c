@@ -8,6 +8,10 @@
  *           for each NR strip, for each MR tile: the ISA's FAST kernel over the panel's K blocks
  *           into the tile's fp32 accumulators (row-major in W); on the last K panel the rows of
  *           D are written by the exact driver's epilogue (xte_cpu_gemm_store_row).
+ * With the AMX-BF16 tiles (c->fa, run_problem_amx) the loops are the same except: mc0 is the
+ * outer loop, the chunk's A is packed once (bf16 tiles) for all threads before its panels, the
+ * items are smaller runs of strips claimed one at a time by the threads, and rows without C and
+ * bias are written by fa->out (the exact epilogue's conversion, vectorised: the same bytes).
  * FP8 codes are decoded to fp32 through 256-entry tables while packing (exact: every FP8 value is
  * an fp32 value; NaN codes give NaN, e5m2 infinities inf). The kernel forms each block partial
  * with fp32 multiply-adds in a fixed order (the FAST partial: docs/numerics.md bounds its error);
@@ -18,6 +22,7 @@
  * fp32 sums of finite products cannot overflow: |sum| < 128 * 57344 * 448); the epilogue writes
  * every NaN as the canonical one. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "cpu/gemm_fast.h"
@@ -33,7 +38,8 @@
  * they are in L1 (the tile unit is fast enough that the fold's traffic to W otherwise bounds it) */
 #define FKC_AMX 512
 #define FMAX_BLK (FKC_AMX / 32)
-#define FMAX_W 64 /* widest micro-panel (MR or NR) */
+#define AMX_SPJ 16 /* the most NR strips of an item of the AMX-BF16 path */
+#define FMAX_W 64  /* widest micro-panel (MR or NR) */
 
 /* The small-M path of FAST (src/cpu/gemm_fast_small.c: streams the codes of B once per problem
  * instead of packing panels): the problems it takes (xte_cpu_gemm_fast_small_ok: a few rows, B
@@ -117,6 +123,13 @@ typedef struct fctx {
   /* buffers: accumulators W [MCH][ldw], per thread B strips + scales, A block + scales */
   float *W;
   float **bp, **sbp, **ap, **sap;
+  /* the AMX-BF16 path (amx_*): A of the chunk packed once for all threads, slot (tile, K panel)
+   * at ash + slot MR fkc (scales sash + slot MR FMAX_BLK), slot = tile npc + panel; the items,
+   * claimed one at a time by the threads */
+  uint16_t *ash;
+  float *sash;
+  int64_t npc;
+  atomic_llong *next;
 } fctx;
 
 /* A full micro-panel of W rows through the table, d[k * W + i] = t[rp[i][k]], unrolled for a
@@ -217,7 +230,6 @@ static void item_range(void *vctx, int64_t b, int64_t e, int tid) {
     const int64_t r0 = im * rpi, r1 = r0 + rpi < c.mch ? r0 + rpi : c.mch;
     const int64_t n0 = s0 * NR, len = (s1 * NR < c.nc ? s1 * NR : c.nc) - n0;
     if (s0 >= s1 || r0 >= r1) continue;
-    if (c.fa) c.fa->begin();
     for (c.pc = 0; c.pc < p->k; c.pc += c.fkc) {
       int64_t k, rb;
       c.kc = p->k - c.pc < c.fkc ? p->k - c.pc : c.fkc;
@@ -225,11 +237,7 @@ static void item_range(void *vctx, int64_t b, int64_t e, int tid) {
       c.last_pc = c.pc + c.kc >= p->k;
       c.nblk = 0;
       for (k = 0; k < c.kc; k += kb) c.kl[c.nblk++] = (int)(c.kc - k < kb ? c.kc - k : kb);
-      if (c.fa)
-        fpack_amx(&c, &c.g->b, p->b_i0 + c.jc + n0, c.nc - n0, s1 - s0, NR, p->b_k0 + c.pc, 1,
-                  (uint16_t *)bp, sbp);
-      else
-        fpack(&c, &c.g->b, p->b_i0 + c.jc + n0, c.nc - n0, s1 - s0, NR, p->b_k0 + c.pc, bp, sbp);
+      fpack(&c, &c.g->b, p->b_i0 + c.jc + n0, c.nc - n0, s1 - s0, NR, p->b_k0 + c.pc, bp, sbp);
       for (rb = r0; rb < r1; rb += c.MC_max) {
         const int64_t rows = r1 - rb < c.MC_max ? r1 - rb : c.MC_max;
         const int64_t tiles = (rows + MR - 1) / MR;
@@ -237,25 +245,12 @@ static void item_range(void *vctx, int64_t b, int64_t e, int tid) {
         if (c.first_pc)
           for (r = 0; r < tiles * MR; r++)
             memset(c.W + (rb + r) * ldw + n0, 0, sizeof(float) * (size_t)((s1 - s0) * NR));
-        if (c.fa) {
-          /* the AMX-BF16 tiles: packed panels of kcp (kc rounded up to 32) bf16 K steps */
-          const int64_t kcp = (c.kc + 31) / 32 * 32;
-          const uint16_t *ah = (const uint16_t *)ap, *bh = (const uint16_t *)bp;
-          fpack_amx(&c, &c.g->a, p->a_i0 + c.mc0 + rb, rows, tiles, MR, p->a_k0 + c.pc, 0,
-                    (uint16_t *)ap, sap);
-          for (s = s0; s < s1; s++)
-            for (t = 0; t < tiles; t++)
-              c.fa->tile(c.nblk, c.kl, ah + t * MR * kcp, bh + (s - s0) * NR * kcp,
-                         sap + t * MR * c.nblk, sbp + (s - s0) * NR * c.nblk,
-                         c.W + (rb + t * MR) * ldw + s * NR, ldw);
-        } else {
-          fpack(&c, &c.g->a, p->a_i0 + c.mc0 + rb, rows, tiles, MR, p->a_k0 + c.pc, ap, sap);
-          for (s = s0; s < s1; s++) {
-            const float *bs = bp + (s - s0) * NR * c.kc, *sbs = sbp + (s - s0) * NR * c.nblk;
-            for (t = 0; t < tiles; t++)
-              c.fk->tile(c.nblk, c.kl, ap + t * MR * c.kc, bs, sap + t * MR * c.nblk, sbs,
-                         c.W + (rb + t * MR) * ldw + s * NR, ldw);
-          }
+        fpack(&c, &c.g->a, p->a_i0 + c.mc0 + rb, rows, tiles, MR, p->a_k0 + c.pc, ap, sap);
+        for (s = s0; s < s1; s++) {
+          const float *bs = bp + (s - s0) * NR * c.kc, *sbs = sbp + (s - s0) * NR * c.nblk;
+          for (t = 0; t < tiles; t++)
+            c.fk->tile(c.nblk, c.kl, ap + t * MR * c.kc, bs, sap + t * MR * c.nblk, sbs,
+                       c.W + (rb + t * MR) * ldw + s * NR, ldw);
         }
         if (c.last_pc)
           for (r = 0; r < rows; r++)
@@ -263,7 +258,122 @@ static void item_range(void *vctx, int64_t b, int64_t e, int tid) {
                                    c.W + (rb + r) * ldw + n0, len);
       }
     }
-    if (c.fa) c.fa->end();
+  }
+}
+
+/* The AMX-BF16 path, step 1: jobs [b, e) of packing the chunk's A, job j = tile j / npc of 32
+ * rows over K panel j % npc, into its slot. */
+static void amx_pack_a(void *vctx, int64_t b, int64_t e, int tid) {
+  fctx c = *(const fctx *)vctx;
+  const int64_t kb = c.g->kblock;
+  int64_t j, k;
+  (void)tid;
+  for (j = b; j < e; j++) {
+    const int64_t t = j / c.npc, pci = j % c.npc;
+    c.pc = pci * c.fkc;
+    c.kc = c.p->k - c.pc < c.fkc ? c.p->k - c.pc : c.fkc;
+    c.nblk = 0;
+    for (k = 0; k < c.kc; k += kb) c.nblk++;
+    fpack_amx(&c, &c.g->a, c.p->a_i0 + c.mc0 + t * c.MR, c.mch - t * c.MR, 1, c.MR,
+              c.p->a_k0 + c.pc, 0, c.ash + j * c.MR * c.fkc, c.sash + j * c.MR * FMAX_BLK);
+  }
+}
+
+/* Step 2, one call per thread: items (a run of at most spj strips x a part of the rows), claimed
+ * one at a time (the threads need not run at the same speed). An item runs every K panel: packs
+ * its B strips (kept in L2 while it sweeps its rows), then per M block of at most MC_max rows
+ * runs the tiles strip by strip (a strip stays in L1) on the shared A; after the last K panel
+ * it writes its rows of D. Which thread runs an item decides nothing in its bytes. */
+static void amx_items(void *vctx, int64_t b, int64_t e, int tid) {
+  fctx c = *(const fctx *)vctx;
+  atomic_llong *next = c.next;
+  const int MR = c.MR, NR = c.NR;
+  const int64_t ldw = c.ldw, kb = c.g->kblock, n_items = c.n_jch * c.n_im;
+  const xte_gemm_problem *p = c.p;
+  uint16_t *bp = (uint16_t *)c.bp[tid];
+  float *sbp = c.sbp[tid];
+  const int64_t rpi = ((c.mch + c.n_im - 1) / c.n_im + MR - 1) / MR * MR;
+  (void)b;
+  (void)e;
+  c.fa->begin();
+  for (;;) {
+    const int64_t it = atomic_fetch_add(next, 1);
+    const int64_t jch = it % c.n_jch, im = it / c.n_jch;
+    const int64_t s0 = jch * c.spj, s1 = s0 + c.spj < c.nstrips ? s0 + c.spj : c.nstrips;
+    const int64_t r0 = im * rpi, r1 = r0 + rpi < c.mch ? r0 + rpi : c.mch;
+    const int64_t n0 = s0 * NR, len = (s1 * NR < c.nc ? s1 * NR : c.nc) - n0;
+    int64_t pci;
+    if (it >= n_items) break;
+    if (s0 >= s1 || r0 >= r1) continue;
+    for (pci = 0, c.pc = 0; c.pc < p->k; c.pc += c.fkc, pci++) {
+      int64_t k, rb, kcp;
+      c.kc = p->k - c.pc < c.fkc ? p->k - c.pc : c.fkc;
+      kcp = (c.kc + 31) / 32 * 32;
+      c.first_pc = c.pc == 0;
+      c.last_pc = c.pc + c.kc >= p->k;
+      c.nblk = 0;
+      for (k = 0; k < c.kc; k += kb) c.kl[c.nblk++] = (int)(c.kc - k < kb ? c.kc - k : kb);
+      fpack_amx(&c, &c.g->b, p->b_i0 + c.jc + n0, c.nc - n0, s1 - s0, NR, p->b_k0 + c.pc, 1, bp,
+                sbp);
+      for (rb = r0; rb < r1; rb += c.MC_max) {
+        const int64_t rows = r1 - rb < c.MC_max ? r1 - rb : c.MC_max;
+        const int64_t tiles = (rows + MR - 1) / MR;
+        int64_t s, t, r;
+        if (c.first_pc)
+          for (r = 0; r < tiles * MR; r++)
+            memset(c.W + (rb + r) * ldw + n0, 0, sizeof(float) * (size_t)((s1 - s0) * NR));
+        for (s = s0; s < s1; s++)
+          for (t = 0; t < tiles; t++) {
+            const int64_t slot = (rb / MR + t) * c.npc + pci;
+            c.fa->tile(c.nblk, c.kl, c.ash + slot * MR * c.fkc, bp + (s - s0) * NR * kcp,
+                       c.sash + slot * MR * FMAX_BLK, sbp + (s - s0) * NR * c.nblk,
+                       c.W + (rb + t * MR) * ldw + s * NR, ldw);
+          }
+        if (c.last_pc)
+          for (r = 0; r < rows; r++) {
+            const int64_t dr = p->d_r0 + c.mc0 + rb + r;
+            if (!c.g->c && !c.g->bias) /* the output conversion alone, vectorised */
+              c.fa->out(c.W + (rb + r) * ldw + n0,
+                        (char *)c.g->d + (size_t)(dr * c.g->ld_d + c.jc + n0) *
+                                             (c.g->d_dtype == XTE_DTYPE_BF16 ? 2 : 4),
+                        c.g->d_dtype == XTE_DTYPE_BF16, len);
+            else
+              xte_cpu_gemm_store_row(c.g, dr, c.jc + n0, c.W + (rb + r) * ldw + n0, len);
+          }
+      }
+    }
+  }
+  c.fa->end();
+}
+
+/* The AMX-BF16 path of run_problem (m, n, k > 0): per chunk of MCH rows A packed once (step 1),
+ * then per panel of NC columns the items (step 2): runs of about a quarter of a thread's share
+ * of the strips (at most AMX_SPJ), so a slower thread takes fewer; fewer strips than threads
+ * split the rows too. */
+static void run_problem_amx(fctx *c) {
+  const int nt = c->nt;
+  const xte_gemm_problem *p = c->p;
+  atomic_llong next;
+  c->next = &next;
+  c->npc = (p->k + c->fkc - 1) / c->fkc;
+  for (c->mc0 = 0; c->mc0 < c->m; c->mc0 += c->MCH) {
+    int64_t tiles;
+    c->mch = c->m - c->mc0 < c->MCH ? c->m - c->mc0 : c->MCH;
+    tiles = (c->mch + c->MR - 1) / c->MR;
+    xte_parallel_for_max(tiles * c->npc, nt, amx_pack_a, c);
+    for (c->jc = 0; c->jc < p->n; c->jc += c->NC) {
+      c->nc = p->n - c->jc < c->NC ? p->n - c->jc : c->NC;
+      c->nstrips = (c->nc + c->NR - 1) / c->NR;
+      c->spj = c->nstrips / (4 * (int64_t)nt);
+      if (c->spj > AMX_SPJ) c->spj = AMX_SPJ;
+      if (c->spj < 1) c->spj = 1;
+      c->n_jch = (c->nstrips + c->spj - 1) / c->spj;
+      c->n_im = c->n_jch >= nt ? 1 : nt / c->n_jch;
+      if (c->n_im > tiles) c->n_im = tiles;
+      if (c->n_im < 1) c->n_im = 1;
+      atomic_store(&next, 0);
+      xte_parallel_for_max(nt, nt, amx_items, c);
+    }
   }
 }
 
@@ -288,6 +398,10 @@ static void run_problem(fctx *c, const xte_gemm_problem *p, int64_t m) {
   if (m <= 0 || p->n <= 0) return;
   if (p->k <= 0) {
     xte_parallel_for_max(m, nt, empty_k_rows, c);
+    return;
+  }
+  if (c->fa) {
+    run_problem_amx(c);
     return;
   }
   for (c->jc = 0; c->jc < p->n; c->jc += c->NC) {
@@ -377,8 +491,8 @@ static size_t al(size_t n) {
 xte_status xte_cpu_gemm_fast(const xte_gemm_args *g) {
   fctx c;
   const xte_cpu_isa_table *T = xte_cpu_isa_table_get(); /* one ISA for the whole call */
-  int64_t i, maxm = 0, maxn = 0;
-  size_t l2, esz, szb, szsb, szw, sza, szsa, szsmall = 0, total;
+  int64_t i, maxm = 0, maxn = 0, maxk = 0;
+  size_t l2, esz, szb, szsb, szw, sza, szsa, szash = 0, szsash = 0, szsmall = 0, total;
   char *w, *q;
   void **ptrs;
   int t, any_small = 0;
@@ -412,6 +526,7 @@ xte_status xte_cpu_gemm_fast(const xte_gemm_args *g) {
     }
     if (mi > maxm) maxm = mi;
     if (g->problems[i].n > maxn) maxn = g->problems[i].n;
+    if (g->problems[i].k > maxk) maxk = g->problems[i].k;
   }
   if (any_small) szsmall = xte_cpu_gemm_fast_small_ws(g, c.nt);
   if (maxm > c.MCH) maxm = c.MCH;
@@ -427,7 +542,18 @@ xte_status xte_cpu_gemm_fast(const xte_gemm_args *g) {
   szw = sizeof(float) * (size_t)maxm * (size_t)c.ldw;
   sza = esz * (size_t)c.MC_max * (size_t)c.fkc;
   szsa = sizeof(float) * (size_t)c.MC_max * (size_t)(c.fkc / 32);
-  total = al(szw) + (size_t)c.nt * (al(szb) + al(szsb) + al(sza) + al(szsa)) + al(szsmall);
+  if (c.fa) {
+    /* the AMX-BF16 path: per thread the B strips of an item (at most AMX_SPJ), the chunk's A
+     * shared (every K panel of maxm rows, run_problem_amx) */
+    const size_t slots = (size_t)(maxm / c.MR) * (size_t)((maxk + c.fkc - 1) / c.fkc);
+    szb = esz * (size_t)(AMX_SPJ * c.NR) * (size_t)c.fkc;
+    szsb = sizeof(float) * (size_t)(AMX_SPJ * c.NR) * FMAX_BLK;
+    sza = szsa = 0;
+    szash = esz * slots * (size_t)c.MR * (size_t)c.fkc;
+    szsash = sizeof(float) * slots * (size_t)c.MR * FMAX_BLK;
+  }
+  total = al(szw) + al(szash) + al(szsash) +
+          (size_t)c.nt * (al(szb) + al(szsb) + al(sza) + al(szsa)) + al(szsmall);
   w = xte_cpu_gemm_ws_acquire(total);
   ptrs = (void **)xte_aligned_calloc((size_t)c.nt * 4, sizeof(void *));
   if (!w || !ptrs) {
@@ -439,6 +565,10 @@ xte_status xte_cpu_gemm_fast(const xte_gemm_args *g) {
   q = w;
   c.W = (float *)q;
   q += al(szw);
+  c.ash = (uint16_t *)q;
+  q += al(szash);
+  c.sash = (float *)q;
+  q += al(szsash);
   c.ap = (float **)ptrs;
   c.sap = (float **)(ptrs + c.nt);
   c.bp = (float **)(ptrs + 2 * c.nt);

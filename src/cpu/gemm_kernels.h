@@ -123,6 +123,10 @@ typedef struct xte_gemm_fast_amx_kernels {
   void (*end)(void);
   void (*tile)(int nblk, const int *kl, const uint16_t *a, const uint16_t *b, const float *sa,
                const float *sb, float *acc, int64_t ldc);
+  /* out: d[n] = the exact driver's output conversion of t[n] (bf16: RNE, NaN canonical 0x7FC0;
+   *   fp32: NaN canonical) for n < len, d bf16 where bf16 else fp32: the epilogue of a row
+   *   without C and bias (xte_gemm_out_bf16 / xte_gemm_out_f32 element by element). */
+  void (*out)(const float *t, void *d, int bf16, int64_t len);
 } xte_gemm_fast_amx_kernels;
 
 /* ---------------------------------------------------------------- extension: AMX-INT8

@@ -28,6 +28,8 @@
 /* bf16 images of the magnitudes 0..127 of each format (the sign is the code's bit 7, moved to
  * bit 15) */
 static uint16_t mag_tab[2][128] __attribute__((aligned(64)));
+/* the same images split into their high bytes [0..127] and low bytes [128..255] */
+static uint8_t byte_tab[2][256] __attribute__((aligned(64)));
 static int fast_amx_ok;
 static pthread_once_t fast_amx_once = PTHREAD_ONCE_INIT;
 
@@ -41,6 +43,8 @@ static void fast_amx_init(void) {
       memcpy(&u, &v, 4);
       if (u & 0xFFFFu) return; /* not a bf16 value: never (every FP8 value is one) */
       mag_tab[f][i] = (uint16_t)(u >> 16);
+      byte_tab[f][i] = (uint8_t)(u >> 24);
+      byte_tab[f][128 + i] = (uint8_t)(u >> 16);
     }
   if ((env && !strcmp(env, "0")) || (env2 && !strcmp(env2, "0"))) return;
   fast_amx_ok = xte_amx_tiles_usable((1u << 22) | (1u << 24)); /* AMX-TILE and AMX-BF16 */
@@ -70,13 +74,27 @@ static inline __m512i dec32(__m256i codes, const __m512i *t) {
   return _mm512_or_si512(v, _mm512_slli_epi16(_mm512_and_si512(cw, _mm512_set1_epi16(0x80)), 8));
 }
 
-/* Codes [k, k + 32) of a row of codes contiguous along K holding kc codes from its start (zeros
+/* 64 codes to their bf16 images, codes 0-31 in *lo, 32-63 in *hi: the high and the low bytes
+ * looked up in the byte tables t[0..1] (high) and t[2..3] (low) by VPERMI2B (7 index bits; bit 7
+ * of the code, the sign, ORed into the high byte), then interleaved by VPUNPCK{L,H}BW. Those
+ * interleave within 128-bit lanes, so the codes' quadwords are first put in the order 0, 4, 1, 5,
+ * 2, 6, 3, 7: lane j then holds codes 8j..8j+7 and 32+8j..32+8j+7. */
+static inline void dec64(__m512i c, const __m512i *t, __m512i *lo, __m512i *hi) {
+  const __m512i q = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 4, 1, 5, 2, 6, 3, 7), c);
+  const __m512i h = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(t[0], q, t[1]), q,
+                                              _mm512_set1_epi8((char)0x80), 0xF8); /* a|(b&c) */
+  const __m512i l = _mm512_permutex2var_epi8(t[2], q, t[3]);
+  *lo = _mm512_unpacklo_epi8(l, h);
+  *hi = _mm512_unpackhi_epi8(l, h);
+}
+
+/* Codes [k, k + 64) of a row of codes contiguous along K holding kc codes from its start (zeros
  * past kc; nothing read there) */
-static inline __m256i codes32(const uint8_t *row, int64_t k, int64_t kc) {
+static inline __m512i codes64(const uint8_t *row, int64_t k, int64_t kc) {
   const int64_t rem = kc - k;
-  if (rem >= 32) return _mm256_loadu_si256((const __m256i *)(row + k));
-  if (rem <= 0) return _mm256_setzero_si256();
-  return _mm256_maskz_loadu_epi8((__mmask32)((1u << rem) - 1u), row + k);
+  if (rem >= 64) return _mm512_loadu_si512((const void *)(row + k));
+  if (rem <= 0) return _mm512_setzero_si512();
+  return _mm512_maskz_loadu_epi8((__mmask64)((1ull << rem) - 1u), row + k);
 }
 
 /* The code of element (row r, K step k) of a 32-wide panel of operand o (rows >= nv and K steps
@@ -99,6 +117,40 @@ static void fast_amx_pack(const uint8_t *base, int64_t rs, int64_t ks, int nv, i
   int64_t ch;
   int h, i;
   pthread_once(&fast_amx_once, fast_amx_init);
+  if (ks == 1) {
+    /* rows along K: 64 K steps (two chunks) of a lane per load and dec64, stored lane by lane;
+     * for the pair layout each 16 x 16 dword block then transposed in place */
+    for (i = 0; i < 4; i++)
+      t[i] = _mm512_load_si512((const void *)(byte_tab[fmt ? 1 : 0] + 64 * i));
+    for (ch = 0; ch < nch; ch += 2) {
+      const int two = ch + 1 < nch;
+      for (h = 0; h < 2; h++) {
+        uint16_t *d0 = dst + (ch * 2 + h) * 512, *d1 = d0 + 1024;
+        for (i = 0; i < 16; i++) {
+          const int r = h * 16 + i;
+          __m512i lo, hi;
+          /* the next 32 lanes' codes (the caller's next panel, packed next): the rows are read
+           * 512 codes at a time, too short for the prefetchers to follow (a prefetch does not
+           * fault where there is none) */
+          _mm_prefetch((const char *)(base + (r + 32) * rs + ch * 32), _MM_HINT_T0);
+          dec64(r < nv ? codes64(base + r * rs, ch * 32, kc) : _mm512_setzero_si512(), t, &lo, &hi);
+          _mm512_store_si512((void *)(d0 + i * 32), lo);
+          if (two) _mm512_store_si512((void *)(d1 + i * 32), hi);
+        }
+        if (vnni) {
+          int c2;
+          for (c2 = 0; c2 < 1 + two; c2++) {
+            uint16_t *d = c2 ? d1 : d0;
+            __m512i x[16];
+            for (i = 0; i < 16; i++) x[i] = _mm512_load_si512((const void *)(d + i * 32));
+            xte_transpose16x16_epi32(x);
+            for (i = 0; i < 16; i++) _mm512_store_si512((void *)(d + i * 32), x[i]);
+          }
+        }
+      }
+    }
+    return;
+  }
   for (i = 0; i < 4; i++) t[i] = _mm512_load_si512((const void *)(tab + 32 * i));
   for (ch = 0; ch < nch; ch++)
     for (h = 0; h < 2; h++) {
@@ -106,14 +158,10 @@ static void fast_amx_pack(const uint8_t *base, int64_t rs, int64_t ks, int nv, i
       __m512i x[16];
       for (i = 0; i < 16; i++) {
         const int r = h * 16 + i;
-        if (ks == 1) {
-          x[i] = dec32(r < nv ? codes32(base + r * rs, ch * 32, kc) : _mm256_setzero_si256(), t);
-        } else {
-          uint8_t cb[32] __attribute__((aligned(32)));
-          int kk;
-          for (kk = 0; kk < 32; kk++) cb[kk] = code_at(base, rs, ks, r, nv, ch * 32 + kk, kc);
-          x[i] = dec32(_mm256_load_si256((const __m256i *)cb), t);
-        }
+        uint8_t cb[32] __attribute__((aligned(32)));
+        int kk;
+        for (kk = 0; kk < 32; kk++) cb[kk] = code_at(base, rs, ks, r, nv, ch * 32 + kk, kc);
+        x[i] = dec32(_mm256_load_si256((const __m256i *)cb), t);
       }
       if (vnni) xte_transpose16x16_epi32(x);
       for (i = 0; i < 16; i++) _mm512_store_si512((void *)(d + i * 32), x[i]);
@@ -170,6 +218,12 @@ static void fast_amx_tile(int nblk, const int *kl, const uint16_t *a, const uint
       _tile_dpbf16ps(3, 5, 7);
       if (ch == 0 && bl > 0)
         for (i = 24; i < 32; i++) fold_row(q, sq, sb0, sb1, acc, ldc, i);
+      if (bl == 0 && ch < 4) /* the accumulators (left in L3 by the previous K panel), 8 rows
+                                per chunk, ahead of the first fold */
+        for (i = ch * 8; i < ch * 8 + 8; i++) {
+          _mm_prefetch((const char *)(acc + i * ldc), _MM_HINT_T0);
+          _mm_prefetch((const char *)(acc + i * ldc + 16), _MM_HINT_T0);
+        }
       a += 1024;
       b += 1024;
     }
@@ -186,6 +240,29 @@ static void fast_amx_tile(int nblk, const int *kl, const uint16_t *a, const uint
   }
 }
 
+/* The output conversions of xte_gemm_out_bf16 / xte_gemm_out_f32, 16 lanes at a time: NaN to the
+ * canonical NaN, else (bf16) u + 0x7FFF + bit 16 of u, shifted down (RNE, as xte_f32_to_bf16). */
+static void fast_amx_out(const float *t, void *d, int bf16, int64_t len) {
+  int64_t n;
+  for (n = 0; n < len; n += 16) {
+    const __mmask16 m = len - n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (len - n)) - 1u);
+    const __m512 v = _mm512_maskz_loadu_ps(m, t + n);
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    if (bf16) {
+      const __m512i u = _mm512_castps_si512(v);
+      __m512i r = _mm512_add_epi32(
+          u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF),
+                              _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
+      r = _mm512_mask_mov_epi32(_mm512_srli_epi32(r, 16), nan, _mm512_set1_epi32(0x7FC0));
+      _mm256_mask_storeu_epi16((uint16_t *)d + n, m, _mm512_cvtepi32_epi16(r));
+    } else {
+      _mm512_mask_storeu_ps(
+          (float *)d + n, m,
+          _mm512_mask_mov_ps(v, nan, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000))));
+    }
+  }
+}
+
 const xte_gemm_fast_amx_kernels xte_gemm_fast_amx_table = {
     .mr = 32,
     .nr = 32,
@@ -193,6 +270,7 @@ const xte_gemm_fast_amx_kernels xte_gemm_fast_amx_table = {
     .begin = fast_amx_begin,
     .end = fast_amx_end,
     .tile = fast_amx_tile,
+    .out = fast_amx_out,
 };
 #else
 typedef int xte_gemm_fast_amx_none; /* not built: the compiler lacks -mamx-bf16 */
