@@ -59,7 +59,7 @@ static inline xv mul_nanprop_v(xv a, xv b) {
 /* xte_siluf from e = e^-|x| (pos: x >= 0) and den = 1 + e: x / den for x >= 0, (x e) / den
  * below, -inf -> -0, NaN quieted. */
 static inline xv silu_e(xv x, xm pos, xv e, xv den) {
-  xv r = xv_div1(xv_sel(pos, x, xv_mul(x, e)), den);
+  xv r = xv_div(xv_sel(pos, x, xv_mul(x, e)), den);
   r = xv_sel(xv_eq(x, xv_1(xte_bits_f32(0xFF800000u))), xv_1(-0.0f), r);
   return xv_sel(xv_nan(x), xv_add(x, x), r);
 }
@@ -68,7 +68,7 @@ static inline xv silu_e(xv x, xm pos, xv e, xv den) {
  * g >= 0, e / den below (xte_sigmoidf's); NaN quieted. An infinite g needs no select: s is 1 or 0
  * and the product inf * 0 (in the fma or after it) gives 0xFFC00000. */
 static inline xv dsilu_e(xv g, xm pos, xv e, xv den) {
-  const xv s = xv_div1(xv_sel(pos, xv_1(1.0f), e), den);
+  const xv s = xv_div(xv_sel(pos, xv_1(1.0f), e), den);
   const xv d = xv_mul(s, xv_fma(g, xv_sub(xv_1(1.0f), s), xv_1(1.0f)));
   return xv_sel(xv_nan(g), xv_add(g, g), d);
 }
@@ -115,7 +115,7 @@ XTE_SWIGLU_AI int64_t act_vec(const void *gp, const void *up, const void *dp, in
       SILU_EXP(g, pos, e);
       /* mul_nanprop(silu(g), u) with one NaN select: silu of a non-NaN g is not NaN (-inf gives
        * -0), and a NaN g gives g quieted either way */
-      xv y = xv_div1(xv_sel(pos, g, xv_mul(g, e)), xv_add(xv_1(1.0f), e));
+      xv y = xv_div(xv_sel(pos, g, xv_mul(g, e)), xv_add(xv_1(1.0f), e));
       y = xv_sel(xv_eq(g, xv_1(xte_bits_f32(0xFF800000u))), xv_1(-0.0f), y);
       y = xv_sel(xv_nan(g), xv_add(g, g), xv_mul(y, ld_v(up, xb, j)));
       st_v(o0, ob, j, y);

@@ -19,8 +19,6 @@ typedef __m256 xm;
 #define xv_sub(a, b) _mm256_sub_ps((a), (b))
 #define xv_mul(a, b) _mm256_mul_ps((a), (b))
 #define xv_div(a, b) _mm256_div_ps((a), (b))
-/* a / b, where a / 1 may be left as a (the same bits but for a signaling NaN a) */
-#define xv_div1(a, b) _mm256_div_ps((a), (b))
 #define xv_fma(a, b, c) _mm256_fmadd_ps((a), (b), (c))
 #define xv_fnma(a, b, c) _mm256_fnmadd_ps((a), (b), (c))
 #define xv_round(a) _mm256_round_ps((a), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)

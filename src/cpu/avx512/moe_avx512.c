@@ -20,10 +20,6 @@ typedef __mmask16 xm;
 #define xv_sub(a, b) _mm512_sub_ps((a), (b))
 #define xv_mul(a, b) _mm512_mul_ps((a), (b))
 #define xv_div(a, b) _mm512_div_ps((a), (b))
-/* a / b, a where b is 1 (a / 1 is a for every a but a signaling NaN): lanes left out of the
- * division take no microcode assist for a subnormal a (src/cpu/moe_swiglu.c) */
-#define xv_div1(a, b) \
-  _mm512_mask_div_ps((a), _mm512_cmp_ps_mask((b), _mm512_set1_ps(1.0f), _CMP_NEQ_UQ), (a), (b))
 #define xv_fma(a, b, c) _mm512_fmadd_ps((a), (b), (c))
 #define xv_fnma(a, b, c) _mm512_fnmadd_ps((a), (b), (c))
 #define xv_round(a) _mm512_roundscale_ps((a), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
