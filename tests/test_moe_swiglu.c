@@ -362,7 +362,10 @@ static void o_act(int T, int F, int backward, const float *x, const float *dy, f
     }
 }
 
-static void special_plain_case(int T, int F, xte_dtype in_dt, xte_dtype out_dt) {
+/* sweep: every gate value a bf16 of magnitude in [8, 192), both signs, in turn: the range where
+ * e^-|g| passes 2^-24 (1 + e is 1 from |g| > 16.7), the kernels' exp clamp (-86) and the
+ * subnormal e (|g| > 87.3) to its underflow (|g| > 104) */
+static void special_plain_case(int T, int F, xte_dtype in_dt, xte_dtype out_dt, int sweep) {
   xte_cpu_isa isas[XTE_CPU_ISA_COUNT];
   int nisa = moe_isas(isas), ii, bwd;
   const size_t nx = (size_t)T * 2 * F, ny = (size_t)T * F;
@@ -372,6 +375,15 @@ static void special_plain_case(int T, int F, xte_dtype in_dt, xte_dtype out_dt) 
   void *out = zalloc(4 * nx);
   size_t i;
   special_inputs(T, F, x, dy);
+  if (sweep) {
+    int t, f;
+    for (t = 0; t < T; t++)
+      for (f = 0; f < F; f++) {
+        const uint32_t m = (uint32_t)(t * F + f) % 1152u;
+        x[(size_t)t * 2 * F + f] =
+            f32_of_bf16((uint16_t)((m >= 576 ? 0xC100u : 0x4100u) + m % 576));
+      }
+  }
   if (in_dt == XTE_DTYPE_BF16) { /* the kernel sees the bf16 values */
     for (i = 0; i < nx; i++) x[i] = f32_of_bf16(xb[i] = bf16_of(x[i]));
     for (i = 0; i < ny; i++) dy[i] = f32_of_bf16(dyb[i] = bf16_of(dy[i]));
@@ -411,10 +423,16 @@ static void special_plain_case(int T, int F, xte_dtype in_dt, xte_dtype out_dt) 
 
 Test(moe_swiglu, special_values_plain_bits) {
   rng_seed(41);
-  special_plain_case(37, 65, XTE_DTYPE_FP32, XTE_DTYPE_FP32);
-  special_plain_case(9, 130, XTE_DTYPE_BF16, XTE_DTYPE_BF16);
-  special_plain_case(1, 1, XTE_DTYPE_FP32, XTE_DTYPE_BF16);
-  special_plain_case(6, 257, XTE_DTYPE_BF16, XTE_DTYPE_FP32);
+  special_plain_case(37, 65, XTE_DTYPE_FP32, XTE_DTYPE_FP32, 0);
+  special_plain_case(9, 130, XTE_DTYPE_BF16, XTE_DTYPE_BF16, 0);
+  special_plain_case(1, 1, XTE_DTYPE_FP32, XTE_DTYPE_BF16, 0);
+  special_plain_case(6, 257, XTE_DTYPE_BF16, XTE_DTYPE_FP32, 0);
+}
+
+Test(moe_swiglu, large_gate_plain_bits) {
+  rng_seed(43);
+  special_plain_case(9, 260, XTE_DTYPE_FP32, XTE_DTYPE_FP32, 1);
+  special_plain_case(5, 259, XTE_DTYPE_BF16, XTE_DTYPE_BF16, 1);
 }
 
 static void special_fused_case(int T, int F, xte_dtype in_dt, xte_dtype act, xte_recipe rec,

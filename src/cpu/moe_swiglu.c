@@ -74,10 +74,15 @@ static inline xv dsilu_e(xv g, xm pos, xv e, xv den) {
 }
 
 /* pos = x >= 0 and e = e^-|x| (x NaN: x), the one exp of silu and dsilu (xte_expf of -x for
- * x >= 0, of x below, as xte_siluf and xte_sigmoidf take it) */
+ * x >= 0, of x below, as xte_siluf and xte_sigmoidf take it). For x >= 0, e enters only through
+ * den = 1 + e, which is 1 exactly once e < 2^-24 (x > 16.7): the exp of such an x is taken at
+ * -min(x, 86) instead, the same den and the same bits, so that a large positive x makes no
+ * subnormal e (e^-x < 2^-126 from x > 87.3), whose operations cost a microcode assist each (about
+ * 100 cycles), and keeps the avx2 exp on its fast path (every lane in [-86, 88]). A negative x
+ * keeps its exact exp: its subnormal e and products are the result's bits. */
 #define SILU_EXP(x, pos, e)              \
   const xm pos = xv_ge((x), xv_1(0.0f)); \
-  const xv e = xv_expf_neg(xv_negif(pos, (x)))
+  const xv e = xv_expf_neg(xv_sel(pos, xv_max(xv_neg(x), xv_1(-86.0f)), (x)))
 
 #if defined(__GNUC__)
 #define XTE_SWIGLU_AI static inline __attribute__((always_inline))
