@@ -196,14 +196,26 @@ static float *cache_take(const actx *c, float *ws, int64_t b, int64_t hk, int *f
   return cache + 16;
 }
 
-/* The fp32 K [lkv][dqp] and V [lkv][dvp] of (b, KV head hk), keys from token kt0. */
-static float *cache_kv(const actx *c, float *ws, int64_t b, int64_t hk, int64_t kt0, int64_t lkv) {
+/* The fp32 K [lkv][dqp] and V [lkv][dvp] of (b, KV head hk), keys from token kt0. With c->pkv,
+ * past lkv_max (dqp + dvp) floats, K packed by pb->pack_a (rows to lkv rounded up to BN, at
+ * *pk) and V by pb->pack_bn (pairs of rows, dvp words a pair row, at *pv). */
+static float *cache_kv(const actx *c, float *ws, int64_t b, int64_t hk, int64_t kt0, int64_t lkv,
+                       const uint32_t **pk, const uint32_t **pv) {
   int fill;
   float *Kc = cache_take(c, ws, b, hk, &fill);
+  const int64_t n64 = (lkv + BN - 1) / BN * BN, lkv64 = (c->lkv_max + BN - 1) / BN * BN;
+  const int64_t kp = (c->a->dqk + 31) / 32 * 16;
+  uint32_t *qk = (uint32_t *)(Kc + c->lkv_max * (c->dqp + c->dvp)), *qv = qk + lkv64 * kp;
   if (fill) {
     load_rows(c, &c->a->k, b, kt0, hk, lkv, c->a->dqk, Kc, c->dqp);
     load_rows(c, &c->a->v, b, kt0, hk, lkv, c->a->dv, Kc + lkv * c->dqp, c->dvp);
+    if (c->pkv) {
+      c->pb->pack_a(lkv, n64, c->a->dqk, Kc, c->dqp, qk);
+      c->pb->pack_bn(lkv, n64, c->dvp, Kc + lkv * c->dqp, c->dvp, qv, c->dvp);
+    }
   }
+  if (pk) *pk = c->pkv ? qk : NULL;
+  if (pv) *pv = c->pkv ? qv : NULL;
   return Kc;
 }
 
@@ -323,6 +335,8 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
   const int vdirect = a->dtype == XTE_DTYPE_FP32 && dv % 16 == 0 && !c->cache;
   int64_t qt0, lq, kt0, lkv, nr, r, jlo, jhi, j0, off;
   const float *Kc = NULL, *Vc = NULL;               /* the head cache */
+  const uint32_t *Kq = NULL, *Vq = NULL;            /* its packed K, V (c->pkv) */
+  const int64_t kp = (dq + 31) / 32 * 16;           /* Kq's words a row */
   uint32_t *pbq = c->pb ? (uint32_t *)ws : NULL;    /* Q^T packed for the bf16 kernels */
   float *Qt = ws + (c->pb ? XTE_ATTN_PB_WORDS : 0); /* [dq][BM] */
   float *Kn = Qt + dq * BM;                         /* [BN][dq] */
@@ -354,7 +368,7 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
   row_ranges(a, i0, nr, lq, lkv, lo, hi, &jlo, &jhi);
   memset(Oa, 0, sizeof(float) * (size_t)(BM * dvp));
   if (c->cache && jlo < jhi) {
-    Kc = cache_kv(c, ws, b, hk, kt0, lkv);
+    Kc = cache_kv(c, ws, b, hk, kt0, lkv, &Kq, &Vq);
     Vc = Kc + lkv * dqp;
   }
   for (j0 = jlo < jhi ? jlo / BN * BN : 0; j0 < jhi; j0 += BN) {
@@ -387,7 +401,9 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
       Vp = Vf;
       vld = dvp;
     }
-    if (pbq)
+    if (Kq)
+      c->pb->gemm_pa(nb, c1 - c0, dq, Kq + j0 * kp, pbq + c0, St + c0, BM);
+    else if (pbq)
       c->pb->gemm_pb(nb, c1 - c0, dq, Kp, krs, 1, pbq + c0, St + c0, BM);
     else
       K->gemm(nb, c1 - c0, dq, Kp, krs, 1, Qt + c0, BM, St + c0, BM, 0);
@@ -414,7 +430,11 @@ static void fwd_task(actx *c, float *ws, int64_t task) {
     /* the block's P V from +0 of the rows that see the block, folded into the accumulator as
      * its store: o = xte_attn_rescale(o, alpha, pv) */
     for (r = ra; next_run(act, rb, &r, &e); r = e)
-      K->gemm_fold(e - r, dvp, nb, Pt + r, 1, BM, Vp, vld, NULL, 0, Oa + r * dvp, dvp, al + r);
+      if (Vq)
+        c->pb->gemm_fold_pb(e - r, dvp, nb, Pt + r, 1, BM, Vq + j0 / 2 * dvp, dvp, Oa + r * dvp,
+                            dvp, al + r);
+      else
+        K->gemm_fold(e - r, dvp, nb, Pt + r, 1, BM, Vp, vld, NULL, 0, Oa + r * dvp, dvp, al + r);
   }
   for (r = 0; r < nr; r++) {
     float *o = Oa + r * dvp;
@@ -499,6 +519,18 @@ static xte_status cpu_attn_fwd(const xte_attn_args *a, void *handle) {
   if (a->no_output) return XTE_SUCCESS;
   init_ctx(&c, a);
   plan_cache(&c, c.lkv_max, c.dqp, c.dvp);
+  if (c.cache && c.pb && c.pb->pack_a && c.pb->gemm_pa && c.pb->pack_bn && c.pb->gemm_fold_pb) {
+    /* the packed K, V after the fp32 rows (cache_kv), within cache_limit in all */
+    const int64_t n64 = (c.lkv_max + BN - 1) / BN * BN;
+    const size_t w = (size_t)(n64 * ((a->dqk + 31) / 32 * 16) + n64 / 2 * c.dvp);
+    const size_t nt = (size_t)(xte_cpu_threads() > 0 ? xte_cpu_threads() : 1);
+    size_t f, bytes;
+    if (!__builtin_add_overflow(c.cache_floats, w, &f) &&
+        !__builtin_mul_overflow(f * sizeof(float), nt, &bytes) && bytes <= cache_limit) {
+      c.pkv = 1;
+      c.cache_floats = f;
+    }
+  }
   c.cache_off = (fwd_ws_floats(&c) + 15) / 16 * 16;
   /* every allocation before the first output byte */
   st = xa_make_q_tasks(&c);
@@ -827,7 +859,7 @@ static void bwd_q_task(actx *c, float *ws, int64_t task) {
   memset(dQa, 0, sizeof(float) * (size_t)(BM * dqp));
   memset(ls, 0, sizeof(float) * BM);
   if (c->cache && jlo < jhi) {
-    Kc = cache_kv(c, ws, b, hk, kt0, lkv);
+    Kc = cache_kv(c, ws, b, hk, kt0, lkv, NULL, NULL);
     Vc = Kc + lkv * dqp;
   }
   for (j0 = jlo < jhi ? jlo / BN * BN : 0; j0 < jhi; j0 += BN) {

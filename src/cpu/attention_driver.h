@@ -77,6 +77,9 @@ typedef struct actx {
   /* those bf16 kernels' B packed once per task (NULL: none): the forward's Q^T, pass B's Q^T and
    * dO^T (XTE_ATTN_PB_WORDS words each at the start of the workspace) */
   const xte_attn_bf16_kernels *pb;
+  /* forward: the head caches also hold K and V packed for pb's gemm_pa and gemm_fold_pb, once
+   * per head instead of once per KV block and query tile (0: not) */
+  int pkv;
   void (*run)(struct actx *c, float *ws, int64_t t);
 } actx;
 

@@ -81,6 +81,21 @@ typedef struct xte_attn_bf16_kernels {
   void (*pack_b)(int64_t K, int64_t N, const float *B, int64_t ldb, uint32_t *pb);
   void (*gemm_pb)(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
                   const uint32_t *pb, float *C, int64_t ldc);
+  /* Optional (NULL: none): the forward's K and V packed once per head. pack_a packs A's rows
+   * (A[r * lda + k], K <= 256) to pa, row r's ceil(K / 32) * 16 words at pa + r * ceil(K / 32) *
+   * 16, rows [M, Mpad) zero; gemm_pa(M, N, K, pa, pb + c0, C, ldc) is gemm_pb's result with A's
+   * rows read from pa (rows up to M rounded up to 16 are read). pack_bn packs B's rows [0, K) in
+   * pairs (N <= 256 columns, a multiple of 16), pair row k2 < Kpad / 2 at p + k2 * ld words, rows
+   * [K, Kpad) zero (Kpad even); gemm_fold_pb(M, N, K, A, a_rs, a_ks, p, ld, D, ldd, alpha) is
+   * gemm_fold's result without C0 (K <= 256, pair rows up to ceil(K / 32) * 16 read, zero past
+   * K). The same bytes as the unpacked calls: the same roundings and order. */
+  void (*pack_a)(int64_t M, int64_t Mpad, int64_t K, const float *A, int64_t lda, uint32_t *pa);
+  void (*gemm_pa)(int64_t M, int64_t N, int64_t K, const uint32_t *pa, const uint32_t *pb, float *C,
+                  int64_t ldc);
+  void (*pack_bn)(int64_t K, int64_t Kpad, int64_t N, const float *B, int64_t ldb, uint32_t *p,
+                  int64_t ld);
+  void (*gemm_fold_pb)(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t a_ks,
+                       const uint32_t *pb, int64_t ldpb, float *D, int64_t ldd, const float *alpha);
 } xte_attn_bf16_kernels;
 
 /* the packed B of xte_attn_bf16_kernels.pack_b: rows of XTE_ATTN_PB_LD words, 128 rows */

@@ -84,6 +84,26 @@ static void pack_b(const float *B, int64_t ldb, int64_t kc, int64_t nc, int64_t 
   }
 }
 
+/* A's rows [0, m) (A[r * lda + k], K steps [0, kc)) as A tile rows: row r's pairs k2 < kp16 at
+ * dst[r * ld + k2] (zero past kc), rows [m, mpad) zero */
+static void pack_rows(const float *A, int64_t lda, int64_t m, int64_t mpad, int64_t kc,
+                      int64_t kp16, uint32_t *dst, int64_t ld) {
+  int64_t r, k;
+  for (r = 0; r < mpad; r++) {
+    uint32_t *d = dst + r * ld;
+    const float *x = A + r * lda;
+    if (r >= m) {
+      memset(d, 0, sizeof(uint32_t) * (size_t)kp16);
+      continue;
+    }
+    for (k = 0; k < 2 * kp16; k += 32)
+      _mm512_store_si512(
+          (void *)(d + k / 2),
+          (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(first(kc - k - 16), x + k + 16),
+                                       _mm512_maskz_loadu_ps(first(kc - k), x + k)));
+  }
+}
+
 /* A rows [0, m), K steps [0, kc) (A[r * a_rs + k * a_ks]) to aA[r * KA / 2 + k2], pairs k2 <
  * kp16 (zero past kc), rows up to m rounded up to 16 (zero past m) */
 static void pack_a(const float *A, int64_t a_rs, int64_t a_ks, int64_t m, int64_t kc,
@@ -108,20 +128,17 @@ static void pack_a(const float *A, int64_t a_rs, int64_t a_ks, int64_t m, int64_
       }
     return;
   }
+  if (a_ks == 1) {
+    pack_rows(A, a_rs, m, m16, kc, kp16, aA, KA / 2);
+    return;
+  }
   for (r = 0; r < m16; r++) {
     uint32_t *d = aA + r * (KA / 2);
     if (r >= m) {
       memset(d, 0, sizeof(uint32_t) * (size_t)kp16);
       continue;
     }
-    if (a_ks == 1) {
-      const float *x = A + r * a_rs;
-      for (k = 0; k < 2 * kp16; k += 32)
-        _mm512_store_si512(
-            (void *)(d + k / 2),
-            (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(first(kc - k - 16), x + k + 16),
-                                         _mm512_maskz_loadu_ps(first(kc - k), x + k)));
-    } else {
+    {
       for (k = 0; k < 2 * kp16; k += 2) {
         const uint32_t lo = k < kc ? bf16_of(A[r * a_rs + k * a_ks]) : 0u;
         const uint32_t hi = k + 1 < kc ? bf16_of(A[r * a_rs + (k + 1) * a_ks]) : 0u;
@@ -131,11 +148,12 @@ static void pack_a(const float *A, int64_t a_rs, int64_t a_ks, int64_t m, int64_
   }
 }
 
-/* aC[r * NA + c] (r < m <= MA, c < nc <= NA) = (from ? aC : +0) + the products of aA's pairs
- * [0, kp16) and the packed B's (row k2 at b + k2 * ldb words); the tiles start from zero, not from
- * a load of aC, when from is 0 (no wait on aC's stores) */
-static void tiles_packed(int64_t m, int64_t nc, int64_t kp16, const uint32_t *b, int64_t ldb,
-                         int from) {
+/* aC[r * NA + c] (r < m <= MA, c < nc <= NA) = (from ? aC : +0) + the products of the packed A's
+ * pairs [0, kp16) (row r at a + r * lda words, rows up to m rounded up to 16 read) and the packed
+ * B's (row k2 at b + k2 * ldb words); the tiles start from zero, not from a load of aC, when from
+ * is 0 (no wait on aC's stores) */
+static void tiles_packed_a(int64_t m, int64_t nc, int64_t kp16, const uint32_t *a, int64_t lda,
+                           const uint32_t *b, int64_t ldb, int from) {
   const int64_t m16 = (m + 15) / 16 * 16;
   int64_t r, c, k2;
   for (r = 0; r < m16; r += 32) {
@@ -155,7 +173,7 @@ static void tiles_packed(int64_t m, int64_t nc, int64_t kp16, const uint32_t *b,
         _tile_zero(3);
       }
       for (k2 = 0; k2 < kp16; k2 += 16) {
-        _tile_loadd(4, aA + r * (KA / 2) + k2, KA * 2);
+        _tile_loadd(4, a + r * lda + k2, lda * 4);
         _tile_loadd(6, b + k2 * ldb + c, ldb * 4);
         _tile_dpbf16ps(0, 4, 6);
         if (two_c) {
@@ -163,7 +181,7 @@ static void tiles_packed(int64_t m, int64_t nc, int64_t kp16, const uint32_t *b,
           _tile_dpbf16ps(1, 4, 7);
         }
         if (two_r) {
-          _tile_loadd(5, aA + (r + 16) * (KA / 2) + k2, KA * 2);
+          _tile_loadd(5, a + (r + 16) * lda + k2, lda * 4);
           _tile_dpbf16ps(2, 5, 6);
           if (two_c) _tile_dpbf16ps(3, 5, 7);
         }
@@ -174,6 +192,12 @@ static void tiles_packed(int64_t m, int64_t nc, int64_t kp16, const uint32_t *b,
       if (two_r && two_c) _tile_stored(3, t + 16 * NA + 16, NA * 4);
     }
   }
+}
+
+/* tiles_packed_a with A packed in aA */
+static void tiles_packed(int64_t m, int64_t nc, int64_t kp16, const uint32_t *b, int64_t ldb,
+                         int from) {
+  tiles_packed_a(m, nc, kp16, aA, KA / 2, b, ldb, from);
 }
 
 /* aC[r * NA + c] (r < m <= MA, c < nc <= NA) = (from ? aC : +0) + A B over K, K in chunks of KA */
@@ -272,6 +296,67 @@ static void gemm_pb_amx(int64_t M, int64_t N, int64_t K, const float *A, int64_t
   _tile_release();
 }
 
-const xte_attn_bf16_kernels xte_attn_amx_bf16_table = {gemm_amx, gemm_fold_amx, pack_b_amx,
-                                                       gemm_pb_amx};
+/* xte_attn_bf16_kernels.pack_a: A's rows as the A tiles read them (pack_a's for a_ks = 1) */
+static void pack_a_amx(int64_t M, int64_t Mpad, int64_t K, const float *A, int64_t lda,
+                       uint32_t *pa) {
+  const int64_t kp16 = (K + 31) / 32 * 16;
+  pack_rows(A, lda, M, Mpad, K, kp16, pa, kp16);
+}
+
+/* xte_attn_bf16_kernels.gemm_pa: gemm_pb with A's rows packed by pack_a */
+static void gemm_pa_amx(int64_t M, int64_t N, int64_t K, const uint32_t *pa, const uint32_t *pb,
+                        float *C, int64_t ldc) {
+  const int64_t kp16 = (K + 31) / 32 * 16;
+  int64_t r0, r;
+  _tile_loadconfig(&xte_amx_cfg);
+  for (r0 = 0; r0 < M; r0 += MA) {
+    const int64_t m = M - r0 < MA ? M - r0 : MA;
+    tiles_packed_a(m, N, kp16, pa + r0 * kp16, kp16, pb, XTE_ATTN_PB_LD, 0);
+    for (r = 0; r < m; r++) memcpy(C + (r0 + r) * ldc, aC + r * NA, sizeof(float) * (size_t)N);
+  }
+  _tile_release();
+}
+
+/* xte_attn_bf16_kernels.pack_bn: B's rows in pairs as the B tiles read them (pack_b's), pair row
+ * k2 < Kpad / 2 at p + k2 * ld words, rows [K, Kpad) zero */
+static void pack_bn_amx(int64_t K, int64_t Kpad, int64_t N, const float *B, int64_t ldb,
+                        uint32_t *p, int64_t ld) {
+  pack_b(B, ldb, K, N, Kpad / 2, p, ld);
+}
+
+/* xte_attn_bf16_kernels.gemm_fold_pb: gemm_fold_amx without C0, B packed by pack_bn */
+static void gemm_fold_pb_amx(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs,
+                             int64_t a_ks, const uint32_t *pb, int64_t ldpb, float *D, int64_t ldd,
+                             const float *alpha) {
+  const int64_t kp16 = (K + 31) / 32 * 16;
+  int64_t r0, r, c;
+  _tile_loadconfig(&xte_amx_cfg);
+  for (r0 = 0; r0 < M; r0 += MA) {
+    const int64_t m = M - r0 < MA ? M - r0 : MA;
+    if (K > 0) {
+      pack_a(A + r0 * a_rs, a_rs, a_ks, m, K, kp16);
+      tiles_packed(m, N, kp16, pb, ldpb, 0);
+    } else {
+      for (r = 0; r < m; r++) memset(aC + r * NA, 0, sizeof(float) * (size_t)N);
+    }
+    for (r = 0; r < m; r++) {
+      float *d = D + (r0 + r) * ldd;
+      const float *t = aC + r * NA;
+      if (alpha) {
+        const __m512 al = _mm512_set1_ps(alpha[r0 + r]);
+        for (c = 0; c < N; c += 16) /* xte_attn_rescale: fmaf(d, alpha, t) */
+          _mm512_storeu_ps(d + c,
+                           _mm512_fmadd_ps(_mm512_loadu_ps(d + c), al, _mm512_loadu_ps(t + c)));
+      } else {
+        for (c = 0; c < N; c += 16) /* xte_attn_add: d + t */
+          _mm512_storeu_ps(d + c, _mm512_add_ps(_mm512_loadu_ps(d + c), _mm512_loadu_ps(t + c)));
+      }
+    }
+  }
+  _tile_release();
+}
+
+const xte_attn_bf16_kernels xte_attn_amx_bf16_table = {gemm_amx,    gemm_fold_amx,   pack_b_amx,
+                                                       gemm_pb_amx, pack_a_amx,      gemm_pa_amx,
+                                                       pack_bn_amx, gemm_fold_pb_amx};
 #endif /* XTE_ATTN_AMX */

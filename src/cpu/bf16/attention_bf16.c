@@ -257,4 +257,5 @@ static void gemm_fold_bf16(int64_t M, int64_t N, int64_t K, const float *A, int6
   }
 }
 
-const xte_attn_bf16_kernels xte_attn_bf16_table = {gemm_bf16, gemm_fold_bf16, NULL, NULL};
+const xte_attn_bf16_kernels xte_attn_bf16_table = {gemm_bf16, gemm_fold_bf16, NULL, NULL,
+                                                   NULL,      NULL,           NULL, NULL};
